@@ -1,0 +1,164 @@
+"""The actor's side of the stream: hello, then step envs with the actions the learner sends.
+
+Connection problems (learner not up yet, restarted, preempted) are retried with exponential
+backoff and jitter; the envs keep their state and the actor resumes streaming on the new
+connection. A refusal (bad message, wrong experiment or env spec) is not retried: it would fail
+the same way again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+import grpc
+import numpy as np
+
+from common import seedrl_pb2, seedrl_pb2_grpc
+from common.wire import PROTOCOL_VERSION, WireError, decode_array, encode_array
+
+log = logging.getLogger(__name__)
+
+#: Status codes that mean "this actor is wrong", not "try again later".
+FATAL_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
+                         grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED,
+                         grpc.StatusCode.UNAUTHENTICATED})
+
+
+class ActorRefused(RuntimeError):
+    """The learner refused this actor; retrying would not help."""
+
+
+class Backoff:
+    """Exponential backoff with full jitter: 0.1 s doubling up to ``cap`` seconds."""
+
+    def __init__(self, initial: float = 0.1, cap: float = 10.0, rng: random.Random | None = None):
+        self.initial = initial
+        self.cap = cap
+        self._next = initial
+        self._rng = rng or random.Random()
+
+    def delay(self) -> float:
+        """The next wait, and doubles the one after."""
+        value = self._rng.uniform(self._next / 2, self._next)
+        self._next = min(self.cap, self._next * 2)
+        return value
+
+    def reset(self) -> None:
+        """Back to the initial wait after a good connection."""
+        self._next = self.initial
+
+
+class ActorClient:
+    """Streams one actor's batch of envs to the learner until the learner says finished.
+
+    Args:
+      envs: the actor's EnvBatch (``reset``/``step``/``spec``/``num_envs``).
+      experiment: ``metadata.name``, checked by the learner.
+      actor_id: stable id of this actor across reconnects.
+      address: the learner, ``host:port`` or ``unix:PATH``.
+      credentials: ``grpc.ssl_channel_credentials`` for TLS, or None for plaintext.
+    """
+
+    def __init__(self, envs, experiment: str, actor_id: str, address: str,
+                 credentials=None, backoff: Backoff | None = None):
+        self.envs = envs
+        self.experiment = experiment
+        self.actor_id = actor_id
+        self.address = address
+        self.credentials = credentials
+        self.backoff = backoff or Backoff()
+        self.env_steps = 0
+        self.connections = 0
+        k = envs.num_envs
+        self._obs = None
+        self._rewards = np.zeros(k, np.float32)
+        self._terminated = np.zeros(k, bool)
+        self._truncated = np.zeros(k, bool)
+        self._episodes: list[tuple[int, float, int]] = []
+
+    def _channel(self):
+        options = [("grpc.max_send_message_length", 64 * 1024 * 1024),
+                   ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                   ("grpc.keepalive_time_ms", 20_000)]
+        if self.credentials is not None:
+            return grpc.aio.secure_channel(self.address, self.credentials, options=options)
+        return grpc.aio.insecure_channel(self.address, options=options)
+
+    def _hello(self) -> seedrl_pb2.ActorMessage:
+        return seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
+            protocol_version=PROTOCOL_VERSION, experiment=self.experiment,
+            actor_id=self.actor_id, num_envs=self.envs.num_envs,
+            env_spec=self.envs.spec.to_proto()))
+
+    def _step_message(self) -> seedrl_pb2.ActorMessage:
+        k = self.envs.num_envs
+        episodes = [seedrl_pb2.Episode(env_id=i, episode_return=ret, length=n)
+                    for i, ret, n in self._episodes]
+        return seedrl_pb2.ActorMessage(step=seedrl_pb2.Step(
+            env_ids=range(k), observations=encode_array(self._obs),
+            rewards=self._rewards, terminated=self._terminated, truncated=self._truncated,
+            episodes=episodes))
+
+    async def run(self) -> None:
+        """Streams until the learner reports finished.
+
+        Raises:
+          ActorRefused: if the learner refused this actor.
+        """
+        self._obs = self.envs.reset()
+        while True:
+            try:
+                if await self._session():
+                    return
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in FATAL_CODES:
+                    raise ActorRefused(f"{exc.code().name}: {exc.details()}") from None
+                wait = self.backoff.delay()
+                log.warning("learner at %s unavailable (%s: %s); retrying in %.1fs",
+                            self.address, exc.code().name, exc.details(), wait)
+                await asyncio.sleep(wait)
+
+    async def _session(self) -> bool:
+        """One connection; returns True when the learner said finished."""
+        spec = self.envs.spec
+        action_shape = (self.envs.num_envs,) + spec.action_shape
+        async with self._channel() as channel:
+            call = seedrl_pb2_grpc.LearnerStub(channel).Stream(wait_for_ready=False)
+            await call.write(self._hello())
+            reply = await call.read()
+            if reply is grpc.aio.EOF:
+                raise _eof()
+            if reply.finished:
+                return True
+            self.connections += 1
+            self.backoff.reset()
+            log.info("connected to %s (learner run %s)", self.address, reply.welcome.run_id)
+            # The first step of a stream carries no outcome of a previous action.
+            self._rewards[:] = 0
+            self._terminated[:] = False
+            self._truncated[:] = False
+            while True:
+                await call.write(self._step_message())
+                reply = await call.read()
+                if reply is grpc.aio.EOF:
+                    raise _eof()
+                if reply.finished:
+                    await call.done_writing()
+                    return True
+                self._episodes = []
+                try:
+                    actions = decode_array(reply.actions.actions, "actions.actions",
+                                           spec.action_dtype, action_shape)
+                except WireError as exc:
+                    raise ActorRefused(f"learner sent bad actions: {exc}") from None
+                (self._obs, self._rewards, self._terminated, self._truncated,
+                 episodes) = self.envs.step(actions)
+                self._episodes = episodes
+                self.env_steps += self.envs.num_envs
+
+
+def _eof() -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                grpc.aio.Metadata(), details="stream closed by the learner")

@@ -1,0 +1,139 @@
+"""Environments an actor steps: made from ``spec.env``, stepped as one batch of K.
+
+Any gymnasium id works; ``spec.env.imports`` names modules to import first so that a package of
+the user's own can register its environments.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import gymnasium as gym
+import numpy as np
+
+from common.config import EnvConfig
+from common.wire import EnvSpec
+
+log = logging.getLogger(__name__)
+
+
+def make_env(config: EnvConfig) -> gym.Env:
+    """Creates one environment from ``spec.env``.
+
+    Raises:
+      ValueError: if an import fails or gymnasium does not know the id.
+    """
+    for module in config.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(f"spec.env.imports: cannot import {module!r}: {exc}") from None
+    kwargs = dict(config.options)
+    if config.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = config.max_episode_steps
+    try:
+        return gym.make(config.id, **kwargs)
+    except gym.error.Error as exc:
+        raise ValueError(f"spec.env.id: cannot make {config.id!r}: {exc}") from None
+
+
+def spec_of(env: gym.Env, env_id: str) -> EnvSpec:
+    """The wire spec of an environment's observation and action spaces.
+
+    Raises:
+      ValueError: for spaces the wire protocol cannot carry (dicts, tuples, text...).
+    """
+    obs = env.observation_space
+    if not isinstance(obs, gym.spaces.Box):
+        raise ValueError(f"{env_id}: observation space {obs} is not an array (Box)")
+    act = env.action_space
+    if isinstance(act, gym.spaces.Discrete):
+        return EnvSpec(env_id, obs.dtype.name, tuple(obs.shape), "int32", (), int(act.n))
+    if isinstance(act, gym.spaces.Box):
+        return EnvSpec(env_id, obs.dtype.name, tuple(obs.shape), "float32", tuple(act.shape), 0)
+    raise ValueError(f"{env_id}: action space {act} is neither Discrete nor Box")
+
+
+class EnvBatch:
+    """K environments stepped in turn, with automatic reset and episode bookkeeping.
+
+    After an episode ends the returned observation is already the first of the next episode,
+    as the wire protocol expects. An environment that raises is recreated and its episode is
+    reported as truncated; the other environments go on.
+
+    Args:
+      config: ``spec.env``.
+      num_envs: K.
+      seeds: one seed per environment, for its first reset.
+    """
+
+    def __init__(self, config: EnvConfig, num_envs: int, seeds: list[int]):
+        self.config = config
+        self.num_envs = num_envs
+        self._seeds = list(seeds)
+        self.envs = [make_env(config) for _ in range(num_envs)]
+        self.spec = spec_of(self.envs[0], config.id)
+        self._obs_dtype = np.dtype(self.spec.observation_dtype)
+        self._returns = np.zeros(num_envs, dtype=np.float64)
+        self._lengths = np.zeros(num_envs, dtype=np.int64)
+        self.restarts = 0
+
+    def _discrete_start(self, env) -> int:
+        return int(getattr(env.action_space, "start", 0))
+
+    def reset(self) -> np.ndarray:
+        """Resets every env with its seed; returns observations [K, *obs_shape]."""
+        obs = np.empty((self.num_envs,) + self.spec.observation_shape, self._obs_dtype)
+        for i, env in enumerate(self.envs):
+            obs[i], _ = env.reset(seed=self._seeds[i])
+        self._returns[:] = 0
+        self._lengths[:] = 0
+        return obs
+
+    def step(self, actions: np.ndarray):
+        """Steps every env with its action.
+
+        Returns:
+          observations [K, ...], rewards [K] float32, terminated [K] bool, truncated [K] bool,
+          and the episodes that ended as a list of (env_id, return, length).
+        """
+        k = self.num_envs
+        obs = np.empty((k,) + self.spec.observation_shape, self._obs_dtype)
+        rewards = np.zeros(k, np.float32)
+        terminated = np.zeros(k, bool)
+        truncated = np.zeros(k, bool)
+        episodes = []
+        for i, env in enumerate(self.envs):
+            action = actions[i]
+            if self.spec.discrete:
+                action = int(action) + self._discrete_start(env)
+            try:
+                o, r, term, trunc, _ = env.step(action)
+            except Exception:  # noqa: BLE001 - one broken env must not stop the others
+                log.exception("env %d raised; recreating it", i)
+                self._restart(i)
+                env = self.envs[i]
+                o, r, term, trunc = None, 0.0, False, True  # reset just below
+            self._returns[i] += r
+            self._lengths[i] += 1
+            if term or trunc:
+                episodes.append((i, float(self._returns[i]), int(self._lengths[i])))
+                self._returns[i] = 0
+                self._lengths[i] = 0
+                o, _ = env.reset()
+            obs[i], rewards[i], terminated[i], truncated[i] = o, r, term, trunc
+        return obs, rewards, terminated, truncated, episodes
+
+    def _restart(self, i: int) -> None:
+        self.restarts += 1
+        try:
+            self.envs[i].close()
+        except Exception:  # noqa: BLE001 - it is broken already
+            pass
+        self.envs[i] = make_env(self.config)
+
+    def close(self) -> None:
+        """Closes every environment."""
+        for env in self.envs:
+            env.close()

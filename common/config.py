@@ -1,0 +1,516 @@
+"""The Experiment document: typed dataclasses, YAML loading, overrides and validation.
+
+One Experiment document drives every way of running seedrl: `seedrl train FILE` on one machine
+and, later, `kubectl apply` through the operator. It is Kubernetes-shaped (``apiVersion``,
+``kind``, ``metadata``, ``spec`` and camelCase keys) so the same file works in both places.
+
+Every field is declared once, here, with its default, its docstring and its constraints (the
+``param`` helper stores them in the dataclass field metadata). Parsing and validation happen in
+exactly one place, :func:`parse_experiment`, which collects every problem it finds and raises one
+:class:`ConfigError` naming each field path and the reason, e.g.
+``spec.learner.unrollLength: must be >= 2, got 0``. Unknown keys are rejected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+import yaml
+
+API_VERSION = "seedrl.dev/v1alpha1"
+KIND = "Experiment"
+
+#: Agents the learner knows how to build; ``spec.agent.name`` must be one of these.
+AGENTS = ("vtrace",)
+#: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
+NETWORKS = ("mlp",)
+
+# DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_REQUIRED = dataclasses.MISSING
+
+
+class ConfigError(ValueError):
+    """A rejected Experiment document.
+
+    Attributes:
+      problems: list of ``(field_path, reason)`` pairs, in document order.
+    """
+
+    def __init__(self, problems: Sequence[tuple[str, str]]):
+        self.problems = list(problems)
+        super().__init__("\n".join(f"{path}: {reason}" for path, reason in self.problems))
+
+
+def param(default: Any = _REQUIRED, doc: str = "", *, factory: Any = None, key: str | None = None,
+          ge: float | None = None, gt: float | None = None, le: float | None = None,
+          choices: Sequence[Any] | None = None, pattern: str | None = None,
+          min_items: int | None = None, max_len: int | None = None) -> Any:
+    """Declares one Experiment field: its default, docstring and constraints.
+
+    Args:
+      default: the value used when the document omits the field; omit for a required field.
+      doc: what the field means, for humans and for the generated schemas.
+      factory: a zero-argument callable giving the default (for lists, dicts, sections).
+      key: the document key when it is not the camelCase form of the attribute name.
+      ge, gt, le: numeric bounds (also applied to each item of a list of numbers).
+      choices: the allowed values.
+      pattern: a regular expression the whole string must match.
+      min_items: the fewest items a list may have.
+      max_len: the longest a string may be.
+    """
+    meta = {"doc": doc, "key": key, "ge": ge, "gt": gt, "le": le, "choices": choices,
+            "pattern": pattern, "min_items": min_items, "max_len": max_len}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_key(f: dataclasses.Field) -> str:
+    """The document key of a dataclass field: its explicit key or its camelCase name."""
+    if f.metadata.get("key"):
+        return f.metadata["key"]
+    head, *rest = f.name.rstrip("_").split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+# --------------------------------------------------------------------------------------------
+# The document
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EnvConfig:
+    """Which environment the actors step (``spec.env``)."""
+
+    id: str = param("CartPole-v1", "A gymnasium environment id, e.g. CartPole-v1.", max_len=256)
+    options: dict[str, Any] = param(
+        doc="Keyword arguments passed to gymnasium.make for this environment.", factory=dict)
+    imports: list[str] = param(
+        doc="Python modules imported before the environment is made, so that a package of your "
+            "own can register its environments with gymnasium.", factory=list)
+    max_episode_steps: Optional[int] = param(
+        None, "Truncate episodes after this many steps; null keeps the environment's own limit.",
+        ge=1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NetworkConfig:
+    """The network the learner builds for the agent (``spec.agent.network``)."""
+
+    name: str = param("mlp", "Network architecture, one of: " + ", ".join(NETWORKS) + ".",
+                      choices=NETWORKS)
+    hidden_sizes: list[int] = param(
+        doc="Widths of the hidden layers of the MLP torso, input side first.",
+        factory=lambda: [64, 64], ge=1, min_items=1)
+    activation: str = param("tanh", "Activation of the hidden layers.", choices=("relu", "tanh"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VTraceConfig:
+    """IMPALA / V-trace hyperparameters (``spec.agent.vtrace``)."""
+
+    discount: float = param(0.99, "Discount factor gamma applied per environment step.",
+                            gt=0.0, le=1.0)
+    lambda_: float = param(1.0, "V-trace lambda: mixes n-step and one-step targets (1.0 as in "
+                                "the paper).", key="lambda", ge=0.0, le=1.0)
+    baseline_cost: float = param(0.5, "Weight of the value (baseline) loss.", ge=0.0)
+    entropy_cost: float = param(0.01, "Weight of the entropy bonus.", ge=0.0)
+    clip_rho_threshold: float = param(1.0, "rho-bar: truncation of importance weights in the "
+                                           "value targets.", gt=0.0)
+    clip_pg_rho_threshold: float = param(1.0, "Truncation of importance weights in the policy "
+                                              "gradient advantages.", gt=0.0)
+    bootstrap_on_truncation: bool = param(
+        True, "Bootstrap from the value estimate when an episode is truncated (time limit) "
+              "instead of treating the cut as a terminal state.")
+    reward_clipping: str = param(
+        "none", "Reward clipping applied in the learner before the loss; reported returns stay "
+                "the game's own.", choices=("none", "abs_one", "soft_asymmetric"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """The learning algorithm and its network (``spec.agent``)."""
+
+    name: str = param("vtrace", "Agent, one of: " + ", ".join(AGENTS) + ".", choices=AGENTS)
+    network: NetworkConfig = param(doc="The network the agent trains.", factory=NetworkConfig)
+    vtrace: VTraceConfig = param(doc="Hyperparameters of the vtrace agent.",
+                                 factory=VTraceConfig)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    """The optimizer of the training step (``spec.learner.optimizer``)."""
+
+    name: str = param("adam", "Optimizer, one of: adam, rmsprop, sgd.",
+                      choices=("adam", "rmsprop", "sgd"))
+    learning_rate: float = param(1e-3, "Step size.", gt=0.0)
+    epsilon: float = param(1e-7, "Numerical-stability epsilon of adam and rmsprop.", gt=0.0)
+    momentum: float = param(0.0, "Momentum of rmsprop and sgd.", ge=0.0, le=0.999)
+    grad_clip_norm: float = param(40.0, "Clip gradients to this global norm; 0 disables.",
+                                  ge=0.0)
+    linear_decay: bool = param(
+        False, "Decay the learning rate linearly to zero over spec.budget.maxEnvSteps.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LearnerConfig:
+    """The central learner: batched inference and training (``spec.learner``)."""
+
+    inference_batch_size: int = param(
+        64, "Most environment steps evaluated in one inference call, summed over all actor "
+            "streams.", ge=1)
+    inference_max_wait_ms: float = param(
+        2.0, "How long the batcher waits to fill a batch; a partial batch runs after this.",
+        ge=0.0, le=10_000.0)
+    unroll_length: int = param(20, "Steps per trajectory unroll T (the learner stores T+1, "
+                                   "overlapping consecutive unrolls by one step).", ge=2)
+    batch_size: int = param(16, "Unrolls per training step.", ge=1)
+    queue_capacity: int = param(
+        64, "Unrolls waiting for training; when full, inference waits (bounds policy lag).",
+        ge=1)
+    optimizer: OptimizerConfig = param(doc="Optimizer settings.", factory=OptimizerConfig)
+    port: int = param(8686, "TCP port of the learner's gRPC service in a cluster; the local "
+                            "launcher uses a unix socket instead.", ge=1, le=65535)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ActorsConfig:
+    """The actors that step environments (``spec.actors``)."""
+
+    replicas: int = param(2, "Actor processes (pods in a cluster), one gRPC stream each.", ge=1)
+    envs_per_actor: int = param(8, "Environments stepped by each actor; one message carries "
+                                   "one step of all of them.", ge=1, le=4096)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """Where and how often the learner checkpoints (``spec.checkpoint``)."""
+
+    uri: str = param("", "Checkpoint location: a local path or file:// URI; empty means "
+                         "runs/<name>/checkpoints under the local launcher.", max_len=1024)
+    interval_steps: int = param(1000, "Checkpoint every this many learner steps; 0 disables.",
+                                ge=0)
+    interval_seconds: float = param(300.0, "Checkpoint at least this often in seconds; 0 "
+                                           "disables.", ge=0.0)
+    keep: int = param(3, "How many recent checkpoints to keep.", ge=1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BudgetConfig:
+    """When training stops (``spec.budget``); the first limit reached wins."""
+
+    max_env_steps: int = param(1_000_000, "Stop after this many environment steps over all "
+                                          "actors; 0 means no limit.", ge=0)
+    max_seconds: float = param(0.0, "Stop after this much training time; 0 means no limit.",
+                               ge=0.0)
+    target_return: Optional[float] = param(
+        None, "Stop once the mean return of the last returnWindow episodes reaches this; null "
+              "means never.")
+    return_window: int = param(100, "Episodes averaged for the mean return and targetReturn.",
+                               ge=1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Spec:
+    """What to train and with which resources (``spec``)."""
+
+    seed: int = param(0, "Seed of the environments and the learner's sampling.", ge=0)
+    env: EnvConfig = param(doc="The environment.", factory=EnvConfig)
+    agent: AgentConfig = param(doc="The agent and its network.", factory=AgentConfig)
+    learner: LearnerConfig = param(doc="The learner.", factory=LearnerConfig)
+    actors: ActorsConfig = param(doc="The actors.", factory=ActorsConfig)
+    checkpoint: CheckpointConfig = param(doc="Checkpoints.", factory=CheckpointConfig)
+    budget: BudgetConfig = param(doc="When to stop.", factory=BudgetConfig)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Metadata:
+    """Kubernetes object metadata (``metadata``)."""
+
+    name: str = param(doc="Experiment name: a DNS-1123 label (lowercase letters, digits and "
+                          "'-'). Required, with no default, because it names the run directory "
+                          "and every Kubernetes object of the experiment.",
+                      pattern=_DNS_LABEL, max_len=63)
+    namespace: Optional[str] = param(None, "Kubernetes namespace; ignored by the local "
+                                           "launcher.", pattern=_DNS_LABEL, max_len=63)
+    labels: dict[str, str] = param(doc="Kubernetes labels, copied onto every object.",
+                                   factory=dict)
+    annotations: dict[str, str] = param(doc="Kubernetes annotations.", factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Experiment:
+    """A whole Experiment document."""
+
+    api_version: str = param(API_VERSION, "Schema version of this document.",
+                             choices=(API_VERSION,))
+    kind: str = param(KIND, "Always Experiment.", choices=(KIND,))
+    metadata: Metadata = param(doc="Name and Kubernetes metadata.")
+    spec: Spec = param(doc="What to train and how.", factory=Spec)
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing and validation: the one place
+# --------------------------------------------------------------------------------------------
+
+class _Invalid:
+    """Marks a value that failed parsing, so that parsing can go on and report everything."""
+
+
+_INVALID = _Invalid()
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _fmt(number: float) -> str:
+    return f"{number:g}" if isinstance(number, float) else str(number)
+
+
+def _check_constraints(value: Any, meta: Mapping[str, Any], path: str,
+                       problems: list[tuple[str, str]]) -> None:
+    if isinstance(value, list):
+        if meta.get("min_items") is not None and len(value) < meta["min_items"]:
+            problems.append((path, f"must have at least {meta['min_items']} item(s), "
+                                   f"got {len(value)}"))
+        for i, item in enumerate(value):
+            _check_scalar(item, meta, f"{path}[{i}]", problems)
+        return
+    _check_scalar(value, meta, path, problems)
+
+
+def _check_scalar(value: Any, meta: Mapping[str, Any], path: str,
+                  problems: list[tuple[str, str]]) -> None:
+    if value is None or isinstance(value, (dict, list)):
+        return
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        problems.append((path, f"must be one of {', '.join(map(str, choices))}; got {value!r}"))
+        return
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if meta.get("ge") is not None and value < meta["ge"]:
+            problems.append((path, f"must be >= {_fmt(meta['ge'])}, got {_fmt(value)}"))
+        if meta.get("gt") is not None and value <= meta["gt"]:
+            problems.append((path, f"must be > {_fmt(meta['gt'])}, got {_fmt(value)}"))
+        if meta.get("le") is not None and value > meta["le"]:
+            problems.append((path, f"must be <= {_fmt(meta['le'])}, got {_fmt(value)}"))
+        if value != value or value in (float("inf"), float("-inf")):
+            problems.append((path, f"must be a finite number, got {value}"))
+    if isinstance(value, str):
+        if meta.get("max_len") is not None and len(value) > meta["max_len"]:
+            problems.append((path, f"must be at most {meta['max_len']} characters, "
+                                   f"got {len(value)}"))
+        elif meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
+            problems.append((path, f"must match {meta['pattern']} (lowercase letters, digits "
+                                   f"and '-'), got {value!r}"))
+
+
+def _is_json_like(value: Any) -> bool:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, list):
+        return all(_is_json_like(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json_like(v) for k, v in value.items())
+    return False
+
+
+def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+    """Converts one document value to the declared type, recording problems instead of raising."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union:
+        inner = [a for a in args if a is not type(None)]
+        if value is None:
+            return None
+        return _parse_value(inner[0], value, path, problems)
+    if dataclasses.is_dataclass(tp):
+        return _parse_dataclass(tp, value, path, problems)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        problems.append((path, f"must be true or false, got {_describe(value)}"))
+        return _INVALID
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        problems.append((path, f"must be an integer, got {_describe(value)}"))
+        return _INVALID
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        problems.append((path, f"must be a number, got {_describe(value)}"))
+        return _INVALID
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        problems.append((path, f"must be a string, got {_describe(value)}"))
+        return _INVALID
+    if origin is list:
+        if not isinstance(value, list):
+            problems.append((path, f"must be a list, got {_describe(value)}"))
+            return _INVALID
+        items = [_parse_value(args[0], v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+        return _INVALID if any(i is _INVALID for i in items) else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            problems.append((path, f"must be a mapping, got {_describe(value)}"))
+            return _INVALID
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                problems.append((path, f"keys must be strings, got {_describe(k)}"))
+                return _INVALID
+            if args[1] is Any:
+                if not _is_json_like(v):
+                    problems.append((f"{path}.{k}", f"must be plain data (numbers, strings, "
+                                                    f"booleans, lists, mappings), got "
+                                                    f"{_describe(v)}"))
+                    return _INVALID
+                out[k] = v
+            else:
+                out[k] = _parse_value(args[1], v, f"{path}.{k}", problems)
+        return out
+    raise TypeError(f"unsupported config type {tp!r} at {path}")  # a bug in this module
+
+
+def _parse_dataclass(cls: type, value: Any, path: str,
+                     problems: list[tuple[str, str]]) -> Any:
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        problems.append((path or "<document>", f"must be a mapping, got {_describe(value)}"))
+        return _INVALID
+    hints = typing.get_type_hints(cls)
+    fields = {field_key(f): f for f in dataclasses.fields(cls)}
+    prefix = f"{path}." if path else ""
+    for key in value:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean {close[0]}?" if close else \
+                f"; known fields: {', '.join(fields)}"
+            problems.append((f"{prefix}{key}", "unknown field" + hint))
+    kwargs = {}
+    ok = True
+    for key, f in fields.items():
+        fpath = f"{prefix}{key}"
+        if key not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                problems.append((fpath, "required field is missing"))
+                ok = False
+            continue
+        parsed = _parse_value(hints[f.name], value[key], fpath, problems)
+        if parsed is _INVALID:
+            ok = False
+            continue
+        _check_constraints(parsed, f.metadata, fpath, problems)
+        kwargs[f.name] = parsed
+    return cls(**kwargs) if ok else _INVALID
+
+
+def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> None:
+    """Rules that involve more than one field."""
+    uri = exp.spec.checkpoint.uri
+    if uri and "://" in uri and not uri.startswith("file://"):
+        problems.append(("spec.checkpoint.uri", f"only local paths and file:// URIs are "
+                                                f"supported in this version, got {uri!r}"))
+    if exp.spec.learner.optimizer.linear_decay and exp.spec.budget.max_env_steps == 0:
+        problems.append(("spec.learner.optimizer.linearDecay",
+                         "needs spec.budget.maxEnvSteps > 0 to decay over"))
+
+
+def parse_experiment(document: Any) -> Experiment:
+    """Validates a parsed YAML/JSON document and returns the typed Experiment.
+
+    Raises:
+      ConfigError: listing every problem as ``field.path: reason``.
+    """
+    problems: list[tuple[str, str]] = []
+    exp = _parse_dataclass(Experiment, document, "", problems)
+    if not problems and exp is not _INVALID:
+        _check_cross_fields(exp, problems)
+    if problems:
+        raise ConfigError(problems)
+    return exp
+
+
+def load_yaml(text: str, source: str = "<string>") -> Any:
+    """Parses YAML text into plain data, turning syntax errors into a ConfigError."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ConfigError([(source, f"not valid YAML: {exc}")]) from None
+    if len(docs) != 1:
+        raise ConfigError([(source, f"must hold exactly one YAML document, found {len(docs)}")])
+    return docs[0]
+
+
+def set_path(document: dict, dotted: str, value: Any) -> None:
+    """Sets ``a.b.c`` in a plain nested dict, creating mappings on the way (like helm --set)."""
+    parts = dotted.split(".")
+    if not dotted or any(not p for p in parts):
+        raise ConfigError([(dotted or "<override>", "override path must look like a.b.c")])
+    node = document
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError([(".".join(parts[:i + 1]), "cannot set a field inside a "
+                                                         f"non-mapping value {nxt!r}")])
+        node = nxt
+    node[parts[-1]] = value
+
+
+def apply_overrides(document: Any, overrides: Sequence[str]) -> Any:
+    """Applies ``path=value`` overrides to a plain document; values are parsed as YAML."""
+    if not isinstance(document, dict):
+        return document
+    for item in overrides:
+        path, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError([(item, "override must be written path=value")])
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError([(path, f"override value is not valid YAML: {exc}")]) from None
+        set_path(document, path.strip(), value)
+    return document
+
+
+def load_experiment(path: str, overrides: Sequence[str] = ()) -> Experiment:
+    """Reads an Experiment YAML file, applies ``--set`` overrides and validates it."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError([(path, f"cannot read: {exc.strerror}")]) from None
+    document = apply_overrides(load_yaml(text, path), overrides)
+    return parse_experiment(document)
+
+
+def to_document(obj: Any) -> Any:
+    """Turns an Experiment (or any section of one) back into plain camelCase data."""
+    if dataclasses.is_dataclass(obj):
+        return {field_key(f): to_document(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list):
+        return [to_document(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_document(v) for k, v in obj.items()}
+    return obj
+
+
+def dump_experiment(exp: Experiment) -> str:
+    """The resolved Experiment (every default filled in) as YAML text."""
+    return yaml.safe_dump(to_document(exp), sort_keys=False)

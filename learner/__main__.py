@@ -1,0 +1,6 @@
+"""python -m learner"""
+import sys
+
+from learner.main import main
+
+sys.exit(main())

@@ -1,0 +1,18 @@
+"""The one place that wires the V-trace agent: network, optimizer and agent."""
+
+from __future__ import annotations
+
+from common.config import Experiment
+from common.wire import EnvSpec
+from learner.agents.vtrace.learner import VTraceAgent
+from learner.agents.vtrace.networks import make_network
+from learner.optimizers import make_optimizer
+
+
+def build(experiment: Experiment, env_spec: EnvSpec) -> VTraceAgent:
+    """Builds a V-trace agent for the Experiment and the actors' environment spec."""
+    spec = experiment.spec
+    network = make_network(spec.agent.network, env_spec)
+    optimizer = make_optimizer(spec.learner.optimizer, network.trainable_variables)
+    return VTraceAgent(network, optimizer, spec.agent.vtrace, env_spec,
+                       grad_clip_norm=spec.learner.optimizer.grad_clip_norm, seed=spec.seed)

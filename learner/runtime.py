@@ -1,0 +1,307 @@
+"""The learner's moving parts around one agent: streams, batched inference, training, budget.
+
+Threads:
+  - the gRPC event loop (server.py) decodes messages and calls :meth:`LearnerRuntime.submit`;
+  - the batcher thread runs the agent's inference on batches across streams and appends each
+    step to its stream's unroll builder;
+  - the trainer thread stacks unrolls into batches and runs the agent's training step.
+The agent is built when the first actor says hello, from the environment spec it declares, so
+the learner needs no environment packages of its own (the TPU image stays small).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import math
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import numpy as np
+
+from common.config import Experiment
+from common.wire import EnvSpec
+from learner.agents.base import Agent
+from learner.batcher import InferenceBatcher
+from learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
+
+log = logging.getLogger(__name__)
+
+
+class HandshakeError(Exception):
+    """An actor the learner must refuse; ``code`` names the gRPC status to fail with."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclasses.dataclass
+class StepData:
+    """One decoded step of all K envs of a stream, in env-id order."""
+
+    observations: np.ndarray      # [K, *obs_shape]
+    rewards: np.ndarray           # [K] float32
+    terminated: np.ndarray        # [K] bool
+    truncated: np.ndarray         # [K] bool
+
+
+class Stream:
+    """Learner-side state of one connected actor: its unroll builder and recurrent state."""
+
+    def __init__(self, actor_id: str, num_envs: int, builder: UnrollBuilder,
+                 state: list[np.ndarray]):
+        self.actor_id = actor_id
+        self.num_envs = num_envs
+        self.builder = builder
+        self.state = state
+        self.closed = False
+
+
+class LearnerRuntime:
+    """Serves inference for all actor streams and trains the agent on what they produce.
+
+    Args:
+      experiment: the validated Experiment.
+      build_agent: makes the agent from the Experiment and the actors' env spec.
+      train: whether to train (off for inference-only throughput measurements).
+      on_agent_built: called once with the agent, e.g. to restore a checkpoint.
+    """
+
+    def __init__(self, experiment: Experiment,
+                 build_agent: Callable[[Experiment, EnvSpec], Agent], train: bool = True,
+                 on_agent_built: Callable[[Agent], None] | None = None):
+        self.experiment = experiment
+        spec = experiment.spec
+        self.run_id = uuid.uuid4().hex[:12]
+        self._build_agent = build_agent
+        self._on_agent_built = on_agent_built
+        self._train_enabled = train
+        self.agent: Agent | None = None
+        self.env_spec: EnvSpec | None = None
+        self.agent_ready = threading.Event()
+        self._agent_lock = threading.Lock()
+        self._streams: dict[str, Stream] = {}
+        self._unrolls: queue.Queue = queue.Queue(maxsize=spec.learner.queue_capacity)
+        self.stop_event = threading.Event()
+        self.stop_reason: str | None = None
+        self.train_error: BaseException | None = None
+        # Counters (restored from a checkpoint by the caller when resuming).
+        self.env_steps = 0
+        self.learner_steps = 0
+        self.episodes = 0
+        self.elapsed_before = 0.0
+        self.returns: collections.deque[float] = collections.deque(
+            maxlen=spec.budget.return_window)
+        self.last_metrics: dict[str, float] = {}
+        self.started = time.monotonic()
+        self.batcher = InferenceBatcher(self._infer, spec.learner.inference_batch_size,
+                                        spec.learner.inference_max_wait_ms / 1000.0)
+        self._after_train_step: list[Callable[[], None]] = []
+        self._trainer = threading.Thread(target=self._train_loop, name="trainer", daemon=True)
+        self._trainer.start()
+
+    # -- streams ------------------------------------------------------------------------
+
+    def open_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec) -> Stream:
+        """Registers an actor after its handshake, building the agent on the first one.
+
+        Raises:
+          HandshakeError: if the env spec differs from the one the agent was built for, or
+            the agent cannot be built for it.
+        """
+        if num_envs < 1:
+            raise HandshakeError("INVALID_ARGUMENT", "hello.num_envs: must be >= 1")
+        with self._agent_lock:
+            if self.agent is None:
+                try:
+                    agent = self._build_agent(self.experiment, env_spec)
+                except ValueError as exc:
+                    raise HandshakeError("FAILED_PRECONDITION", str(exc)) from None
+                if self._on_agent_built is not None:
+                    self._on_agent_built(agent)
+                self.env_spec, self.agent = env_spec, agent
+                self.agent_ready.set()
+                log.info("agent %s built for %s", self.experiment.spec.agent.name, env_spec)
+            elif env_spec != self.env_spec:
+                raise HandshakeError(
+                    "FAILED_PRECONDITION", "env spec differs from the learner's: " +
+                    "; ".join(self.env_spec.differences(env_spec)))
+        agent = self.agent
+        fields = {
+            "observation": (env_spec.observation_shape, np.dtype(env_spec.observation_dtype)),
+            "reward": ((), np.dtype(np.float32)),
+            "terminated": ((), np.dtype(bool)),
+            "truncated": ((), np.dtype(bool)),
+            "action": (env_spec.action_shape, np.dtype(env_spec.action_dtype)),
+            **agent.step_fields(),
+        }
+        builder = UnrollBuilder(self.experiment.spec.learner.unroll_length, num_envs, fields)
+        stream = Stream(actor_id, num_envs, builder, agent.initial_state(num_envs))
+        old = self._streams.get(actor_id)
+        if old is not None:
+            old.closed = True  # a reconnect: the old stream's partial unroll is dropped
+        self._streams[actor_id] = stream
+        return stream
+
+    def close_stream(self, stream: Stream) -> None:
+        """Forgets a stream that ended."""
+        stream.closed = True
+        if self._streams.get(stream.actor_id) is stream:
+            del self._streams[stream.actor_id]
+
+    @property
+    def connected_actors(self) -> int:
+        """Actors with an open stream."""
+        return len(self._streams)
+
+    def submit(self, stream: Stream, step: StepData,
+               episodes: list[tuple[float, int]]) -> concurrent.futures.Future:
+        """Queues one step of a stream for batched inference; resolves to its actions [K]."""
+        self.env_steps += stream.num_envs
+        for episode_return, _length in episodes:
+            self.episodes += 1
+            self.returns.append(float(episode_return))
+        return self.batcher.submit((stream, step), stream.num_envs)
+
+    # -- inference (batcher thread) -----------------------------------------------------
+
+    def _infer(self, items: list[tuple[Stream, StepData]]) -> list[np.ndarray]:
+        agent = self.agent
+        observations = np.concatenate([step.observations for _, step in items])
+        states_before = []
+        for stream, step in items:
+            done = step.terminated | step.truncated
+            if stream.state and done.any():
+                fresh = agent.initial_state(stream.num_envs)
+                for s, f in zip(stream.state, fresh):
+                    s[done] = f[done]
+            states_before.append(stream.state)
+        state = [np.concatenate(parts) for parts in zip(*states_before)] if states_before[0] \
+            else []
+        outputs, new_state = agent.inference(observations, state)
+        results, offset = [], 0
+        for i, (stream, step) in enumerate(items):
+            k = stream.num_envs
+            part = {name: value[offset:offset + k] for name, value in outputs.items()}
+            if new_state:
+                stream.state = [s[offset:offset + k] for s in new_state]
+            offset += k
+            row = {"observation": step.observations, "reward": step.rewards,
+                   "terminated": step.terminated, "truncated": step.truncated, **part}
+            if not stream.closed and self._train_enabled:
+                unroll = stream.builder.append(row, states_before[i])
+                if unroll is not None:
+                    self._enqueue(unroll)
+            results.append(part["action"])
+        return results
+
+    def _enqueue(self, unroll: dict) -> None:
+        for single in split_unroll(unroll):
+            # A full queue blocks inference: backpressure on the actors bounds policy lag.
+            while not self.stop_event.is_set():
+                try:
+                    self._unrolls.put(single, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+
+    # -- training (trainer thread) ------------------------------------------------------
+
+    def add_train_hook(self, hook: Callable[[], None]) -> None:
+        """Runs ``hook`` in the trainer thread after every training step (checkpoints)."""
+        self._after_train_step.append(hook)
+
+    def _train_loop(self) -> None:
+        batch_size = self.experiment.spec.learner.batch_size
+        opt = self.experiment.spec.learner.optimizer
+        max_steps = self.experiment.spec.budget.max_env_steps
+        try:
+            while not self.stop_event.is_set():
+                unrolls = []
+                while len(unrolls) < batch_size and not self.stop_event.is_set():
+                    try:
+                        unrolls.append(self._unrolls.get(timeout=0.1))
+                    except queue.Empty:
+                        continue
+                if len(unrolls) < batch_size:
+                    break
+                if opt.linear_decay and max_steps:
+                    frac = max(0.0, 1.0 - self.env_steps / max_steps)
+                    self.agent.set_learning_rate(opt.learning_rate * frac)
+                self.last_metrics = self.agent.train(stack_unrolls(unrolls))
+                self.learner_steps += 1
+                for hook in self._after_train_step:
+                    hook()
+        except BaseException as exc:  # noqa: BLE001 - reported and ends the run
+            log.exception("training failed")
+            self.train_error = exc
+            self.finish("train_error")
+
+    # -- budget and status --------------------------------------------------------------
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds of training, including those before a resume."""
+        return self.elapsed_before + time.monotonic() - self.started
+
+    @property
+    def mean_return(self) -> float:
+        """Mean return of the last ``returnWindow`` episodes (NaN before the first one)."""
+        return float(np.mean(self.returns)) if self.returns else math.nan
+
+    def check_budget(self) -> str | None:
+        """The reason to stop now, or None."""
+        budget = self.experiment.spec.budget
+        if budget.max_env_steps and self.env_steps >= budget.max_env_steps:
+            return "max_env_steps"
+        if budget.max_seconds and self.elapsed >= budget.max_seconds:
+            return "max_seconds"
+        if (budget.target_return is not None and len(self.returns) == self.returns.maxlen
+                and self.mean_return >= budget.target_return):
+            return "target_return"
+        return None
+
+    def finish(self, reason: str) -> None:
+        """Stops training and tells actors to stop; the first reason given is kept."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            log.info("stopping: %s", reason)
+        self.stop_event.set()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has stopped or is stopping."""
+        return self.stop_event.is_set()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stops the batcher and waits for the trainer to end its current step."""
+        self.stop_event.set()
+        self.batcher.stop()
+        self._trainer.join(timeout)
+
+    def status(self) -> dict:
+        """A JSON-ready snapshot of progress."""
+        mean = self.mean_return
+        return {
+            "experiment": self.experiment.metadata.name,
+            "run_id": self.run_id,
+            "state": "finished" if self.finished else
+                     ("running" if self.agent_ready.is_set() else "waiting_for_actors"),
+            "env_steps": self.env_steps,
+            "learner_steps": self.learner_steps,
+            "episodes": self.episodes,
+            "mean_return": None if math.isnan(mean) else mean,
+            "return_window": len(self.returns),
+            "elapsed": self.elapsed,
+            "actors": self.connected_actors,
+            "mean_inference_batch": self.batcher.mean_batch_size,
+            "queued_unrolls": self._unrolls.qsize(),
+            "metrics": dict(self.last_metrics),
+            "stop_reason": self.stop_reason,
+        }

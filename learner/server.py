@@ -1,0 +1,168 @@
+"""The learner's gRPC service: one bidirectional stream per actor.
+
+Uses ``grpc.aio``: measured here at about twice the message rate of the thread-pool server over
+8 streams (shared/NOTES.md), and it holds thousands of idle streams without a thread each.
+Decoding and checks run on the event loop; inference runs in the batcher's thread and its
+result comes back through a future, so one slow batch never blocks reading other streams.
+
+A bad message fails its own stream with INVALID_ARGUMENT and a reason; every other stream goes
+on. No message is ever unpickled: arrays are raw bytes with dtype and shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+import numpy as np
+
+from common import seedrl_pb2, seedrl_pb2_grpc
+from common.wire import PROTOCOL_VERSION, EnvSpec, WireError, decode_array, encode_array
+from learner.batcher import BatcherStopped
+from learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
+
+log = logging.getLogger(__name__)
+
+#: Largest message accepted: a step of many large frames (e.g. 256 envs of 84x84x4 uint8).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData:
+    """Checks a Step against its stream's handshake and returns arrays in env-id order.
+
+    Raises:
+      WireError: naming the offending field.
+    """
+    k = stream.num_envs
+    ids = np.asarray(msg.env_ids, dtype=np.int64)
+    if len(ids) != k:
+        raise WireError(f"step.env_ids: expected {k} ids (one per env), got {len(ids)}")
+    if k and (ids.min() < 0 or ids.max() >= k or len(np.unique(ids)) != k):
+        raise WireError(f"step.env_ids: must be a permutation of 0..{k - 1}, got "
+                        f"{ids.tolist()[:16]}")
+    obs = decode_array(msg.observations, "step.observations", spec.observation_dtype,
+                       (k,) + spec.observation_shape)
+    for name in ("rewards", "terminated", "truncated"):
+        if len(getattr(msg, name)) != k:
+            raise WireError(f"step.{name}: expected {k} values, got {len(getattr(msg, name))}")
+    rewards = np.asarray(msg.rewards, dtype=np.float32)
+    if not np.isfinite(rewards).all():
+        raise WireError("step.rewards: must be finite")
+    terminated = np.asarray(msg.terminated, dtype=bool)
+    truncated = np.asarray(msg.truncated, dtype=bool)
+    for ep in msg.episodes:
+        if ep.env_id >= k:
+            raise WireError(f"step.episodes.env_id: {ep.env_id} is not an env of this actor")
+    if not np.array_equal(ids, np.arange(k)):
+        order = np.argsort(ids)
+        obs, rewards = obs[order], rewards[order]
+        terminated, truncated = terminated[order], truncated[order]
+    return StepData(obs, rewards, terminated, truncated)
+
+
+class LearnerService(seedrl_pb2_grpc.LearnerServicer):
+    """Serves the Stream RPC on top of a :class:`LearnerRuntime`."""
+
+    def __init__(self, runtime: LearnerRuntime):
+        self.runtime = runtime
+
+    async def Stream(self, request_iterator, context):  # noqa: N802 - gRPC method name
+        runtime = self.runtime
+        first = await _next_message(request_iterator)
+        if first is None:
+            return
+        if first.WhichOneof("kind") != "hello":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "the first message of a stream must be a hello")
+        hello = first.hello
+        if hello.protocol_version != PROTOCOL_VERSION:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"protocol version {hello.protocol_version} is not supported; "
+                                f"this learner speaks {PROTOCOL_VERSION}")
+        name = runtime.experiment.metadata.name
+        if hello.experiment != name:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"this learner serves experiment {name!r}, not "
+                                f"{hello.experiment!r}")
+        try:
+            spec = EnvSpec.from_proto(hello.env_spec)
+            stream = await asyncio.get_running_loop().run_in_executor(
+                None, runtime.open_stream, hello.actor_id or context.peer(), hello.num_envs,
+                spec)
+        except WireError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"hello.{exc}")
+        except HandshakeError as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+        log.info("actor %s connected with %d envs", stream.actor_id, stream.num_envs)
+        try:
+            yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
+                protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id))
+            while True:
+                msg = await _next_message(request_iterator)
+                if msg is None:
+                    return
+                if runtime.finished:
+                    yield seedrl_pb2.LearnerMessage(finished=True)
+                    return
+                if msg.WhichOneof("kind") != "step":
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        "expected a step after the hello")
+                try:
+                    step = decode_step(msg.step, stream, runtime.env_spec)
+                except WireError as exc:
+                    log.warning("actor %s sent a bad step: %s", stream.actor_id, exc)
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                episodes = [(ep.episode_return, ep.length) for ep in msg.step.episodes]
+                try:
+                    actions = await asyncio.wrap_future(runtime.submit(stream, step, episodes))
+                except BatcherStopped:
+                    yield seedrl_pb2.LearnerMessage(finished=True)
+                    return
+                yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
+                    env_ids=range(stream.num_envs), actions=encode_array(actions)))
+        finally:
+            runtime.close_stream(stream)
+            log.info("actor %s disconnected", stream.actor_id)
+
+
+async def _next_message(request_iterator):
+    try:
+        return await request_iterator.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def server_credentials(cert_file: str | None, key_file: str | None):
+    """TLS credentials from PEM files, or None for an insecure port."""
+    if not cert_file:
+        return None
+    with open(cert_file, "rb") as fh:
+        cert = fh.read()
+    with open(key_file, "rb") as fh:
+        key = fh.read()
+    return grpc.ssl_server_credentials([(key, cert)])
+
+
+async def start_server(runtime: LearnerRuntime, address: str,
+                       credentials=None) -> tuple[grpc.aio.Server, int]:
+    """Starts the service on ``address`` (``host:port`` or ``unix:PATH``).
+
+    Returns:
+      The running server and the bound TCP port (0 for unix sockets).
+    """
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        # Notice dead actors (a killed pod leaves no FIN) within a minute.
+        ("grpc.keepalive_time_ms", 20_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ])
+    seedrl_pb2_grpc.add_LearnerServicer_to_server(LearnerService(runtime), server)
+    if credentials is not None:
+        port = server.add_secure_port(address, credentials)
+    else:
+        port = server.add_insecure_port(address)
+    await server.start()
+    return server, port

@@ -1,0 +1,180 @@
+"""`seedrl train`: the whole Experiment on one machine, as local processes.
+
+Starts one learner and ``spec.actors.replicas`` actors (the very entry points the Kubernetes
+pods run), connected over a unix socket in the run directory. Shows progress read from the
+learner's ``status.json``, restarts an actor that crashes, restarts a crashed learner from its
+last checkpoint, and on Ctrl-C stops the learner first (it writes a final checkpoint and the
+summary), then the actors, leaving no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import yaml
+
+from common.config import Experiment, dump_experiment, to_document
+from service.processes import Child, child_env, python_module, stop_all
+
+log = logging.getLogger(__name__)
+
+#: How often a crashed process is restarted before the run gives up on it.
+MAX_ACTOR_RESTARTS = 20
+MAX_LEARNER_RESTARTS = 3
+#: Exit codes that mean "bad configuration": restarting would fail the same way.
+CONFIG_EXIT_CODES = (2, 3)
+#: Fields a resumed run must keep: the checkpoint only fits the same env, agent and network.
+IMMUTABLE_ON_RESUME = ("env", "agent")
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used as asked (exists without --resume, or mismatched)."""
+
+
+def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
+    """Creates ``runs_dir/<name>`` or checks it for a resume; writes the resolved config.
+
+    Raises:
+      RunDirError: if the run exists and ``resume`` is false (nothing is overwritten), or a
+        resume changes a field that the checkpoint depends on.
+    """
+    run_dir = os.path.abspath(os.path.join(runs_dir, exp.metadata.name))
+    config_path = os.path.join(run_dir, "config.yaml")
+    if os.path.exists(run_dir):
+        if not resume:
+            raise RunDirError(
+                f"{run_dir} already exists: pass --resume to continue that run, or pick "
+                f"another name with --set metadata.name=NEW-NAME")
+        if os.path.exists(config_path):
+            with open(config_path, encoding="utf-8") as fh:
+                old = yaml.safe_load(fh) or {}
+            new = to_document(exp)
+            for key in IMMUTABLE_ON_RESUME:
+                if old.get("spec", {}).get(key) != new["spec"][key]:
+                    raise RunDirError(
+                        f"spec.{key} differs from the run being resumed ({config_path}); "
+                        f"its checkpoints only fit the original — start a new run instead")
+        for stale in ("summary.json", "status.json"):
+            path = os.path.join(run_dir, stale)
+            if os.path.exists(path):
+                os.replace(path, path + ".previous")
+    os.makedirs(run_dir, exist_ok=True)
+    tmp = config_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(dump_experiment(exp))
+    os.replace(tmp, config_path)
+    return run_dir
+
+
+def learner_address(run_dir: str) -> str:
+    """A unix socket in the run directory (no port to collide), or loopback TCP if too long."""
+    path = os.path.join(run_dir, "learner.sock")
+    if len(path) < 100:  # sun_path holds 108 bytes
+        return f"unix:{path}"
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def read_json(path: str) -> dict | None:
+    """A JSON file's content, or None if it is missing or being replaced."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+class LocalRun:
+    """One Experiment run as local processes.
+
+    Args:
+      exp: the validated Experiment.
+      run_dir: its prepared run directory (see :func:`prepare_run_dir`).
+      on_status: called with each new status snapshot (progress display).
+    """
+
+    def __init__(self, exp: Experiment, run_dir: str,
+                 on_status: Callable[[dict], None] | None = None):
+        self.exp = exp
+        self.run_dir = run_dir
+        self.on_status = on_status
+        self.address = learner_address(run_dir)
+        self._stop_signal: int | None = None
+        config = os.path.join(run_dir, "config.yaml")
+        env = child_env()
+        self.learner = Child("learner", python_module(
+            "learner", "--config", config, "--run-dir", run_dir, "--listen", self.address),
+            os.path.join(run_dir, "learner.log"), env)
+        self.actors = [Child(f"actor-{i}", python_module(
+            "actors", "--config", config, "--learner", self.address, "--index", str(i),
+            "--actor-id", f"{exp.metadata.name}-local-{i}"),
+            os.path.join(run_dir, f"actor-{i}.log"), env)
+            for i in range(exp.spec.actors.replicas)]
+
+    def request_stop(self, signum: int = signal.SIGINT) -> None:
+        """Asks the run to stop (from a signal handler): the learner checkpoints and exits."""
+        self._stop_signal = signum
+
+    def run(self) -> dict:
+        """Runs to the end; returns the summary (the learner's, or one describing a failure)."""
+        summary_path = os.path.join(self.run_dir, "summary.json")
+        status_path = os.path.join(self.run_dir, "status.json")
+        self.learner.start()
+        for actor in self.actors:
+            actor.start()
+        forwarded = False
+        last_status_time = None
+        try:
+            while True:
+                if self._stop_signal is not None and not forwarded:
+                    self.learner.signal(self._stop_signal)
+                    forwarded = True
+                code = self.learner.poll()
+                if code is not None:
+                    if code == 0 or forwarded or code in CONFIG_EXIT_CODES or \
+                            self.learner.restarts >= MAX_LEARNER_RESTARTS:
+                        break
+                    self.learner.restarts += 1
+                    log.warning("learner exited with %s; restarting from its last checkpoint "
+                                "(%d/%d)", code, self.learner.restarts, MAX_LEARNER_RESTARTS)
+                    self.learner.start()
+                if not forwarded:
+                    self._restart_crashed_actors()
+                status = read_json(status_path)
+                if status and status.get("time") != last_status_time:
+                    last_status_time = status.get("time")
+                    if self.on_status:
+                        self.on_status(status)
+                time.sleep(0.25)
+        finally:
+            # The learner goes first so that it can checkpoint; actors see `finished` or lose
+            # their stream, and are stopped next.
+            stop_all([self.learner], signal.SIGTERM, timeout=60)
+            stop_all(self.actors, signal.SIGTERM, timeout=10)
+        summary = read_json(summary_path)
+        if summary is None:
+            summary = {"experiment": self.exp.metadata.name, "stop_reason": "learner_failed",
+                       "learner_exit_code": self.learner.poll(),
+                       "log": self.learner.log_path}
+            with open(summary_path, "w", encoding="utf-8") as fh:
+                json.dump(summary, fh, indent=1)
+        return summary
+
+    def _restart_crashed_actors(self) -> None:
+        for actor in self.actors:
+            code = actor.poll()
+            if code is None or code == 0:
+                continue  # running, or told by the learner that the run is finished
+            if code in CONFIG_EXIT_CODES or actor.restarts >= MAX_ACTOR_RESTARTS:
+                continue  # refused or hopeless: restarting would fail the same way
+            actor.restarts += 1
+            log.warning("%s exited with %s; restarting it (%d/%d)", actor.name, code,
+                        actor.restarts, MAX_ACTOR_RESTARTS)
+            actor.start()
