@@ -39,7 +39,8 @@ class ConfigError(ValueError):
     """A rejected Experiment document.
 
     Attributes:
-      problems: list of ``(field_path, reason)`` pairs, in document order.
+      problems: list of ``(field_path, reason)`` pairs, section by section: within a section,
+        unknown keys first, then the known fields in the order they are declared.
     """
 
     def __init__(self, problems: Sequence[tuple[str, str]]):
@@ -445,10 +446,32 @@ def parse_experiment(document: Any) -> Experiment:
     return exp
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats: ``3e-4`` is a number, as in kubectl.
+
+    PyYAML follows YAML 1.1, where a float needs a dot (``3.0e-4``), so the usual way of writing
+    a learning rate would otherwise arrive as a string.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                |[-+]?\.(?:inf|Inf|INF)
+                |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def _yaml_load_all(text: str) -> list[Any]:
+    return list(yaml.load_all(text, Loader=_Loader))  # noqa: S506 - a SafeLoader subclass
+
+
 def load_yaml(text: str, source: str = "<string>") -> Any:
     """Parses YAML text into plain data, turning syntax errors into a ConfigError."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in _yaml_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise ConfigError([(source, f"not valid YAML: {exc}")]) from None
     if len(docs) != 1:
@@ -482,7 +505,8 @@ def apply_overrides(document: Any, overrides: Sequence[str]) -> Any:
         if not sep:
             raise ConfigError([(item, "override must be written path=value")])
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            docs = _yaml_load_all(raw) if raw.strip() else [""]
+            value = docs[0] if len(docs) == 1 else raw
         except yaml.YAMLError as exc:
             raise ConfigError([(path, f"override value is not valid YAML: {exc}")]) from None
         set_path(document, path.strip(), value)

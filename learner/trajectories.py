@@ -49,8 +49,13 @@ class UnrollBuilder:
           None, or a dict field -> array [T + 1, K, ...] (a copy the caller owns), plus the key
           ``initial_state`` holding the list of state arrays at the unroll's first row.
         """
-        if self._row == 0:
-            self.initial_state = [np.array(s) for s in state_before or []]
+        if self._row == 0 or self._row == self.length - 1:
+            # Row 0 opens this unroll; the last row also opens the next one.
+            state = [np.array(s) for s in state_before or []]
+            if self._row == 0:
+                self.initial_state = state
+            else:
+                next_state = state
         for name, buf in self._buffers.items():
             buf[self._row] = row[name]
         self._row += 1
@@ -58,9 +63,9 @@ class UnrollBuilder:
             return None
         unroll: dict = {name: buf.copy() for name, buf in self._buffers.items()}
         unroll["initial_state"] = self.initial_state
-        # The last row opens the next unroll.
         for buf in self._buffers.values():
             buf[0] = buf[-1]
+        self.initial_state = next_state
         self._row = 1
         return unroll
 

@@ -1,0 +1,64 @@
+"""The actor's streaming client against a real learner: backoff and reconnect on restart."""
+
+import asyncio
+import random
+import threading
+import time
+
+from actors.client import ActorClient, Backoff
+from actors.envs import EnvBatch
+from common.config import EnvConfig
+from support.learner_harness import start_learner, stop_learner
+
+
+def wait_for(predicate, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_backoff_doubles_with_jitter_up_to_the_cap_and_resets():
+    b = Backoff(initial=0.1, cap=1.0, rng=random.Random(0))
+    delays = [b.delay() for _ in range(8)]
+    assert 0.05 <= delays[0] <= 0.1
+    assert all(d <= 1.0 for d in delays) and delays[-1] >= 0.5
+    b.reset()
+    assert b.delay() <= 0.1
+
+
+def test_actor_waits_for_the_learner_and_reconnects_after_it_restarts(tmp_path):
+    address = f"unix:{tmp_path}/learner.sock"
+    envs = EnvBatch(EnvConfig(id="CartPole-v1"), 2, seeds=[0, 1])
+    client = ActorClient(envs, "test-exp", "actor-x", address,
+                         backoff=Backoff(initial=0.05, cap=0.5))
+    result = {}
+
+    def run():
+        try:
+            asyncio.run(client.run())
+            result["ok"] = True
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()  # before the learner exists: the actor must retry
+    time.sleep(0.3)
+    first = start_learner(address)
+    try:
+        wait_for(lambda: first.runtime.env_steps > 100, what="steps on the first learner")
+    finally:
+        stop_learner(first)
+    steps_before = client.env_steps
+    second = start_learner(address)
+    try:
+        wait_for(lambda: second.runtime.env_steps > 100, what="steps on the restarted learner")
+        assert client.connections == 2
+        assert client.env_steps > steps_before
+        second.runtime.finish("max_env_steps")
+        thread.join(30)
+    finally:
+        stop_learner(second)
+    assert result == {"ok": True}

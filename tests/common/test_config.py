@@ -1,0 +1,866 @@
+"""Behaviour tests of the Experiment document (common/config.py)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from common.config import (
+    API_VERSION,
+    KIND,
+    ConfigError,
+    Experiment,
+    Metadata,
+    apply_overrides,
+    dump_experiment,
+    field_key,
+    load_experiment,
+    load_yaml,
+    parse_experiment,
+    set_path,
+    to_document,
+)
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "cartpole-vtrace.yaml"
+
+
+def doc(**spec) -> dict:
+    """A minimal valid document, with the given spec sections."""
+    out = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "exp"}}
+    if spec:
+        out["spec"] = spec
+    return out
+
+
+def with_path(dotted: str, value) -> dict:
+    """A minimal document with one field set at a dotted path."""
+    d = doc()
+    set_path(d, dotted, value)
+    return d
+
+
+def problems_of(document) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as e:
+        parse_experiment(document)
+    assert e.value.problems, "ConfigError without problems"
+    return e.value.problems
+
+
+def only_problem(document) -> tuple[str, str]:
+    problems = problems_of(document)
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def assert_one(document, path: str, *fragments: str) -> None:
+    got_path, reason = only_problem(document)
+    assert got_path == path
+    for fragment in fragments:
+        assert fragment in reason, (fragment, reason)
+
+
+# --------------------------------------------------------------------------------------------
+# Bounds
+# --------------------------------------------------------------------------------------------
+
+def test_below_bound_message_is_exact():
+    with pytest.raises(ConfigError) as e:
+        parse_experiment(with_path("spec.learner.unrollLength", 0))
+    assert e.value.problems == [("spec.learner.unrollLength", "must be >= 2, got 0")]
+    assert str(e.value) == "spec.learner.unrollLength: must be >= 2, got 0"
+    assert isinstance(e.value, ValueError)
+
+
+@pytest.mark.parametrize("path, value, fragment", [
+    ("spec.actors.envsPerActor", 5000, "must be <= 4096, got 5000"),
+    ("spec.learner.port", 70000, "must be <= 65535, got 70000"),
+    ("spec.learner.optimizer.momentum", 1.0, "must be <= 0.999, got 1"),
+    ("spec.agent.vtrace.discount", 1.5, "must be <= 1, got 1.5"),
+    ("spec.agent.vtrace.discount", 0, "must be > 0, got 0"),
+    ("spec.agent.vtrace.discount", -0.5, "must be > 0, got -0.5"),
+    ("spec.learner.optimizer.learningRate", 0, "must be > 0, got 0"),
+    ("spec.agent.vtrace.clipRhoThreshold", 0.0, "must be > 0, got 0"),
+    ("spec.agent.vtrace.lambda", -0.1, "must be >= 0, got -0.1"),
+    ("spec.seed", -1, "must be >= 0, got -1"),
+    ("spec.actors.replicas", 0, "must be >= 1, got 0"),
+    ("spec.env.maxEpisodeSteps", 0, "must be >= 1, got 0"),
+    ("spec.budget.maxSeconds", -1, "must be >= 0, got -1"),
+])
+def test_out_of_bounds(path, value, fragment):
+    assert only_problem(with_path(path, value)) == (path, fragment)
+
+
+@pytest.mark.parametrize("path, value, attr, expected", [
+    ("spec.learner.unrollLength", 2, ("learner", "unroll_length"), 2),
+    ("spec.actors.envsPerActor", 4096, ("actors", "envs_per_actor"), 4096),
+    ("spec.agent.vtrace.discount", 1.0, ("agent", "vtrace", "discount"), 1.0),
+    ("spec.agent.vtrace.lambda", 0, ("agent", "vtrace", "lambda_"), 0.0),
+    ("spec.checkpoint.intervalSteps", 0, ("checkpoint", "interval_steps"), 0),
+    ("spec.env.maxEpisodeSteps", None, ("env", "max_episode_steps"), None),
+])
+def test_values_on_the_bound_are_accepted(path, value, attr, expected):
+    node = parse_experiment(with_path(path, value)).spec
+    for a in attr:
+        node = getattr(node, a)
+    assert node == expected
+    assert type(node) is type(expected)
+
+
+# --------------------------------------------------------------------------------------------
+# Types
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, value, fragment", [
+    ("spec.learner.batchSize", "16", "must be an integer, got str '16'"),
+    ("spec.learner.batchSize", True, "must be an integer, got bool True"),
+    ("spec.learner.batchSize", 2.5, "must be an integer, got float 2.5"),
+    ("spec.env.maxEpisodeSteps", False, "must be an integer, got bool False"),
+    ("spec.agent.vtrace.discount", "0.99", "must be a number, got str '0.99'"),
+    ("spec.agent.vtrace.entropyCost", True, "must be a number, got bool True"),
+    ("spec.budget.targetReturn", "high", "must be a number, got str 'high'"),
+    ("spec.agent.vtrace.bootstrapOnTruncation", 1, "must be true or false, got int 1"),
+    ("spec.agent.vtrace.bootstrapOnTruncation", "true", "must be true or false, got str"),
+    ("spec.env.id", 5, "must be a string, got int 5"),
+    ("spec.learner", [1, 2], "must be a mapping, got list [1, 2]"),
+    ("spec.env.options", ["a"], "must be a mapping, got list"),
+    ("metadata.labels", "app", "must be a mapping, got str 'app'"),
+    ("spec.agent.network.hiddenSizes", {"a": 1}, "must be a list, got dict"),
+    ("spec.agent.network.hiddenSizes", 64, "must be a list, got int 64"),
+    ("spec.env.imports", "mypkg", "must be a list, got str 'mypkg'"),
+])
+def test_wrong_types(path, value, fragment):
+    assert_one(with_path(path, value), path, fragment)
+
+
+def test_spec_that_is_not_a_mapping():
+    assert_one(doc() | {"spec": "fast"}, "spec", "must be a mapping, got str 'fast'")
+
+
+def test_document_that_is_not_a_mapping():
+    assert_one(["not", "a", "mapping"], "<document>", "must be a mapping")
+
+
+def test_non_string_list_item_names_the_item():
+    assert_one(with_path("spec.env.imports", ["ok", 3]), "spec.env.imports[1]",
+               "must be a string, got int 3")
+
+
+def test_non_string_label_value_names_the_label():
+    assert_one(with_path("metadata.labels", {"app": 1}), "metadata.labels.app",
+               "must be a string, got int 1")
+
+
+def test_non_integer_list_item_names_the_item():
+    assert_one(with_path("spec.agent.network.hiddenSizes", [64, "wide"]),
+               "spec.agent.network.hiddenSizes[1]", "must be an integer")
+
+
+def test_int_accepted_for_float_and_converted():
+    exp = parse_experiment(with_path("spec.agent.vtrace.discount", 1))
+    assert exp.spec.agent.vtrace.discount == 1.0
+    assert type(exp.spec.agent.vtrace.discount) is float
+    exp = parse_experiment(with_path("spec.budget.targetReturn", 475))
+    assert type(exp.spec.budget.target_return) is float
+
+
+def test_integral_float_accepted_for_int_and_converted():
+    exp = parse_experiment(with_path("spec.learner.unrollLength", 2.0))
+    assert exp.spec.learner.unroll_length == 2
+    assert type(exp.spec.learner.unroll_length) is int
+    exp = parse_experiment(with_path("spec.agent.network.hiddenSizes", [32.0, 16]))
+    assert exp.spec.agent.network.hidden_sizes == [32, 16]
+    assert all(type(x) is int for x in exp.spec.agent.network.hidden_sizes)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_bool_accepted_for_bool(value):
+    exp = parse_experiment(with_path("spec.agent.vtrace.bootstrapOnTruncation", value))
+    assert exp.spec.agent.vtrace.bootstrap_on_truncation is value
+    exp = parse_experiment(with_path("spec.learner.optimizer.linearDecay", value))
+    assert exp.spec.learner.optimizer.linear_decay is value
+
+
+def test_null_section_means_defaults():
+    exp = parse_experiment(doc() | {"spec": {"learner": None}})
+    assert exp.spec.learner == Experiment(metadata=Metadata(name="exp")).spec.learner
+
+
+# --------------------------------------------------------------------------------------------
+# Unknown fields
+# --------------------------------------------------------------------------------------------
+
+def test_unknown_top_level_field_lists_known_fields():
+    assert_one(doc() | {"foo": 1}, "foo", "unknown field",
+               "known fields: apiVersion, kind, metadata, spec")
+
+
+def test_unknown_top_level_near_miss_suggests():
+    assert_one(doc() | {"specs": {}}, "specs", "unknown field; did you mean spec?")
+
+
+def test_unknown_metadata_field():
+    d = doc()
+    d["metadata"]["nmae"] = "x"
+    assert_one(d, "metadata.nmae", "unknown field; did you mean name?")
+
+
+def test_unknown_nested_field_suggests_near_miss():
+    assert_one(with_path("spec.learner.unrolLength", 20), "spec.learner.unrolLength",
+               "unknown field; did you mean unrollLength?")
+
+
+def test_unknown_deeply_nested_field():
+    assert_one(with_path("spec.agent.network.widths", [1]), "spec.agent.network.widths",
+               "unknown field")
+
+
+def test_snake_case_key_is_unknown_and_suggests_camel_case():
+    path, reason = only_problem(with_path("spec.learner.unroll_length", 20))
+    assert path == "spec.learner.unroll_length"
+    assert reason.startswith("unknown field")
+    assert "unrollLength" in reason
+
+
+def test_python_attribute_name_lambda_underscore_is_not_a_key():
+    path, reason = only_problem(with_path("spec.agent.vtrace.lambda_", 0.9))
+    assert path == "spec.agent.vtrace.lambda_"
+    assert "unknown field" in reason
+
+
+# --------------------------------------------------------------------------------------------
+# Choices, patterns, required fields, apiVersion / kind
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path, value, fragment", [
+    ("spec.agent.name", "dqn", "must be one of vtrace; got 'dqn'"),
+    ("spec.agent.network.name", "cnn", "must be one of mlp; got 'cnn'"),
+    ("spec.agent.network.activation", "gelu", "must be one of relu, tanh; got 'gelu'"),
+    ("spec.learner.optimizer.name", "adagrad", "must be one of adam, rmsprop, sgd; got 'adagrad'"),
+    ("spec.agent.vtrace.rewardClipping", "clip",
+     "must be one of none, abs_one, soft_asymmetric; got 'clip'"),
+    ("apiVersion", "v1", f"must be one of {API_VERSION}; got 'v1'"),
+    ("kind", "Job", "must be one of Experiment; got 'Job'"),
+])
+def test_choices(path, value, fragment):
+    assert only_problem(with_path(path, value)) == (path, fragment)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_each_choice_accepted(activation):
+    exp = parse_experiment(with_path("spec.agent.network.activation", activation))
+    assert exp.spec.agent.network.activation == activation
+
+
+@pytest.mark.parametrize("name", ["My-Exp", "my_exp", "-exp", "exp-", "exp.1", ""])
+def test_name_pattern(name):
+    d = doc()
+    d["metadata"]["name"] = name
+    assert_one(d, "metadata.name", "must match", repr(name))
+
+
+@pytest.mark.parametrize("name", ["a", "exp-1", "0", "a" * 63])
+def test_good_names(name):
+    d = doc()
+    d["metadata"]["name"] = name
+    assert parse_experiment(d).metadata.name == name
+
+
+def test_name_too_long():
+    d = doc()
+    d["metadata"]["name"] = "a" * 64
+    assert only_problem(d) == ("metadata.name", "must be at most 63 characters, got 64")
+
+
+def test_namespace_pattern():
+    d = doc()
+    d["metadata"]["namespace"] = "Team_A"
+    assert_one(d, "metadata.namespace", "must match")
+
+
+def test_required_name_missing():
+    d = doc()
+    d["metadata"] = {"labels": {"a": "b"}}
+    assert only_problem(d) == ("metadata.name", "required field is missing")
+
+
+def test_null_metadata_reports_missing_name():
+    assert only_problem(doc() | {"metadata": None}) == ("metadata.name",
+                                                        "required field is missing")
+
+
+def test_missing_metadata_reported():
+    path, reason = only_problem({"apiVersion": API_VERSION, "kind": KIND})
+    assert path == "metadata"
+    assert reason == "required field is missing"
+
+
+def test_api_version_and_kind_may_be_omitted():
+    exp = parse_experiment({"metadata": {"name": "exp"}})
+    assert exp.api_version == API_VERSION
+    assert exp.kind == KIND
+
+
+# --------------------------------------------------------------------------------------------
+# Lists, non-finite numbers, options
+# --------------------------------------------------------------------------------------------
+
+def test_list_item_out_of_bound_names_index():
+    assert only_problem(with_path("spec.agent.network.hiddenSizes", [64, 0])) == (
+        "spec.agent.network.hiddenSizes[1]", "must be >= 1, got 0")
+
+
+def test_several_bad_list_items_each_reported():
+    problems = problems_of(with_path("spec.agent.network.hiddenSizes", [0, 64, -3]))
+    assert [p for p, _ in problems] == ["spec.agent.network.hiddenSizes[0]",
+                                        "spec.agent.network.hiddenSizes[2]"]
+
+
+def test_empty_list_below_min_items():
+    assert only_problem(with_path("spec.agent.network.hiddenSizes", [])) == (
+        "spec.agent.network.hiddenSizes", "must have at least 1 item(s), got 0")
+
+
+@pytest.mark.parametrize("path, text", [
+    ("spec.agent.vtrace.discount", ".nan"),
+    ("spec.learner.optimizer.learningRate", ".inf"),
+    ("spec.budget.targetReturn", ".nan"),
+    ("spec.budget.targetReturn", "-.inf"),
+    ("spec.budget.maxSeconds", ".inf"),
+])
+def test_non_finite_numbers_rejected(path, text):
+    d = apply_overrides(doc(), [f"{path}={text}"])
+    problems = problems_of(d)
+    assert all(p == path for p, _ in problems), problems
+    assert any("must be a finite number" in reason for _, reason in problems), problems
+
+
+def test_non_finite_from_yaml_file_text():
+    text = ("metadata: {name: exp}\n"
+            "spec:\n  agent:\n    vtrace:\n      entropyCost: .nan\n"
+            "  learner:\n    inferenceMaxWaitMs: .inf\n")
+    problems = problems_of(load_yaml(text))
+    paths = [p for p, _ in problems]
+    assert "spec.agent.vtrace.entropyCost" in paths
+    assert "spec.learner.inferenceMaxWaitMs" in paths
+    assert ("spec.agent.vtrace.entropyCost", "must be a finite number, got nan") in problems
+
+
+@pytest.mark.parametrize("path, text", [
+    ("spec.learner.batchSize", ".nan"),
+    ("spec.learner.batchSize", ".inf"),
+])
+def test_non_finite_for_int_rejected(path, text):
+    assert_one(apply_overrides(doc(), [f"{path}={text}"]), path, "must be an integer")
+
+
+def test_options_accept_nested_plain_data():
+    options = {"render_mode": None, "sutton_barto_reward": True, "gravity": 9.8,
+               "nested": {"a": [1, 2.5, "x", False, None, {"b": []}]}}
+    exp = parse_experiment(with_path("spec.env.options", copy.deepcopy(options)))
+    assert exp.spec.env.options == options
+
+
+def test_options_reject_non_string_keys():
+    d = load_yaml("metadata: {name: exp}\nspec:\n  env:\n    options:\n      1: one\n")
+    assert_one(d, "spec.env.options", "keys must be strings", "int 1")
+
+
+def test_options_reject_non_string_keys_nested():
+    d = with_path("spec.env.options", {"outer": {2: "two"}})
+    assert_one(d, "spec.env.options.outer", "must be plain data")
+
+
+def test_options_reject_non_plain_values():
+    d = load_yaml("metadata: {name: exp}\nspec:\n  env:\n    options:\n      when: 2020-01-01\n")
+    assert_one(d, "spec.env.options.when", "must be plain data", "date")
+
+
+# --------------------------------------------------------------------------------------------
+# Cross-field rules
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("uri", ["gs://bucket/x", "s3://bucket/x", "http://host/x"])
+def test_remote_checkpoint_uri_rejected(uri):
+    assert_one(with_path("spec.checkpoint.uri", uri), "spec.checkpoint.uri",
+               "only local paths and file:// URIs", repr(uri))
+
+
+@pytest.mark.parametrize("uri", ["", "/tmp/ckpt", "runs/x", "file:///tmp/ckpt"])
+def test_local_checkpoint_uri_accepted(uri):
+    assert parse_experiment(with_path("spec.checkpoint.uri", uri)).spec.checkpoint.uri == uri
+
+
+def test_linear_decay_needs_env_step_budget():
+    d = with_path("spec.learner.optimizer.linearDecay", True)
+    set_path(d, "spec.budget.maxEnvSteps", 0)
+    assert_one(d, "spec.learner.optimizer.linearDecay", "maxEnvSteps > 0")
+
+
+def test_linear_decay_with_budget_accepted_and_no_decay_without_budget_accepted():
+    d = with_path("spec.learner.optimizer.linearDecay", True)
+    set_path(d, "spec.budget.maxEnvSteps", 10)
+    assert parse_experiment(d).spec.learner.optimizer.linear_decay is True
+    d = with_path("spec.budget.maxEnvSteps", 0)
+    assert parse_experiment(d).spec.budget.max_env_steps == 0
+
+
+def test_both_cross_field_problems_reported_together():
+    d = with_path("spec.learner.optimizer.linearDecay", True)
+    set_path(d, "spec.budget.maxEnvSteps", 0)
+    set_path(d, "spec.checkpoint.uri", "gs://b/x")
+    assert [p for p, _ in problems_of(d)] == ["spec.checkpoint.uri",
+                                              "spec.learner.optimizer.linearDecay"]
+
+
+# --------------------------------------------------------------------------------------------
+# Several problems at once
+# --------------------------------------------------------------------------------------------
+
+def test_all_problems_reported_in_document_order():
+    d = {
+        "apiVersion": "v2",
+        "kind": KIND,
+        "metadata": {"name": "Bad_Name"},
+        "spec": {
+            "seed": -1,
+            "env": {"imports": [1]},
+            "agent": {"name": "dqn", "network": {"hiddenSizes": [64, 0]}},
+            "learner": {"unrollLength": 0, "optimizer": {"learningRate": 0}},
+            "actors": {"envsPerActor": 5000},
+            "budget": {"maxEnvSteps": "many"},
+        },
+    }
+    with pytest.raises(ConfigError) as e:
+        parse_experiment(d)
+    assert [p for p, _ in e.value.problems] == [
+        "apiVersion",
+        "metadata.name",
+        "spec.seed",
+        "spec.env.imports[0]",
+        "spec.agent.name",
+        "spec.agent.network.hiddenSizes[1]",
+        "spec.learner.unrollLength",
+        "spec.learner.optimizer.learningRate",
+        "spec.actors.envsPerActor",
+        "spec.budget.maxEnvSteps",
+    ]
+    lines = str(e.value).splitlines()
+    assert len(lines) == len(e.value.problems)
+    assert "spec.learner.unrollLength: must be >= 2, got 0" in lines
+
+
+def test_type_and_unknown_problems_in_sibling_sections_all_reported():
+    d = with_path("spec.learner.unrolLength", 20)
+    set_path(d, "spec.actors.replicas", "two")
+    set_path(d, "spec.budget.returnWindow", 0)
+    paths = [p for p, _ in problems_of(d)]
+    assert paths == ["spec.learner.unrolLength", "spec.actors.replicas",
+                     "spec.budget.returnWindow"]
+
+
+# --------------------------------------------------------------------------------------------
+# Defaults and round trips
+# --------------------------------------------------------------------------------------------
+
+def test_only_name_gives_every_default():
+    exp = parse_experiment({"metadata": {"name": "exp"}})
+    assert exp == Experiment(metadata=Metadata(name="exp"))
+    assert exp.api_version == "seedrl.dev/v1alpha1"
+    assert exp.kind == "Experiment"
+    assert exp.metadata.namespace is None
+    assert exp.metadata.labels == {}
+    assert exp.spec.seed == 0
+    assert exp.spec.env.id == "CartPole-v1"
+    assert exp.spec.env.options == {} and exp.spec.env.imports == []
+    assert exp.spec.env.max_episode_steps is None
+    assert exp.spec.agent.name == "vtrace"
+    assert exp.spec.agent.network.hidden_sizes == [64, 64]
+    assert exp.spec.agent.network.activation == "tanh"
+    assert exp.spec.agent.vtrace.discount == 0.99
+    assert exp.spec.agent.vtrace.lambda_ == 1.0
+    assert exp.spec.agent.vtrace.reward_clipping == "none"
+    assert exp.spec.learner.unroll_length == 20
+    assert exp.spec.learner.batch_size == 16
+    assert exp.spec.learner.optimizer.name == "adam"
+    assert exp.spec.learner.optimizer.learning_rate == 1e-3
+    assert exp.spec.learner.optimizer.linear_decay is False
+    assert exp.spec.learner.port == 8686
+    assert exp.spec.actors.replicas == 2
+    assert exp.spec.actors.envs_per_actor == 8
+    assert exp.spec.checkpoint.uri == ""
+    assert exp.spec.checkpoint.keep == 3
+    assert exp.spec.budget.max_env_steps == 1_000_000
+    assert exp.spec.budget.target_return is None
+
+
+def test_default_lists_are_not_shared():
+    a = parse_experiment({"metadata": {"name": "a"}})
+    b = parse_experiment({"metadata": {"name": "b"}})
+    assert a.spec.agent.network.hidden_sizes is not b.spec.agent.network.hidden_sizes
+    assert a.spec.env.options is not b.spec.env.options
+
+
+def _customised() -> Experiment:
+    d = load_yaml(EXAMPLE.read_text(encoding="utf-8"))
+    apply_overrides(d, [
+        "metadata.namespace=team-a",
+        "metadata.labels={app: seedrl}",
+        "spec.env.options={gravity: 9.8, nested: {a: [1, null]}}",
+        "spec.env.imports=[mypkg.envs]",
+        "spec.env.maxEpisodeSteps=200",
+        "spec.agent.vtrace.lambda=0.95",
+        "spec.agent.vtrace.rewardClipping=abs_one",
+        "spec.learner.optimizer.epsilon=1.0e-6",
+        "spec.checkpoint.uri=file:///tmp/ckpt",
+    ])
+    return parse_experiment(d)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: parse_experiment({"metadata": {"name": "exp"}}),
+    _customised,
+], ids=["defaults", "customised"])
+def test_to_document_round_trip(make):
+    exp = make()
+    document = to_document(exp)
+    assert parse_experiment(document) == exp
+    # to_document gives fresh plain data, not the experiment's own containers.
+    document["spec"]["agent"]["network"]["hiddenSizes"].append(1)
+    assert parse_experiment(to_document(exp)) == exp
+
+
+@pytest.mark.parametrize("make", [
+    lambda: parse_experiment({"metadata": {"name": "exp"}}),
+    _customised,
+], ids=["defaults", "customised"])
+def test_dump_round_trip(make):
+    exp = make()
+    text = dump_experiment(exp)
+    assert parse_experiment(load_yaml(text)) == exp
+
+
+def test_small_float_round_trips_through_dump():
+    d = apply_overrides(doc(), ["spec.learner.optimizer.epsilon=1.0e-12"])
+    exp = parse_experiment(d)
+    assert parse_experiment(load_yaml(dump_experiment(exp))) == exp
+
+
+def test_exponent_notation_without_dot_is_a_number():
+    # `learningRate: 3e-4` is how most people write a learning rate, and Kubernetes (YAML 1.2
+    # / JSON number rules) reads it as a number, so the same file must load locally too.
+    text = ("metadata: {name: exp}\nspec:\n  learner:\n    optimizer:\n"
+            "      learningRate: 3e-4\n      epsilon: 1e-7\n")
+    exp = parse_experiment(load_yaml(text))
+    assert exp.spec.learner.optimizer.learning_rate == 3e-4
+    assert exp.spec.learner.optimizer.epsilon == 1e-7
+
+
+def test_customised_values_survive():
+    exp = _customised()
+    assert exp.metadata.namespace == "team-a"
+    assert exp.spec.agent.vtrace.lambda_ == 0.95
+    assert exp.spec.env.options == {"gravity": 9.8, "nested": {"a": [1, None]}}
+    assert exp.spec.learner.optimizer.epsilon == 1e-6
+
+
+def test_document_keys_are_camel_case():
+    document = to_document(parse_experiment({"metadata": {"name": "exp"}}))
+    assert list(document) == ["apiVersion", "kind", "metadata", "spec"]
+    assert list(document["spec"]) == ["seed", "env", "agent", "learner", "actors", "checkpoint",
+                                      "budget"]
+    assert "unrollLength" in document["spec"]["learner"]
+    assert "inferenceMaxWaitMs" in document["spec"]["learner"]
+    assert "maxEpisodeSteps" in document["spec"]["env"]
+    vtrace = document["spec"]["agent"]["vtrace"]
+    assert vtrace["lambda"] == 1.0
+    assert "lambda_" not in vtrace
+    assert "clipPgRhoThreshold" in vtrace
+
+    def all_keys(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield k
+                if k != "options":
+                    yield from all_keys(v)
+    assert not [k for k in all_keys(document) if "_" in k]
+
+
+def test_dump_is_yaml_with_camel_case_keys():
+    text = dump_experiment(parse_experiment({"metadata": {"name": "exp"}}))
+    assert text.startswith("apiVersion: seedrl.dev/v1alpha1\nkind: Experiment\n")
+    assert "unrollLength: 20" in text
+    assert "lambda: 1.0" in text
+    assert "_" not in "".join(line.split(":")[0] for line in text.splitlines())
+
+
+# --------------------------------------------------------------------------------------------
+# Overrides
+# --------------------------------------------------------------------------------------------
+
+def test_overrides_parse_values_as_yaml():
+    d = apply_overrides(doc(), [
+        "spec.budget.maxEnvSteps=20000",
+        "spec.budget.targetReturn=475.5",
+        "spec.agent.network.hiddenSizes=[32, 32]",
+        "metadata.name=other",
+        "spec.learner.optimizer.linearDecay=true",
+    ])
+    assert d["spec"]["budget"]["maxEnvSteps"] == 20000
+    assert type(d["spec"]["budget"]["maxEnvSteps"]) is int
+    assert d["spec"]["budget"]["targetReturn"] == 475.5
+    assert d["spec"]["agent"]["network"]["hiddenSizes"] == [32, 32]
+    assert d["metadata"]["name"] == "other"
+    exp = parse_experiment(d)
+    assert exp.spec.budget.max_env_steps == 20000
+    assert exp.spec.budget.target_return == 475.5
+    assert exp.spec.agent.network.hidden_sizes == [32, 32]
+    assert exp.metadata.name == "other"
+    assert exp.spec.learner.optimizer.linear_decay is True
+
+
+def test_override_replaces_existing_value_and_keeps_siblings():
+    d = doc(learner={"unrollLength": 10, "batchSize": 4})
+    apply_overrides(d, ["spec.learner.unrollLength=30"])
+    assert d["spec"]["learner"] == {"unrollLength": 30, "batchSize": 4}
+
+
+def test_later_override_wins():
+    d = apply_overrides(doc(), ["spec.seed=1", "spec.seed=2"])
+    assert d["spec"]["seed"] == 2
+
+
+def test_override_creates_missing_mappings():
+    d = {"metadata": {"name": "exp"}}
+    apply_overrides(d, ["spec.agent.vtrace.discount=0.9"])
+    assert d["spec"] == {"agent": {"vtrace": {"discount": 0.9}}}
+    assert parse_experiment(d).spec.agent.vtrace.discount == 0.9
+
+
+def test_override_replaces_null_with_mapping():
+    d = doc() | {"spec": None}
+    apply_overrides(d, ["spec.seed=3"])
+    assert d["spec"] == {"seed": 3}
+
+
+def test_override_value_with_equals_sign_and_empty_value():
+    d = apply_overrides(doc(), ["metadata.annotations={note: 'a=b'}", "spec.checkpoint.uri="])
+    assert d["metadata"]["annotations"] == {"note": "a=b"}
+    assert d["spec"]["checkpoint"]["uri"] == ""
+
+
+def test_override_with_spaces_around_path():
+    d = apply_overrides(doc(), [" spec.seed = 5"])
+    assert d["spec"]["seed"] == 5
+
+
+def test_override_without_equals_rejected():
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(doc(), ["spec.seed"])
+    assert e.value.problems == [("spec.seed", "override must be written path=value")]
+
+
+@pytest.mark.parametrize("item", ["=3", "spec..seed=3", ".seed=3", "spec.=3"])
+def test_override_with_malformed_path_rejected(item):
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(doc(), [item])
+    assert "override path must look like a.b.c" in e.value.problems[0][1]
+
+
+def test_override_with_invalid_yaml_value_rejected():
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(doc(), ["spec.agent.network.hiddenSizes=[1, 2"])
+    path, reason = e.value.problems[0]
+    assert path == "spec.agent.network.hiddenSizes"
+    assert "not valid YAML" in reason
+
+
+def test_override_into_non_mapping_names_path():
+    d = doc(seed=1)
+    with pytest.raises(ConfigError) as e:
+        apply_overrides(d, ["spec.seed.value=3"])
+    path, reason = e.value.problems[0]
+    assert path == "spec.seed"
+    assert "non-mapping" in reason
+
+
+def test_set_path_into_list_names_path():
+    d = doc(agent={"network": {"hiddenSizes": [1, 2]}})
+    with pytest.raises(ConfigError) as e:
+        set_path(d, "spec.agent.network.hiddenSizes.x", 3)
+    assert e.value.problems[0][0] == "spec.agent.network.hiddenSizes"
+
+
+def test_set_path_creates_and_sets():
+    d: dict = {}
+    set_path(d, "a.b.c", [1])
+    set_path(d, "a.d", "x")
+    assert d == {"a": {"b": {"c": [1]}, "d": "x"}}
+
+
+def test_override_producing_invalid_value_reported_by_parse():
+    d = apply_overrides(doc(), ["spec.learner.unrollLength=1"])
+    assert only_problem(d) == ("spec.learner.unrollLength", "must be >= 2, got 1")
+    d = apply_overrides(doc(), ["spec.actors.replicas=many"])
+    assert_one(d, "spec.actors.replicas", "must be an integer", "'many'")
+    d = apply_overrides(doc(), ["spec.learner.unrolLength=30"])
+    assert_one(d, "spec.learner.unrolLength", "did you mean unrollLength?")
+
+
+# --------------------------------------------------------------------------------------------
+# load_experiment / load_yaml
+# --------------------------------------------------------------------------------------------
+
+def test_load_experiment_from_file(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("metadata:\n  name: from-file\nspec:\n  seed: 7\n", encoding="utf-8")
+    exp = load_experiment(str(path))
+    assert exp.metadata.name == "from-file"
+    assert exp.spec.seed == 7
+
+
+def test_load_experiment_applies_overrides(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("metadata:\n  name: from-file\nspec:\n  seed: 7\n", encoding="utf-8")
+    exp = load_experiment(str(path), ["spec.seed=8", "spec.learner.batchSize=4"])
+    assert exp.spec.seed == 8
+    assert exp.spec.learner.batch_size == 4
+
+
+def test_load_experiment_reports_invalid_fields(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("metadata:\n  name: x\nspec:\n  learner:\n    unrollLength: 0\n",
+                    encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_experiment(str(path))
+    assert e.value.problems == [("spec.learner.unrollLength", "must be >= 2, got 0")]
+
+
+def test_load_experiment_missing_file(tmp_path):
+    missing = str(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError) as e:
+        load_experiment(missing)
+    path, reason = e.value.problems[0]
+    assert path == missing
+    assert reason.startswith("cannot read")
+    assert missing in str(e.value)
+
+
+def test_load_experiment_invalid_yaml(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("metadata: {name: x\nspec: [\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_experiment(str(path))
+    got_path, reason = e.value.problems[0]
+    assert got_path == str(path)
+    assert "not valid YAML" in reason
+
+
+def test_load_experiment_two_documents(tmp_path):
+    path = tmp_path / "two.yaml"
+    path.write_text("metadata: {name: a}\n---\nmetadata: {name: b}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_experiment(str(path))
+    assert e.value.problems == [(str(path), "must hold exactly one YAML document, found 2")]
+
+
+def test_load_experiment_empty_file(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing here\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_experiment(str(path))
+    assert e.value.problems == [(str(path), "must hold exactly one YAML document, found 0")]
+
+
+def test_load_experiment_non_mapping_document(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_experiment(str(path))
+    assert e.value.problems[0][0] == "<document>"
+
+
+def test_load_yaml_default_source_name():
+    with pytest.raises(ConfigError) as e:
+        load_yaml("a: [")
+    assert e.value.problems[0][0] == "<string>"
+
+
+def test_shipped_example_loads():
+    exp = load_experiment(str(EXAMPLE))
+    assert exp.metadata.name == "cartpole-vtrace"
+    assert exp.spec.seed == 1
+    assert exp.spec.actors.envs_per_actor == 16
+    assert exp.spec.learner.optimizer.linear_decay is True
+    assert exp.spec.budget.target_return == 475.0
+    assert exp.spec.budget.max_seconds == 600.0
+    assert parse_experiment(load_yaml(dump_experiment(exp))) == exp
+
+
+# --------------------------------------------------------------------------------------------
+# Declarations: docs and defaults
+# --------------------------------------------------------------------------------------------
+
+def _dataclasses_from(root: type) -> list[type]:
+    seen: list[type] = []
+    todo = [root]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.append(cls)
+        for tp in typing.get_type_hints(cls).values():
+            for candidate in (tp, *typing.get_args(tp)):
+                if dataclasses.is_dataclass(candidate):
+                    todo.append(candidate)
+    return seen
+
+
+ALL_FIELDS = [(cls, f) for cls in _dataclasses_from(Experiment) for f in dataclasses.fields(cls)]
+
+
+def test_every_section_is_reached():
+    names = {cls.__name__ for cls in _dataclasses_from(Experiment)}
+    assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AgentConfig",
+                     "NetworkConfig", "VTraceConfig", "LearnerConfig", "OptimizerConfig",
+                     "ActorsConfig", "CheckpointConfig", "BudgetConfig"}
+
+
+@pytest.mark.parametrize("cls, f", ALL_FIELDS, ids=[f"{c.__name__}.{f.name}" for c, f in ALL_FIELDS])
+def test_every_field_has_doc(cls, f):
+    assert isinstance(f.metadata.get("doc"), str) and f.metadata["doc"].strip()
+
+
+def test_only_the_name_is_required():
+    required = [f"{cls.__name__}.{f.name}" for cls, f in ALL_FIELDS
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    # Experiment.metadata has no default only because the name inside it has none.
+    assert sorted(required) == ["Experiment.metadata", "Metadata.name"]
+
+
+def test_every_numeric_default_satisfies_its_bounds():
+    exp = Experiment(metadata=Metadata(name="exp"))
+    assert parse_experiment(to_document(exp)) == exp
+    for _, f in ALL_FIELDS:
+        if f.default is dataclasses.MISSING or not isinstance(f.default, (int, float)):
+            continue
+        if isinstance(f.default, bool):
+            continue
+        m = f.metadata
+        assert math.isfinite(f.default)
+        assert m["ge"] is None or f.default >= m["ge"], f.name
+        assert m["gt"] is None or f.default > m["gt"], f.name
+        assert m["le"] is None or f.default <= m["le"], f.name
+
+
+def test_field_key_is_camel_case_or_explicit():
+    keys = {f.name: field_key(f) for _, f in ALL_FIELDS}
+    assert keys["api_version"] == "apiVersion"
+    assert keys["lambda_"] == "lambda"
+    assert keys["clip_pg_rho_threshold"] == "clipPgRhoThreshold"
+    assert keys["id"] == "id"

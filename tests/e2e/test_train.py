@@ -1,0 +1,146 @@
+"""`seedrl train` end to end: a learner and two actors as real processes over a unix socket."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "cartpole-vtrace.yaml"
+#: A uniformly random policy averages about 22 on CartPole-v1.
+RANDOM_RETURN = 22.0
+
+
+def train_cmd(runs_dir, name, *overrides, resume=False):
+    cmd = [sys.executable, "-m", "service.cli", "train", str(EXAMPLE), "--runs-dir",
+           str(runs_dir), "--set", f"metadata.name={name}"]
+    for o in overrides:
+        cmd += ["--set", o]
+    return cmd + (["--resume"] if resume else [])
+
+
+def start(cmd):
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def read_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def processes_mentioning(text):
+    out = subprocess.run(["pgrep", "-f", "--", text], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split() if int(p) != os.getpid()]
+
+
+def status_value(run_dir, key):
+    status = read_json(run_dir / "status.json") or {}
+    return status.get(key) or 0
+
+
+def test_learns_cartpole_with_a_learner_and_two_actors(tmp_path):
+    proc = start(train_cmd(tmp_path, "e2e-learn", "spec.budget.maxEnvSteps=80000",
+                           "spec.budget.targetReturn=null"))
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out
+    summary = read_json(tmp_path / "e2e-learn" / "summary.json")
+    assert summary["stop_reason"] == "max_env_steps"
+    assert summary["env_steps"] >= 80000
+    assert summary["episodes"] > 100
+    assert summary["mean_return_100"] > 3 * RANDOM_RETURN, summary
+    for f in ("config.yaml", "metrics.jsonl", "learner.log", "actor-0.log", "actor-1.log"):
+        assert (tmp_path / "e2e-learn" / f).exists(), f
+    assert list((tmp_path / "e2e-learn" / "checkpoints").glob("ckpt-*.index"))
+    assert "stopped (max_env_steps)" in out
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_killing_an_actor_mid_run_does_not_stop_training(tmp_path):
+    run_dir = tmp_path / "e2e-kill"
+    proc = start(train_cmd(tmp_path, "e2e-kill", "spec.budget.maxEnvSteps=100000",
+                           "spec.budget.targetReturn=null"))
+    try:
+        wait_for(lambda: status_value(run_dir, "learner_steps") >= 20, 180, "training")
+        victims = processes_mentioning("--actor-id e2e-kill-local-0")
+        assert len(victims) == 1
+        os.kill(victims[0], signal.SIGKILL)
+        steps_at_kill = status_value(run_dir, "learner_steps")
+        # Training goes on with the other actor (and the restarted one).
+        wait_for(lambda: status_value(run_dir, "learner_steps") >= steps_at_kill + 30, 120,
+                 "training to continue after the kill")
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    summary = read_json(run_dir / "summary.json")
+    assert summary["stop_reason"] == "max_env_steps"
+    log = (run_dir / "actor-0.log").read_text()
+    assert log.count("connected to unix:") == 2, log  # restarted by the launcher, reconnected
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_ctrl_c_checkpoints_and_resume_continues_without_overwriting(tmp_path):
+    run_dir = tmp_path / "e2e-resume"
+    proc = start(train_cmd(tmp_path, "e2e-resume", "spec.budget.maxEnvSteps=10000000",
+                           "spec.budget.targetReturn=null"))
+    try:
+        wait_for(lambda: status_value(run_dir, "learner_steps") >= 30, 180, "training")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    first = read_json(run_dir / "summary.json")
+    assert first["stop_reason"] == "interrupted"
+    assert first["last_checkpoint"] and Path(first["last_checkpoint"] + ".index").exists()
+    assert not processes_mentioning(str(tmp_path))
+
+    # The same name without --resume is refused and leaves the run untouched.
+    refused = subprocess.run(train_cmd(tmp_path, "e2e-resume"), cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 3
+    assert "already exists" in refused.stderr and "--resume" in refused.stderr
+    assert read_json(run_dir / "summary.json") == first
+
+    # --resume continues the same counters from the checkpoint.
+    target = first["env_steps"] + 8000
+    resumed = subprocess.run(
+        train_cmd(tmp_path, "e2e-resume", f"spec.budget.maxEnvSteps={target}",
+                  "spec.budget.targetReturn=null", resume=True),
+        cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    second = read_json(run_dir / "summary.json")
+    assert second["stop_reason"] == "max_env_steps"
+    assert second["env_steps"] >= target
+    assert second["learner_steps"] > first["learner_steps"]
+    assert second["episodes"] > first["episodes"]
+    assert (run_dir / "summary.json.previous").exists()
+    assert "resumed from" in (run_dir / "learner.log").read_text()
+
+
+def test_a_bad_experiment_is_rejected_with_the_field_path(tmp_path):
+    result = subprocess.run(train_cmd(tmp_path, "e2e-bad", "spec.learner.unrollLength=0",
+                                      "spec.actors.replicas=two"),
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "spec.learner.unrollLength: must be >= 2, got 0" in result.stderr
+    assert "spec.actors.replicas: must be an integer" in result.stderr
+    assert not (tmp_path / "e2e-bad").exists()

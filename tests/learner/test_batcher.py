@@ -1,0 +1,103 @@
+"""The dynamic batcher groups requests across streams, bounded by size and by wait."""
+
+import threading
+import time
+
+import pytest
+
+from learner.batcher import BatcherStopped, InferenceBatcher
+
+
+class Recorder:
+    def __init__(self, delay=0.0, fail_on=None):
+        self.batches = []
+        self.delay = delay
+        self.fail_on = fail_on
+
+    def __call__(self, items):
+        self.batches.append(list(items))
+        if self.fail_on is not None and self.fail_on in items:
+            raise ValueError("boom")
+        time.sleep(self.delay)
+        return [f"out-{i}" for i in items]
+
+
+def test_groups_concurrent_requests_up_to_the_batch_size():
+    rec = Recorder(delay=0.05)
+    batcher = InferenceBatcher(rec, max_batch_size=8, max_wait_s=0.5)
+    try:
+        # 13 requests of 2 env steps each arrive well within the wait.
+        first = batcher.submit("first", 2)
+        time.sleep(0.02)
+        futures = [batcher.submit(i, 2) for i in range(12)]
+        assert first.result(5) == "out-first"
+        assert [f.result(5) for f in futures] == [f"out-{i}" for i in range(12)]
+    finally:
+        batcher.stop()
+    sizes = [2 * len(b) for b in rec.batches]
+    assert max(sizes) <= 8
+    assert sizes == [8, 8, 8, 2], sizes  # full batches first; the remainder after the wait
+    assert batcher.mean_batch_size == pytest.approx(26 / 4)
+
+
+def test_partial_batch_runs_after_the_wait():
+    rec = Recorder()
+    batcher = InferenceBatcher(rec, max_batch_size=64, max_wait_s=0.05)
+    try:
+        start = time.monotonic()
+        assert batcher.submit("lonely", 4).result(5) == "out-lonely"
+        waited = time.monotonic() - start
+    finally:
+        batcher.stop()
+    assert rec.batches == [["lonely"]]
+    assert waited >= 0.04  # it did wait for company before running alone
+
+
+def test_request_larger_than_the_batch_runs_alone():
+    rec = Recorder(delay=0.05)
+    batcher = InferenceBatcher(rec, max_batch_size=4, max_wait_s=0.2)
+    try:
+        blocker = batcher.submit("a", 1)
+        time.sleep(0.02)
+        big = batcher.submit("big", 10)
+        small = batcher.submit("b", 1)
+        assert [f.result(5) for f in (blocker, big, small)] == ["out-a", "out-big", "out-b"]
+    finally:
+        batcher.stop()
+    assert ["big"] in rec.batches
+
+
+def test_a_failing_batch_fails_only_its_own_requests():
+    rec = Recorder(fail_on="bad")
+    batcher = InferenceBatcher(rec, max_batch_size=1, max_wait_s=0.0)
+    try:
+        bad = batcher.submit("bad", 1)
+        with pytest.raises(ValueError, match="boom"):
+            bad.result(5)
+        assert batcher.submit("good", 1).result(5) == "out-good"
+    finally:
+        batcher.stop()
+
+
+def test_stop_fails_pending_and_later_requests():
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow(items):
+        started.set()
+        release.wait(5)
+        return items
+
+    batcher = InferenceBatcher(slow, max_batch_size=1, max_wait_s=0.0)
+    running = batcher.submit("running", 1)
+    assert started.wait(5)
+    waiting = batcher.submit("waiting", 1)
+    stopper = threading.Thread(target=batcher.stop)
+    stopper.start()
+    release.set()
+    stopper.join(5)
+    assert running.result(5) == "running"
+    with pytest.raises(BatcherStopped):
+        waiting.result(5)
+    with pytest.raises(BatcherStopped):
+        batcher.submit("late", 1).result(5)

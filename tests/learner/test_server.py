@@ -1,0 +1,137 @@
+"""The learner's gRPC service over a real unix socket: handshake, batched actions, bad input."""
+
+import grpc
+import numpy as np
+import pytest
+
+from common import seedrl_pb2
+from common.wire import EnvSpec, decode_array
+
+from support.learner_harness import CARTPOLE, Stream, hello, step
+
+
+def connect(learner, **kw):
+    s = Stream(learner.address)
+    s.send(hello(**kw))
+    reply = s.recv()
+    assert reply.WhichOneof("kind") == "welcome"
+    return s
+
+
+def actions_of(reply, k=2):
+    assert reply.WhichOneof("kind") == "actions"
+    return decode_array(reply.actions.actions, "actions", "int32", (k,))
+
+
+def test_handshake_then_one_action_per_env(learner):
+    s = connect(learner, num_envs=3)
+    for _ in range(12):
+        s.send(step(3, obs=np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)))
+        acts = actions_of(s.recv(), 3)
+        assert set(acts.tolist()) <= {0, 1}
+    s.close()
+    assert learner.runtime.env_steps == 36
+    # 12 steps of unroll length 5 (6 rows, overlapping by one) complete two unrolls per env.
+    assert learner.runtime.learner_steps + learner.runtime._unrolls.qsize() / 2 >= 1
+
+
+def test_episodes_are_counted_toward_the_mean_return(learner):
+    s = connect(learner)
+    s.send(step(episodes=[(0, 10.0, 10), (1, 30.0, 30)]))
+    actions_of(s.recv())
+    s.close()
+    assert learner.runtime.episodes == 2
+    assert learner.runtime.mean_return == 20.0
+
+
+BAD_STEPS = {
+    "wrong dtype": (step(obs=np.zeros((2, 4), np.float64)), "expected dtype float32"),
+    "wrong shape": (step(obs=np.zeros((2, 5), np.float32)), "expected shape [2, 4]"),
+    "byte count": (step(obs=seedrl_pb2.Tensor(dtype="float32", shape=[2, 4], data=b"\0" * 7)),
+                   "needs 32 bytes, got 7"),
+    "pickle dtype": (step(obs=seedrl_pb2.Tensor(dtype="object", shape=[2, 4], data=b"")),
+                     "not allowed"),
+    "duplicate env ids": (step(env_ids=[0, 0]), "permutation"),
+    "env id out of range": (step(env_ids=[0, 2]), "permutation"),
+    "too few rewards": (step(rewards=[1.0]), "step.rewards: expected 2 values"),
+    "nan reward": (step(rewards=[float("nan"), 0.0]), "must be finite"),
+    "episode of another env": (step(episodes=[(5, 1.0, 1)]), "not an env of this actor"),
+    "second hello": (hello(), "expected a step"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_STEPS))
+def test_a_malformed_message_fails_only_its_own_stream(learner, case):
+    bad_msg, reason = BAD_STEPS[case]
+    good = connect(learner, actor_id="good")
+    bad = connect(learner, actor_id="bad")
+    good.send(step())
+    actions_of(good.recv())
+    bad.send(step())
+    actions_of(bad.recv())
+    bad.send(bad_msg)
+    with pytest.raises(grpc.RpcError) as err:
+        bad.recv()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in err.value.details()
+    # The other stream is served as before, and new streams are still welcome.
+    for _ in range(3):
+        good.send(step())
+        actions_of(good.recv())
+    again = connect(learner, actor_id="bad")
+    again.send(step())
+    actions_of(again.recv())
+    for s in (good, bad, again):
+        s.close()
+
+
+@pytest.mark.parametrize("kwargs,code,reason", [
+    ({"version": 99}, grpc.StatusCode.FAILED_PRECONDITION, "protocol version 99"),
+    ({"experiment": "other"}, grpc.StatusCode.FAILED_PRECONDITION, "serves experiment"),
+    ({"num_envs": 0}, grpc.StatusCode.INVALID_ARGUMENT, "num_envs"),
+    ({"spec": EnvSpec("X", "float32", (4,), "float32", (2,), 0)},
+     grpc.StatusCode.FAILED_PRECONDITION, "discrete actions"),
+])
+def test_bad_handshakes_are_refused_with_a_reason(learner, kwargs, code, reason):
+    s = Stream(learner.address)
+    s.send(hello(**kwargs))
+    with pytest.raises(grpc.RpcError) as err:
+        s.recv()
+    assert err.value.code() == code
+    assert reason in err.value.details()
+    s.close()
+
+
+def test_an_actor_with_a_different_env_spec_is_refused(learner):
+    first = connect(learner, actor_id="first")
+    other = EnvSpec("CartPole-v1", "float32", (6,), "int32", (), 2)
+    s = Stream(learner.address)
+    s.send(hello(actor_id="second", spec=other))
+    with pytest.raises(grpc.RpcError) as err:
+        s.recv()
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "observation_shape" in err.value.details()
+    first.send(step())
+    actions_of(first.recv())
+    first.close()
+    s.close()
+
+
+def test_first_message_must_be_a_hello(learner):
+    s = Stream(learner.address)
+    s.send(step())
+    with pytest.raises(grpc.RpcError) as err:
+        s.recv()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    s.close()
+
+
+def test_streams_are_told_when_the_run_is_finished(learner):
+    s = connect(learner)
+    s.send(step())
+    actions_of(s.recv())
+    learner.runtime.finish("max_env_steps")
+    s.send(step())
+    assert s.recv().finished
+    s.close()
+    assert CARTPOLE.discrete

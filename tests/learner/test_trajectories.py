@@ -1,0 +1,56 @@
+"""Unrolls are assembled per stream with a one-step overlap, then split and stacked."""
+
+import numpy as np
+
+from learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
+
+FIELDS = {"observation": ((3,), np.dtype(np.float32)), "action": ((), np.dtype(np.int32))}
+
+
+def row(t, k=2):
+    return {"observation": np.full((k, 3), t, np.float32),
+            "action": np.arange(k, dtype=np.int32) + 10 * t}
+
+
+def test_unrolls_have_t_plus_one_rows_and_overlap_by_one():
+    builder = UnrollBuilder(unroll_length=3, num_envs=2, fields=FIELDS)
+    out = [builder.append(row(t), [np.full((2, 1), t, np.float32)]) for t in range(7)]
+    assert [u is None for u in out] == [True, True, True, False, True, True, False]
+    first, second = out[3], out[6]
+    assert first["observation"].shape == (4, 2, 3)
+    assert first["observation"][:, 0, 0].tolist() == [0, 1, 2, 3]
+    assert second["observation"][:, 0, 0].tolist() == [3, 4, 5, 6]
+    assert second["action"][:, 1].tolist() == [31, 41, 51, 61]
+    # The recurrent state recorded is the one before each unroll's first row.
+    assert first["initial_state"][0][:, 0].tolist() == [0, 0]
+    assert second["initial_state"][0][:, 0].tolist() == [3, 3]
+
+
+def test_emitted_unrolls_are_not_changed_by_later_steps():
+    builder = UnrollBuilder(unroll_length=2, num_envs=2, fields=FIELDS)
+    unroll = [builder.append(row(t)) for t in range(3)][-1]
+    snapshot = unroll["observation"].copy()
+    for t in range(3, 6):
+        builder.append(row(t))
+    np.testing.assert_array_equal(unroll["observation"], snapshot)
+
+
+def test_reset_drops_the_partial_unroll():
+    builder = UnrollBuilder(unroll_length=2, num_envs=2, fields=FIELDS)
+    builder.append(row(0))
+    builder.append(row(1))
+    builder.reset()
+    out = [builder.append(row(t)) for t in (5, 6, 7)]
+    assert out[-1]["observation"][:, 0, 0].tolist() == [5, 6, 7]
+
+
+def test_split_then_stack_gives_a_time_major_batch():
+    builder = UnrollBuilder(unroll_length=2, num_envs=3, fields=FIELDS)
+    state = [np.arange(6, dtype=np.float32).reshape(3, 2)]
+    unroll = [builder.append(row(t, k=3), state) for t in range(3)][-1]
+    singles = split_unroll(unroll)
+    assert len(singles) == 3 and singles[1]["action"].tolist() == [1, 11, 21]
+    batch = stack_unrolls([singles[2], singles[0]])
+    assert batch["action"].shape == (3, 2)
+    assert batch["action"][:, 0].tolist() == [2, 12, 22]
+    assert batch["initial_state"][0].tolist() == [[4, 5], [0, 1]]
