@@ -98,10 +98,12 @@ class LocalRun:
       exp: the validated Experiment.
       run_dir: its prepared run directory (see :func:`prepare_run_dir`).
       on_status: called with each new status snapshot (progress display).
+      learner_args: extra learner flags, e.g. ``--no-train`` for throughput measurements.
     """
 
     def __init__(self, exp: Experiment, run_dir: str,
-                 on_status: Callable[[dict], None] | None = None):
+                 on_status: Callable[[dict], None] | None = None,
+                 learner_args: tuple[str, ...] = ()):
         self.exp = exp
         self.run_dir = run_dir
         self.on_status = on_status
@@ -110,7 +112,8 @@ class LocalRun:
         config = os.path.join(run_dir, "config.yaml")
         env = child_env()
         self.learner = Child("learner", python_module(
-            "learner", "--config", config, "--run-dir", run_dir, "--listen", self.address),
+            "learner", "--config", config, "--run-dir", run_dir, "--listen", self.address,
+            *learner_args),
             os.path.join(run_dir, "learner.log"), env)
         self.actors = [Child(f"actor-{i}", python_module(
             "actors", "--config", config, "--learner", self.address, "--index", str(i),

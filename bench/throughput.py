@@ -1,0 +1,114 @@
+"""End-to-end env steps/s beside raw env steps/s, measured side by side in one run.
+
+    python bench/throughput.py [--config FILE] [--seconds 20] [--json out.json]
+
+Raw: the same number of actor processes, each stepping the same K envs with random actions, no
+gRPC and no model. End to end: `seedrl train`'s learner and actors, once with inference only and
+once with training on; the rate is taken from the learner's metrics log after a warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from common.config import load_experiment  # noqa: E402
+
+
+def _raw_worker(env_cfg, num_envs, seconds, index, out):
+    import numpy as np
+
+    from actors.envs import EnvBatch
+
+    envs = EnvBatch(env_cfg, num_envs, seeds=list(range(index * num_envs, (index + 1) * num_envs)))
+    envs.reset()
+    rng = np.random.default_rng(index)
+    n = envs.spec.num_actions
+    steps, start = 0, time.monotonic()
+    while time.monotonic() - start < seconds:
+        envs.step(rng.integers(0, n, size=num_envs, dtype=np.int32))
+        steps += num_envs
+    out.put(steps / (time.monotonic() - start))
+
+
+def raw_steps_per_second(exp, seconds: float) -> float:
+    """Sum over ``replicas`` processes of random-action env steps/s."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_raw_worker, args=(exp.spec.env, exp.spec.actors.envs_per_actor,
+                                                   seconds, i, out))
+             for i in range(exp.spec.actors.replicas)]
+    for p in procs:
+        p.start()
+    rates = [out.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(rates)
+
+
+def end_to_end_steps_per_second(config: str, seconds: float, warmup: float,
+                                train: bool) -> dict:
+    """Runs learner + actors for ``warmup + seconds`` and measures the steady rate."""
+    from service.launcher import LocalRun, prepare_run_dir
+
+    exp = load_experiment(config, [
+        "spec.budget.maxEnvSteps=0", "spec.budget.targetReturn=null",
+        f"spec.budget.maxSeconds={warmup + seconds}", "spec.learner.optimizer.linearDecay=false"])
+    with tempfile.TemporaryDirectory() as runs:
+        run_dir = prepare_run_dir(exp, runs, resume=False)
+        summary = LocalRun(exp, run_dir, learner_args=() if train else ("--no-train",)).run()
+        if summary.get("stop_reason") != "max_seconds":
+            with open(os.path.join(run_dir, "learner.log"), encoding="utf-8") as fh:
+                raise RuntimeError(f"run failed: {summary}\n{fh.read()[-3000:]}")
+        with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as fh:
+            rows = [json.loads(line) for line in fh]
+    steady = [r for r in rows if r["elapsed"] >= warmup and r["state"] == "running"]
+    if len(steady) < 2:
+        raise RuntimeError("run too short to measure; raise --seconds")
+    first, last = steady[0], steady[-1]
+    rate = (last["env_steps"] - first["env_steps"]) / (last["elapsed"] - first["elapsed"])
+    return {"steps_per_s": rate, "mean_inference_batch": last["mean_inference_batch"],
+            "learner_steps": last["learner_steps"]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default=os.path.join(ROOT, "examples", "cartpole-vtrace.yaml"))
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per mode")
+    p.add_argument("--warmup", type=float, default=8.0, help="seconds skipped at the start")
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+    exp = load_experiment(args.config)
+    a = exp.spec.actors
+    print(f"{exp.spec.env.id}: {a.replicas} actor processes x {a.envs_per_actor} envs, "
+          f"{args.seconds:.0f} s per mode on {os.cpu_count()} cores", flush=True)
+    raw = raw_steps_per_second(exp, args.seconds)
+    infer = end_to_end_steps_per_second(args.config, args.seconds, args.warmup, train=False)
+    train = end_to_end_steps_per_second(args.config, args.seconds, args.warmup, train=True)
+    rows = [("raw env steps (random actions, no learner)", raw, None),
+            ("end to end, inference only", infer["steps_per_s"], infer["mean_inference_batch"]),
+            ("end to end, training on", train["steps_per_s"], train["mean_inference_batch"])]
+    print(f"{'mode':<44} {'env steps/s':>12} {'vs raw':>7} {'mean batch':>11}")
+    for name, rate, batch in rows:
+        batch_text = "-" if batch is None else f"{batch:.1f}"
+        print(f"{name:<44} {rate:>12,.0f} {rate / raw:>7.2f} {batch_text:>11}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"env": exp.spec.env.id, "replicas": a.replicas,
+                       "envs_per_actor": a.envs_per_actor, "raw_steps_per_s": raw,
+                       "inference_only": infer, "training": train,
+                       "ratio_inference_only": infer["steps_per_s"] / raw,
+                       "ratio_training": train["steps_per_s"] / raw}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
