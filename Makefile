@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # Reinstall when the dependency list changes.
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 RUN_NAME ?= cartpole-vtrace-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
@@ -29,9 +29,8 @@ install: $(STAMP)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e ".[test,dev]"
+$(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PIP) install --quiet -c constraints.txt -e ".[test,dev]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -65,14 +65,19 @@ async def serve(exp, args) -> int:
     from learner.runtime import LearnerRuntime
     from learner.server import server_credentials, start_server
 
-    runtime = LearnerRuntime(exp, build_agent, train=not args.no_train)
+    checkpointer = None
+
+    def on_agent_built(agent):
+        if checkpointer is not None:
+            checkpointer.attach(agent)  # restores the latest checkpoint, if any
+
+    runtime = LearnerRuntime(exp, build_agent, train=not args.no_train,
+                             on_agent_built=on_agent_built)
     ckpt_cfg = exp.spec.checkpoint
     ckpt_dir = checkpoint_directory(ckpt_cfg.uri, args.run_dir)
-    checkpointer = None
     if ckpt_dir and not args.no_train:
         checkpointer = Checkpointer(ckpt_dir, runtime, ckpt_cfg.keep, ckpt_cfg.interval_steps,
                                     ckpt_cfg.interval_seconds)
-        runtime._on_agent_built = checkpointer.attach
         runtime.add_train_hook(checkpointer.maybe_save)
     files = RunFiles(args.run_dir) if args.run_dir else None
 

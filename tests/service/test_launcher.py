@@ -1,0 +1,49 @@
+"""Run directories are never overwritten; resumes must keep what checkpoints depend on."""
+
+import json
+
+import pytest
+import yaml
+
+from common.config import parse_experiment
+from service.launcher import RunDirError, learner_address, prepare_run_dir
+
+
+def experiment(**spec):
+    return parse_experiment({"metadata": {"name": "exp"}, "spec": spec})
+
+
+def test_a_new_run_gets_its_directory_and_resolved_config(tmp_path):
+    run_dir = prepare_run_dir(experiment(), str(tmp_path), resume=False)
+    config = yaml.safe_load((tmp_path / "exp" / "config.yaml").read_text())
+    assert run_dir == str(tmp_path / "exp")
+    assert config["spec"]["learner"]["unrollLength"] == 20  # defaults are written out
+
+
+def test_an_existing_run_is_refused_without_resume_and_left_untouched(tmp_path):
+    prepare_run_dir(experiment(), str(tmp_path), resume=False)
+    (tmp_path / "exp" / "summary.json").write_text('{"env_steps": 5}')
+    before = (tmp_path / "exp" / "config.yaml").read_text()
+    with pytest.raises(RunDirError, match="--resume"):
+        prepare_run_dir(experiment(seed=3), str(tmp_path), resume=False)
+    assert (tmp_path / "exp" / "config.yaml").read_text() == before
+    assert json.loads((tmp_path / "exp" / "summary.json").read_text()) == {"env_steps": 5}
+
+
+def test_resume_may_change_the_budget_but_not_the_env_or_agent(tmp_path):
+    prepare_run_dir(experiment(), str(tmp_path), resume=False)
+    (tmp_path / "exp" / "summary.json").write_text("{}")
+    prepare_run_dir(experiment(budget={"maxEnvSteps": 5}), str(tmp_path), resume=True)
+    assert yaml.safe_load((tmp_path / "exp" / "config.yaml").read_text())[
+        "spec"]["budget"]["maxEnvSteps"] == 5
+    assert (tmp_path / "exp" / "summary.json.previous").exists()
+    with pytest.raises(RunDirError, match="spec.env"):
+        prepare_run_dir(experiment(env={"id": "Acrobot-v1"}), str(tmp_path), resume=True)
+    with pytest.raises(RunDirError, match="spec.agent"):
+        prepare_run_dir(experiment(agent={"network": {"hiddenSizes": [8]}}), str(tmp_path),
+                        resume=True)
+
+
+def test_learner_address_is_a_unix_socket_unless_the_path_is_too_long(tmp_path):
+    assert learner_address(str(tmp_path)) == f"unix:{tmp_path}/learner.sock"
+    assert learner_address("/" + "x" * 120).startswith("127.0.0.1:")

@@ -1,0 +1,39 @@
+"""The progress line shows budget fraction, rate, episodes, return and elapsed time."""
+
+import io
+
+from common.config import BudgetConfig
+from service.progress import Progress, format_duration
+
+
+def test_line_shows_the_figures_of_a_status_snapshot():
+    p = Progress("exp", BudgetConfig(max_env_steps=1000), out=io.StringIO())
+    p.line({"env_steps": 0, "elapsed": 0.0})
+    line = p.line({"env_steps": 500, "elapsed": 2.0, "episodes": 12, "mean_return": 31.25,
+                   "return_window": 12, "actors": 2})
+    assert "[##########..........]  50%" in line
+    assert "500/1,000 steps" in line and "250 steps/s" in line
+    assert "12 episodes" in line and "return(12) 31.2" in line and "0:00:02" in line
+
+
+def test_no_bar_without_a_limit_and_dash_before_the_first_episode():
+    p = Progress("exp", BudgetConfig(max_env_steps=0), out=io.StringIO())
+    line = p.line({"env_steps": 10, "elapsed": 1.0})
+    assert "[" not in line and "return(0) -" in line
+
+
+def test_time_budget_drives_the_bar_when_it_is_further_along():
+    p = Progress("exp", BudgetConfig(max_env_steps=1000, max_seconds=10), out=io.StringIO())
+    assert p.fraction({"env_steps": 100, "elapsed": 5.0}) == 0.5
+
+
+def test_not_a_terminal_prints_whole_lines():
+    out = io.StringIO()
+    p = Progress("exp", BudgetConfig(), out=out, every_s=0)
+    p.update({"env_steps": 1, "elapsed": 1.0})
+    p.close()
+    assert out.getvalue().count("\n") == 1 and "\r" not in out.getvalue()
+
+
+def test_format_duration():
+    assert format_duration(3725.9) == "1:02:05"
