@@ -1,0 +1,104 @@
+"""The runtime keeps per-env recurrent state on the learner and feeds unrolls to training."""
+
+import threading
+import time
+
+import numpy as np
+
+from common.config import parse_experiment
+from common.wire import EnvSpec
+from learner.agents.base import Agent
+from learner.runtime import LearnerRuntime, StepData
+
+SPEC = EnvSpec("Counting-v0", "float32", (1,), "int32", (), 2)
+
+
+class CountingAgent(Agent):
+    """State = steps since the env's episode began; it reports the state it acted from."""
+
+    def __init__(self):
+        self.batches = []
+        self.trained = threading.Event()
+
+    def step_fields(self):
+        return {"state_seen": ((), np.dtype(np.float32))}
+
+    def initial_state(self, batch_size):
+        return [np.zeros((batch_size, 1), np.float32)]
+
+    def inference(self, observations, state):
+        (count,) = state
+        return ({"action": np.zeros(len(observations), np.int32),
+                 "state_seen": count[:, 0].copy()}, [count + 1])
+
+    def train(self, batch):
+        self.batches.append(batch)
+        self.trained.set()
+        return {"loss/total": 0.0}
+
+    def set_learning_rate(self, value):
+        pass
+
+    def checkpointables(self):
+        return {}
+
+
+def make_runtime(agent):
+    exp = parse_experiment({"metadata": {"name": "t"}, "spec": {
+        "learner": {"unrollLength": 3, "batchSize": 1, "inferenceMaxWaitMs": 0}}})
+    return LearnerRuntime(exp, lambda e, s: agent, train=True)
+
+
+def step(k, done_envs=()):
+    terminated = np.zeros(k, bool)
+    terminated[list(done_envs)] = True
+    return StepData(np.zeros((k, 1), np.float32), np.ones(k, np.float32), terminated,
+                    np.zeros(k, bool))
+
+
+def test_state_is_per_env_per_stream_and_resets_at_episode_ends():
+    agent = CountingAgent()
+    runtime = make_runtime(agent)
+    try:
+        a = runtime.open_stream("a", 2, SPEC)
+        b = runtime.open_stream("b", 3, SPEC)
+        seen_a, seen_b = [], []
+        for t in range(4):
+            fa = runtime.submit(a, step(2, done_envs=[1] if t == 2 else []), [])
+            fb = runtime.submit(b, step(3), [])
+            fa.result(10), fb.result(10)
+            seen_a.append(a.state[0][:, 0].tolist())
+            seen_b.append(b.state[0][:, 0].tolist())
+        # Env a/1's episode ended at t=2: its state restarted from zero there.
+        assert seen_a == [[1, 1], [2, 2], [3, 1], [4, 2]]
+        assert seen_b[-1] == [4, 4, 4]
+        # Unrolls of 4 rows; the one from env a/1 records the states it acted from.
+        deadline = time.monotonic() + 10
+        while len(agent.batches) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(agent.batches) == 5  # one unroll per env, batch size 1
+        rows = sorted(b_["state_seen"][:, 0].tolist() for b_ in agent.batches)
+        assert rows == [[0, 1, 0, 1], [0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]]
+        assert all(b_["initial_state"][0].tolist() == [[0.0]] for b_ in agent.batches)
+    finally:
+        runtime.shutdown()
+
+
+def test_budget_counts_env_steps_and_episode_returns():
+    agent = CountingAgent()
+    runtime = make_runtime(agent)
+    try:
+        s = runtime.open_stream("a", 4, SPEC)
+        runtime.submit(s, step(4), [(10.0, 10), (20.0, 20)]).result(10)
+        assert runtime.env_steps == 4 and runtime.episodes == 2
+        assert runtime.mean_return == 15.0
+        assert runtime.check_budget() is None
+        runtime.experiment = parse_experiment({"metadata": {"name": "t"}, "spec": {
+            "budget": {"maxEnvSteps": 4}}})
+        assert runtime.check_budget() == "max_env_steps"
+        runtime.experiment = parse_experiment({"metadata": {"name": "t"}, "spec": {
+            "budget": {"maxEnvSteps": 0, "targetReturn": 12, "returnWindow": 2}}})
+        runtime.returns = type(runtime.returns)([10.0, 20.0], maxlen=2)
+        assert runtime.check_budget() == "target_return"
+    finally:
+        runtime.shutdown()
