@@ -112,6 +112,10 @@ class InferenceBatcher:
             if not batch or self._stopped.is_set():
                 self._fail(batch)
                 break
+            # A stream that went away cancels its future; from RUNNING on, none can be.
+            batch = [p for p in batch if p.future.set_running_or_notify_cancel()]
+            if not batch:
+                continue
             try:
                 results = self._process([p.item for p in batch])
                 if len(results) != len(batch):

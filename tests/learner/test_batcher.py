@@ -101,3 +101,23 @@ def test_stop_fails_pending_and_later_requests():
         waiting.result(5)
     with pytest.raises(BatcherStopped):
         batcher.submit("late", 1).result(5)
+
+
+def test_a_cancelled_request_is_skipped_and_the_batcher_keeps_serving():
+    gate = threading.Event()
+
+    def process(items):
+        gate.wait(5)
+        return [f"out-{i}" for i in items]
+
+    batcher = InferenceBatcher(process, max_batch_size=1, max_wait_s=0.0)
+    try:
+        busy = batcher.submit("busy", 1)
+        gone = batcher.submit("gone", 1)
+        assert gone.cancel()  # its stream disconnected while it waited
+        gate.set()
+        assert busy.result(5) == "out-busy"
+        assert batcher.submit("next", 1).result(5) == "out-next"
+        assert batcher.batches == 2
+    finally:
+        batcher.stop()

@@ -36,13 +36,14 @@ class RunningLearner:
         self.server = server
 
 
-def start_learner(address: str) -> RunningLearner:
+def start_learner(address: str, credentials=None) -> RunningLearner:
     """Starts a learner for a small V-trace experiment (training on) on ``address``."""
     runtime = LearnerRuntime(small_experiment(), build_agent, train=True)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    server, _ = asyncio.run_coroutine_threadsafe(start_server(runtime, address), loop).result(30)
+    server, _ = asyncio.run_coroutine_threadsafe(
+        start_server(runtime, address, credentials), loop).result(30)
     running = RunningLearner(runtime, address, loop, server)
     running.thread = thread
     return running
