@@ -75,11 +75,14 @@ class EnvBatch:
         self.envs = [make_env(config) for _ in range(num_envs)]
         self.spec = spec_of(self.envs[0], config.id)
         self._obs_dtype = np.dtype(self.spec.observation_dtype)
+        # Discrete(n, start=s) spaces: the wire carries 0..n-1, the env wants s..s+n-1.
+        self._starts = [self._action_start(env) for env in self.envs]
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._lengths = np.zeros(num_envs, dtype=np.int64)
         self.restarts = 0
 
-    def _discrete_start(self, env) -> int:
+    @staticmethod
+    def _action_start(env) -> int:
         return int(getattr(env.action_space, "start", 0))
 
     def reset(self) -> np.ndarray:
@@ -107,7 +110,7 @@ class EnvBatch:
         for i, env in enumerate(self.envs):
             action = actions[i]
             if self.spec.discrete:
-                action = int(action) + self._discrete_start(env)
+                action = int(action) + self._starts[i]
             try:
                 o, r, term, trunc, _ = env.step(action)
             except Exception:  # noqa: BLE001 - one broken env must not stop the others
@@ -132,6 +135,7 @@ class EnvBatch:
         except Exception:  # noqa: BLE001 - it is broken already
             pass
         self.envs[i] = make_env(self.config)
+        self._starts[i] = self._action_start(self.envs[i])
 
     def close(self) -> None:
         """Closes every environment."""

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 
@@ -76,7 +77,6 @@ def learner_address(run_dir: str) -> str:
     path = os.path.join(run_dir, "learner.sock")
     if len(path) < 100:  # sun_path holds 108 bytes
         return f"unix:{path}"
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{s.getsockname()[1]}"

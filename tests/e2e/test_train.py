@@ -57,8 +57,7 @@ def status_value(run_dir, key):
 
 
 def test_learns_cartpole_with_a_learner_and_two_actors(tmp_path):
-    proc = start(train_cmd(tmp_path, "e2e-learn", "spec.budget.maxEnvSteps=80000",
-                           "spec.budget.targetReturn=null"))
+    proc, _ = start_run(tmp_path, "e2e-learn", 80000)
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out
     summary = read_json(tmp_path / "e2e-learn" / "summary.json")
@@ -73,19 +72,28 @@ def test_learns_cartpole_with_a_learner_and_two_actors(tmp_path):
     assert not processes_mentioning(str(tmp_path))
 
 
-def test_killing_an_actor_mid_run_does_not_stop_training(tmp_path):
-    run_dir = tmp_path / "e2e-kill"
-    proc = start(train_cmd(tmp_path, "e2e-kill", "spec.budget.maxEnvSteps=100000",
+def start_run(tmp_path, name, max_env_steps):
+    """Starts `seedrl train` with a step budget and no target; returns (process, run_dir)."""
+    proc = start(train_cmd(tmp_path, name, f"spec.budget.maxEnvSteps={max_env_steps}",
                            "spec.budget.targetReturn=null"))
+    return proc, tmp_path / name
+
+
+def wait_for_learner_steps(run_dir, steps, timeout, what):
+    wait_for(lambda: status_value(run_dir, "learner_steps") >= steps, timeout, what)
+
+
+def test_killing_an_actor_mid_run_does_not_stop_training(tmp_path):
+    proc, run_dir = start_run(tmp_path, "e2e-kill", 100000)
     try:
-        wait_for(lambda: status_value(run_dir, "learner_steps") >= 20, 180, "training")
+        wait_for_learner_steps(run_dir, 20, 180, "training")
         victims = processes_mentioning("--actor-id e2e-kill-local-0")
         assert len(victims) == 1
         os.kill(victims[0], signal.SIGKILL)
         steps_at_kill = status_value(run_dir, "learner_steps")
         # Training goes on with the other actor (and the restarted one).
-        wait_for(lambda: status_value(run_dir, "learner_steps") >= steps_at_kill + 30, 120,
-                 "training to continue after the kill")
+        wait_for_learner_steps(run_dir, steps_at_kill + 30, 120,
+                               "training to continue after the kill")
         out, _ = proc.communicate(timeout=400)
     finally:
         proc.kill()
@@ -98,11 +106,9 @@ def test_killing_an_actor_mid_run_does_not_stop_training(tmp_path):
 
 
 def test_ctrl_c_checkpoints_and_resume_continues_without_overwriting(tmp_path):
-    run_dir = tmp_path / "e2e-resume"
-    proc = start(train_cmd(tmp_path, "e2e-resume", "spec.budget.maxEnvSteps=10000000",
-                           "spec.budget.targetReturn=null"))
+    proc, run_dir = start_run(tmp_path, "e2e-resume", 10000000)
     try:
-        wait_for(lambda: status_value(run_dir, "learner_steps") >= 30, 180, "training")
+        wait_for_learner_steps(run_dir, 30, 180, "training")
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
