@@ -39,15 +39,56 @@ def env_seeds(seed: int, index: int, num_envs: int) -> list[int]:
     return [int(s) for s in np.random.SeedSequence([seed, index]).generate_state(num_envs)]
 
 
-async def _run(client) -> None:
-    task = asyncio.ensure_future(client.run())
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
+def make_env_batches(exp, index: int) -> list:
+    """The actor's envs, split into one batch per stream (``spec.actors.streamsPerActor``).
+
+    Raises:
+      ValueError: if the environments cannot be made.
+    """
+    from actors.envs import EnvBatch
+    from actors.process_envs import ProcessEnvBatch
+
+    actors = exp.spec.actors
+    k = actors.envs_per_actor
+    seeds = env_seeds(exp.spec.seed, index, k)
+    n = max(1, min(actors.streams_per_actor, k))
+    bounds = np.linspace(0, k, n + 1).round().astype(int)
+    batches = []
     try:
-        await task
+        for j in range(n):
+            lo, hi = int(bounds[j]), int(bounds[j + 1])
+            if actors.processes_per_actor:
+                procs = max(1, round(actors.processes_per_actor * (hi - lo) / k))
+                batches.append(ProcessEnvBatch(exp.spec.env, hi - lo, seeds[lo:hi], procs))
+            else:
+                batches.append(EnvBatch(exp.spec.env, hi - lo, seeds[lo:hi]))
+    except BaseException:
+        for b in batches:
+            b.close()
+        raise
+    return batches
+
+
+async def _run(clients) -> None:
+    tasks = [asyncio.ensure_future(c.run()) for c in clients]
+    loop = asyncio.get_running_loop()
+
+    def cancel():
+        for t in tasks:
+            t.cancel()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, cancel)
+    try:
+        # One refused stream refuses the whole actor: the others would fail the same way.
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                cancel()
+                raise t.exception()
+        await asyncio.gather(*tasks)
     except asyncio.CancelledError:
-        log.info("stopped by signal after %d env steps", client.env_steps)
+        log.info("stopped by signal after %d env steps", sum(c.env_steps for c in clients))
 
 
 def main(argv=None) -> int:
@@ -61,11 +102,9 @@ def main(argv=None) -> int:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return 2
     from actors.client import ActorClient, ActorRefused
-    from actors.envs import EnvBatch
 
-    k = exp.spec.actors.envs_per_actor
     try:
-        envs = EnvBatch(exp.spec.env, k, env_seeds(exp.spec.seed, args.index, k))
+        batches = make_env_batches(exp, args.index)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
         return 2
@@ -74,13 +113,18 @@ def main(argv=None) -> int:
         with open(args.tls_ca, "rb") as fh:
             credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
     actor_id = args.actor_id or f"{exp.metadata.name}-{socket.gethostname()}-{args.index}"
-    client = ActorClient(envs, exp.metadata.name, actor_id, args.learner, credentials)
+    # Several streams per actor: while the learner answers one, the actor steps another.
+    clients = [ActorClient(envs, exp.metadata.name,
+                           actor_id if len(batches) == 1 else f"{actor_id}/{j}",
+                           args.learner, credentials) for j, envs in enumerate(batches)]
     try:
-        asyncio.run(_run(client))
+        asyncio.run(_run(clients))
     except ActorRefused as exc:
         log.error("the learner refused this actor: %s", exc)
         return 3
     finally:
-        envs.close()
-    log.info("done after %d env steps (pid %d)", client.env_steps, os.getpid())
+        for envs in batches:
+            envs.close()
+    log.info("done after %d env steps (pid %d)", sum(c.env_steps for c in clients),
+             os.getpid())
     return 0

@@ -186,6 +186,15 @@ class ActorsConfig:
     replicas: int = param(2, "Actor processes (pods in a cluster), one gRPC stream each.", ge=1)
     envs_per_actor: int = param(8, "Environments stepped by each actor; one message carries "
                                    "one step of all of them.", ge=1, le=4096)
+    streams_per_actor: int = param(
+        1, "gRPC streams each actor keeps in flight, each with its share of the envs: while the "
+           "learner answers one stream, the actor steps the envs of another. Helps when env "
+           "steps are slow next to a round trip; for CartPole, 2 measured slower than 1.",
+        ge=1, le=64)
+    processes_per_actor: int = param(
+        0, "Worker processes that step each actor's environments in parallel, exchanging "
+           "arrays through shared memory; 0 steps them inside the actor process (best for "
+           "environments much cheaper than a process wake-up, like CartPole).", ge=0, le=256)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,64 @@
+"""The actor splits its envs into streams (and worker processes) as the Experiment says."""
+
+import asyncio
+import threading
+import time
+
+from actors.client import ActorClient
+from actors.envs import EnvBatch
+from actors.main import make_env_batches
+from actors.process_envs import ProcessEnvBatch
+from common.config import parse_experiment
+from support.learner_harness import start_learner, stop_learner
+
+
+def experiment(**actors):
+    return parse_experiment({"metadata": {"name": "test-exp"},
+                             "spec": {"actors": {"envsPerActor": 5, **actors}}})
+
+
+def test_envs_are_split_evenly_over_streams_in_process():
+    batches = make_env_batches(experiment(streamsPerActor=2), index=0)
+    try:
+        assert [type(b) for b in batches] == [EnvBatch, EnvBatch]
+        assert [b.num_envs for b in batches] == [2, 3]
+    finally:
+        for b in batches:
+            b.close()
+
+
+def test_worker_processes_are_shared_out_between_streams():
+    batches = make_env_batches(experiment(streamsPerActor=2, processesPerActor=4), index=1)
+    try:
+        assert all(isinstance(b, ProcessEnvBatch) for b in batches)
+        assert [b.num_processes for b in batches] == [2, 2]
+        assert sum(b.num_envs for b in batches) == 5
+    finally:
+        for b in batches:
+            b.close()
+
+
+def test_two_streams_of_one_actor_are_served_side_by_side(tmp_path):
+    learner = start_learner(f"unix:{tmp_path}/learner.sock")
+    batches = make_env_batches(experiment(streamsPerActor=2), index=0)
+    clients = [ActorClient(b, "test-exp", f"actor/{j}", learner.address)
+               for j, b in enumerate(batches)]
+
+    async def run_all():
+        await asyncio.gather(*(c.run() for c in clients))
+
+    thread = threading.Thread(target=lambda: asyncio.run(run_all()), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while min(c.env_steps for c in clients) < 50 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert learner.runtime.connected_actors == 2
+        assert all(c.env_steps >= 50 for c in clients)
+        learner.runtime.finish("max_env_steps")
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        stop_learner(learner)
+        for b in batches:
+            b.close()
