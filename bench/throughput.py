@@ -54,13 +54,13 @@ def raw_steps_per_second(exp, seconds: float) -> float:
     return sum(rates)
 
 
-def end_to_end_steps_per_second(config: str, seconds: float, warmup: float,
-                                train: bool) -> dict:
+def end_to_end_steps_per_second(config: str, overrides: list[str], seconds: float,
+                                warmup: float, train: bool) -> dict:
     """Runs learner + actors for ``warmup + seconds`` and measures the steady rate."""
     from service.launcher import LocalRun, prepare_run_dir
 
     exp = load_experiment(config, [
-        "spec.budget.maxEnvSteps=0", "spec.budget.targetReturn=null",
+        *overrides, "spec.budget.maxEnvSteps=0", "spec.budget.targetReturn=null",
         f"spec.budget.maxSeconds={warmup + seconds}", "spec.learner.optimizer.linearDecay=false"])
     with tempfile.TemporaryDirectory() as runs:
         run_dir = prepare_run_dir(exp, runs, resume=False)
@@ -84,15 +84,17 @@ def main(argv=None) -> int:
     p.add_argument("--config", default=os.path.join(ROOT, "examples", "cartpole-vtrace.yaml"))
     p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per mode")
     p.add_argument("--warmup", type=float, default=8.0, help="seconds skipped at the start")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="PATH=VALUE", help="override an Experiment field (repeatable)")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
-    exp = load_experiment(args.config)
+    exp = load_experiment(args.config, args.overrides)
     a = exp.spec.actors
     print(f"{exp.spec.env.id}: {a.replicas} actor processes x {a.envs_per_actor} envs, "
           f"{args.seconds:.0f} s per mode on {os.cpu_count()} cores", flush=True)
     raw = raw_steps_per_second(exp, args.seconds)
-    infer = end_to_end_steps_per_second(args.config, args.seconds, args.warmup, train=False)
-    train = end_to_end_steps_per_second(args.config, args.seconds, args.warmup, train=True)
+    infer = end_to_end_steps_per_second(args.config, args.overrides, args.seconds, args.warmup, train=False)
+    train = end_to_end_steps_per_second(args.config, args.overrides, args.seconds, args.warmup, train=True)
     rows = [("raw env steps (random actions, no learner)", raw, None),
             ("end to end, inference only", infer["steps_per_s"], infer["mean_inference_batch"]),
             ("end to end, training on", train["steps_per_s"], train["mean_inference_batch"])]

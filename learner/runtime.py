@@ -58,6 +58,7 @@ class Stream:
                  state: list[np.ndarray]):
         self.actor_id = actor_id
         self.num_envs = num_envs
+        self.env_ids = list(range(num_envs))
         self.builder = builder
         self.state = state
         self.closed = False

@@ -35,12 +35,14 @@ def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData
       WireError: naming the offending field.
     """
     k = stream.num_envs
-    ids = np.asarray(msg.env_ids, dtype=np.int64)
-    if len(ids) != k:
-        raise WireError(f"step.env_ids: expected {k} ids (one per env), got {len(ids)}")
-    if k and (ids.min() < 0 or ids.max() >= k or len(np.unique(ids)) != k):
-        raise WireError(f"step.env_ids: must be a permutation of 0..{k - 1}, got "
-                        f"{ids.tolist()[:16]}")
+    ids = list(msg.env_ids)
+    in_order = ids == stream.env_ids  # the usual case, checked in one comparison
+    if not in_order:
+        if len(ids) != k:
+            raise WireError(f"step.env_ids: expected {k} ids (one per env), got {len(ids)}")
+        if sorted(ids) != stream.env_ids:
+            raise WireError(f"step.env_ids: must be a permutation of 0..{k - 1}, got "
+                            f"{ids[:16]}")
     obs = decode_array(msg.observations, "step.observations", spec.observation_dtype,
                        (k,) + spec.observation_shape)
     for name in ("rewards", "terminated", "truncated"):
@@ -54,7 +56,7 @@ def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData
     for ep in msg.episodes:
         if ep.env_id >= k:
             raise WireError(f"step.episodes.env_id: {ep.env_id} is not an env of this actor")
-    if not np.array_equal(ids, np.arange(k)):
+    if not in_order:
         order = np.argsort(ids)
         obs, rewards = obs[order], rewards[order]
         terminated, truncated = terminated[order], truncated[order]
