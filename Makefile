@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum 
 RUN_NAME ?= cartpole-vtrace-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: run test test-all bench install proto check-proto clean
+.PHONY: run test test-all bench bench-throughput bench-streams install proto clean
 
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
@@ -21,8 +21,16 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
-	$(PY) bench/throughput.py
+bench: bench-throughput bench-streams
+
+# End-to-end against raw env steps and naive baselines, in one run (JSON beside the table).
+bench-throughput: $(STAMP)
+	$(PY) bench/throughput.py --config examples/cartpole-throughput.yaml --json bench-throughput.json
+
+# Scaling over 1..32 actor streams, then the 1,000-stream scale simulation.
+bench-streams: $(STAMP)
+	$(PY) bench/streams.py --json bench-streams.json
+	$(PY) bench/streams.py --streams 1000 --envs-per-stream 1 --seconds 20 --json bench-streams-1000.json
 
 install: $(STAMP)
 

@@ -9,8 +9,10 @@ the same way again.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
+import time
 
 import grpc
 import numpy as np
@@ -71,6 +73,8 @@ class ActorClient:
         self.backoff = backoff or Backoff()
         self.env_steps = 0
         self.connections = 0
+        #: Recent step round trips in seconds (send to actions received), for latency figures.
+        self.latencies: collections.deque[float] = collections.deque(maxlen=100_000)
         k = envs.num_envs
         self._obs = None
         self._rewards = np.zeros(k, np.float32)
@@ -143,8 +147,10 @@ class ActorClient:
             self._terminated[:] = False
             self._truncated[:] = False
             while True:
+                sent = time.perf_counter()
                 await call.write(self._step_message())
                 reply = await call.read()
+                self.latencies.append(time.perf_counter() - sent)
                 if reply is grpc.aio.EOF:
                     raise _eof()
                 if reply.finished:

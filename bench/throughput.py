@@ -1,10 +1,13 @@
-"""End-to-end env steps/s beside raw env steps/s, measured side by side in one run.
+"""End-to-end env steps/s beside raw env steps/s and naive baselines, measured in one run.
 
     python bench/throughput.py [--config FILE] [--seconds 20] [--json out.json]
 
 Raw: the same number of actor processes, each stepping the same K envs with random actions, no
 gRPC and no model. End to end: `seedrl train`'s learner and actors, once with inference only and
 once with training on; the rate is taken from the learner's metrics log after a warm-up.
+Baselines: one process running the same TensorFlow model locally on every step of a gymnasium
+AsyncVectorEnv with one env per env process of the run, and of a SyncVectorEnv holding as many
+envs as the whole run (the strongest naive setup: batched local inference, no gRPC).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import queue
 import sys
 import tempfile
 import time
@@ -54,6 +58,56 @@ def raw_steps_per_second(exp, seconds: float) -> float:
     return sum(rates)
 
 
+def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> None:
+    import gymnasium as gym
+    import numpy as np
+    import tensorflow as tf
+
+    from actors.envs import make_env
+    from learner.networks import PolicyValueMLP
+
+    make = [lambda: make_env(exp.spec.env)] * num_envs
+    envs = (gym.vector.AsyncVectorEnv(make) if vector == "async" else
+            gym.vector.SyncVectorEnv(make))
+    net_cfg = exp.spec.agent.network
+    obs, _ = envs.reset(seed=0)
+    net = PolicyValueMLP(int(envs.single_action_space.n), net_cfg.hidden_sizes,
+                         net_cfg.activation)
+    net(obs.astype(np.float32))  # create the variables outside the tf.function
+
+    @tf.function(input_signature=[tf.TensorSpec([None, *obs.shape[1:]], tf.float32)])
+    def act(o):
+        logits, _ = net(o)
+        return tf.random.categorical(logits, 1, dtype=tf.int32)[:, 0]
+
+    for _ in range(10):  # trace and warm up
+        act(obs.astype(np.float32))
+    steps, start = 0, time.monotonic()
+    while time.monotonic() - start < seconds:
+        obs, *_ = envs.step(act(obs.astype(np.float32)).numpy())
+        steps += num_envs
+    out.put(steps / (time.monotonic() - start))
+    envs.close()
+
+
+def baseline_steps_per_second(exp, vector: str, num_envs: int, seconds: float) -> float:
+    """A naive single process: a gymnasium vector env and the same model run locally."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_baseline_worker, args=(exp, vector, num_envs, seconds, out))
+    proc.start()
+    deadline = time.monotonic() + seconds + 300
+    while True:
+        try:
+            rate = out.get(timeout=1.0)
+            break
+        except queue.Empty:
+            if not proc.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the {vector} baseline failed (exit code {proc.exitcode})")
+    proc.join()
+    return rate
+
+
 def end_to_end_steps_per_second(config: str, overrides: list[str], seconds: float,
                                 warmup: float, train: bool) -> dict:
     """Runs learner + actors for ``warmup + seconds`` and measures the steady rate."""
@@ -92,12 +146,22 @@ def main(argv=None) -> int:
     a = exp.spec.actors
     print(f"{exp.spec.env.id}: {a.replicas} actor processes x {a.envs_per_actor} envs, "
           f"{args.seconds:.0f} s per mode on {os.cpu_count()} cores", flush=True)
+    env_processes = a.replicas * max(1, a.processes_per_actor)
+    total_envs = a.replicas * a.envs_per_actor
     raw = raw_steps_per_second(exp, args.seconds)
-    infer = end_to_end_steps_per_second(args.config, args.overrides, args.seconds, args.warmup, train=False)
-    train = end_to_end_steps_per_second(args.config, args.overrides, args.seconds, args.warmup, train=True)
+    infer = end_to_end_steps_per_second(args.config, args.overrides, args.seconds,
+                                        args.warmup, train=False)
+    train = end_to_end_steps_per_second(args.config, args.overrides, args.seconds,
+                                        args.warmup, train=True)
+    async_base = baseline_steps_per_second(exp, "async", env_processes, args.seconds)
+    sync_base = baseline_steps_per_second(exp, "sync", total_envs, args.seconds)
     rows = [("raw env steps (random actions, no learner)", raw, None),
             ("end to end, inference only", infer["steps_per_s"], infer["mean_inference_batch"]),
-            ("end to end, training on", train["steps_per_s"], train["mean_inference_batch"])]
+            ("end to end, training on", train["steps_per_s"], train["mean_inference_batch"]),
+            (f"baseline: AsyncVectorEnv({env_processes}) + local model", async_base,
+             float(env_processes)),
+            (f"baseline: SyncVectorEnv({total_envs}) + local model", sync_base,
+             float(total_envs))]
     print(f"{'mode':<44} {'env steps/s':>12} {'vs raw':>7} {'mean batch':>11}")
     for name, rate, batch in rows:
         batch_text = "-" if batch is None else f"{batch:.1f}"
@@ -107,8 +171,14 @@ def main(argv=None) -> int:
             json.dump({"env": exp.spec.env.id, "replicas": a.replicas,
                        "envs_per_actor": a.envs_per_actor, "raw_steps_per_s": raw,
                        "inference_only": infer, "training": train,
+                       "baseline_async_vector_env": {"num_envs": env_processes,
+                                                     "steps_per_s": async_base},
+                       "baseline_sync_vector_env": {"num_envs": total_envs,
+                                                    "steps_per_s": sync_base},
                        "ratio_inference_only": infer["steps_per_s"] / raw,
-                       "ratio_training": train["steps_per_s"] / raw}, fh, indent=1)
+                       "ratio_training": train["steps_per_s"] / raw,
+                       "ratio_inference_only_to_best_baseline":
+                           infer["steps_per_s"] / max(async_base, sync_base)}, fh, indent=1)
     return 0
 
 

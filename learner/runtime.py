@@ -302,6 +302,8 @@ class LearnerRuntime:
             "elapsed": self.elapsed,
             "actors": self.connected_actors,
             "mean_inference_batch": self.batcher.mean_batch_size,
+            "inference_batches": self.batcher.batches,
+            "inference_steps": self.batcher.items,
             "queued_unrolls": self._unrolls.qsize(),
             "metrics": dict(self.last_metrics),
             "stop_reason": self.stop_reason,
