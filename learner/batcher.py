@@ -6,6 +6,10 @@ since the first request of the batch arrived, then hands the whole group to one 
 ``process``. Unlike SEED's full-batch-only op, a partial batch still runs after the wait, so a
 lone actor never stalls. A request larger than the batch size runs on its own.
 
+Closing a batch early once every open stream had a request in it was tried and measured
+worse: more, smaller batches (CartPole, 2 x 1024 envs: 0.69 of raw stepping against 0.82
+without), and slower, less reliable CartPole learning. The max wait stays the only close.
+
 The batcher runs in its own thread (not on the gRPC event loop) so TensorFlow can release the GIL
 while the event loop keeps reading and decoding messages from other streams.
 """
