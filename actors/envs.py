@@ -12,6 +12,7 @@ import logging
 import gymnasium as gym
 import numpy as np
 
+from actors import atari
 from common.config import EnvConfig
 from common.wire import EnvSpec
 
@@ -29,13 +30,26 @@ def make_env(config: EnvConfig) -> gym.Env:
             importlib.import_module(module)
         except ImportError as exc:
             raise ValueError(f"spec.env.imports: cannot import {module!r}: {exc}") from None
-    kwargs = dict(config.options)
-    if config.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = config.max_episode_steps
     try:
-        return gym.make(config.id, **kwargs)
+        if atari.is_atari(config.id):
+            env = atari.make_atari(config.id, config.atari, dict(config.options),
+                                   config.max_episode_steps)
+        else:
+            kwargs = dict(config.options)
+            if config.max_episode_steps is not None:
+                kwargs["max_episode_steps"] = config.max_episode_steps
+            env = gym.make(config.id, **kwargs)
     except gym.error.Error as exc:
         raise ValueError(f"spec.env.id: cannot make {config.id!r}: {exc}") from None
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
+        # MuJoCo and friends observe float64; float32 halves what crosses the wire and is what
+        # the networks compute in anyway.
+        env = gym.wrappers.TransformObservation(
+            env, lambda obs: np.asarray(obs, np.float32),
+            gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32),
+                           space.shape, np.float32))
+    return env
 
 
 def spec_of(env: gym.Env, env_id: str) -> EnvSpec:
@@ -104,9 +118,13 @@ class EnvBatch:
         # Per-env work stays in plain Python objects and the arrays are built once at the end:
         # numpy scalar reads and writes cost about a microsecond each, as much as a CartPole step.
         k = self.num_envs
-        acts = actions.tolist()
         if self.spec.discrete:
-            acts = [a + s for a, s in zip(acts, self._starts)]
+            acts = [a + s for a, s in zip(actions.tolist(), self._starts)]
+        else:
+            # A Gaussian policy samples beyond the bounds; the learner scores the unclipped
+            # sample it drew, the env only ever sees legal actions.
+            space = self.envs[0].action_space
+            acts = list(np.clip(actions, space.low, space.high))
         obs, rewards, terminated, truncated = [None] * k, [0.0] * k, [False] * k, [False] * k
         returns, lengths = self._returns, self._lengths
         episodes = []

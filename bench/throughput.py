@@ -44,12 +44,18 @@ def _raw_worker(env_cfg, num_envs, seconds, index, out):
 
 
 def raw_steps_per_second(exp, seconds: float) -> float:
-    """Sum over ``replicas`` processes of random-action env steps/s."""
+    """Random-action env steps/s summed over as many processes as the run steps envs in.
+
+    That is ``replicas`` actor processes, or ``replicas x processesPerActor`` worker processes
+    when the actors step their envs in workers; the run's envs are split evenly over them.
+    """
+    a = exp.spec.actors
+    processes = a.replicas * max(1, a.processes_per_actor)
+    per_process = max(1, a.replicas * a.envs_per_actor // processes)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_raw_worker, args=(exp.spec.env, exp.spec.actors.envs_per_actor,
-                                                   seconds, i, out))
-             for i in range(exp.spec.actors.replicas)]
+    procs = [ctx.Process(target=_raw_worker, args=(exp.spec.env, per_process, seconds, i, out))
+             for i in range(processes)]
     for p in procs:
         p.start()
     rates = [out.get(timeout=seconds + 120) for _ in procs]
@@ -63,28 +69,31 @@ def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> No
     import numpy as np
     import tensorflow as tf
 
-    from actors.envs import make_env
-    from learner.networks import PolicyValueMLP
+    from actors.envs import make_env, spec_of
+    from learner.agents.vtrace.networks import make_network
 
     make = [lambda: make_env(exp.spec.env)] * num_envs
     envs = (gym.vector.AsyncVectorEnv(make) if vector == "async" else
             gym.vector.SyncVectorEnv(make))
-    net_cfg = exp.spec.agent.network
+    probe = make_env(exp.spec.env)
+    spec = spec_of(probe, exp.spec.env.id)
+    probe.close()
     obs, _ = envs.reset(seed=0)
-    net = PolicyValueMLP(int(envs.single_action_space.n), net_cfg.hidden_sizes,
-                         net_cfg.activation)
-    net(obs.astype(np.float32))  # create the variables outside the tf.function
+    # The very network the learner would build for this Experiment.
+    net = make_network(exp.spec.agent.network, spec)
+    dist = net.distribution
+    rng = tf.random.Generator.from_seed(0)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, *obs.shape[1:]], tf.float32)])
+    @tf.function(input_signature=[tf.TensorSpec([None, *obs.shape[1:]], obs.dtype)])
     def act(o):
-        logits, _ = net(o)
-        return tf.random.categorical(logits, 1, dtype=tf.int32)[:, 0]
+        params, _ = net(o)
+        return dist.sample(params, rng.make_seeds(1)[:, 0])
 
     for _ in range(10):  # trace and warm up
-        act(obs.astype(np.float32))
+        act(obs)
     steps, start = 0, time.monotonic()
     while time.monotonic() - start < seconds:
-        obs, *_ = envs.step(act(obs.astype(np.float32)).numpy())
+        obs, *_ = envs.step(act(obs).numpy())
         steps += num_envs
     out.put(steps / (time.monotonic() - start))
     envs.close()

@@ -28,7 +28,7 @@ KIND = "Experiment"
 #: Agents the learner knows how to build; ``spec.agent.name`` must be one of these.
 AGENTS = ("vtrace",)
 #: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
-NETWORKS = ("mlp",)
+NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
 
 # DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -85,6 +85,44 @@ def field_key(f: dataclasses.Field) -> str:
 # --------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class AtariConfig:
+    """Preprocessing of Atari games (``spec.env.atari``), used for ids of the form ``ALE/Game-v5``.
+
+    The defaults are the standard ones: Mnih et al. (2015) for frames, Machado et al. (2018) for
+    sticky actions and for not ending episodes on a lost life.
+    """
+
+    noop_max: int = param(30, "Up to this many no-op actions after each reset (0 disables).",
+                          ge=0)
+    frame_skip: int = param(4, "Emulator frames per agent step; the observation is the "
+                               "max over the last two of them.", ge=1)
+    screen_size: int = param(84, "Frames are resized to screenSize x screenSize.", ge=16)
+    grayscale: bool = param(True, "Grayscale frames (one channel) instead of RGB.")
+    frame_stack: int = param(4, "Observations stack this many consecutive frames (1 disables).",
+                             ge=1)
+    sticky_action_probability: float = param(
+        0.25, "Probability that the emulator repeats the previous action instead of the new "
+              "one, per frame.", ge=0.0, le=1.0)
+    full_action_space: bool = param(False, "All 18 actions instead of the game's minimal set.")
+    terminal_on_life_loss: bool = param(
+        False, "End the episode when a life is lost (training signal only; off by default).")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FootballConfig:
+    """Google Research Football settings (``spec.env.football``), used for ids of the form
+    ``Football/<scenario>``, e.g. ``Football/academy_empty_goal_close``."""
+
+    representation: str = param(
+        "simple115v2", "Observation: 'simple115v2' (a 115-float vector) or 'extracted' (the "
+                       "super-minimap, 72x96 uint8 planes).", choices=("simple115v2", "extracted"))
+    rewards: str = param("scoring", "Reward: 'scoring' (goals) or 'scoring,checkpoints' (also "
+                                    "for carrying the ball towards the goal).",
+                         choices=("scoring", "scoring,checkpoints"))
+    stacked: bool = param(False, "Stack the last 4 observations along the last axis.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class EnvConfig:
     """Which environment the actors step (``spec.env``)."""
 
@@ -97,6 +135,9 @@ class EnvConfig:
     max_episode_steps: Optional[int] = param(
         None, "Truncate episodes after this many steps; null keeps the environment's own limit.",
         ge=1)
+    atari: AtariConfig = param(doc="Atari preprocessing, for ALE/ ids.", factory=AtariConfig)
+    football: FootballConfig = param(doc="Google Research Football settings, for Football/ ids.",
+                                     factory=FootballConfig)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -108,7 +149,15 @@ class NetworkConfig:
     hidden_sizes: list[int] = param(
         doc="Widths of the hidden layers of the MLP torso, input side first.",
         factory=lambda: [64, 64], ge=1, min_items=1)
-    activation: str = param("tanh", "Activation of the hidden layers.", choices=("relu", "tanh"))
+    activation: str = param("tanh", "Activation of the hidden layers of the MLP.",
+                            choices=("relu", "tanh"))
+    dense_size: int = param(256, "Width of the dense layer after a conv torso (the Nature DQN "
+                                 "used 512, IMPALA 256).", ge=1)
+    resnet_channels: list[int] = param(
+        doc="Channels of each residual stack of impala_resnet / football_smm; empty keeps the "
+            "network's own ([16, 32, 32] and [16, 32, 32, 32]).", factory=list, ge=1)
+    lstm_size: int = param(0, "Units of an LSTM core after the torso; 0 for a feed-forward "
+                              "network. The learner keeps each environment's LSTM state.", ge=0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -131,6 +180,10 @@ class VTraceConfig:
     reward_clipping: str = param(
         "none", "Reward clipping applied in the learner before the loss; reported returns stay "
                 "the game's own.", choices=("none", "abs_one", "soft_asymmetric"))
+    reward_scale: float = param(
+        1.0, "Rewards are multiplied by this after clipping, before the loss. Values then live on "
+             "a scale the value head reaches in few steps (a return of 100 needs large output "
+             "weights that Adam grows slowly), so baselines do not lag the returns.", gt=0.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

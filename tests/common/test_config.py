@@ -239,7 +239,7 @@ def test_python_attribute_name_lambda_underscore_is_not_a_key():
 
 @pytest.mark.parametrize("path, value, fragment", [
     ("spec.agent.name", "dqn", "must be one of vtrace; got 'dqn'"),
-    ("spec.agent.network.name", "cnn", "must be one of mlp; got 'cnn'"),
+    ("spec.agent.network.name", "cnn", "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'"),
     ("spec.agent.network.activation", "gelu", "must be one of relu, tanh; got 'gelu'"),
     ("spec.learner.optimizer.name", "adagrad", "must be one of adam, rmsprop, sgd; got 'adagrad'"),
     ("spec.agent.vtrace.rewardClipping", "clip",
@@ -802,6 +802,25 @@ def test_shipped_example_loads():
     assert parse_experiment(load_yaml(dump_experiment(exp))) == exp
 
 
+@pytest.mark.parametrize("path", sorted(EXAMPLE.parent.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_loads_and_round_trips(path):
+    exp = load_experiment(str(path))
+    assert exp.metadata.name == path.stem
+    assert parse_experiment(load_yaml(dump_experiment(exp))) == exp
+
+
+def test_atari_and_football_sections():
+    exp = parse_experiment(doc(env={"id": "ALE/Breakout-v5",
+                                     "atari": {"frameStack": 1, "fullActionSpace": True}}))
+    assert exp.spec.env.atari.frame_stack == 1 and exp.spec.env.atari.noop_max == 30
+    problems = problems_of(doc(env={"atari": {"stickyActionProbability": 1.5},
+                                   "football": {"representation": "pixels"}}))
+    assert dict(problems) == {
+        "spec.env.atari.stickyActionProbability": "must be <= 1, got 1.5",
+        "spec.env.football.representation":
+            "must be one of simple115v2, extracted; got 'pixels'"}
+
+
 # --------------------------------------------------------------------------------------------
 # Declarations: docs and defaults
 # --------------------------------------------------------------------------------------------
@@ -826,7 +845,8 @@ ALL_FIELDS = [(cls, f) for cls in _dataclasses_from(Experiment) for f in datacla
 
 def test_every_section_is_reached():
     names = {cls.__name__ for cls in _dataclasses_from(Experiment)}
-    assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AgentConfig",
+    assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
+                     "FootballConfig", "AgentConfig",
                      "NetworkConfig", "VTraceConfig", "LearnerConfig", "OptimizerConfig",
                      "ActorsConfig", "CheckpointConfig", "BudgetConfig"}
 

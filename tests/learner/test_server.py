@@ -96,8 +96,8 @@ def test_a_malformed_message_fails_only_its_own_stream(learner, case):
     ({"version": 99}, grpc.StatusCode.FAILED_PRECONDITION, "protocol version 99"),
     ({"experiment": "other"}, grpc.StatusCode.FAILED_PRECONDITION, "serves experiment"),
     ({"num_envs": 0}, grpc.StatusCode.INVALID_ARGUMENT, "num_envs"),
-    ({"spec": EnvSpec("X", "float32", (4,), "float32", (2,), 0)},
-     grpc.StatusCode.FAILED_PRECONDITION, "discrete actions"),
+    ({"spec": EnvSpec("X", "float32", (4,), "float32", (2, 3), 0)},
+     grpc.StatusCode.FAILED_PRECONDITION, "must be a vector"),
 ])
 def test_bad_handshakes_are_refused_with_a_reason(learner, kwargs, code, reason):
     s = Stream(learner.address)

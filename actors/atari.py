@@ -1,0 +1,94 @@
+"""Atari games through ale-py with the standard preprocessing (``spec.env.atari``).
+
+The pipeline, in order: the raw emulator at one frame per step with sticky actions done by ALE
+itself (Machado et al. 2018); gymnasium's ``AtariPreprocessing`` for the no-op starts, the frame
+skip with a max over the last two frames, the resize and the grayscale; then a channels-last
+frame stack, so a convolutional network reads observations as [H, W, C] uint8 with no transpose.
+Rewards are left as the game gives them: clipping is the learner's business, so the returns the
+actors report are the game's own scores.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from common.config import AtariConfig
+
+#: Environment ids with this prefix are Atari games and get the preprocessing.
+ATARI_PREFIX = "ALE/"
+
+
+def is_atari(env_id: str) -> bool:
+    """Whether an environment id names an ALE game."""
+    return env_id.startswith(ATARI_PREFIX)
+
+
+class ChannelStack(gym.ObservationWrapper):
+    """Stacks the last ``num_frames`` observations along the last axis, oldest first.
+
+    A frame [H, W] or [H, W, C] becomes [H, W, num_frames * C]. After a reset every slot holds
+    the first frame, as in the DQN papers.
+
+    Args:
+      env: the wrapped environment, with a uint8 Box observation space.
+      num_frames: how many frames to keep.
+    """
+
+    def __init__(self, env: gym.Env, num_frames: int):
+        super().__init__(env)
+        space = env.observation_space
+        frame_shape = space.shape if len(space.shape) == 3 else space.shape + (1,)
+        self._channels = frame_shape[-1]
+        shape = frame_shape[:-1] + (frame_shape[-1] * num_frames,)
+        self.observation_space = gym.spaces.Box(0, 255, shape, dtype=np.uint8)
+        self._stack = np.zeros(shape, np.uint8)
+
+    def reset(self, **kwargs):
+        """Resets the game and fills every slot with its first frame."""
+        obs, info = self.env.reset(**kwargs)
+        frame = obs.reshape(self._stack.shape[:-1] + (self._channels,))
+        self._stack[...] = np.tile(frame, (1, 1, self._stack.shape[-1] // self._channels))
+        return self._stack.copy(), info
+
+    def observation(self, observation):
+        """Drops the oldest frame and appends the newest."""
+        c = self._channels
+        self._stack[..., :-c] = self._stack[..., c:]
+        self._stack[..., -c:] = observation.reshape(self._stack.shape[:-1] + (c,))
+        return self._stack.copy()
+
+
+def make_atari(env_id: str, config: AtariConfig, options: dict,
+               max_episode_steps: int | None = None) -> gym.Env:
+    """Creates an ALE game with the standard preprocessing.
+
+    Args:
+      env_id: an ``ALE/Game-v5`` id.
+      config: ``spec.env.atari``.
+      options: ``spec.env.options``, passed to the ALE environment (for example ``mode`` or
+        ``difficulty``); the preprocessing keys are set from ``config`` and may not be repeated
+        here.
+      max_episode_steps: a limit in agent steps, or None for ALE's own (108,000 frames).
+
+    Raises:
+      ValueError: if the game is unknown or options repeat a preprocessing setting.
+    """
+    import ale_py  # Imported here so that actors for other envs do not pay for it.
+
+    gym.register_envs(ale_py)
+    clash = {"frameskip", "repeat_action_probability", "full_action_space"} & set(options)
+    if clash:
+        raise ValueError(f"spec.env.options: {sorted(clash)} are set by spec.env.atari for "
+                         f"{env_id}; set them there")
+    # ALE skips no frames itself: AtariPreprocessing does, so it can max-pool the last two.
+    env = gym.make(env_id, frameskip=1, repeat_action_probability=config.sticky_action_probability,
+                   full_action_space=config.full_action_space, **options)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=config.noop_max, frame_skip=config.frame_skip,
+        screen_size=config.screen_size, terminal_on_life_loss=config.terminal_on_life_loss,
+        grayscale_obs=config.grayscale, grayscale_newaxis=False, scale_obs=False)
+    if max_episode_steps is not None:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps)
+    # Always wrapped, even for one frame: networks read [H, W, C] with a channel axis.
+    return ChannelStack(env, config.frame_stack)

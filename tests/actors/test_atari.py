@@ -1,0 +1,105 @@
+"""Atari through ale-py with the standard preprocessing: shapes, pooling, no-ops, stacking."""
+
+import cv2
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from actors.atari import ChannelStack, is_atari
+from actors.envs import EnvBatch, make_env, spec_of
+from common.config import AtariConfig, EnvConfig
+
+
+def _pong(**atari):
+    return make_env(EnvConfig(id="ALE/Pong-v5", atari=AtariConfig(**atari)))
+
+
+def test_pong_observes_stacked_84x84_grayscale_bytes():
+    env = _pong()
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (84, 84, 4) and obs.dtype == np.uint8
+    # After a reset every slot holds the same first frame.
+    assert all(np.array_equal(obs[..., 0], obs[..., i]) for i in range(4))
+    spec = spec_of(env, "ALE/Pong-v5")
+    assert (spec.observation_dtype, spec.observation_shape, spec.num_actions) == (
+        "uint8", (84, 84, 4), 6)
+    env.close()
+
+
+def test_full_action_space_and_rgb_frames():
+    env = _pong(full_action_space=True, grayscale=False, frame_stack=2, screen_size=64)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (64, 64, 6) and env.action_space.n == 18
+    env.close()
+
+
+def test_sticky_actions_reach_the_emulator():
+    env = _pong(sticky_action_probability=0.1)
+    assert env.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.1)
+    env.close()
+
+
+def test_noop_starts_vary_with_the_seed_and_can_be_turned_off():
+    env = _pong()
+    frames = set()
+    for seed in range(6):
+        env.reset(seed=seed)
+        frames.add(env.unwrapped.ale.getEpisodeFrameNumber())
+    assert len(frames) > 1 and max(frames) <= 30 * 4
+    env.close()
+    env = _pong(noop_max=0)
+    env.reset(seed=3)
+    assert env.unwrapped.ale.getEpisodeFrameNumber() == 0
+    env.close()
+
+
+def test_observation_is_the_max_of_the_last_two_frames_resized():
+    env = _pong(noop_max=0, sticky_action_probability=0.0)
+    raw = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0,
+                   obs_type="grayscale")
+    env.reset(seed=5)
+    raw.reset(seed=5)
+    actions = [2, 3, 2, 0, 3, 3, 2, 1] * 6
+    for a in actions:
+        obs, *_ = env.step(a)
+        frames = [raw.step(a)[0] for _ in range(4)]
+    pooled = np.maximum(frames[-2], frames[-1])
+    want = cv2.resize(pooled, (84, 84), interpolation=cv2.INTER_AREA)
+    np.testing.assert_array_equal(obs[..., -1], want)
+    # The max really matters: the two frames differ (the ball and paddles move).
+    assert not np.array_equal(frames[-2], frames[-1])
+    env.close()
+    raw.close()
+
+
+def test_channel_stack_keeps_the_newest_frame_last():
+    env = ChannelStack(gym.make("ALE/Pong-v5", frameskip=4, obs_type="grayscale",
+                                repeat_action_probability=0.0), 3)
+    first, _ = env.reset(seed=0)
+    seen = [first[..., -1]]
+    for _ in range(3):
+        obs, *_ = env.step(0)
+        seen.append(obs[..., -1])
+    np.testing.assert_array_equal(obs, np.stack(seen[-3:], axis=-1))
+    env.close()
+
+
+def test_rewards_are_the_games_own():
+    batch = EnvBatch(EnvConfig(id="ALE/Pong-v5"), 2, [0, 1])
+    batch.reset()
+    rewards = []
+    for _ in range(400):
+        _, r, *_ = batch.step(np.zeros(2, np.int32))
+        rewards.extend(r.tolist())
+    # Standing still in Pong loses points: -1 each, never clipped or scaled on the actor.
+    assert set(rewards) <= {-1.0, 0.0, 1.0} and -1.0 in rewards
+    batch.close()
+
+
+def test_preprocessing_options_cannot_be_set_twice():
+    with pytest.raises(ValueError, match="spec.env.atari"):
+        make_env(EnvConfig(id="ALE/Pong-v5", options={"frameskip": 2}))
+
+
+def test_atari_ids():
+    assert is_atari("ALE/Breakout-v5") and not is_atari("CartPole-v1")

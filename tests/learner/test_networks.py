@@ -1,0 +1,89 @@
+"""The actor-critic networks: shapes, layer counts, LSTM unrolls and frame scaling."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.config import NetworkConfig
+from common.wire import EnvSpec
+from learner.distributions import Categorical, DiagGaussian
+from learner.networks import make_actor_critic
+
+PONG = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
+SMM = EnvSpec("Football/academy_empty_goal_close", "uint8", (72, 96, 4), "int32", (), 19)
+VECTOR = EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2)
+
+
+def _convs(net):
+    return [v for v in net.trainable_variables if len(v.shape) == 4]
+
+
+@pytest.mark.parametrize("name,spec,convs", [
+    ("nature_cnn", PONG, 3), ("impala_resnet", PONG, 15), ("football_smm", SMM, 20)])
+def test_conv_networks_read_frames(name, spec, convs):
+    net = make_actor_critic(NetworkConfig(name=name), spec, Categorical(spec.num_actions))
+    assert len(_convs(net)) == convs
+    frames = np.random.default_rng(0).integers(0, 256, (3,) + spec.observation_shape, np.uint8)
+    params, values = net(frames)
+    assert params.shape == (3, spec.num_actions) and values.shape == (3,)
+    assert np.isfinite(params.numpy()).all() and np.isfinite(values.numpy()).all()
+
+
+def test_frames_are_scaled_to_unit_range():
+    net = make_actor_critic(NetworkConfig(name="nature_cnn"), PONG, Categorical(6))
+    frames = np.full((2,) + PONG.observation_shape, 255, np.uint8)
+    as_bytes, _ = net(frames)
+    as_floats, _ = net(np.ones((2,) + PONG.observation_shape, np.float32))
+    np.testing.assert_allclose(as_bytes, as_floats, rtol=1e-5, atol=1e-6)
+
+
+def test_conv_network_refuses_vector_observations():
+    with pytest.raises(ValueError, match="reads frames"):
+        make_actor_critic(NetworkConfig(name="impala_resnet"), VECTOR, Categorical(2))
+
+
+def test_resnet_channels_are_configurable():
+    net = make_actor_critic(NetworkConfig(name="impala_resnet", resnet_channels=[8, 8]),
+                            PONG, Categorical(6))
+    assert len(_convs(net)) == 10
+    assert {v.shape[-1] for v in _convs(net)} == {8}
+
+
+def test_mlp_keeps_separate_policy_and_value_streams():
+    net = make_actor_critic(NetworkConfig(hidden_sizes=[16]), VECTOR, Categorical(2))
+    with tf.GradientTape() as tape:
+        _, values = net(np.ones((2, 4), np.float32))
+    grads = tape.gradient(values, net.torso.trainable_variables)
+    assert all(g is None for g in grads)
+
+
+def test_gaussian_head_has_a_learned_log_std():
+    spec = EnvSpec("HalfCheetah-v5", "float32", (17,), "float32", (6,), 0)
+    net = make_actor_critic(NetworkConfig(), spec, DiagGaussian(6))
+    params, _ = net(np.zeros((5, 17), np.float32))
+    assert params.shape == (5, 12)
+    assert np.all(np.abs(params.numpy()[:, :6]) <= 1.0)  # tanh-bounded means
+    assert any("log_std" in v.name for v in net.trainable_variables)
+
+
+def test_lstm_unroll_equals_stepping_with_resets():
+    config = NetworkConfig(hidden_sizes=[8], lstm_size=5)
+    net = make_actor_critic(config, VECTOR, Categorical(2))
+    assert net.recurrent
+    rng = np.random.default_rng(2)
+    t, b = 6, 3
+    obs = rng.normal(size=(t, b, 4)).astype(np.float32)
+    first = np.zeros((t, b), bool)
+    first[3, 1] = first[1, 2] = True
+    first[0, 0] = True  # row 0 uses the given state as is, whatever the flag says
+    state0 = [tf.constant(rng.normal(size=(b, 5)), tf.float32) for _ in range(2)]
+    params, values = net.unroll(obs, first, state0)
+
+    state = state0
+    for i in range(t):
+        if i > 0:
+            keep = tf.constant(1.0 - first[i][:, None], tf.float32)
+            state = [s * keep for s in state]
+        p, v, state = net.step(obs[i], state)
+        np.testing.assert_allclose(params[i], p, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(values[i], v, rtol=1e-5, atol=1e-5)
