@@ -9,30 +9,77 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 RUN_NAME ?= cartpole-vtrace-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
+BENCH_ATARI_MINUTES ?= 30
+# Pong for the throughput table: 2 actors x 16 envs stepped in the actor processes, each actor
+# with 2 streams so it steps one half of its envs while the learner answers the other.
+PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
 
-.PHONY: run test test-all bench bench-throughput bench-streams install proto clean
+.PHONY: run test test-all bench bench-throughput bench-streams bench-atari install proto clean
 
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
 
-test: $(STAMP)
+test: $(STAMP) football
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(STAMP)
+test-all: $(STAMP) football
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: bench-throughput bench-streams
+bench: football bench-throughput bench-streams
 
 # End-to-end against raw env steps and naive baselines, in one run (JSON beside the table).
-bench-throughput: $(STAMP)
+bench-throughput: $(STAMP) football
 	$(PY) bench/throughput.py --config examples/cartpole-throughput.yaml --json bench-throughput.json
+	$(PY) bench/throughput.py --config examples/pong-vtrace.yaml $(PONG_THROUGHPUT) \
+	  --json bench-throughput-pong.json
+	$(PY) bench/throughput.py --config examples/pong-vtrace.yaml $(PONG_THROUGHPUT) \
+	  --set spec.actors.replicas=1 --json bench-throughput-pong-1.json
+
+# V-trace on Pong for BENCH_ATARI_MINUTES: mean return against frames, and frames/s.
+bench-atari: $(STAMP)
+	$(PY) bench/learning_curve.py --config examples/pong-vtrace.yaml \
+	  --minutes $(BENCH_ATARI_MINUTES) --json bench-atari.json
 
 # Scaling over 1..32 actor streams, then the 1,000-stream scale simulation.
-bench-streams: $(STAMP)
+bench-streams: $(STAMP) football
 	$(PY) bench/streams.py --json bench-streams.json
 	$(PY) bench/streams.py --streams 1000 --envs-per-stream 1 --seconds 20 --json bench-streams-1000.json
 
 install: $(STAMP)
+
+# Google Research Football (env ids Football/<scenario>). PyPI has no wheel for gfootball 2.10.2
+# and building its C++ engine takes 6-16 minutes on 2 cores, so the wheel is built once into
+# WHEEL_CACHE (outside the repo, so `make clean` keeps it) and installed from there; the Debian
+# build deps are only needed for that build (--no-upgrade: leave installed ones, python3.11
+# itself among them, at their versions). The engine's build script runs a bare `python3` that
+# must import psutil, hence the venv first on PATH. Installed with --no-deps because gfootball
+# requires opencv-python, which would clobber the opencv-python-headless the Atari preprocessing
+# uses; its real runtime needs are pinned here instead. gym stays at 0.23.1: 0.26 changed
+# reset/step and gfootball calls the old API. six is imported but not declared; psutil is
+# declared (only the build uses it).
+WHEEL_CACHE ?= $(HOME)/.cache/seedrl/wheels
+FOOTBALL := gfootball==2.10.2
+FOOTBALL_BUILD := psutil==7.2.2 six==1.17.0 wheel==0.48.0
+FOOTBALL_RUNTIME := gym==0.23.1 six==1.17.0 psutil==7.2.2
+FOOTBALL_APT := build-essential cmake python3.11-dev libgl1-mesa-dev libegl-dev \
+	libsdl2-dev libsdl2-image-dev libsdl2-ttf-dev libsdl2-gfx-dev \
+	libboost-python-dev libboost-thread-dev libboost-system-dev libboost-filesystem-dev
+
+.PHONY: football
+football: $(STAMP)
+	@if $(PY) -c "import gfootball" 2>/dev/null; then exit 0; fi; \
+	set -ex; \
+	if ! ls $(WHEEL_CACHE)/gfootball-2.10.2-*.whl >/dev/null 2>&1; then \
+	  SUDO=; if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi; \
+	  $$SUDO apt-get update; \
+	  $$SUDO apt-get install -y --no-install-recommends --no-upgrade $(FOOTBALL_APT); \
+	  $(PIP) install --quiet -c constraints.txt $(FOOTBALL_BUILD); \
+	  PATH="$(abspath $(VENV))/bin:$$PATH" $(PIP) wheel --no-deps --no-build-isolation \
+	    -w $(WHEEL_CACHE) $(FOOTBALL); \
+	fi; \
+	$(PIP) install --quiet -c constraints.txt $(FOOTBALL_RUNTIME); \
+	$(PIP) install --quiet --no-deps --no-index --find-links $(WHEEL_CACHE) $(FOOTBALL); \
+	$(PY) -c "import gfootball.env"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -12,7 +12,7 @@ import logging
 import gymnasium as gym
 import numpy as np
 
-from actors import atari
+from actors import atari, football
 from common.config import EnvConfig
 from common.wire import EnvSpec
 
@@ -34,6 +34,9 @@ def make_env(config: EnvConfig) -> gym.Env:
         if atari.is_atari(config.id):
             env = atari.make_atari(config.id, config.atari, dict(config.options),
                                    config.max_episode_steps)
+        elif football.is_football(config.id):
+            env = football.make_football(config.id, config.football, dict(config.options),
+                                         config.max_episode_steps)
         else:
             kwargs = dict(config.options)
             if config.max_episode_steps is not None:

@@ -1,8 +1,8 @@
 """Each environment family runs through a learner and two actors, with its own network.
 
-Atari with the Nature conv net, MuJoCo with continuous actions, a user's own registered env
-through ``spec.env.imports``, and an LSTM core: a few hundred env steps and some training steps
-each, as real processes over a unix socket.
+Atari with the Nature conv net, Football with the super-minimap net and with an MLP, MuJoCo with
+continuous actions, a user's own registered env through ``spec.env.imports``, and an LSTM core:
+a few hundred env steps and some training steps each, as real processes over a unix socket.
 """
 
 import json
@@ -61,3 +61,14 @@ def test_users_own_environment_from_its_package(tmp_path, network):
         "spec.env.imports=[seedrl_test_envs]", *network,
         env={"PYTHONPATH": os.pathsep.join(filter(None, [support, os.environ.get("PYTHONPATH")]))})
     assert summary["episodes"] > 0
+
+
+def test_football_with_the_super_minimap_network(tmp_path):
+    _train(tmp_path, "football-vtrace.yaml", "football", 300, "spec.actors.envsPerActor=1",
+           "spec.agent.network.resnetChannels=[8, 8]", "spec.agent.network.denseSize=32")
+
+
+def test_football_simple115_with_an_mlp(tmp_path):
+    _train(tmp_path, "football-vtrace.yaml", "football-115", 300, "spec.actors.envsPerActor=1",
+           "spec.env.football.representation=simple115v2", "spec.env.football.stacked=false",
+           "spec.agent.network.name=mlp")
