@@ -103,3 +103,17 @@ def test_preprocessing_options_cannot_be_set_twice():
 
 def test_atari_ids():
     assert is_atari("ALE/Breakout-v5") and not is_atari("CartPole-v1")
+
+
+def test_stack_holds_the_last_frames_of_the_same_game():
+    stacked, single = _pong(noop_max=0), _pong(noop_max=0, frame_stack=1)
+    first, _ = stacked.reset(seed=7)
+    frame, _ = single.reset(seed=7)
+    history = [frame[..., 0]] * 4
+    for a in [2, 3, 0, 2, 2, 3, 1, 0, 3, 2]:
+        obs, *_ = stacked.step(a)
+        frame, *_ = single.step(a)
+        history.append(frame[..., 0])
+        np.testing.assert_array_equal(obs, np.stack(history[-4:], axis=-1))
+    stacked.close()
+    single.close()
