@@ -61,11 +61,13 @@ class ActorClient:
       actor_id: stable id of this actor across reconnects.
       address: the learner, ``host:port`` or ``unix:PATH``.
       credentials: ``grpc.ssl_channel_credentials`` for TLS, or None for plaintext.
+      actor_index: this actor's index among the replicas (agents may explore per index).
     """
 
     def __init__(self, envs, experiment: str, actor_id: str, address: str,
-                 credentials=None, backoff: Backoff | None = None):
+                 credentials=None, backoff: Backoff | None = None, actor_index: int = 0):
         self.envs = envs
+        self.actor_index = actor_index
         self.experiment = experiment
         self.actor_id = actor_id
         self.address = address
@@ -95,7 +97,7 @@ class ActorClient:
         return seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
             protocol_version=PROTOCOL_VERSION, experiment=self.experiment,
             actor_id=self.actor_id, num_envs=self.envs.num_envs,
-            env_spec=self.envs.spec.to_proto()))
+            env_spec=self.envs.spec.to_proto(), actor_index=self.actor_index))
 
     def _step_message(self) -> seedrl_pb2.ActorMessage:
         k = self.envs.num_envs

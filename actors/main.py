@@ -116,7 +116,8 @@ def main(argv=None) -> int:
     # Several streams per actor: while the learner answers one, the actor steps another.
     clients = [ActorClient(envs, exp.metadata.name,
                            actor_id if len(batches) == 1 else f"{actor_id}/{j}",
-                           args.learner, credentials) for j, envs in enumerate(batches)]
+                           args.learner, credentials, actor_index=args.index)
+               for j, envs in enumerate(batches)]
     try:
         asyncio.run(_run(clients))
     except ActorRefused as exc:

@@ -26,7 +26,7 @@ API_VERSION = "seedrl.dev/v1alpha1"
 KIND = "Experiment"
 
 #: Agents the learner knows how to build; ``spec.agent.name`` must be one of these.
-AGENTS = ("vtrace",)
+AGENTS = ("vtrace", "r2d2")
 #: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
 NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
 
@@ -187,6 +187,52 @@ class VTraceConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class R2D2Config:
+    """R2D2 hyperparameters (``spec.agent.r2d2``); defaults are the paper's (Kapturowski et al.
+    2019). ``spec.learner.batchSize`` counts sequences; ``spec.learner.unrollLength`` is not
+    used (sequences are ``sequenceLength`` long)."""
+
+    discount: float = param(0.997, "Discount factor gamma per environment step.", gt=0.0,
+                            le=1.0)
+    n_step: int = param(5, "Steps of the n-step double-Q target.", ge=1)
+    sequence_length: int = param(80, "Steps per replayed sequence, burn-in included.", ge=2)
+    sequence_period: int = param(
+        40, "Steps between the starts of consecutive sequences of an env (80 and 40 make "
+            "sequences overlap by 40); at least half of sequenceLength.", ge=1)
+    burn_in: int = param(40, "Leading steps of a sequence that only warm up the LSTM state "
+                             "(no gradient, no loss).", ge=0)
+    replay_capacity: int = param(
+        10_000, "Sequences the replay holds; the oldest are dropped first. Memory: capacity x "
+                "sequenceLength x observation bytes (an Atari sequence of 80 is 2.3 MB).",
+        ge=1)
+    min_replay_size: int = param(1_000, "Sequences in the replay before learning starts.",
+                                 ge=1)
+    samples_per_insert: float = param(
+        0.0, "Replay ratio: the learner waits for new data once it has sampled this many "
+             "sequences per sequence inserted, on average; 0 never waits.", ge=0.0)
+    priority_exponent: float = param(0.9, "alpha: sampling is proportional to priority ** "
+                                          "alpha.", ge=0.0)
+    importance_exponent: float = param(0.6, "beta of the importance-sampling weights.",
+                                       ge=0.0, le=1.0)
+    priority_eta: float = param(0.9, "A sequence's priority: eta * max |TD| + (1 - eta) * "
+                                     "mean |TD|.", ge=0.0, le=1.0)
+    target_update_period: int = param(2_500, "Learner steps between copies of the online "
+                                             "network into the target network.", ge=1)
+    value_rescale_eps: float = param(1e-3, "epsilon of the value rescaling h(x) = sign(x)"
+                                           "(sqrt(|x| + 1) - 1) + eps x.", gt=0.0)
+    epsilon_base: float = param(0.4, "Actor i of N explores with epsilon base ** (1 + alpha "
+                                     "* i / (N - 1)).", ge=0.0, le=1.0)
+    epsilon_alpha: float = param(7.0, "alpha of the per-actor epsilon schedule.", ge=0.0)
+    replay_checkpoint_max_gb: float = param(
+        4.0, "Write the replay with every checkpoint, so a restarted learner resumes with it "
+             "instead of an empty one (SEED loses it), when the full replay is at most this "
+             "many GB; 0 never writes it.", ge=0.0)
+    evaluation_actors: int = param(
+        0, "The last this-many actors act greedily (epsilon 0); their episodes are reported "
+           "apart (eval_mean_return) and not trained on.", ge=0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AgentConfig:
     """The learning algorithm and its network (``spec.agent``)."""
 
@@ -194,6 +240,7 @@ class AgentConfig:
     network: NetworkConfig = param(doc="The network the agent trains.", factory=NetworkConfig)
     vtrace: VTraceConfig = param(doc="Hyperparameters of the vtrace agent.",
                                  factory=VTraceConfig)
+    r2d2: R2D2Config = param(doc="Hyperparameters of the r2d2 agent.", factory=R2D2Config)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -272,8 +319,8 @@ class BudgetConfig:
     max_seconds: float = param(0.0, "Stop after this much training time; 0 means no limit.",
                                ge=0.0)
     target_return: Optional[float] = param(
-        None, "Stop once the mean return of the last returnWindow episodes reaches this; null "
-              "means never.")
+        None, "Stop once the mean return of the last returnWindow episodes reaches this (the "
+              "evaluation actors' episodes when the agent has any); null means never.")
     return_window: int = param(100, "Episodes averaged for the mean return and targetReturn.",
                                ge=1)
 
@@ -488,6 +535,20 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
     if uri and "://" in uri and not uri.startswith("file://"):
         problems.append(("spec.checkpoint.uri", f"only local paths and file:// URIs are "
                                                 f"supported in this version, got {uri!r}"))
+    if exp.spec.agent.name == "r2d2":
+        r2 = exp.spec.agent.r2d2
+        if r2.burn_in + r2.n_step >= r2.sequence_length:
+            problems.append(("spec.agent.r2d2.sequenceLength",
+                             f"must exceed burnIn + nStep = {r2.burn_in + r2.n_step}, got "
+                             f"{r2.sequence_length}"))
+        if not r2.sequence_length <= 2 * r2.sequence_period <= 2 * r2.sequence_length:
+            problems.append(("spec.agent.r2d2.sequencePeriod",
+                             f"must be between sequenceLength / 2 and sequenceLength "
+                             f"({r2.sequence_length}), got {r2.sequence_period}"))
+        if r2.evaluation_actors >= exp.spec.actors.replicas:
+            problems.append(("spec.agent.r2d2.evaluationActors",
+                             f"must be below spec.actors.replicas ({exp.spec.actors.replicas})"
+                             f", got {r2.evaluation_actors}"))
     if exp.spec.learner.optimizer.linear_decay and exp.spec.budget.max_env_steps == 0:
         problems.append(("spec.learner.optimizer.linearDecay",
                          "needs spec.budget.maxEnvSteps > 0 to decay over"))

@@ -33,18 +33,20 @@ class EnvSpec(_message.Message):
     def __init__(self, env_id: _Optional[str] = ..., observation_dtype: _Optional[str] = ..., observation_shape: _Optional[_Iterable[int]] = ..., action_dtype: _Optional[str] = ..., action_shape: _Optional[_Iterable[int]] = ..., num_actions: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "experiment", "actor_id", "num_envs", "env_spec")
+    __slots__ = ("protocol_version", "experiment", "actor_id", "num_envs", "env_spec", "actor_index")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_ENVS_FIELD_NUMBER: _ClassVar[int]
     ENV_SPEC_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     experiment: str
     actor_id: str
     num_envs: int
     env_spec: EnvSpec
-    def __init__(self, protocol_version: _Optional[int] = ..., experiment: _Optional[str] = ..., actor_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env_spec: _Optional[_Union[EnvSpec, _Mapping]] = ...) -> None: ...
+    actor_index: int
+    def __init__(self, protocol_version: _Optional[int] = ..., experiment: _Optional[str] = ..., actor_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env_spec: _Optional[_Union[EnvSpec, _Mapping]] = ..., actor_index: _Optional[int] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("protocol_version", "run_id")

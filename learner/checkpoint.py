@@ -1,6 +1,7 @@
 """Local checkpoints of the agent and the learner's counters (TensorFlow's own format, no pickle).
 
-A checkpoint holds the agent's trackables (network, optimizer state, sampling RNG) and the
+A checkpoint holds the agent's trackables (network, optimizer state, sampling RNG), the agent's
+extra state as plain arrays in ``ckpt-N.extra.npz`` (R2D2's replay), and the
 counters a resumed run continues from: learner steps, env steps, episodes, elapsed seconds and
 the recent episode returns. ``tf.train.CheckpointManager`` writes each checkpoint's files before
 it updates the ``checkpoint`` index file, so a crash mid-write leaves the previous one loadable.
@@ -19,6 +20,18 @@ from learner.agents.base import Agent
 from learner.runtime import LearnerRuntime
 
 log = logging.getLogger(__name__)
+
+
+#: Suffix of the file beside a checkpoint that holds the agent's extra state (a replay).
+EXTRA_SUFFIX = ".extra.npz"
+
+
+def _write_npz_atomically(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez to a temporary name, then rename (plain arrays, no pickle)."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+    os.replace(tmp, path)
 
 
 def checkpoint_directory(uri: str, run_dir: str | None) -> str | None:
@@ -65,12 +78,18 @@ class Checkpointer:
 
     def attach(self, agent: Agent) -> None:
         """Binds the agent's variables and restores the latest checkpoint if there is one."""
+        self._agent = agent
         ckpt = tf.train.Checkpoint(**agent.checkpointables(), **self._counters)
         self._manager = tf.train.CheckpointManager(ckpt, self.directory, max_to_keep=self.keep)
         latest = self._manager.latest_checkpoint
         if latest is None:
             return
         ckpt.restore(latest).assert_existing_objects_matched()
+        extra = latest + EXTRA_SUFFIX
+        if os.path.exists(extra):
+            with np.load(extra, allow_pickle=False) as data:
+                agent.load_extra_state({k: data[k] for k in data.files})
+            log.info("restored the agent's extra state (replay) from %s", extra)
         r = self.runtime
         c = self._counters
         r.learner_steps = int(c["learner_steps"].numpy())
@@ -100,11 +119,27 @@ class Checkpointer:
         returns[:len(recent)] = recent
         c["returns"].assign(returns)
         c["returns_count"].assign(len(recent))
+        extra = self._agent.extra_state()
+        if extra is not None:
+            # Written before the checkpoint that names it: a crash in between leaves an
+            # orphan file, never a checkpoint whose replay is missing or half written.
+            os.makedirs(self.directory, exist_ok=True)
+            prefix = os.path.join(self.directory, f"ckpt-{r.learner_steps}")
+            _write_npz_atomically(prefix + EXTRA_SUFFIX, extra)
         path = self._manager.save(checkpoint_number=r.learner_steps)
+        self._remove_orphan_extras()
         self._last_save_time = time.monotonic()
         self._last_save_step = r.learner_steps
         self.last_checkpoint = path
         return path
+
+    def _remove_orphan_extras(self) -> None:
+        """Deletes extra-state files of checkpoints the manager no longer keeps."""
+        kept = {p + EXTRA_SUFFIX for p in self._manager.checkpoints}
+        for name in os.listdir(self.directory):
+            path = os.path.join(self.directory, name)
+            if name.endswith(EXTRA_SUFFIX) and path not in kept:
+                os.remove(path)
 
     def maybe_save(self) -> None:
         """Saves if an interval has passed; called after each training step.

@@ -1,4 +1,4 @@
-"""Actor-critic networks shared by the agents, chosen by name in ``spec.agent.network``.
+"""Networks shared by the agents, with torsos chosen by name in ``spec.agent.network``.
 
 Torsos:
   * ``mlp``: dense layers over flattened vector observations.
@@ -123,7 +123,25 @@ class ResNetTorso(tf.keras.layers.Layer):
         return self.dense(self.flatten(tf.nn.relu(x)))
 
 
-class ActorCritic(tf.keras.Model):
+class _OptionalLSTM(tf.keras.Model):
+    """A model with an optional LSTM core ``self.core`` of ``self.lstm_size`` units."""
+
+    core: tf.keras.layers.LSTMCell | None
+    lstm_size: int
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the network carries an LSTM state between steps."""
+        return self.core is not None
+
+    def initial_state(self, batch_size) -> list[tf.Tensor]:
+        """The zero state of ``batch_size`` fresh episodes: [h, c] of [B, lstm] or []."""
+        if not self.core:
+            return []
+        return [tf.zeros([batch_size, self.lstm_size]), tf.zeros([batch_size, self.lstm_size])]
+
+
+class ActorCritic(_OptionalLSTM):
     """Torso, optional LSTM core, and policy and value heads.
 
     ``call`` and :meth:`step` act on one step of a batch; :meth:`unroll` runs a time-major
@@ -153,17 +171,6 @@ class ActorCritic(tf.keras.Model):
             self.log_std = self.add_weight(name="log_std", shape=(distribution.action_size,),
                                            initializer="zeros", trainable=True)
         self.value_head = _dense(1, None, 1.0, "value")
-
-    @property
-    def recurrent(self) -> bool:
-        """Whether the network carries an LSTM state between steps."""
-        return self.core is not None
-
-    def initial_state(self, batch_size) -> list[tf.Tensor]:
-        """The zero state of ``batch_size`` fresh episodes: [h, c] of [B, lstm] or []."""
-        if not self.core:
-            return []
-        return [tf.zeros([batch_size, self.lstm_size]), tf.zeros([batch_size, self.lstm_size])]
 
     def _heads(self, features, value_features):
         head = self.policy_head(features)
@@ -195,8 +202,8 @@ class ActorCritic(tf.keras.Model):
         Args:
           observations: [T, B, *obs].
           first: bool [T, B], true where x_t starts a new episode (its state is then reset
-            to zero before x_t is read).
-          state: the recurrent state before row 0 (already reset where row 0 starts an episode).
+            to zero before x_t is read, row 0 included).
+          state: the recurrent state before row 0.
 
         Returns:
           params [T, B, P], values [T, B].
@@ -207,25 +214,91 @@ class ActorCritic(tf.keras.Model):
         features = self.torso(flat)
         value_features = self.value_torso(flat) if self.value_torso else features
         if self.core:
-            features = tf.reshape(features, [t, b, -1])
-            keep = 1.0 - tf.cast(first, tf.float32)[:, :, None]
-            # Row 0's state is the stored one (already reset where needed): never zero it.
-            keep = tf.concat([tf.ones_like(keep[:1]), keep[1:]], 0)
-
-            def _step(carry, inputs):
-                h, c, _ = carry
-                x, k = inputs
-                out, (h, c) = self.core(x, [h * k, c * k])
-                return h, c, out
-
-            zeros = tf.zeros([b, self.lstm_size])
-            _, _, outputs = tf.scan(_step, (features, keep),
-                                    initializer=(state[0], state[1], zeros))
-            features = tf.reshape(outputs, [t * b, self.lstm_size])
+            features, _ = unroll_core(self.core, tf.reshape(features, [t, b, -1]), first, state)
+            features = tf.reshape(features, [t * b, self.lstm_size])
             value_features = features
         params, values = self._heads(features, value_features)
         return (tf.reshape(params, [t, b, self.distribution.param_size]),
                 tf.reshape(values, [t, b]))
+
+
+def unroll_core(core: tf.keras.layers.LSTMCell, features, first, state):
+    """Runs an LSTM cell over a time-major sequence, zeroing the state where episodes begin.
+
+    Args:
+      core: the cell.
+      features: [T, B, F].
+      first: bool [T, B]; where true the state is reset to zero before that row is read (the
+        zero state is the initial state, so a state that is already reset is unchanged).
+      state: [h, c] before row 0, each [B, units].
+
+    Returns:
+      outputs [T, B, units] and the final state [h, c].
+    """
+    keep = 1.0 - tf.cast(first, tf.float32)[:, :, None]
+
+    def _step(carry, inputs):
+        h, c, _ = carry
+        x, k = inputs
+        out, (h, c) = core(x, [h * k, c * k])
+        return h, c, out
+
+    zeros = tf.zeros_like(state[0])
+    hs, cs, outputs = tf.scan(_step, (features, keep), initializer=(state[0], state[1], zeros))
+    return outputs, [hs[-1], cs[-1]]
+
+
+class DuelingQNetwork(_OptionalLSTM):
+    """Torso, optional LSTM core and a dueling head: Q(x, a) = V(x) + A(x, a) - mean_a A(x, a).
+
+    Args:
+      torso: the feature extractor.
+      lstm_size: units of the LSTM core; 0 for none.
+      num_actions: A.
+      head_size: hidden units of each of the value and advantage streams.
+    """
+
+    def __init__(self, torso: tf.keras.layers.Layer, lstm_size: int, num_actions: int,
+                 head_size: int = 256, name: str = "dueling_q"):
+        super().__init__(name=name)
+        self.torso = torso
+        self.lstm_size = lstm_size
+        self.num_actions = num_actions
+        self.core = tf.keras.layers.LSTMCell(lstm_size, name="lstm") if lstm_size else None
+        self.value_hidden = _dense(head_size, "relu", np.sqrt(2), "value_hidden")
+        self.value_out = _dense(1, None, 1.0, "value")
+        self.advantage_hidden = _dense(head_size, "relu", np.sqrt(2), "advantage_hidden")
+        self.advantage_out = _dense(num_actions, None, 1.0, "advantage")
+
+    def _head(self, features):
+        value = self.value_out(self.value_hidden(features))
+        advantage = self.advantage_out(self.advantage_hidden(features))
+        return value + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
+
+    def step(self, observations, state):
+        """One step: observations [N, *obs], state -> (Q [N, A], new state)."""
+        features = self.torso(observations)
+        if self.core:
+            features, state = self.core(features, state)
+        return self._head(features), state
+
+    def call(self, observations):
+        """A feed-forward step from the zero state: observations [N, *obs] -> Q [N, A]."""
+        return self.step(observations, self.initial_state(tf.shape(observations)[0]))[0]
+
+    def unroll(self, observations, first, state):
+        """A time-major sequence: observations [T, B, *obs], first bool [T, B], state ->
+        (Q [T, B, A], final state). The state is reset where ``first`` is true."""
+        shape = tf.shape(observations)
+        t, b = shape[0], shape[1]
+        flat = tf.reshape(observations, tf.concat([[t * b], shape[2:]], 0))
+        features = self.torso(flat)
+        if self.core:
+            features, state = unroll_core(self.core, tf.reshape(features, [t, b, -1]), first,
+                                          state)
+            features = tf.reshape(features, [t * b, self.lstm_size])
+        q = self._head(features)
+        return tf.reshape(q, [t, b, self.num_actions]), state
 
 
 def make_torso(config: NetworkConfig, env_spec: EnvSpec, name: str) -> tf.keras.layers.Layer:

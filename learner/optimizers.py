@@ -24,3 +24,15 @@ def make_optimizer(config: OptimizerConfig, variables) -> tf.keras.optimizers.Op
         raise ValueError(f"unknown optimizer {config.name!r}")
     opt.build(variables)
     return opt
+
+
+def apply_gradients(optimizer, tape: tf.GradientTape, loss, variables,
+                    clip_norm: float) -> tf.Tensor:
+    """Takes one optimizer step on ``loss``, clipping gradients to a global norm (0: no
+    clipping); returns the global norm before clipping."""
+    grads = tape.gradient(loss, variables)
+    grad_norm = tf.linalg.global_norm(grads)
+    if clip_norm > 0:
+        grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=grad_norm)
+    optimizer.apply_gradients(zip(grads, variables))
+    return grad_norm

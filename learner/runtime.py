@@ -55,8 +55,11 @@ class Stream:
     """Learner-side state of one connected actor: its unroll builder and recurrent state."""
 
     def __init__(self, actor_id: str, num_envs: int, builder: UnrollBuilder,
-                 state: list[np.ndarray]):
+                 state: list[np.ndarray], actor_index: int = 0, evaluation: bool = False):
         self.actor_id = actor_id
+        self.actor_index = actor_index
+        #: An evaluation actor's episodes are reported apart and its steps are not trained on.
+        self.evaluation = evaluation
         self.num_envs = num_envs
         self.env_ids = list(range(num_envs))
         self.builder = builder
@@ -99,6 +102,9 @@ class LearnerRuntime:
         self.elapsed_before = 0.0
         self.returns: collections.deque[float] = collections.deque(
             maxlen=spec.budget.return_window)
+        self.eval_episodes = 0
+        self.eval_returns: collections.deque[float] = collections.deque(
+            maxlen=spec.budget.return_window)
         self.last_metrics: dict[str, float] = {}
         self.started = time.monotonic()
         self.batcher = InferenceBatcher(self._infer, spec.learner.inference_batch_size,
@@ -109,7 +115,8 @@ class LearnerRuntime:
 
     # -- streams ------------------------------------------------------------------------
 
-    def open_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec) -> Stream:
+    def open_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec,
+                    actor_index: int = 0) -> Stream:
         """Registers an actor after its handshake, building the agent on the first one.
 
         Raises:
@@ -142,8 +149,12 @@ class LearnerRuntime:
             "action": (env_spec.action_shape, np.dtype(env_spec.action_dtype)),
             **agent.step_fields(),
         }
-        builder = UnrollBuilder(self.experiment.spec.learner.unroll_length, num_envs, fields)
-        stream = Stream(actor_id, num_envs, builder, agent.initial_state(num_envs))
+        length, period = agent.unroll_layout(self.experiment.spec.learner.unroll_length)
+        builder = UnrollBuilder(self.experiment.spec.learner.unroll_length, num_envs, fields,
+                                length=length, period=period)
+        stream = Stream(actor_id, num_envs, builder,
+                        agent.initial_state(num_envs, actor_index), actor_index,
+                        agent.is_evaluation_actor(actor_index))
         old = self._streams.get(actor_id)
         if old is not None:
             old.closed = True  # a reconnect: the old stream's partial unroll is dropped
@@ -166,8 +177,12 @@ class LearnerRuntime:
         """Queues one step of a stream for batched inference; resolves to its actions [K]."""
         self.env_steps += stream.num_envs
         for episode_return, _length in episodes:
-            self.episodes += 1
-            self.returns.append(float(episode_return))
+            if stream.evaluation:
+                self.eval_episodes += 1
+                self.eval_returns.append(float(episode_return))
+            else:
+                self.episodes += 1
+                self.returns.append(float(episode_return))
         return self.batcher.submit((stream, step), stream.num_envs)
 
     # -- inference (batcher thread) -----------------------------------------------------
@@ -179,7 +194,7 @@ class LearnerRuntime:
         for stream, step in items:
             done = step.terminated | step.truncated
             if stream.state and done.any():
-                fresh = agent.initial_state(stream.num_envs)
+                fresh = agent.initial_state(stream.num_envs, stream.actor_index)
                 for s, f in zip(stream.state, fresh):
                     s[done] = f[done]
             states_before.append(stream.state)
@@ -195,7 +210,7 @@ class LearnerRuntime:
             offset += k
             row = {"observation": step.observations, "reward": step.rewards,
                    "terminated": step.terminated, "truncated": step.truncated, **part}
-            if not stream.closed and self._train_enabled:
+            if not stream.closed and self._train_enabled and not stream.evaluation:
                 unroll = stream.builder.append(row, states_before[i])
                 if unroll is not None:
                     self._enqueue(unroll)
@@ -219,30 +234,68 @@ class LearnerRuntime:
         self._after_train_step.append(hook)
 
     def _train_loop(self) -> None:
-        batch_size = self.experiment.spec.learner.batch_size
-        opt = self.experiment.spec.learner.optimizer
-        max_steps = self.experiment.spec.budget.max_env_steps
         try:
-            while not self.stop_event.is_set():
-                unrolls = []
-                while len(unrolls) < batch_size and not self.stop_event.is_set():
-                    try:
-                        unrolls.append(self._unrolls.get(timeout=0.1))
-                    except queue.Empty:
-                        continue
-                if len(unrolls) < batch_size:
-                    break
-                if opt.linear_decay and max_steps:
-                    frac = max(0.0, 1.0 - self.env_steps / max_steps)
-                    self.agent.set_learning_rate(opt.learning_rate * frac)
-                self.last_metrics = self.agent.train(stack_unrolls(unrolls))
-                self.learner_steps += 1
-                for hook in self._after_train_step:
-                    hook()
+            while not self.agent_ready.wait(0.1):
+                if self.stop_event.is_set():
+                    return
+            if self.agent.uses_replay:
+                self._train_from_replay()
+            else:
+                self._train_on_fresh_unrolls()
         except BaseException as exc:  # noqa: BLE001 - reported and ends the run
             log.exception("training failed")
             self.train_error = exc
             self.finish("train_error")
+
+    def _decay_learning_rate(self) -> None:
+        opt = self.experiment.spec.learner.optimizer
+        max_steps = self.experiment.spec.budget.max_env_steps
+        if opt.linear_decay and max_steps:
+            frac = max(0.0, 1.0 - self.env_steps / max_steps)
+            self.agent.set_learning_rate(opt.learning_rate * frac)
+
+    def _after_step(self, metrics: dict[str, float]) -> None:
+        self.last_metrics = metrics
+        self.learner_steps += 1
+        for hook in self._after_train_step:
+            hook()
+
+    def _train_on_fresh_unrolls(self) -> None:
+        """On-policy: every batch is the next ``batchSize`` unrolls, each used once."""
+        batch_size = self.experiment.spec.learner.batch_size
+        while not self.stop_event.is_set():
+            unrolls = []
+            while len(unrolls) < batch_size and not self.stop_event.is_set():
+                try:
+                    unrolls.append(self._unrolls.get(timeout=0.1))
+                except queue.Empty:
+                    continue
+            if len(unrolls) < batch_size:
+                break
+            self._decay_learning_rate()
+            self._after_step(self.agent.train(stack_unrolls(unrolls)))
+
+    def _train_from_replay(self) -> None:
+        """Replay: unrolls go into the agent's replay as they arrive; a step runs whenever the
+        agent says its replay is full enough and the replay ratio allows one."""
+        while not self.stop_event.is_set():
+            fresh = []
+            if not self.agent.can_train():
+                # Nothing to do until more data arrives.
+                try:
+                    fresh.append(self._unrolls.get(timeout=0.1))
+                except queue.Empty:
+                    pass
+            while True:
+                try:
+                    fresh.append(self._unrolls.get_nowait())
+                except queue.Empty:
+                    break
+            if fresh:
+                self.agent.add_unrolls(fresh)
+            if self.agent.can_train():
+                self._decay_learning_rate()
+                self._after_step(self.agent.train_from_replay())
 
     # -- budget and status --------------------------------------------------------------
 
@@ -263,8 +316,11 @@ class LearnerRuntime:
             return "max_env_steps"
         if budget.max_seconds and self.elapsed >= budget.max_seconds:
             return "max_seconds"
-        if (budget.target_return is not None and len(self.returns) == self.returns.maxlen
-                and self.mean_return >= budget.target_return):
+        # With evaluation actors (greedy, e.g. R2D2's) the target is judged on their returns:
+        # exploring actors' returns understate what the policy can do.
+        window = self.eval_returns if self.eval_episodes else self.returns
+        if (budget.target_return is not None and len(window) == window.maxlen
+                and float(np.mean(window)) >= budget.target_return):
             return "target_return"
         return None
 
@@ -306,5 +362,8 @@ class LearnerRuntime:
             "inference_steps": self.batcher.items,
             "queued_unrolls": self._unrolls.qsize(),
             "metrics": dict(self.last_metrics),
+            **({"eval_episodes": self.eval_episodes,
+                "eval_mean_return": float(np.mean(self.eval_returns))
+                if self.eval_returns else None} if self.eval_episodes else {}),
             "stop_reason": self.stop_reason,
         }

@@ -91,7 +91,7 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
             spec = EnvSpec.from_proto(hello.env_spec)
             stream = await asyncio.get_running_loop().run_in_executor(
                 None, runtime.open_stream, hello.actor_id or context.peer(), hello.num_envs,
-                spec)
+                spec, hello.actor_index)
         except WireError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"hello.{exc}")
         except HandshakeError as exc:

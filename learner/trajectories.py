@@ -19,22 +19,36 @@ import numpy as np
 
 
 class UnrollBuilder:
-    """Builds unrolls of ``unroll_length + 1`` steps for the K envs of one stream.
+    """Builds unrolls of ``length`` rows, one every ``period`` rows, for the K envs of a stream.
+
+    V-trace uses ``length = T + 1`` and ``period = T`` (consecutive unrolls share one row to
+    bootstrap from); R2D2 uses sequences of 80 rows starting every 40 (overlapping by 40).
 
     Args:
-      unroll_length: T; every emitted unroll has T + 1 rows.
+      unroll_length: T; with the default period every emitted unroll has T + 1 rows.
       num_envs: K.
       fields: name -> (per-env shape, dtype) of every per-step field to store.
+      length: rows per unroll, if not ``unroll_length + 1``.
+      period: rows between the starts of consecutive unrolls (default ``unroll_length``);
+        ``length / 2 <= period <= length``.
     """
 
     def __init__(self, unroll_length: int, num_envs: int,
-                 fields: Mapping[str, tuple[tuple[int, ...], np.dtype]]):
-        self.length = unroll_length + 1
+                 fields: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+                 length: int | None = None, period: int | None = None):
+        self.length = unroll_length + 1 if length is None else length
+        self.period = unroll_length if period is None else period
+        # Only the state of the row that opens the next unroll is kept, so at most two unrolls
+        # may overlap at any row: period >= length / 2.
+        if not (self.length <= 2 * self.period and self.period <= self.length):
+            raise ValueError(f"period must be in [{(self.length + 1) // 2}, {self.length}] for "
+                             f"unrolls of {self.length} rows, got {self.period}")
         self.num_envs = num_envs
         self._buffers = {name: np.zeros((self.length, num_envs) + tuple(shape), dtype=dtype)
                          for name, (shape, dtype) in fields.items()}
         self._row = 0
         self.initial_state: list[np.ndarray] = []
+        self._next_state: list[np.ndarray] = []
 
     def append(self, row: Mapping[str, np.ndarray],
                state_before: list[np.ndarray] | None = None) -> dict[str, np.ndarray] | None:
@@ -46,16 +60,14 @@ class UnrollBuilder:
             this row's outputs; kept as the unroll's initial state when this is its first row.
 
         Returns:
-          None, or a dict field -> array [T + 1, K, ...] (a copy the caller owns), plus the key
+          None, or a dict field -> array [length, K, ...] (a copy the caller owns), plus the key
           ``initial_state`` holding the list of state arrays at the unroll's first row.
         """
-        if self._row == 0 or self._row == self.length - 1:
-            # Row 0 opens this unroll; the last row also opens the next one.
-            state = [np.array(s) for s in state_before or []]
-            if self._row == 0:
-                self.initial_state = state
-            else:
-                next_state = state
+        if self._row == 0:
+            self.initial_state = [np.array(s) for s in state_before or []]
+        if self._row == self.period:
+            # This row opens the next unroll.
+            self._next_state = [np.array(s) for s in state_before or []]
         for name, buf in self._buffers.items():
             buf[self._row] = row[name]
         self._row += 1
@@ -63,10 +75,14 @@ class UnrollBuilder:
             return None
         unroll: dict = {name: buf.copy() for name, buf in self._buffers.items()}
         unroll["initial_state"] = self.initial_state
+        keep = self.length - self.period
         for buf in self._buffers.values():
-            buf[0] = buf[-1]
-        self.initial_state = next_state
-        self._row = 1
+            buf[:keep] = buf[self.period:]
+        if keep == 0:
+            self._row = 0
+        else:
+            self.initial_state = self._next_state
+            self._row = keep
         return unroll
 
     def reset(self) -> None:

@@ -13,4 +13,7 @@ def build_agent(experiment: Experiment, env_spec: EnvSpec) -> Agent:
     if name == "vtrace":
         from learner.agents.vtrace import builder
         return builder.build(experiment, env_spec)
+    if name == "r2d2":
+        from learner.agents.r2d2 import builder
+        return builder.build(experiment, env_spec)
     raise ValueError(f"unknown agent {name!r}")

@@ -25,9 +25,10 @@ class Agent(abc.ABC):
         """
 
     @abc.abstractmethod
-    def initial_state(self, batch_size: int) -> list[np.ndarray]:
-        """The recurrent state of ``batch_size`` fresh envs: a list of [batch, ...] arrays
-        (empty for feed-forward agents)."""
+    def initial_state(self, batch_size: int, actor_index: int = 0) -> list[np.ndarray]:
+        """The per-env state of ``batch_size`` fresh envs of actor ``actor_index``: a list of
+        [batch, ...] arrays (empty for feed-forward agents). Besides a recurrent state it may
+        hold per-env constants such as an exploration rate."""
 
     @abc.abstractmethod
     def inference(self, observations: np.ndarray, state: list[np.ndarray]
@@ -50,3 +51,39 @@ class Agent(abc.ABC):
     @abc.abstractmethod
     def checkpointables(self) -> dict[str, object]:
         """TensorFlow trackables that make up the agent's saved state (model, optimizer...)."""
+
+    # -- optional hooks, with the defaults of an on-policy agent ---------------------------
+
+    #: Whether training samples from a replay the agent fills (see :meth:`add_unrolls`) rather
+    #: than from batches of the freshest unrolls.
+    uses_replay: bool = False
+
+    def unroll_layout(self, unroll_length: int) -> tuple[int, int]:
+        """(rows per unroll, rows between unroll starts); by default T + 1 rows every T, so
+        consecutive unrolls share the row to bootstrap from."""
+        return unroll_length + 1, unroll_length
+
+    def is_evaluation_actor(self, actor_index: int) -> bool:
+        """Whether an actor only evaluates: its episodes are reported apart and its
+        trajectories are not trained on."""
+        return False
+
+    def add_unrolls(self, unrolls: list[Mapping[str, object]]) -> None:
+        """Takes single-env unrolls [rows, ...] into the agent's replay (replay agents only)."""
+        raise NotImplementedError
+
+    def can_train(self) -> bool:
+        """Whether the replay holds enough, and the replay ratio allows, a training step."""
+        raise NotImplementedError
+
+    def train_from_replay(self) -> dict[str, float]:
+        """One update on a batch sampled from the replay; returns scalar metrics."""
+        raise NotImplementedError
+
+    def extra_state(self) -> dict[str, np.ndarray] | None:
+        """Agent state that is not TensorFlow variables (e.g. a replay), as plain arrays to
+        write beside a checkpoint; None when there is none or it should not be written."""
+        return None
+
+    def load_extra_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restores what :meth:`extra_state` returned."""

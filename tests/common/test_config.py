@@ -238,7 +238,7 @@ def test_python_attribute_name_lambda_underscore_is_not_a_key():
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path, value, fragment", [
-    ("spec.agent.name", "dqn", "must be one of vtrace; got 'dqn'"),
+    ("spec.agent.name", "dqn", "must be one of vtrace, r2d2; got 'dqn'"),
     ("spec.agent.network.name", "cnn", "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'"),
     ("spec.agent.network.activation", "gelu", "must be one of relu, tanh; got 'gelu'"),
     ("spec.learner.optimizer.name", "adagrad", "must be one of adam, rmsprop, sgd; got 'adagrad'"),
@@ -847,7 +847,7 @@ def test_every_section_is_reached():
     names = {cls.__name__ for cls in _dataclasses_from(Experiment)}
     assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
                      "FootballConfig", "AgentConfig",
-                     "NetworkConfig", "VTraceConfig", "LearnerConfig", "OptimizerConfig",
+                     "NetworkConfig", "VTraceConfig", "R2D2Config", "LearnerConfig", "OptimizerConfig",
                      "ActorsConfig", "CheckpointConfig", "BudgetConfig"}
 
 

@@ -75,15 +75,14 @@ def test_lstm_unroll_equals_stepping_with_resets():
     obs = rng.normal(size=(t, b, 4)).astype(np.float32)
     first = np.zeros((t, b), bool)
     first[3, 1] = first[1, 2] = True
-    first[0, 0] = True  # row 0 uses the given state as is, whatever the flag says
+    first[0, 0] = True  # row 0 resets too
     state0 = [tf.constant(rng.normal(size=(b, 5)), tf.float32) for _ in range(2)]
     params, values = net.unroll(obs, first, state0)
 
     state = state0
     for i in range(t):
-        if i > 0:
-            keep = tf.constant(1.0 - first[i][:, None], tf.float32)
-            state = [s * keep for s in state]
+        keep = tf.constant(1.0 - first[i][:, None], tf.float32)
+        state = [s * keep for s in state]
         p, v, state = net.step(obs[i], state)
         np.testing.assert_allclose(params[i], p, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(values[i], v, rtol=1e-5, atol=1e-5)

@@ -23,7 +23,7 @@ class CountingAgent(Agent):
     def step_fields(self):
         return {"state_seen": ((), np.dtype(np.float32))}
 
-    def initial_state(self, batch_size):
+    def initial_state(self, batch_size, actor_index=0):
         return [np.zeros((batch_size, 1), np.float32)]
 
     def inference(self, observations, state):
@@ -100,5 +100,62 @@ def test_budget_counts_env_steps_and_episode_returns():
             "budget": {"maxEnvSteps": 0, "targetReturn": 12, "returnWindow": 2}}})
         runtime.returns = type(runtime.returns)([10.0, 20.0], maxlen=2)
         assert runtime.check_budget() == "target_return"
+    finally:
+        runtime.shutdown()
+
+
+class ReplayAgent(CountingAgent):
+    """A replay agent: unrolls of 4 rows every 2; actor 1 only evaluates."""
+
+    uses_replay = True
+
+    def __init__(self, min_size):
+        super().__init__()
+        self.stored = []
+        self.min_size = min_size
+        self.steps = 0
+
+    def unroll_layout(self, unroll_length):
+        return 4, 2
+
+    def is_evaluation_actor(self, actor_index):
+        return actor_index == 1
+
+    def add_unrolls(self, unrolls):
+        self.stored.extend(unrolls)
+
+    def can_train(self):
+        return len(self.stored) >= self.min_size
+
+    def train_from_replay(self):
+        self.steps += 1
+        self.trained.set()
+        time.sleep(0.01)
+        return {"replay": float(len(self.stored))}
+
+
+def test_replay_agents_get_overlapping_sequences_and_evaluation_actors_report_apart():
+    agent = ReplayAgent(min_size=2)
+    runtime = make_runtime(agent)
+    try:
+        explorer = runtime.open_stream("explore", 1, SPEC, actor_index=0)
+        evaluator = runtime.open_stream("eval", 1, SPEC, actor_index=1)
+        assert not explorer.evaluation and evaluator.evaluation
+        for t in range(8):
+            runtime.submit(explorer, step(1), [(10.0, 5)] if t == 3 else []).result(10)
+            runtime.submit(evaluator, step(1), [(99.0, 7)] if t == 5 else []).result(10)
+        assert agent.trained.wait(10)
+        # 8 rows of the explorer make sequences starting at rows 0, 2, 4; the evaluator's
+        # steps are never stored.
+        deadline = time.monotonic() + 10
+        while len(agent.stored) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [u["state_seen"].tolist() for u in agent.stored] == [
+            [0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7]]
+        assert [u["initial_state"][0].tolist() for u in agent.stored] == [[0], [2], [4]]
+        assert runtime.learner_steps >= 1
+        status = runtime.status()
+        assert status["episodes"] == 1 and status["mean_return"] == 10.0
+        assert status["eval_episodes"] == 1 and status["eval_mean_return"] == 99.0
     finally:
         runtime.shutdown()

@@ -42,6 +42,15 @@ def test_handshake_then_one_action_per_env(learner):
     assert set(learner.runtime.last_metrics) >= {"loss/total", "loss/policy", "loss/value"}
 
 
+def test_the_hello_carries_the_actor_index_to_the_stream(learner):
+    s = connect(learner, actor_id="seventh", actor_index=7)
+    s.send(step(2))
+    actions_of(s.recv())
+    (stream,) = [st for st in learner.runtime._streams.values() if st.actor_id == "seventh"]
+    assert stream.actor_index == 7
+    s.close()
+
+
 def test_episodes_are_counted_toward_the_mean_return(learner):
     s = connect(learner)
     s.send(step(episodes=[(0, 10.0, 10), (1, 30.0, 30)]))

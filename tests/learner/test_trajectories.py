@@ -1,6 +1,7 @@
 """Unrolls are assembled per stream with a one-step overlap, then split and stacked."""
 
 import numpy as np
+import pytest
 
 from learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
 
@@ -54,3 +55,24 @@ def test_split_then_stack_gives_a_time_major_batch():
     assert batch["action"].shape == (3, 2)
     assert batch["action"][:, 0].tolist() == [2, 12, 22]
     assert batch["initial_state"][0].tolist() == [[4, 5], [0, 1]]
+
+
+def test_sequences_overlap_by_length_minus_period_with_their_states():
+    builder = UnrollBuilder(0, 1, {"x": ((), np.dtype(np.int64))}, length=6, period=3)
+    out = []
+    for t in range(15):
+        unroll = builder.append({"x": np.array([t])}, [np.array([[float(t)]])])
+        if unroll is not None:
+            out.append(unroll)
+    assert [u["x"][:, 0].tolist() for u in out] == [
+        [0, 1, 2, 3, 4, 5], [3, 4, 5, 6, 7, 8], [6, 7, 8, 9, 10, 11], [9, 10, 11, 12, 13, 14]]
+    assert [u["initial_state"][0][0, 0] for u in out] == [0.0, 3.0, 6.0, 9.0]
+
+
+def test_disjoint_sequences_and_bad_periods():
+    builder = UnrollBuilder(0, 1, {"x": ((), np.dtype(np.int64))}, length=3, period=3)
+    out = [u for t in range(9) if (u := builder.append({"x": np.array([t])}, [])) is not None]
+    assert [u["x"][:, 0].tolist() for u in out] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    for period in (0, 2, 7):
+        with pytest.raises(ValueError, match="period"):
+            UnrollBuilder(0, 1, {"x": ((), np.dtype(np.int64))}, length=6, period=period)

@@ -86,10 +86,10 @@ class Stream:
 
 
 def hello(actor_id="a0", num_envs=2, spec=CARTPOLE, experiment="test-exp",
-          version=PROTOCOL_VERSION):
+          version=PROTOCOL_VERSION, actor_index=0):
     return seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
         protocol_version=version, experiment=experiment, actor_id=actor_id, num_envs=num_envs,
-        env_spec=spec.to_proto()))
+        env_spec=spec.to_proto(), actor_index=actor_index))
 
 
 def step(num_envs=2, obs=None, env_ids=None, rewards=None, episodes=()):

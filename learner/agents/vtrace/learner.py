@@ -16,6 +16,7 @@ from common.wire import EnvSpec
 from learner.agents.base import Agent
 from learner.agents.vtrace import losses
 from learner.networks import ActorCritic
+from learner.optimizers import apply_gradients
 
 
 class VTraceAgent(Agent):
@@ -68,7 +69,7 @@ class VTraceAgent(Agent):
     def step_fields(self):
         return {"policy_params": ((self.dist.param_size,), np.dtype(np.float32))}
 
-    def initial_state(self, batch_size: int) -> list[np.ndarray]:
+    def initial_state(self, batch_size: int, actor_index: int = 0) -> list[np.ndarray]:
         return [s.numpy() for s in self.network.initial_state(batch_size)]
 
     def inference(self, observations, state):
@@ -134,12 +135,8 @@ class VTraceAgent(Agent):
             value_loss = losses.baseline_loss(vt.vs, values[:-1])
             entropy = tf.reduce_mean(self.dist.entropy(params[:-1]))
             total = pg_loss + cfg.baseline_cost * value_loss - cfg.entropy_cost * entropy
-        variables = self.network.trainable_variables
-        grads = tape.gradient(total, variables)
-        grad_norm = tf.linalg.global_norm(grads)
-        if self._grad_clip_norm > 0:
-            grads, _ = tf.clip_by_global_norm(grads, self._grad_clip_norm, use_norm=grad_norm)
-        self.optimizer.apply_gradients(zip(grads, variables))
+        grad_norm = apply_gradients(self.optimizer, tape, total,
+                                    self.network.trainable_variables, self._grad_clip_norm)
         return {"loss/total": total, "loss/policy": pg_loss, "loss/value": value_loss,
                 "loss/entropy": -entropy, "grad_norm": grad_norm,
                 "mean_rho": tf.reduce_mean(tf.exp(log_rhos)),
