@@ -193,13 +193,32 @@ class R2D2Agent(Agent):
         return tf.constant(True)
 
     def _train_impl(self, observation, action, reward, terminated, truncated, state, weights):
-        """One step on sequences [B, L, ...]: burn-in, then rescaled n-step double-Q.
+        """One gradient step on sequences [B, L, ...]; returns metrics and new priorities [B]."""
+        with tf.GradientTape() as tape:
+            loss, td, q_taken = self.loss(observation, action, reward, terminated, truncated,
+                                          state, weights)
+        grad_norm = apply_gradients(self.optimizer, tape, loss,
+                                    self.online.trainable_variables, self._grad_clip_norm)
+        self.train_steps.assign_add(1)
+        priorities = losses.sequence_priorities(td, self.config.priority_eta)
+        metrics = {"loss/q": loss, "mean_q": tf.reduce_mean(q_taken),
+                   "mean_abs_td": tf.reduce_mean(tf.abs(td)), "grad_norm": grad_norm}
+        return metrics, priorities
+
+    def loss(self, observation, action, reward, terminated, truncated, state, weights):
+        """The importance-weighted loss on sequences [B, L, ...]: burn-in, then rescaled
+        n-step double-Q.
 
         Row t holds x_t, the reward and done flags that led to x_t, and a_t. The first
-        ``burn_in`` rows only advance both networks' LSTM states from the stored one; the loss
-        covers the next ``L - burn_in - n`` rows, whose targets need n rows after them. Any
-        episode end cuts the n-step return; a truncation (time limit) bootstraps from the
-        value of the last observation seen, as the final one never reaches the learner.
+        ``burn_in`` rows only advance both networks' LSTM states from the stored one, under
+        ``stop_gradient``; the loss covers the next ``L - burn_in - n`` rows, whose targets need
+        n rows after them. Any episode end cuts the n-step return; a truncation (time limit)
+        bootstraps from the value of the last observation seen, as the final one never reaches
+        the learner.
+
+        Returns:
+          the scalar loss, TD errors [L - burn_in - n, B] and the Q-values of the taken actions
+          (same shape).
         """
         cfg = self.config
         obs = _time_major(observation)
@@ -219,28 +238,21 @@ class R2D2Agent(Agent):
         m = tf.shape(actions)[0]
         n = cfg.n_step
         q_target, _ = self.target.unroll(obs, first, target_state)
-        with tf.GradientTape() as tape:
-            q, _ = self.online.unroll(obs, first, online_state)
-            # Transition t: reward and done flags come from row t + 1.
-            r = rewards[1:]
-            discounts = tf.cast(tf.logical_not(first[1:]), tf.float32) * cfg.discount
-            cut = tf.logical_and(trunc[1:], tf.logical_not(term[1:]))
-            best = tf.argmax(q[:-1], axis=-1, output_type=tf.int32)
-            last_value = losses.inverse_value_rescale(
-                tf.gather(q_target[:-1], best, axis=-1, batch_dims=2), cfg.value_rescale_eps)
-            r = r + tf.where(cut, cfg.discount * tf.stop_gradient(last_value), 0.0)
-            pad = tf.zeros_like(r[:1])
-            targets = losses.n_step_double_q_targets(
-                tf.stop_gradient(q), q_target, tf.concat([r, pad], 0),
-                tf.concat([discounts, pad], 0), n, cfg.value_rescale_eps)
-            q_taken = tf.gather(q[:m - n], actions[:m - n], axis=-1, batch_dims=2)
-            td = targets - q_taken
-            per_sequence = 0.5 * tf.reduce_mean(tf.square(td), axis=0)
-            loss = tf.reduce_mean(weights * per_sequence)
-        grad_norm = apply_gradients(self.optimizer, tape, loss,
-                                    self.online.trainable_variables, self._grad_clip_norm)
-        self.train_steps.assign_add(1)
-        priorities = losses.sequence_priorities(td, cfg.priority_eta)
-        metrics = {"loss/q": loss, "mean_q": tf.reduce_mean(q_taken),
-                   "mean_abs_td": tf.reduce_mean(tf.abs(td)), "grad_norm": grad_norm}
-        return metrics, priorities
+        q_target = tf.stop_gradient(q_target)
+        q, _ = self.online.unroll(obs, first, online_state)
+        # Transition t: reward and done flags come from row t + 1.
+        r = rewards[1:]
+        discounts = tf.cast(tf.logical_not(first[1:]), tf.float32) * cfg.discount
+        cut = tf.logical_and(trunc[1:], tf.logical_not(term[1:]))
+        best = tf.argmax(q[:-1], axis=-1, output_type=tf.int32)
+        last_value = losses.inverse_value_rescale(
+            tf.gather(q_target[:-1], best, axis=-1, batch_dims=2), cfg.value_rescale_eps)
+        r = r + tf.where(cut, cfg.discount * last_value, 0.0)
+        pad = tf.zeros_like(r[:1])
+        targets = losses.n_step_double_q_targets(
+            tf.stop_gradient(q), q_target, tf.concat([r, pad], 0),
+            tf.concat([discounts, pad], 0), n, cfg.value_rescale_eps)
+        q_taken = tf.gather(q[:m - n], actions[:m - n], axis=-1, batch_dims=2)
+        td = targets - q_taken
+        per_sequence = 0.5 * tf.reduce_mean(tf.square(td), axis=0)
+        return tf.reduce_mean(weights * per_sequence), td, q_taken

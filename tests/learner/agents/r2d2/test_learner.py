@@ -98,3 +98,37 @@ def test_replay_ratio_makes_the_learner_wait_for_data():
     assert steps == 2  # 16 inserted, 8 sampled per step
     agent.add_unrolls([_sequence(rng, 0) for _ in range(8)])
     assert agent.can_train()
+
+
+def test_burn_in_steps_get_no_gradient():
+    import tensorflow as tf
+
+    agent = _agent()  # sequences of 12: burn-in 4, loss on rows 4..9 (n = 2)
+    rng = np.random.default_rng(3)
+    seqs = [_sequence(rng, 1) for _ in range(3)]
+    obs = tf.Variable(np.stack([s["observation"] for s in seqs]))
+    batch = {k: np.stack([s[k] for s in seqs]) for k in ("action", "reward", "terminated",
+                                                         "truncated")}
+    state = [np.stack([s["initial_state"][i] for s in seqs]) for i in range(2)]
+    with tf.GradientTape() as tape:
+        loss, td, _ = agent.loss(obs, batch["action"], batch["reward"], batch["terminated"],
+                                 batch["truncated"], state, np.ones(3, np.float32))
+    grad = np.abs(tape.gradient(loss, obs).numpy()).sum(axis=(0, 2))  # per row
+    assert td.shape == (6, 3)
+    assert np.all(grad[:4] == 0.0)       # burn-in: no gradient at all
+    assert np.all(grad[4:10] > 0.0)      # the rows the loss covers
+    # Rows 10 and 11 only feed targets, which carry no gradient either.
+    assert np.all(grad[10:] == 0.0)
+
+
+def test_training_sets_the_priorities_of_the_sampled_sequences():
+    agent = _agent()
+    rng = np.random.default_rng(4)
+    agent.add_unrolls([_sequence(rng, 1) for _ in range(32)])
+    before = agent.replay._tree.get(np.arange(32)).copy()
+    slots, _, _ = agent.replay.sample(agent.batch_size, np.random.default_rng(99))
+    agent._np_rng = np.random.default_rng(99)  # the agent samples those same slots next
+    agent.train_from_replay()
+    after = agent.replay._tree.get(np.arange(32))
+    changed = np.flatnonzero(~np.isclose(before, after))
+    assert set(changed.tolist()) == set(slots.tolist())
