@@ -16,6 +16,8 @@ import signal
 import sys
 import time
 
+import numpy as np
+
 from common.config import ConfigError, load_experiment
 
 log = logging.getLogger("learner")
@@ -53,6 +55,9 @@ def _summary(runtime, checkpointer) -> dict:
         "return_window": len(runtime.returns),
         "stop_reason": runtime.stop_reason,
         "last_checkpoint": checkpointer.last_checkpoint if checkpointer else None,
+        **({"eval_episodes": runtime.eval_episodes,
+            "eval_mean_return_100": float(np.mean(runtime.eval_returns))}
+           if runtime.eval_returns else {}),
     }
 
 

@@ -66,6 +66,8 @@ class Progress:
         mean = status.get("mean_return")
         ret = "-" if mean is None else f"{mean:.1f}"
         window = status.get("return_window", 0)
+        if status.get("eval_mean_return") is not None:
+            ret += f" | eval {status['eval_mean_return']:.1f}"
         return (f"{self.name} {bar}{steps} steps | {rate:,.0f} steps/s | "
                 f"{status.get('episodes', 0):,} episodes | return({window}) {ret} | "
                 f"actors {status.get('actors', 0)} | {format_duration(status.get('elapsed', 0))}")

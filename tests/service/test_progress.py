@@ -37,3 +37,10 @@ def test_not_a_terminal_prints_whole_lines():
 
 def test_format_duration():
     assert format_duration(3725.9) == "1:02:05"
+
+
+def test_evaluation_return_is_shown_when_the_agent_has_evaluation_actors():
+    line = Progress("x", BudgetConfig(), out=io.StringIO()).line(
+        {"env_steps": 10, "episodes": 2, "mean_return": 12.0, "return_window": 2,
+         "eval_mean_return": 480.5, "elapsed": 3})
+    assert "return(2) 12.0 | eval 480.5" in line
