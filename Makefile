@@ -14,7 +14,7 @@ BENCH_ATARI_MINUTES ?= 30
 # with 2 streams so it steps one half of its envs while the learner answers the other.
 PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
 
-.PHONY: run test test-all bench bench-throughput bench-streams bench-atari install proto clean
+.PHONY: run test test-all bench bench-throughput bench-streams bench-atari bench-mujoco install proto clean
 
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
@@ -34,6 +34,11 @@ bench-throughput: $(STAMP) football
 	  --json bench-throughput-pong.json
 	$(PY) bench/throughput.py --config examples/pong-vtrace.yaml $(PONG_THROUGHPUT) \
 	  --set spec.actors.replicas=1 --json bench-throughput-pong-1.json
+
+# PPO on HalfCheetah-v5 for 1M env steps: the learning curve, final mean return and wall time.
+bench-mujoco: $(STAMP)
+	$(PY) bench/learning_curve.py --config examples/halfcheetah-ppo.yaml --minutes 120 \
+	  --json bench-mujoco.json
 
 # V-trace on Pong for BENCH_ATARI_MINUTES: mean return against frames, and frames/s.
 bench-atari: $(STAMP)

@@ -26,7 +26,7 @@ API_VERSION = "seedrl.dev/v1alpha1"
 KIND = "Experiment"
 
 #: Agents the learner knows how to build; ``spec.agent.name`` must be one of these.
-AGENTS = ("vtrace", "r2d2")
+AGENTS = ("vtrace", "r2d2", "ppo")
 #: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
 NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
 
@@ -233,6 +233,45 @@ class R2D2Config:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    """PPO hyperparameters in the BatchPPO style (``spec.agent.ppo``). Each update takes
+    ``spec.learner.batchSize`` unrolls of ``spec.learner.unrollLength`` steps and runs
+    ``epochs`` passes of ``minibatches`` minibatches over them."""
+
+    discount: float = param(0.99, "Discount factor gamma per environment step.", gt=0.0,
+                            le=1.0)
+    lambda_: float = param(0.95, "GAE lambda.", key="lambda", ge=0.0, le=1.0)
+    objective: str = param(
+        "clip", "'clip' (clipped surrogate), 'kl_penalty' (BatchPPO's adaptive KL penalty) or "
+                "'both'.", choices=("clip", "kl_penalty", "both"))
+    clip: float = param(0.2, "Clipping of the probability ratio to [1 - clip, 1 + clip] "
+                             "(used by the 'clip' and 'both' objectives).", gt=0.0, le=1.0)
+    kl_target: float = param(0.01, "Target KL per update of the adaptive penalty.", gt=0.0)
+    kl_init_coefficient: float = param(1.0, "Initial coefficient of the KL penalty.", gt=0.0)
+    kl_cutoff_factor: float = param(2.0, "Samples whose KL exceeds this multiple of the "
+                                         "target get a steep extra penalty.", gt=1.0)
+    kl_cutoff_coefficient: float = param(1000.0, "Weight of that extra penalty.", ge=0.0)
+    epochs: int = param(4, "Passes over each batch of unrolls.", ge=1)
+    minibatches: int = param(4, "Minibatches per pass (split over unrolls; must divide "
+                                "spec.learner.batchSize).", ge=1)
+    value_cost: float = param(0.5, "Weight of the value loss.", ge=0.0)
+    entropy_cost: float = param(0.0, "Weight of the entropy bonus.", ge=0.0)
+    normalize_observations: bool = param(
+        True, "Streaming mean/variance normalization of observations (clipped to "
+              "observationClip), the same at inference and training; kept in checkpoints.")
+    observation_clip: float = param(10.0, "Clip of normalized observations.", gt=0.0)
+    normalize_rewards: bool = param(
+        True, "Scale rewards by the streaming standard deviation of discounted returns "
+              "(accumulated along unrolls), clipped to rewardClip; kept in checkpoints.")
+    reward_clip: float = param(10.0, "Clip of normalized rewards.", gt=0.0)
+    normalize_advantages: bool = param(True, "Advantages to zero mean, unit variance per "
+                                             "batch.")
+    max_policy_lag: int = param(
+        2, "Unrolls acted by a policy more than this many updates old are dropped, not "
+           "trained on; the lag measured is reported as policy_lag.", ge=0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AgentConfig:
     """The learning algorithm and its network (``spec.agent``)."""
 
@@ -241,6 +280,7 @@ class AgentConfig:
     vtrace: VTraceConfig = param(doc="Hyperparameters of the vtrace agent.",
                                  factory=VTraceConfig)
     r2d2: R2D2Config = param(doc="Hyperparameters of the r2d2 agent.", factory=R2D2Config)
+    ppo: PPOConfig = param(doc="Hyperparameters of the ppo agent.", factory=PPOConfig)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -535,6 +575,11 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
     if uri and "://" in uri and not uri.startswith("file://"):
         problems.append(("spec.checkpoint.uri", f"only local paths and file:// URIs are "
                                                 f"supported in this version, got {uri!r}"))
+    if (exp.spec.agent.name == "ppo"
+            and exp.spec.learner.batch_size % exp.spec.agent.ppo.minibatches):
+        problems.append(("spec.agent.ppo.minibatches",
+                         f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
+                         f"got {exp.spec.agent.ppo.minibatches}"))
     if exp.spec.agent.name == "r2d2":
         r2 = exp.spec.agent.r2d2
         if r2.burn_in + r2.n_step >= r2.sequence_length:

@@ -47,6 +47,13 @@ class Categorical:
         return -tf.reduce_sum(tf.exp(log_p) * log_p, axis=-1)
 
 
+    def kl(self, params_p, params_q) -> tf.Tensor:
+        """KL(p || q) between two softmax policies [..., A] -> [...]."""
+        log_p = tf.nn.log_softmax(params_p, axis=-1)
+        log_q = tf.nn.log_softmax(params_q, axis=-1)
+        return tf.reduce_sum(tf.exp(log_p) * (log_p - log_q), axis=-1)
+
+
 class DiagGaussian:
     """A diagonal Gaussian over D continuous action dimensions.
 
@@ -87,6 +94,15 @@ class DiagGaussian:
         """params [..., 2D] -> differential entropy [...] in nats."""
         _, log_std = self.split(params)
         return tf.reduce_sum(log_std + _HALF_LOG_2PI_E, axis=-1)
+
+    def kl(self, params_p, params_q) -> tf.Tensor:
+        """KL(p || q) between two diagonal Gaussians [..., 2D] -> [...], summed over
+        dimensions."""
+        mean_p, log_std_p = self.split(params_p)
+        mean_q, log_std_q = self.split(params_q)
+        var_p, var_q = tf.exp(2.0 * log_std_p), tf.exp(2.0 * log_std_q)
+        return tf.reduce_sum(log_std_q - log_std_p + (var_p + tf.square(mean_p - mean_q))
+                             / (2.0 * var_q) - 0.5, axis=-1)
 
 
 def for_env(env_spec: EnvSpec) -> Categorical | DiagGaussian:

@@ -13,6 +13,9 @@ def build_agent(experiment: Experiment, env_spec: EnvSpec) -> Agent:
     if name == "vtrace":
         from learner.agents.vtrace import builder
         return builder.build(experiment, env_spec)
+    if name == "ppo":
+        from learner.agents.ppo import builder
+        return builder.build(experiment, env_spec)
     if name == "r2d2":
         from learner.agents.r2d2 import builder
         return builder.build(experiment, env_spec)

@@ -238,7 +238,7 @@ def test_python_attribute_name_lambda_underscore_is_not_a_key():
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path, value, fragment", [
-    ("spec.agent.name", "dqn", "must be one of vtrace, r2d2; got 'dqn'"),
+    ("spec.agent.name", "dqn", "must be one of vtrace, r2d2, ppo; got 'dqn'"),
     ("spec.agent.network.name", "cnn", "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'"),
     ("spec.agent.network.activation", "gelu", "must be one of relu, tanh; got 'gelu'"),
     ("spec.learner.optimizer.name", "adagrad", "must be one of adam, rmsprop, sgd; got 'adagrad'"),
@@ -809,6 +809,19 @@ def test_every_example_loads_and_round_trips(path):
     assert parse_experiment(load_yaml(dump_experiment(exp))) == exp
 
 
+def test_ppo_minibatches_must_divide_the_batch():
+    assert only_problem(doc(agent={"name": "ppo", "ppo": {"minibatches": 3}},
+                            learner={"batchSize": 16})) == (
+        "spec.agent.ppo.minibatches", "must divide spec.learner.batchSize (16), got 3")
+
+
+def test_r2d2_sequence_rules():
+    problems = dict(problems_of(doc(agent={"name": "r2d2", "r2d2": {
+        "sequenceLength": 40, "sequencePeriod": 10, "burnIn": 38}})))
+    assert problems["spec.agent.r2d2.sequenceLength"].startswith("must exceed burnIn + nStep")
+    assert "sequenceLength / 2" in problems["spec.agent.r2d2.sequencePeriod"]
+
+
 def test_atari_and_football_sections():
     exp = parse_experiment(doc(env={"id": "ALE/Breakout-v5",
                                      "atari": {"frameStack": 1, "fullActionSpace": True}}))
@@ -847,7 +860,7 @@ def test_every_section_is_reached():
     names = {cls.__name__ for cls in _dataclasses_from(Experiment)}
     assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
                      "FootballConfig", "AgentConfig",
-                     "NetworkConfig", "VTraceConfig", "R2D2Config", "LearnerConfig", "OptimizerConfig",
+                     "NetworkConfig", "VTraceConfig", "R2D2Config", "PPOConfig", "LearnerConfig", "OptimizerConfig",
                      "ActorsConfig", "CheckpointConfig", "BudgetConfig"}
 
 

@@ -83,3 +83,12 @@ def test_pong_with_r2d2(tmp_path):
         "spec.agent.r2d2.minReplaySize=4", "spec.agent.r2d2.samplesPerInsert=0",
         "spec.agent.r2d2.replayCapacity=64")
     assert status["metrics"]["replay_size"] >= 4
+
+
+@pytest.mark.parametrize("example,overrides", [
+    ("cartpole-ppo.yaml", ["spec.agent.ppo.minibatches=2"]),
+    ("halfcheetah-ppo.yaml", ["spec.actors.envsPerActor=1", "spec.agent.ppo.minibatches=2"]),
+], ids=["cartpole", "halfcheetah"])
+def test_ppo_trains_through_learner_and_actors(tmp_path, example, overrides):
+    _, status = _train(tmp_path, example, "ppo", 600, *overrides)
+    assert "policy_lag" in status["metrics"] and "kl" in status["metrics"]

@@ -75,3 +75,19 @@ def test_for_env_picks_by_action_space():
     assert isinstance(gauss, DiagGaussian) and gauss.param_size == 12
     with pytest.raises(ValueError, match="must be a vector"):
         distributions.for_env(EnvSpec("c", "float32", (4,), "float32", (2, 3), 0))
+
+
+def test_kl_divergences_match_closed_forms():
+    rng = np.random.default_rng(5)
+    p, q = rng.normal(size=(2, 7, 4)).astype(np.float32)
+    lp, lq = _np_log_softmax(p.astype(np.float64)), _np_log_softmax(q.astype(np.float64))
+    np.testing.assert_allclose(Categorical(4).kl(p, q), (np.exp(lp) * (lp - lq)).sum(-1),
+                               rtol=1e-4, atol=1e-6)
+    mp, mq = rng.normal(size=(2, 5, 3))
+    sp, sq = np.exp(rng.normal(size=(2, 5, 3)) * 0.3)
+    want = (np.log(sq / sp) + (sp ** 2 + (mp - mq) ** 2) / (2 * sq ** 2) - 0.5).sum(-1)
+    got = DiagGaussian(3).kl(np.concatenate([mp, np.log(sp)], -1).astype(np.float32),
+                             np.concatenate([mq, np.log(sq)], -1).astype(np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert np.allclose(DiagGaussian(3).kl(np.ones((2, 6), np.float32),
+                                          np.ones((2, 6), np.float32)), 0.0)

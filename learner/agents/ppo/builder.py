@@ -1,0 +1,18 @@
+"""The one place that wires the PPO agent: network, optimizer, normalizers and agent."""
+
+from __future__ import annotations
+
+from common.config import Experiment
+from common.wire import EnvSpec
+from learner.agents.ppo.learner import PPOAgent
+from learner.agents.ppo.networks import make_network
+from learner.optimizers import make_optimizer
+
+
+def build(experiment: Experiment, env_spec: EnvSpec) -> PPOAgent:
+    """Builds a PPO agent for the Experiment and the actors' environment spec."""
+    spec = experiment.spec
+    network = make_network(spec.agent.network, env_spec)
+    optimizer = make_optimizer(spec.learner.optimizer, network.trainable_variables)
+    return PPOAgent(network, optimizer, spec.agent.ppo, env_spec,
+                    grad_clip_norm=spec.learner.optimizer.grad_clip_norm, seed=spec.seed)

@@ -1,0 +1,208 @@
+"""The PPO agent: BatchPPO's objective on the central learner's batches of unrolls.
+
+Each update takes the runtime's batch of unrolls, computes GAE advantages with the current
+value function, then runs ``epochs`` passes of ``minibatches`` minibatch steps (split over
+unrolls, so an LSTM still sees whole sequences). Observations are normalized with streaming
+statistics held in variables; they are updated only after an update's steps, so the policy
+that acted on a batch and the one that trains on it see identical inputs. Every step records
+the policy version (updates so far) that chose it; unrolls older than ``maxPolicyLag`` updates
+are dropped and the lag actually trained on is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from common.config import PPOConfig
+from common.wire import EnvSpec
+from learner.agents.base import Agent
+from learner.agents.ppo import losses
+from learner.networks import ActorCritic
+from learner.normalizers import RunningMeanStd
+from learner.optimizers import apply_gradients
+
+
+def discounted_returns(rewards: np.ndarray, done: np.ndarray, discount: float) -> np.ndarray:
+    """Discounted returns accumulated forward along each unroll, restarting at episode ends:
+    ``G_t = discount * G_{t-1} * (1 - done_{t-1}) + r_t`` from ``G_{-1} = 0``. Their spread
+    is what rewards are scaled by: unlike the spread of the rewards themselves it is not
+    zero when every reward is the same (CartPole)."""
+    out = np.zeros_like(rewards, dtype=np.float64)
+    acc = np.zeros(rewards.shape[1:], np.float64)
+    for t in range(len(rewards)):
+        acc = acc * discount + rewards[t]
+        out[t] = acc
+        acc = np.where(done[t], 0.0, acc)
+    return out
+
+
+class PPOAgent(Agent):
+    """Proximal policy optimization with clipping and/or an adaptive KL penalty.
+
+    Args:
+      network: the actor-critic (see :mod:`learner.networks`).
+      optimizer: a Keras optimizer built on the network's variables.
+      config: ``spec.agent.ppo``.
+      env_spec: the actors' environment spec.
+      grad_clip_norm: global-norm gradient clipping; 0 disables.
+      seed: seed of action sampling and minibatch shuffling.
+    """
+
+    def __init__(self, network: ActorCritic, optimizer, config: PPOConfig, env_spec: EnvSpec,
+                 grad_clip_norm: float, seed: int):
+        self.network = network
+        self.optimizer = optimizer
+        self.config = config
+        self.env_spec = env_spec
+        self.dist = network.distribution
+        self._grad_clip_norm = float(grad_clip_norm)
+        self._rng = tf.random.Generator.from_seed(seed)
+        self._np_rng = np.random.default_rng(seed)
+        obs_shape = list(env_spec.observation_shape)
+        obs_dtype = tf.as_dtype(env_spec.observation_dtype)
+        # Frames are already scaled by the network; normalizing pixels would only add noise.
+        self._normalize_obs = config.normalize_observations and obs_dtype != tf.uint8
+        self.obs_rms = RunningMeanStd(obs_shape, clip=config.observation_clip, name="obs_rms")
+        self.reward_rms = RunningMeanStd([], clip=config.reward_clip, name="reward_rms")
+        self.kl_coefficient = tf.Variable(config.kl_init_coefficient, dtype=tf.float64,
+                                          trainable=False, name="kl_coefficient")
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self._uses_clip = config.objective in ("clip", "both")
+        self._uses_kl = config.objective in ("kl_penalty", "both")
+        state_specs = [tf.TensorSpec([None, s.shape[-1]], tf.float32)
+                       for s in network.initial_state(1)]
+        action_shape = list(self.dist.action_shape)
+        p = self.dist.param_size
+        self._infer = tf.function(self._infer_impl, input_signature=[
+            tf.TensorSpec([None] + obs_shape, obs_dtype), state_specs])
+        self._evaluate = tf.function(self._evaluate_impl, input_signature=[
+            tf.TensorSpec([None, None] + obs_shape, obs_dtype),
+            tf.TensorSpec([None, None], tf.bool), state_specs])
+        self._step = tf.function(self._step_impl, input_signature=[
+            tf.TensorSpec([None, None] + obs_shape, obs_dtype),          # observation [T+1]
+            tf.TensorSpec([None, None], tf.bool),                        # episode starts
+            state_specs,
+            tf.TensorSpec([None, None] + action_shape, self.dist.action_dtype),  # actions [T]
+            tf.TensorSpec([None, None, p], tf.float32),                  # behaviour [T]
+            tf.TensorSpec([None, None], tf.float32),                     # advantages
+            tf.TensorSpec([None, None], tf.float32),                     # value targets
+            tf.TensorSpec([], tf.float32)])                              # KL coefficient
+
+    # -- acting ---------------------------------------------------------------------------
+
+    def step_fields(self):
+        return {"policy_params": ((self.dist.param_size,), np.dtype(np.float32)),
+                "policy_version": ((), np.dtype(np.int64))}
+
+    def initial_state(self, batch_size: int, actor_index: int = 0) -> list[np.ndarray]:
+        return [s.numpy() for s in self.network.initial_state(batch_size)]
+
+    def inference(self, observations, state):
+        action, params, new_state = self._infer(observations, state)
+        version = np.full(len(observations), int(self.updates.numpy()), np.int64)
+        return ({"action": action.numpy(), "policy_params": params.numpy(),
+                 "policy_version": version}, [s.numpy() for s in new_state])
+
+    def _inputs(self, observations):
+        return self.obs_rms.normalize(observations) if self._normalize_obs else observations
+
+    def _infer_impl(self, observations, state):
+        params, _, new_state = self.network.step(self._inputs(observations), state)
+        seed = self._rng.make_seeds(1)[:, 0]
+        return self.dist.sample(params, seed), params, new_state
+
+    # -- training -------------------------------------------------------------------------
+
+    def set_learning_rate(self, value: float) -> None:
+        self.optimizer.learning_rate.assign(value)
+
+    def checkpointables(self):
+        return {"network": self.network, "optimizer": self.optimizer, "rng": self._rng,
+                "obs_rms": self.obs_rms, "reward_rms": self.reward_rms,
+                "kl_coefficient": self.kl_coefficient, "updates": self.updates}
+
+    def train(self, batch: Mapping[str, object]) -> dict[str, float]:
+        """One PPO update on unrolls [T + 1, B, ...]; returns scalar metrics."""
+        cfg = self.config
+        current = int(self.updates.numpy())
+        lag = current - np.asarray(batch["policy_version"]).min(axis=0)      # [B]
+        keep = np.flatnonzero(lag <= cfg.max_policy_lag)
+        dropped = len(lag) - len(keep)
+        if len(keep) == 0:
+            return {"policy_lag": float(lag.mean()), "dropped_unrolls": float(dropped)}
+        cols = {k: np.asarray(v)[:, keep] for k, v in batch.items() if k != "initial_state"}
+        state = [np.asarray(s)[keep] for s in batch.get("initial_state", [])]
+        obs = cols["observation"]
+        terminated, truncated = cols["terminated"], cols["truncated"]
+        ended = terminated | truncated
+        rewards = cols["reward"][1:].astype(np.float32)
+        discounted = discounted_returns(rewards, ended[1:], cfg.discount)
+        if cfg.normalize_rewards:
+            rewards = self.reward_rms.normalize(rewards, center=False).numpy()
+        _, values = self._evaluate(obs, ended, state)
+        values = values.numpy()
+        discounts = cfg.discount * (1.0 - ended[1:].astype(np.float32))
+        cut = truncated[1:] & ~terminated[1:]
+        rewards = losses.bootstrap_truncations(rewards, values[:-1], cut, cfg.discount)
+        adv, returns = losses.gae(rewards, values[:-1], values[-1], discounts, cfg.lambda_)
+        adv, returns = adv.numpy(), returns.numpy()
+        if cfg.normalize_advantages:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        actions = cols["action"][:-1]
+        behaviour = cols["policy_params"][:-1]
+        coefficient = np.float32(self.kl_coefficient.numpy())
+        step_metrics = []
+        for _ in range(cfg.epochs):
+            order = self._np_rng.permutation(len(keep))
+            for mb in np.array_split(order, min(cfg.minibatches, len(keep))):
+                step_metrics.append(self._step(
+                    obs[:, mb], ended[:, mb], [s[mb] for s in state], actions[:, mb],
+                    behaviour[:, mb], adv[:, mb], returns[:, mb], coefficient))
+        params, _ = self._evaluate(obs, ended, state)
+        kl = float(tf.reduce_mean(self.dist.kl(behaviour, params[:-1])))
+        if self._uses_kl:
+            self.kl_coefficient.assign(losses.updated_kl_coefficient(
+                float(self.kl_coefficient.numpy()), kl, cfg.kl_target))
+        # Statistics move only now: this batch acted and trained on identical inputs.
+        if self._normalize_obs:
+            self.obs_rms.update(obs[:-1].reshape((-1,) + obs.shape[2:]))
+        self.reward_rms.update(discounted.reshape(-1))
+        self.updates.assign_add(1)
+        out = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
+        out.update({"kl": kl, "kl_coefficient": float(self.kl_coefficient.numpy()),
+                    "policy_lag": float(lag[keep].mean()), "policy_lag_max": float(lag.max()),
+                    "dropped_unrolls": float(dropped), "mean_value": float(values.mean())})
+        return out
+
+    def _evaluate_impl(self, observations, first, state):
+        """Policy parameters and values of unrolls [T + 1, B, ...] under the current net."""
+        return self.network.unroll(self._inputs(observations), first, state)
+
+    def _step_impl(self, observation, first, state, action, behaviour, advantages, returns,
+                   kl_coefficient):
+        """One minibatch gradient step; returns its scalar metrics."""
+        cfg = self.config
+        with tf.GradientTape() as tape:
+            params, values = self.network.unroll(self._inputs(observation), first, state)
+            params, values = params[:-1], values[:-1]
+            log_prob = self.dist.log_prob(params, action)
+            log_ratio = log_prob - self.dist.log_prob(behaviour, action)
+            kl = self.dist.kl(behaviour, params)
+            policy_loss = losses.clipped_surrogate_loss(
+                log_ratio, advantages, cfg.clip if self._uses_clip else 0.0)
+            if self._uses_kl:
+                policy_loss += losses.kl_penalty_loss(
+                    kl, kl_coefficient, cfg.kl_target, cfg.kl_cutoff_factor,
+                    cfg.kl_cutoff_coefficient)
+            value_loss = 0.5 * tf.reduce_mean(tf.square(returns - values))
+            entropy = tf.reduce_mean(self.dist.entropy(params))
+            total = policy_loss + cfg.value_cost * value_loss - cfg.entropy_cost * entropy
+        grad_norm = apply_gradients(self.optimizer, tape, total,
+                                    self.network.trainable_variables, self._grad_clip_norm)
+        return {"loss/total": total, "loss/policy": policy_loss, "loss/value": value_loss,
+                "entropy": entropy, "grad_norm": grad_norm,
+                "clip_fraction": tf.reduce_mean(tf.cast(
+                    tf.abs(tf.exp(log_ratio) - 1.0) > cfg.clip, tf.float32))}

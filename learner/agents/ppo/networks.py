@@ -1,0 +1,15 @@
+"""Networks of the PPO agent: the shared actor-critic with separate policy and value streams
+(for the MLP torso), a softmax or a diagonal Gaussian with tanh-bounded means and a learned
+log-std."""
+
+from __future__ import annotations
+
+from common.config import NetworkConfig
+from common.wire import EnvSpec
+from learner import distributions
+from learner.networks import ActorCritic, make_actor_critic
+
+
+def make_network(config: NetworkConfig, env_spec: EnvSpec) -> ActorCritic:
+    """Builds the configured network for the env's actions and creates its variables."""
+    return make_actor_critic(config, env_spec, distributions.for_env(env_spec))

@@ -1,0 +1,54 @@
+"""Streaming normalization (running mean and variance) kept in TensorFlow variables.
+
+The statistics are variables of the agent, so they are saved in every checkpoint and read by
+inference and training alike. Batches are merged with Chan et al.'s parallel update, which is
+exact for any batch sizes (no exponential decay).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+class RunningMeanStd(tf.Module):
+    """Running mean and variance of vectors of a fixed shape.
+
+    Args:
+      shape: the shape of one sample.
+      clip: normalized values are clipped to [-clip, clip]; 0 disables clipping.
+      epsilon: added to the variance before the square root.
+    """
+
+    def __init__(self, shape, clip: float = 10.0, epsilon: float = 1e-8, name: str = "rms"):
+        super().__init__(name=name)
+        self.clip = clip
+        self.epsilon = epsilon
+        self.count = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="count")
+        self.mean = tf.Variable(tf.zeros(shape, tf.float64), trainable=False, name="mean")
+        self.m2 = tf.Variable(tf.zeros(shape, tf.float64), trainable=False, name="m2")
+
+    @property
+    def variance(self) -> tf.Tensor:
+        """The population variance so far (1 before any data, so normalizing is a no-op)."""
+        return tf.where(self.count > 0, self.m2 / tf.maximum(self.count, 1.0),
+                        tf.ones_like(self.m2))
+
+    def update(self, batch) -> None:
+        """Merges a batch [N, *shape] into the statistics."""
+        x = tf.cast(batch, tf.float64)
+        n = tf.cast(tf.shape(x)[0], tf.float64)
+        batch_mean = tf.math.divide_no_nan(tf.reduce_sum(x, axis=0), n)
+        batch_m2 = tf.reduce_sum(tf.square(x - batch_mean), axis=0)
+        total = self.count + n
+        weight = tf.math.divide_no_nan(n, total)  # an empty batch changes nothing
+        delta = batch_mean - self.mean
+        self.mean.assign(self.mean + delta * weight)
+        self.m2.assign(self.m2 + batch_m2 + tf.square(delta) * self.count * weight)
+        self.count.assign(total)
+
+    def normalize(self, x, center: bool = True) -> tf.Tensor:
+        """(x - mean) / std, or x / std with ``center=False``, clipped; float32."""
+        mean = tf.cast(self.mean, tf.float32) if center else 0.0
+        std = tf.cast(tf.sqrt(self.variance + self.epsilon), tf.float32)
+        out = (tf.cast(x, tf.float32) - mean) / std
+        return tf.clip_by_value(out, -self.clip, self.clip) if self.clip else out
