@@ -66,7 +66,6 @@ def raw_steps_per_second(exp, seconds: float) -> float:
 
 def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> None:
     import gymnasium as gym
-    import numpy as np
     import tensorflow as tf
 
     from actors.envs import make_env, spec_of

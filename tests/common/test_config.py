@@ -9,7 +9,6 @@ import typing
 from pathlib import Path
 
 import pytest
-import yaml
 
 from common.config import (
     API_VERSION,
