@@ -54,8 +54,8 @@ class Agent(abc.ABC):
 
     # -- optional hooks, with the defaults of an on-policy agent ---------------------------
 
-    #: Whether training samples from a replay the agent fills (see :meth:`add_unrolls`) rather
-    #: than from batches of the freshest unrolls.
+    #: Whether training samples from a replay the agent fills (see :class:`ReplayAgent`)
+    #: rather than from batches of the freshest unrolls.
     uses_replay: bool = False
 
     def unroll_layout(self, unroll_length: int) -> tuple[int, int]:
@@ -68,18 +68,6 @@ class Agent(abc.ABC):
         trajectories are not trained on."""
         return False
 
-    def add_unrolls(self, unrolls: list[Mapping[str, object]]) -> None:
-        """Takes single-env unrolls [rows, ...] into the agent's replay (replay agents only)."""
-        raise NotImplementedError
-
-    def can_train(self) -> bool:
-        """Whether the replay holds enough, and the replay ratio allows, a training step."""
-        raise NotImplementedError
-
-    def train_from_replay(self) -> dict[str, float]:
-        """One update on a batch sampled from the replay; returns scalar metrics."""
-        raise NotImplementedError
-
     def extra_state(self) -> dict[str, np.ndarray] | None:
         """Agent state that is not TensorFlow variables (e.g. a replay), as plain arrays to
         write beside a checkpoint; None when there is none or it should not be written."""
@@ -87,3 +75,22 @@ class Agent(abc.ABC):
 
     def load_extra_state(self, state: Mapping[str, np.ndarray]) -> None:
         """Restores what :meth:`extra_state` returned."""
+
+
+class ReplayAgent(Agent):
+    """An agent that trains from a replay it fills: the runtime hands it every unroll and
+    asks it for a step whenever it can take one."""
+
+    uses_replay = True
+
+    @abc.abstractmethod
+    def add_unrolls(self, unrolls: list[Mapping[str, object]]) -> None:
+        """Takes single-env unrolls [rows, ...] (each with its ``initial_state``)."""
+
+    @abc.abstractmethod
+    def can_train(self) -> bool:
+        """Whether the replay holds enough, and the replay ratio allows, a training step."""
+
+    @abc.abstractmethod
+    def train_from_replay(self) -> dict[str, float]:
+        """One update on a batch sampled from the replay; returns scalar metrics."""

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from common.config import R2D2Config
 from common.wire import EnvSpec
-from learner.agents.base import Agent
+from learner.agents.base import ReplayAgent
 from learner.agents.r2d2 import losses
 from learner.networks import DuelingQNetwork
 from learner.optimizers import apply_gradients
@@ -29,7 +29,7 @@ def _time_major(x):
     return tf.experimental.numpy.swapaxes(x, 0, 1)
 
 
-class R2D2Agent(Agent):
+class R2D2Agent(ReplayAgent):
     """Recurrent replay distributed DQN on the central learner.
 
     Args:
@@ -44,8 +44,6 @@ class R2D2Agent(Agent):
       grad_clip_norm: global-norm gradient clipping; 0 disables.
       seed: seed of exploration and replay sampling.
     """
-
-    uses_replay = True
 
     def __init__(self, online: DuelingQNetwork, target: DuelingQNetwork, optimizer,
                  config: R2D2Config, env_spec: EnvSpec, batch_size: int, num_actors: int,
@@ -164,8 +162,17 @@ class R2D2Agent(Agent):
         out["replay_size"] = float(len(self.replay))
         return out
 
-    def train(self, batch):
-        raise NotImplementedError("r2d2 trains from its replay: see train_from_replay")
+    def train(self, batch: Mapping[str, object]) -> dict[str, float]:
+        """One update on given sequences (time-major [L, B, ...], as the runtime stacks them),
+        with uniform weights and no replay: for offline data and tests."""
+        def major(name):
+            return np.swapaxes(np.asarray(batch[name]), 0, 1)
+        state = list(batch.get("initial_state", []))[:2] if self.online.recurrent else []
+        b = np.asarray(batch["action"]).shape[1]
+        metrics, _ = self._train(major("observation"), major("action").astype(np.int32),
+                                 major("reward"), major("terminated"), major("truncated"),
+                                 state, np.ones(b, np.float32))
+        return {k: float(v) for k, v in metrics.items()}
 
     def set_learning_rate(self, value: float) -> None:
         self.optimizer.learning_rate.assign(value)

@@ -132,3 +132,16 @@ def test_training_sets_the_priorities_of_the_sampled_sequences():
     after = agent.replay._tree.get(np.arange(32))
     changed = np.flatnonzero(~np.isclose(before, after))
     assert set(changed.tolist()) == set(slots.tolist())
+
+
+def test_training_on_given_time_major_sequences_without_the_replay():
+    from learner.trajectories import stack_unrolls
+
+    agent = _agent()
+    rng = np.random.default_rng(5)
+    batch = stack_unrolls([_sequence(rng, 1) for _ in range(4)])
+    before = [v.numpy().copy() for v in agent.online.trainable_variables]
+    metrics = agent.train(batch)
+    assert np.isfinite(metrics["loss/q"]) and len(agent.replay) == 0
+    assert any(not np.allclose(b, v.numpy())
+               for b, v in zip(before, agent.online.trainable_variables))
