@@ -125,12 +125,13 @@ class ReplayAgent(CountingAgent):
         self.stored.extend(unrolls)
 
     def can_train(self):
-        return len(self.stored) >= self.min_size
+        # At most one step per stored unroll, so the trainer thread waits for data between
+        # steps instead of spinning.
+        return len(self.stored) >= self.min_size and self.steps < len(self.stored)
 
     def train_from_replay(self):
         self.steps += 1
         self.trained.set()
-        time.sleep(0.01)
         return {"replay": float(len(self.stored))}
 
 
