@@ -341,13 +341,22 @@ class ActorsConfig:
 class CheckpointConfig:
     """Where and how often the learner checkpoints (``spec.checkpoint``)."""
 
-    uri: str = param("", "Checkpoint location: a local path or file:// URI; empty means "
-                         "runs/<name>/checkpoints under the local launcher.", max_len=1024)
+    uri: str = param(
+        "", "Checkpoint location: gs://bucket/prefix (Google Cloud Storage, credentials from "
+            "Application Default Credentials / Workload Identity), a file:///path URI or a "
+            "local path. Empty means runs/<name>/checkpoints under the local launcher; in a "
+            "cluster, set it, or a restarted learner starts over.",
+        pattern=r"gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](/.*)?|file:///.*|[^:]*", max_len=1024)
     interval_steps: int = param(1000, "Checkpoint every this many learner steps; 0 disables.",
                                 ge=0)
     interval_seconds: float = param(300.0, "Checkpoint at least this often in seconds; 0 "
                                            "disables.", ge=0.0)
     keep: int = param(3, "How many recent checkpoints to keep.", ge=1)
+    final_timeout_seconds: float = param(
+        25.0, "On SIGTERM (a preemption notice) the learner writes a final checkpoint within "
+              "this many seconds, or gives up on it and exits 1 so that the run resumes from "
+              "the previous one. Keep it below the pod's termination grace period (30 s by "
+              "default in Kubernetes; the operator sets the grace period from this).", gt=0.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -571,10 +580,6 @@ def _parse_dataclass(cls: type, value: Any, path: str,
 
 def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> None:
     """Rules that involve more than one field."""
-    uri = exp.spec.checkpoint.uri
-    if uri and "://" in uri and not uri.startswith("file://"):
-        problems.append(("spec.checkpoint.uri", f"only local paths and file:// URIs are "
-                                                f"supported in this version, got {uri!r}"))
     if (exp.spec.agent.name == "ppo"
             and exp.spec.learner.batch_size % exp.spec.agent.ppo.minibatches):
         problems.append(("spec.agent.ppo.minibatches",

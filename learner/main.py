@@ -2,7 +2,9 @@
 
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
 checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
-final checkpoint). Exits 1 if training fails and 2 on a bad Experiment.
+final checkpoint). Exits 1 if training fails, 2 on a bad Experiment and 4 when the checkpoint
+location cannot be used (unreadable, or another learner publishes there): restarting would
+fail the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from common.config import ConfigError, load_experiment
 log = logging.getLogger("learner")
 
 STATUS_EVERY_S = 0.5
+#: Exit code when the checkpoint location cannot be used; the launchers do not restart on it.
+EXIT_CHECKPOINT = 4
 METRICS_EVERY_S = 2.0
 
 
@@ -54,7 +58,7 @@ def _summary(runtime, checkpointer) -> dict:
         "mean_return_100": None if math.isnan(mean) else mean,
         "return_window": len(runtime.returns),
         "stop_reason": runtime.stop_reason,
-        "last_checkpoint": checkpointer.last_checkpoint if checkpointer else None,
+        **(checkpointer.status() if checkpointer else {"last_checkpoint": None}),
         **({"eval_episodes": runtime.eval_episodes,
             "eval_mean_return_100": float(np.mean(runtime.eval_returns))}
            if runtime.eval_returns else {}),
@@ -65,7 +69,8 @@ async def serve(exp, args) -> int:
     """Runs the learner until the budget, a signal or a training failure; returns the exit code."""
     # Imported here so that `--help` and config errors answer without loading TensorFlow.
     from learner.agents import build_agent
-    from learner.checkpoint import Checkpointer, checkpoint_directory
+    from common.storage import StorageError
+    from learner.checkpoint import CheckpointError, checkpoint_uri, open_checkpointer
     from learner.run_files import RunFiles
     from learner.runtime import LearnerRuntime
     from learner.server import server_credentials, start_server
@@ -79,11 +84,25 @@ async def serve(exp, args) -> int:
     runtime = LearnerRuntime(exp, build_agent, train=not args.no_train,
                              on_agent_built=on_agent_built)
     ckpt_cfg = exp.spec.checkpoint
-    ckpt_dir = checkpoint_directory(ckpt_cfg.uri, args.run_dir)
-    if ckpt_dir and not args.no_train:
-        checkpointer = Checkpointer(ckpt_dir, runtime, ckpt_cfg.keep, ckpt_cfg.interval_steps,
-                                    ckpt_cfg.interval_seconds)
+    uri = checkpoint_uri(ckpt_cfg.uri, args.run_dir)
+    if uri and not args.no_train:
+        checkpointer = open_checkpointer(uri, runtime, ckpt_cfg.keep, ckpt_cfg.interval_steps,
+                                         ckpt_cfg.interval_seconds)
+        # Before serving: a run that cannot resume fails now, not when the first actor comes.
+        try:
+            found = checkpointer.open()
+        except CheckpointError as exc:
+            log.error("cannot use the checkpoints at %s: %s", uri, exc)
+            return EXIT_CHECKPOINT
+        except StorageError as exc:
+            log.error("checkpoint store %s unavailable: %s", uri, exc)
+            return 1
+        if found:
+            log.info("will resume from learner step %d (%d env steps) in %s",
+                     found["learner_steps"], found["env_steps"], uri)
         runtime.add_train_hook(checkpointer.maybe_save)
+    elif not args.no_train:
+        log.warning("no spec.checkpoint.uri and no run directory: this run keeps no checkpoints")
     files = RunFiles(args.run_dir) if args.run_dir else None
 
     address = args.listen or f"[::]:{exp.spec.learner.port}"
@@ -104,7 +123,7 @@ async def serve(exp, args) -> int:
             break
         status = runtime.status()
         if checkpointer:
-            status["last_checkpoint"] = checkpointer.last_checkpoint
+            status.update(checkpointer.status())
         if files:
             files.write_status(status)
             if time.monotonic() - last_metrics >= METRICS_EVERY_S:
@@ -117,19 +136,39 @@ async def serve(exp, args) -> int:
     while runtime.connected_actors and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     await loop.run_in_executor(None, runtime.shutdown)
-    if checkpointer and runtime.learner_steps and runtime.train_error is None:
+    final_failed = False
+    if checkpointer and runtime.learner_steps and runtime.train_error is None \
+            and checkpointer.conflict is None:
+        timeout = exp.spec.checkpoint.final_timeout_seconds
         try:
-            path = await loop.run_in_executor(None, checkpointer.save)
+            path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save),
+                                          timeout)
             log.info("final checkpoint %s", path)
-        except Exception:  # noqa: BLE001 - the summary still gets written
-            log.exception("final checkpoint failed")
+        except Exception as exc:  # noqa: BLE001 - the summary still gets written
+            final_failed = True
+            checkpointer.failures += 1
+            if isinstance(exc, asyncio.TimeoutError):
+                log.error("final checkpoint not published within %.0f s; the run will resume "
+                          "from %s", timeout, checkpointer.last_checkpoint or "the start")
+            else:
+                log.exception("final checkpoint failed")
     summary = _summary(runtime, checkpointer)
     if files:
-        files.write_status({**runtime.status(), "last_checkpoint": summary["last_checkpoint"]})
+        files.write_status({**runtime.status(),
+                            **(checkpointer.status() if checkpointer else {})})
         files.append_metrics(runtime.status())
         files.write_summary(summary)
     log.info("finished: %s", summary)
     await server.stop(grace=1.0)
+    if checkpointer and checkpointer.conflict is not None:
+        return EXIT_CHECKPOINT
+    if final_failed:
+        # Preempted without a final checkpoint: fail, so that the pod is restarted and the
+        # run resumes from the previous checkpoint. Once the budget is reached the run is
+        # done either way. os._exit: a hung upload thread would hold up a normal exit.
+        code = 1 if runtime.stop_reason in ("terminated", "interrupted") else 0
+        logging.shutdown()
+        os._exit(code)
     return 1 if runtime.train_error is not None else 0
 
 

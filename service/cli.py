@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="run an Experiment on this machine")
     with_overrides(train)
     train.add_argument("--resume", action="store_true",
-                       help="continue runs/<name> from its last checkpoint")
+                       help="continue runs/<name> from its last checkpoint (also needed to "
+                            "continue from a spec.checkpoint.uri that holds checkpoints)")
     train.add_argument("--runs-dir", default="runs", help="where run directories live")
     train.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -61,13 +62,15 @@ def cmd_validate(args) -> int:
 
 def cmd_train(args) -> int:
     """Runs the Experiment locally until its budget, its target return or Ctrl-C."""
-    from service.launcher import LocalRun, RunDirError, prepare_run_dir
+    from service.launcher import (LocalRun, RunDirError, check_checkpoint_location,
+                                  prepare_run_dir)
     from service.progress import Progress, format_duration
 
     exp = _load(args)
     if exp is None:
         return EXIT_BAD_CONFIG
     try:
+        check_checkpoint_location(exp, args.resume)
         run_dir = prepare_run_dir(exp, args.runs_dir, args.resume)
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import yaml
 
 from common.config import Experiment, dump_experiment, to_document
+from common.storage import CHECKPOINT_MANIFEST, NotFound, StorageError, open_store, with_retries
 from service.processes import Child, child_env, python_module, stop_all
 
 log = logging.getLogger(__name__)
@@ -27,8 +28,9 @@ log = logging.getLogger(__name__)
 #: How often a crashed process is restarted before the run gives up on it.
 MAX_ACTOR_RESTARTS = 20
 MAX_LEARNER_RESTARTS = 3
-#: Exit codes that mean "bad configuration": restarting would fail the same way.
-CONFIG_EXIT_CODES = (2, 3)
+#: Exit codes that restarting would only repeat: a bad configuration (2, 3), or a checkpoint
+#: location the learner cannot use (4: unreadable, or another learner publishes there).
+CONFIG_EXIT_CODES = (2, 3, 4)
 #: Fields a resumed run must keep: the checkpoint only fits the same env, agent and network.
 IMMUTABLE_ON_RESUME = ("env", "agent")
 
@@ -70,6 +72,32 @@ def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
         fh.write(dump_experiment(exp))
     os.replace(tmp, config_path)
     return run_dir
+
+
+def check_checkpoint_location(exp: Experiment, resume: bool) -> None:
+    """Refuses a new run whose ``spec.checkpoint.uri`` already holds another run's checkpoints.
+
+    The learner resumes from whatever checkpoints it finds, and its retention would in time
+    delete the older ones: so taking over a location must be asked for with ``--resume``.
+    The default location (inside the run directory) is covered by :func:`prepare_run_dir`.
+
+    Raises:
+      RunDirError: the location holds checkpoints and ``resume`` is false, or it cannot be
+        read.
+    """
+    uri = exp.spec.checkpoint.uri
+    if not uri or resume:
+        return
+    try:
+        store = open_store(uri)
+        with_retries(lambda: store.read(CHECKPOINT_MANIFEST), what=f"reading {uri}",
+                     attempts=3)
+    except NotFound:
+        return
+    except (StorageError, ValueError, OSError) as exc:
+        raise RunDirError(f"cannot read the checkpoint location {uri}: {exc}") from None
+    raise RunDirError(f"{uri} already holds checkpoints: pass --resume to continue from them, "
+                      f"or set another spec.checkpoint.uri")
 
 
 def learner_address(run_dir: str) -> str:
