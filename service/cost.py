@@ -324,13 +324,22 @@ def record_from_dict(data: Mapping[str, Any]) -> PodRecord:
                         for s, e in data.get("intervals", [])))
 
 
-def merge_records(*groups: Iterable[PodRecord]) -> list[PodRecord]:
-    """Records of several observations, one per pod name; a later observation of a pod wins
-    (its intervals are newer), and pods seen only earlier (since deleted) are kept."""
-    by_name: dict[str, PodRecord] = {}
-    for group in groups:
-        for record in group:
-            by_name[record.name] = record
+def merge_records(previous: Iterable[PodRecord], current: Iterable[PodRecord],
+                  now: float | None = None) -> list[PodRecord]:
+    """The history after a new observation of an Experiment's pods.
+
+    A pod in ``current`` replaces its earlier record (its intervals are newer). A pod only in
+    ``previous`` is gone (deleted, replaced, or its Experiment suspended): its record stays,
+    and an interval still open is closed at ``now`` (the observation that found it gone), if
+    given; the operator should rather price a pod's final object from its DELETED event.
+    """
+    by_name = {r.name: r for r in previous}
+    live = {r.name: r for r in current}
+    for name, record in by_name.items():
+        if name not in live and now is not None and any(e is None for _, e in record.intervals):
+            by_name[name] = dataclasses.replace(record, intervals=tuple(
+                (s, now if e is None else e) for s, e in record.intervals))
+    by_name.update(live)
     return list(by_name.values())
 
 
@@ -521,7 +530,9 @@ def pod_record(pod: Mapping[str, Any], role: str | None = None) -> PodRecord:
       or required node-affinity term.
     - interval: from ``status.startTime`` (the kubelet took the pod; GKE bills from there,
       image pulls included) to the last container's ``finishedAt`` once the pod has
-      Succeeded or Failed; open while it runs. A pod never started has no interval.
+      Succeeded or Failed, else to ``metadata.deletionTimestamp`` once it is being deleted
+      (its grace period is not priced); open while it runs. Container restarts inside the pod
+      do not interrupt it. A pod never started has no interval.
 
     Raises:
       ValueError: an unknown role, a bad quantity, or an accelerator without its type label.
@@ -568,7 +579,9 @@ def pod_record(pod: Mapping[str, Any], role: str | None = None) -> PodRecord:
                         for cs in status.get("containerStatuses") or []]
             finished = [f for f in finished if f is not None]
             end = max(finished) if finished else start
-        intervals = ((start, end),)
+        elif meta.get("deletionTimestamp"):
+            end = _parse_time(meta["deletionTimestamp"])
+        intervals = ((start, max(start, end) if end is not None else None),)
     return PodRecord(name=name, role=role, resources=resources, spot=spot, intervals=intervals)
 
 
@@ -598,25 +611,28 @@ def _topology_chips(topology: Any) -> int:
 
 
 def _accelerator(acc: Any) -> tuple[str | None, str, int]:
+    """``(kind, price-table type, count)`` of an accelerator section, or a bare type string."""
     if acc is None:
         return None, "", 0
-    kind = str(_get(acc, "kind", "type", "name", default="cpu")).lower()
     if isinstance(acc, str):
-        kind = acc.lower()
-    if kind in ("", "cpu", "none"):
+        kind, acc_type = "", acc
+    else:
+        kind = _get(acc, "kind", default="")
+        acc_type = _get(acc, "type", "tpu_type", "tpuType", "gpu_type", "gpuType", "model",
+                        "version", "accelerator_type", "acceleratorType", "name", default="")
+    kind, acc_type = str(kind).lower(), str(acc_type).lower()
+    if kind in ("", "cpu", "none") and acc_type in ("tpu", "gpu"):
+        kind, acc_type = acc_type, ""  # ``type: tpu`` names the kind, not the model
+    if kind in ("cpu", "none") or (not kind and acc_type in ("", "cpu", "none")):
         return None, "", 0
-    if kind in ("tpu", "gpu"):
-        acc_type = str(_get(acc, "tpuType", "tpu_type", "gpuType", "gpu_type", "version",
-                            "model", "acceleratorType", "accelerator_type", default=""))
-    else:  # a bare type such as "v5e" or "nvidia-l4"
-        acc_type = kind
-        kind = "gpu" if kind.startswith("nvidia") else "tpu"
+    if not kind:
+        kind = "gpu" if acc_type.startswith("nvidia") else "tpu"
     acc_type = TPU_ACCELERATORS.get(acc_type, acc_type)
     if kind == "tpu" and acc_type.startswith("tpu-"):
         acc_type = acc_type[4:]
-    count = _get(acc, "count", "chips", "gpus")
+    count = None if isinstance(acc, str) else _get(acc, "count", "chips", "gpus")
     if count is None:
-        count = _topology_chips(_get(acc, "topology")) or 1
+        count = (0 if isinstance(acc, str) else _topology_chips(_get(acc, "topology"))) or 1
     return kind, acc_type, int(count)
 
 

@@ -56,9 +56,10 @@ def _problems(exc: ConfigError, what: str) -> None:
         print(f"  {path}: {reason}", file=sys.stderr)
 
 
-def cluster_cost(name: str, namespace: str | None = None, api_client=None) -> dict | None:
-    """``status.cost`` of the Experiment ``name`` through the Kubernetes API (None before the
-    operator has priced it).
+def cluster_cost(name: str, namespace: str | None = None,
+                 api_client=None) -> tuple[str, dict | None]:
+    """The namespace read and ``status.cost`` of the Experiment ``name`` through the Kubernetes
+    API (None before the operator has priced it).
 
     Args:
       api_client: a configured ``kubernetes.client.ApiClient``; default: the kubeconfig, or
@@ -74,9 +75,10 @@ def cluster_cost(name: str, namespace: str | None = None, api_client=None) -> di
         except config.ConfigException:
             config.load_incluster_config()
         api_client = client.ApiClient()
+    namespace = namespace or "default"
     obj = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
-        GROUP, VERSION, namespace or "default", PLURAL, name)
-    return ((obj or {}).get("status") or {}).get("cost")
+        GROUP, VERSION, namespace, PLURAL, name)
+    return namespace, ((obj or {}).get("status") or {}).get("cost")
 
 
 def _local_report(run_dir: str, prices_path: str | None) -> dict | None:
@@ -109,13 +111,13 @@ def cmd_report(args) -> int:
         return 2
     where = f"local run {run_dir}"
     if status is None:
-        where = f"Experiment {args.namespace or 'default'}/{args.name}"
         try:
-            status = cluster_cost(args.name, args.namespace)
+            namespace, status = cluster_cost(args.name, args.namespace)
         except Exception as exc:  # noqa: BLE001 - any API or config failure is reported as is
             print(f"error: no local run {run_dir}/cost.json, and the cluster could not be "
                   f"read: {exc}", file=sys.stderr)
             return 1
+        where = f"Experiment {namespace}/{args.name}"
         if not status:
             print(f"{where}: no cost yet (the operator writes status.cost once its pods run)")
             return 0

@@ -250,8 +250,8 @@ def format_plan(p: Plan) -> str:
         if row is None:
             continue
         lines.append(f"{row.layout:<34} {row.actors:>6} {row.frames_per_s:>10,.0f} "
-                     f"{cost.format_duration(row.seconds):>10} {row.learner_usd:>11,.2f} "
-                     f"{row.actors_usd:>11,.2f} {row.total_usd:>11,.2f} "
+                     f"{cost.format_duration(row.seconds):>10} {row.learner_usd:>11,.4f} "
+                     f"{row.actors_usd:>11,.4f} {row.total_usd:>11,.4f} "
                      f"{row.total_usd / (p.frames / 1e6):>12,.4f}")
     saving = p.seed_saving
     if saving is None:
