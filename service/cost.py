@@ -585,6 +585,32 @@ def pod_record(pod: Mapping[str, Any], role: str | None = None) -> PodRecord:
     return PodRecord(name=name, role=role, resources=resources, spot=spot, intervals=intervals)
 
 
+def price_pods(previous: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+               prices: PriceTable, env_frames: int = 0,
+               now: float | None = None) -> tuple[list[dict], CostReport]:
+    """One pricing step of the operator: its stored history plus the pods it sees now.
+
+    Args:
+      previous: the records stored last time (:meth:`PodRecord.to_dict` mappings), e.g. kept
+        in the Experiment's status.
+      pods: the Experiment's pods as API dicts (from kopf, or a kubernetes client object
+        through ``ApiClient().sanitize_for_serialization``), roles from their labels.
+      prices: the price table.
+      env_frames: frames trained so far (the learner's status).
+      now: the observation time (default: the current time).
+
+    Returns:
+      The records to store for next time, and the report (``report.to_status()`` is
+      ``status.cost``; :meth:`CostGauges.update` takes the report).
+    """
+    now = dt.datetime.now(dt.timezone.utc).timestamp() if now is None else now
+    records = merge_records((record_from_dict(r) for r in previous),
+                            (pod_record(p) for p in pods), now=now)
+    report = compute_cost(records, prices, env_frames=env_frames, now=now,
+                          description=describe_records(records, now))
+    return [r.to_dict() for r in records], report
+
+
 # --------------------------------------------------------------------------------------------
 # Machine types of an Experiment (local estimates and the planner)
 # --------------------------------------------------------------------------------------------
@@ -615,14 +641,15 @@ def _accelerator(acc: Any) -> tuple[str | None, str, int]:
     if acc is None:
         return None, "", 0
     if isinstance(acc, str):
-        kind, acc_type = "", acc
+        kind, acc_type = "", acc.lower()
     else:
-        kind = _get(acc, "kind", default="")
-        acc_type = _get(acc, "type", "tpu_type", "tpuType", "gpu_type", "gpuType", "model",
-                        "version", "accelerator_type", "acceleratorType", "name", default="")
-    kind, acc_type = str(kind).lower(), str(acc_type).lower()
-    if kind in ("", "cpu", "none") and acc_type in ("tpu", "gpu"):
-        kind, acc_type = acc_type, ""  # ``type: tpu`` names the kind, not the model
+        kind = str(_get(acc, "kind", default="")).lower()
+        acc_type = str(_get(acc, "type", default="")).lower()
+        if acc_type in ("tpu", "gpu", "cpu", "none"):  # ``type: tpu`` names the kind
+            kind, acc_type = kind or acc_type, ""
+        acc_type = acc_type or str(_get(
+            acc, "tpu_type", "tpuType", "gpu_type", "gpuType", "model", "version",
+            "accelerator_type", "acceleratorType", "name", default="")).lower()
     if kind in ("cpu", "none") or (not kind and acc_type in ("", "cpu", "none")):
         return None, "", 0
     if not kind:

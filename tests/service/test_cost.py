@@ -364,3 +364,39 @@ def test_gauges_carry_each_role_and_the_total():
         pytest.approx(5.304)
     gauges.remove("exp")
     assert value("seedrl_experiment_cost_usd", experiment="exp", role="total") is None
+
+
+def test_the_operator_step_stores_records_and_prices_the_whole_history():
+    # First observation: learner pod a running for 1 h so far.
+    stored, report = cost.price_pods([], [tpu_pod("a", T0)], PRICES, env_frames=10**6,
+                                     now=T0 + H)
+    assert report.total_usd == pytest.approx(5.28)
+    # Pod a crashed at 1 h 30 min and is gone; its replacement b runs since 2 h.
+    final_a = tpu_pod("a", T0, phase="Failed", finished=T0 + 1.5 * H)
+    stored, report = cost.price_pods(stored, [final_a], PRICES, now=T0 + 1.6 * H)
+    stored, report = cost.price_pods(stored, [tpu_pod("b", T0 + 2 * H)], PRICES,
+                                     env_frames=4 * 10**6, now=T0 + 3 * H)
+    assert sorted(r["name"] for r in stored) == ["a", "b"]
+    # 1.5 h + 1 h at 5.28 $/h; per million of 4M frames
+    assert report.total_usd == pytest.approx(2.5 * 5.28)
+    assert report.usd_per_million_frames == pytest.approx(2.5 * 5.28 / 4)
+
+
+@pytest.mark.parametrize("accelerator, expected", [
+    (None, (None, "", 0)),
+    ({"kind": "cpu"}, (None, "", 0)),
+    ("v5e", ("tpu", "v5e", 1)),
+    ("nvidia-l4", ("gpu", "nvidia-l4", 1)),
+    ({"kind": "gpu", "type": "nvidia-l4", "count": 2}, ("gpu", "nvidia-l4", 2)),
+    ({"type": "tpu", "version": "tpu-v6e-slice", "topology": "4x4"}, ("tpu", "v6e", 16)),
+    ({"kind": "tpu", "type": "tpu-v5p-slice", "topology": "2x2x1"}, ("tpu", "v5p", 4)),
+])
+def test_the_accelerator_forms_a_learner_section_may_take(accelerator, expected):
+    exp = {"spec": {"learner": {"accelerator": accelerator}, "actors": {}}}
+
+    class Exp:
+        spec = exp["spec"]
+
+    resources, _ = cost.machine_for(Exp, "learner")
+    assert (resources.accelerator, resources.accelerator_type,
+            resources.accelerator_count) == expected
