@@ -417,6 +417,32 @@ class CostReport:
         }
 
 
+def status_schema() -> dict:
+    """OpenAPI v3 (structural, as a CRD wants it) of ``status.cost`` and of the stored records
+    (``status.costRecords`` or wherever the operator keeps them): ``{"cost": ..., "records":
+    ...}``."""
+    num = {"type": "number"}
+    role = {"type": "object", "properties": {
+        "totalUsd": num, "cpuUsd": num, "memoryUsd": num, "acceleratorUsd": num,
+        "pods": {"type": "integer"}, "podHours": num}}
+    text = {"type": "string"}
+    cost_schema = {"type": "object", "description": "Estimated cost so far (service/cost.py).",
+                   "properties": {
+                       "totalUsd": num, "usdPerMillionFrames": {"type": "number",
+                                                                "nullable": True},
+                       "envFrames": {"type": "integer"}, "priceTable": text, "region": text,
+                       "pricesTakenOn": text, "currency": text, "asOf": text,
+                       "description": text,
+                       "breakdown": {"type": "object", "properties": {r: role for r in ROLES}}}}
+    record = {"type": "object", "properties": {
+        "name": text, "role": text, "spot": {"type": "boolean"}, "cpu": num, "memoryGib": num,
+        "accelerator": {"type": "string", "nullable": True}, "acceleratorType": text,
+        "acceleratorCount": {"type": "integer"},
+        "intervals": {"type": "array", "items": {"type": "array", "items": {
+            "type": "number", "nullable": True}}}}}
+    return {"cost": cost_schema, "records": {"type": "array", "items": record}}
+
+
 def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -400,3 +400,24 @@ def test_the_accelerator_forms_a_learner_section_may_take(accelerator, expected)
     resources, _ = cost.machine_for(Exp, "learner")
     assert (resources.accelerator, resources.accelerator_type,
             resources.accelerator_count) == expected
+
+
+def test_status_and_records_validate_against_the_schema_offered_to_the_crd():
+    import jsonschema
+
+    def to_json_schema(node):  # OpenAPI's nullable is a type list in JSON Schema
+        if isinstance(node, dict):
+            out = {k: to_json_schema(v) for k, v in node.items() if k != "nullable"}
+            if node.get("nullable"):
+                out["type"] = [node["type"], "null"]
+            return out
+        return node
+
+    schema = cost.status_schema()
+    records = [PodRecord("l", "learner", TPU_LEARNER, False, ((T0, None),)),
+               PodRecord("a", "actor", ACTOR, True, ((T0, T0 + H),))]
+    status = cost.compute_cost(records, PRICES, now=T0 + H).to_status()
+    jsonschema.validate(status, to_json_schema(schema["cost"]))
+    jsonschema.validate([r.to_dict() for r in records], to_json_schema(schema["records"]))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"totalUsd": "lots"}, to_json_schema(schema["cost"]))
