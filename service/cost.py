@@ -394,6 +394,7 @@ class CostReport:
     taken_on: str
     as_of: float
     description: str = ""
+    usd_per_hour: float = 0.0
 
     def to_status(self) -> dict:
         """The camelCase mapping written as ``status.cost`` and into ``cost.json``."""
@@ -401,6 +402,7 @@ class CostReport:
             "totalUsd": round(self.total_usd, 6),
             "usdPerMillionFrames": None if self.usd_per_million_frames is None
             else round(self.usd_per_million_frames, 6),
+            "usdPerHour": round(self.usd_per_hour, 6),
             "envFrames": self.env_frames,
             "priceTable": self.price_table,
             "region": self.region,
@@ -428,7 +430,8 @@ def status_schema() -> dict:
     text = {"type": "string"}
     cost_schema = {"type": "object", "description": "Estimated cost so far (service/cost.py).",
                    "properties": {
-                       "totalUsd": num, "usdPerMillionFrames": {"type": "number",
+                       "totalUsd": num, "usdPerHour": num,
+                       "usdPerMillionFrames": {"type": "number",
                                                                 "nullable": True},
                        "envFrames": {"type": "integer"}, "priceTable": text, "region": text,
                        "pricesTakenOn": text, "currency": text, "asOf": text,
@@ -456,6 +459,8 @@ def compute_cost(records: Iterable[PodRecord], prices: PriceTable, env_frames: i
       records: the pods (any order; several per role for restarts and replicas).
       prices: the price table.
       env_frames: environment frames trained so far (for USD per million frames).
+      The report's ``usd_per_hour`` is what the pods still running (an open interval) cost
+      per hour now.
       now: where open intervals end (Unix seconds; default: the current time).
       description: a short summary of what ran, carried into the report.
 
@@ -465,6 +470,7 @@ def compute_cost(records: Iterable[PodRecord], prices: PriceTable, env_frames: i
     """
     now = dt.datetime.now(dt.timezone.utc).timestamp() if now is None else now
     acc: dict[str, list[float]] = {role: [0, 0.0, 0.0, 0.0, 0.0] for role in ROLES}
+    per_hour = 0.0
     for rec in records:
         if rec.role not in ROLES:
             raise ValueError(f"pod {rec.name}: role must be one of {', '.join(ROLES)}, "
@@ -476,16 +482,21 @@ def compute_cost(records: Iterable[PodRecord], prices: PriceTable, env_frames: i
         row[1] += hours
         row[2] += hours * r.cpu * prices.cpu.get(rec.spot)
         row[3] += hours * r.memory_gib * prices.memory.get(rec.spot)
+        hourly = r.cpu * prices.cpu.get(rec.spot) + r.memory_gib * prices.memory.get(rec.spot)
         if r.accelerator and r.accelerator_count:
-            row[4] += hours * r.accelerator_count * prices.accelerator_rate(
+            chips = r.accelerator_count * prices.accelerator_rate(
                 r.accelerator, r.accelerator_type, rec.spot)
+            row[4] += hours * chips
+            hourly += chips
+        if any(e is None for _, e in rec.intervals):
+            per_hour += hourly
     roles = {role: RoleCost(int(v[0]), v[1], v[2], v[3], v[4]) for role, v in acc.items()}
     total = sum(c.total_usd for c in roles.values())
     per_million = total / (env_frames / 1e6) if env_frames > 0 else None
     return CostReport(total_usd=total, usd_per_million_frames=per_million,
                       env_frames=int(env_frames), roles=roles, price_table=prices.version,
                       region=prices.region, taken_on=prices.taken_on, as_of=now,
-                      description=description)
+                      description=description, usd_per_hour=per_hour)
 
 
 # --------------------------------------------------------------------------------------------
@@ -670,6 +681,9 @@ def _accelerator(acc: Any) -> tuple[str | None, str, int]:
         kind, acc_type = "", acc.lower()
     else:
         kind = str(_get(acc, "kind", default="")).lower()
+        section = _get(acc, kind) if kind in ("tpu", "gpu") else None
+        if section is not None and not isinstance(section, (str, int, float, bool)):
+            acc = section  # ``{kind: tpu, tpu: {type, topology}, gpu: {type, count}}``
         acc_type = str(_get(acc, "type", default="")).lower()
         if acc_type in ("tpu", "gpu", "cpu", "none"):  # ``type: tpu`` names the kind
             kind, acc_type = kind or acc_type, ""
@@ -693,8 +707,9 @@ def machine_for(exp: Any, role: str) -> tuple[Resources, bool]:
     """The resources one pod of ``role`` requests in a cluster, and whether it runs on Spot.
 
     Reads ``spec.learner`` / ``spec.actors``: ``resources`` (``cpu``, ``memory`` as Kubernetes
-    quantities, directly or under ``requests``), ``accelerator`` (``kind`` tpu/gpu/cpu with
-    ``type`` and ``topology`` or ``count``) and ``spot``. Every field is read defensively
+    quantities, directly or under ``requests``), ``accelerator`` (``kind`` tpu/gpu/cpu, with
+    ``type`` and ``topology`` or ``count`` in the section the kind names, or beside it) and
+    ``spot``. Every field is read defensively
     (attribute or key, absent or None): what the Experiment does not say comes from
     :data:`DEFAULT_LEARNER` / :data:`DEFAULT_ACTOR`; an actor with ``processesPerActor: P``
     defaults to P + 1 vCPUs.

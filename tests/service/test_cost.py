@@ -134,6 +134,7 @@ def test_a_tpu_learner_and_spot_actors_for_two_hours():
     assert report.roles["actor"].pods == 3 and report.roles["actor"].pod_hours == 6
     assert report.total_usd == pytest.approx(10.704)
     assert report.usd_per_million_frames == pytest.approx(10.704 / 50)  # 0.21408
+    assert report.usd_per_hour == 0  # every pod has finished
     status = report.to_status()
     assert status["totalUsd"] == pytest.approx(10.704)
     assert status["priceTable"] == "test-1" and status["breakdown"]["actor"]["cpuUsd"] == 0.12
@@ -159,6 +160,7 @@ def test_a_suspended_interval_costs_nothing():
     report = cost.compute_cost(records, PRICES, env_frames=2_000_000, now=T0 + 7200)
     # 1 h of each: learner 5.28; actor on demand 2 x 0.04 + 4 x 0.005 = 0.10
     assert report.total_usd == pytest.approx(5.38)
+    assert report.usd_per_hour == pytest.approx(5.38)  # the resumed pair still runs
     assert report.usd_per_million_frames == pytest.approx(2.69)
 
 
@@ -390,6 +392,13 @@ def test_the_operator_step_stores_records_and_prices_the_whole_history():
     ({"kind": "gpu", "type": "nvidia-l4", "count": 2}, ("gpu", "nvidia-l4", 2)),
     ({"type": "tpu", "version": "tpu-v6e-slice", "topology": "4x4"}, ("tpu", "v6e", 16)),
     ({"kind": "tpu", "type": "tpu-v5p-slice", "topology": "2x2x1"}, ("tpu", "v5p", 4)),
+    # The shape of spec.learner.accelerator in common/config.py's cluster fields:
+    ({"kind": "tpu", "tpu": {"type": "tpu-v6e-slice", "topology": "2x4"},
+      "gpu": {"type": "nvidia-l4", "count": 1}}, ("tpu", "v6e", 8)),
+    ({"kind": "gpu", "tpu": {"type": "tpu-v5-lite-podslice", "topology": "2x2"},
+      "gpu": {"type": "nvidia-tesla-a100", "count": 2}}, ("gpu", "nvidia-tesla-a100", 2)),
+    ({"kind": "cpu", "tpu": {"type": "tpu-v5-lite-podslice", "topology": "2x2"},
+      "gpu": {"type": "nvidia-l4", "count": 1}}, (None, "", 0)),
 ])
 def test_the_accelerator_forms_a_learner_section_may_take(accelerator, expected):
     exp = {"spec": {"learner": {"accelerator": accelerator}, "actors": {}}}
