@@ -793,6 +793,8 @@ def format_report(status: Mapping[str, Any]) -> str:
              f"as of {status.get('asOf', '?')}",
              f"per 1M env frames: {'n/a' if per is None else f'${per:,.4f}'} "
              f"({status.get('envFrames', 0):,} frames)"]
+    if status.get("usdPerHour"):
+        lines.append(f"now:        ${status['usdPerHour']:,.4f} per hour for the pods running")
     if status.get("description"):
         lines.append(f"ran:        {status['description']}")
     lines.append(f"{'role':<9} {'pods':>5} {'pod-hours':>10} {'vCPU $':>10} {'memory $':>10} "
