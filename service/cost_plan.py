@@ -211,10 +211,17 @@ def plan(frames: int, frames_per_step: int, replicas: int,
       throughput: measured rates.
       prices: the price table.
       learner_steps_per_s: the most env steps/s the learner serves, if known.
+
+    Raises:
+      ConfigError: no actor CPUs to step envs with.
+      KeyError: an accelerator the price table does not price.
     """
     learner_hourly = hourly(*learner, prices)
     actor_hourly = hourly(*actor, prices)
     cpu = actor[0].cpu
+    if cpu <= 0 or replicas < 1:
+        raise ConfigError([("spec.actors", f"planning needs at least one actor with CPUs, got "
+                                           f"{replicas} actors of {cpu:g} vCPU")])
     steps = frames / frames_per_step
     rate = replicas * cpu * throughput.seed_per_cpu
     if learner_steps_per_s:

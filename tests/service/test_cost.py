@@ -68,11 +68,12 @@ def test_the_packaged_table_prices_every_documented_accelerator():
 
 
 def test_an_override_file_replaces_only_what_it_names(tmp_path):
-    (tmp_path / "p.yaml").write_text("version: mine-1\ngpu:\n  nvidia-l4: {spot: 0.1}\n"
+    (tmp_path / "p.yaml").write_text("version: mine-1\ntakenOn: 2026-12-01\n"
+                                     "gpu:\n  nvidia-l4: {spot: 0.1}\n"
                                      "tpu:\n  v7: {onDemand: 9, spot: 3}\n")
     default = cost.load_prices(environ={})
     prices = cost.load_prices(str(tmp_path / "p.yaml"), environ={})
-    assert prices.version == "mine-1"
+    assert prices.version == "mine-1" and prices.taken_on == "2026-12-01"  # a YAML date
     assert prices.gpu["nvidia-l4"].spot == 0.1
     assert prices.gpu["nvidia-l4"].on_demand == default.gpu["nvidia-l4"].on_demand
     assert prices.tpu["v7"].on_demand == 9 and prices.tpu["v5e"] == default.tpu["v5e"]

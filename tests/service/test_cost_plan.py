@@ -126,3 +126,10 @@ def test_seedrl_cost_plan_without_measurements_says_what_to_pass(tmp_path, capsy
                  str(tmp_path)])
     assert code == 2
     assert "--throughput" in capsys.readouterr().err
+
+
+def test_a_plan_without_actor_cpus_is_refused():
+    throughput = cost_plan.Throughput(seed_per_cpu=1000.0, inference_cpu_s=None, source="t")
+    with pytest.raises(ConfigError, match="at least one actor"):
+        cost_plan.plan(1000, 1, 2, TPU_LEARNER, (Resources(cpu=0, memory_gib=1), False),
+                       throughput, PRICES)
