@@ -2,6 +2,7 @@
 
   seedrl train FILE [--set path=value ...] [--resume] [--runs-dir DIR]
   seedrl validate FILE [--set path=value ...]
+  seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cost_cli.py)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import sys
 
 from common.config import ConfigError, dump_experiment, load_experiment
+from service import cost_cli
 
 #: Exit codes of `seedrl train`.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_RUN_DIR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -38,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check an Experiment and print it resolved")
     with_overrides(validate)
+    cost_cli.add_parser(sub)
     return p
 
 
@@ -76,7 +79,8 @@ def cmd_train(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_RUN_DIR
     progress = None if args.quiet else Progress(exp.metadata.name, exp.spec.budget)
-    run = LocalRun(exp, run_dir, on_status=progress.update if progress else None)
+    run = LocalRun(exp, run_dir, on_status=progress.update if progress else None,
+                   cost=cost_cli.train_cost(exp, run_dir))
     interrupted = []
 
     def on_signal(signum, _frame):
@@ -103,6 +107,9 @@ def cmd_train(args) -> int:
           f"({summary.get('env_steps_per_s', 0):,.0f} steps/s); mean return of the last "
           f"{summary.get('return_window', 0)} episodes: {mean_text}. Summary: "
           f"{run_dir}/summary.json", flush=True)
+    if run.cost_status:
+        from service.cost import format_cost_line
+        print(format_cost_line(run.cost_status), flush=True)
     if reason == "train_error":
         return EXIT_FAILED
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
@@ -114,6 +121,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s seedrl %(levelname)s %(message)s")
     if args.command == "train":
         return cmd_train(args)
+    if args.command == "cost":
+        return cost_cli.cmd_cost(args)
     return cmd_validate(args)
 
 

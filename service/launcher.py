@@ -33,6 +33,8 @@ MAX_LEARNER_RESTARTS = 3
 CONFIG_EXIT_CODES = (2, 3, 4)
 #: Fields a resumed run must keep: the checkpoint only fits the same env, agent and network.
 IMMUTABLE_ON_RESUME = ("env", "agent")
+#: Seconds between rewrites of cost.json while the run goes on.
+COST_EVERY_S = 10.0
 
 
 class RunDirError(RuntimeError):
@@ -127,12 +129,16 @@ class LocalRun:
       run_dir: its prepared run directory (see :func:`prepare_run_dir`).
       on_status: called with each new status snapshot (progress display).
       learner_args: extra learner flags, e.g. ``--no-train`` for throughput measurements.
+      cost: prices the run's processes into ``cost.json`` (see :mod:`service.local_cost`);
+        the final report is left in ``cost_status``.
     """
 
     def __init__(self, exp: Experiment, run_dir: str,
                  on_status: Callable[[dict], None] | None = None,
-                 learner_args: tuple[str, ...] = ()):
+                 learner_args: tuple[str, ...] = (), cost=None):
         self.exp = exp
+        self.cost = cost
+        self.cost_status: dict | None = None
         self.run_dir = run_dir
         self.on_status = on_status
         self.address = learner_address(run_dir)
@@ -162,6 +168,8 @@ class LocalRun:
             actor.start()
         forwarded = False
         last_status_time = None
+        last_cost = time.monotonic()
+        env_steps = 0
         try:
             while True:
                 if self._stop_signal is not None and not forwarded:
@@ -181,8 +189,12 @@ class LocalRun:
                 status = read_json(status_path)
                 if status and status.get("time") != last_status_time:
                     last_status_time = status.get("time")
+                    env_steps = status.get("env_steps", env_steps)
                     if self.on_status:
                         self.on_status(status)
+                if self.cost and time.monotonic() - last_cost >= COST_EVERY_S:
+                    last_cost = time.monotonic()
+                    self.cost.update([self.learner, *self.actors], env_steps, running=True)
                 time.sleep(0.25)
         finally:
             # The learner goes first so that it can checkpoint; actors see `finished` or lose
@@ -196,6 +208,10 @@ class LocalRun:
                        "log": self.learner.log_path}
             with open(summary_path, "w", encoding="utf-8") as fh:
                 json.dump(summary, fh, indent=1)
+        if self.cost:
+            self.cost_status = self.cost.update([self.learner, *self.actors],
+                                                summary.get("env_steps", env_steps),
+                                                running=False)
         return summary
 
     def _restart_crashed_actors(self) -> None:
