@@ -359,6 +359,14 @@ def actor_replicas(exp: Experiment, finished: bool = False) -> int:
     return 0 if exp.spec.suspend or finished else exp.spec.actors.replicas
 
 
+def finished_before(previous_status: Mapping[str, Any] | None) -> bool:
+    """Whether the status already records a finished learner (Succeeded, or Failed at run time
+    rather than by validation). Its Job may since be gone (``ttlSecondsAfterFinished``); it is
+    not made again: a finished experiment stays finished."""
+    prev = previous_status or {}
+    return prev.get("phase") in ("Succeeded", "Failed") and bool(prev.get("completionTime"))
+
+
 def job_finished(job: Mapping[str, Any] | None) -> bool:
     """Whether the learner Job has completed or failed for good."""
     return bool(_job_condition(job, "Complete") or _job_condition(job, "Failed"))
@@ -590,7 +598,8 @@ def compute_status(exp: Experiment, *, generation: int | None,
     dep_status = (deployment or {}).get("status") or {}
     complete = _job_condition(job, "Complete")
     failed = _job_condition(job, "Failed")
-    desired = actor_replicas(exp, bool(complete or failed))
+    cleaned_up = job is None and finished_before(prev)
+    desired = actor_replicas(exp, bool(complete or failed or cleaned_up))
     ready_actors = int(dep_status.get("readyReplicas") or 0)
     learner_ready = int(job_status.get("ready") or 0) >= 1
 
@@ -598,6 +607,8 @@ def compute_status(exp: Experiment, *, generation: int | None,
         phase = "Failed"
     elif complete:
         phase = "Succeeded"
+    elif cleaned_up:
+        phase = prev["phase"]
     elif exp.spec.suspend:
         phase = "Suspended"
     elif learner_ready:
@@ -605,7 +616,10 @@ def compute_status(exp: Experiment, *, generation: int | None,
     else:
         phase = "Pending"
 
-    if job is None:
+    if cleaned_up:
+        set_condition(conditions, "LearnerReady", False, "Finished", "The learner finished; "
+                      "its Job was deleted after ttlSecondsAfterFinished.", generation, now)
+    elif job is None:
         set_condition(conditions, "LearnerReady", False, "Creating", "The learner Job does "
                       "not exist yet.", generation, now)
     elif learner_ready:

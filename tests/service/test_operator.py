@@ -145,6 +145,12 @@ def test_ready_pods_and_learner_status_advance_the_conditions(k8s, harness):
     wait_for(lambda: k8s.child("Deployment", "ready-actors")["spec"]["replicas"] == 0,
              what="actors scaled to zero after success")
     assert k8s.status("ready")["completionTime"] == "2026-01-01T01:00:00Z"
+    # ttlSecondsAfterFinished deletes the Job: a finished experiment is not started again.
+    k8s.batch.delete_namespaced_job("ready-learner", NS)
+    wait_for(lambda: k8s.condition("ready", "LearnerReady").get("reason") == "Finished",
+             what="LearnerReady Finished")
+    assert k8s.child("Job", "ready-learner") is None
+    assert k8s.status("ready")["phase"] == "Succeeded"
 
 
 def test_scaling_the_experiment_scales_the_actors(k8s):

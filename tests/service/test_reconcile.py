@@ -376,6 +376,14 @@ def test_status_advances_from_pending_to_running_to_succeeded():
     assert s3["phase"] == "Succeeded" and s3["completionTime"] == "2026-01-01T01:00:00Z"
     assert s3["actors"]["desired"] == 0
     assert conds(s3)["Complete"] == ("True", "CompletionsReached")
+    # The Job is deleted after ttlSecondsAfterFinished: still Succeeded, no actors wanted.
+    s4 = reconcile.compute_status(exp, generation=1, previous=s3, job=None,
+                                  deployment=deployment(0), learner=None)
+    assert s4["phase"] == "Succeeded" and s4["actors"]["desired"] == 0
+    assert conds(s4)["LearnerReady"] == ("False", "Finished")
+    assert reconcile.finished_before(s4)
+    assert not reconcile.finished_before(reconcile.invalid_status(
+        None, 1, ConfigError([("spec.x", "bad")]), "2026-01-01T00:00:00Z"))
 
 
 def test_status_of_failed_suspended_and_refused():
