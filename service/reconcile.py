@@ -53,6 +53,8 @@ LABEL_EXPERIMENT = "seedrl.dev/experiment"
 LABEL_ROLE = "seedrl.dev/role"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 ANNOTATION_CONFIG_HASH = "seedrl.dev/config-hash"
+#: Annotation prefixes of tools, not of the user: left out of the config the pods read.
+BOOKKEEPING_ANNOTATIONS = ("kubectl.kubernetes.io/", "kopf.zalando.org/", "seedrl.dev/")
 TPU_RESOURCE = "google.com/tpu"
 GPU_RESOURCE = "nvidia.com/gpu"
 #: GKE Spot VMs give 30 s of notice; an actor holds no state worth more than that.
@@ -132,9 +134,11 @@ def validate(body: Mapping[str, Any]) -> Experiment:
                      if meta.get(k) is not None},
         "spec": body.get("spec") or {},
     }
-    # kubectl's last-applied copy is large and says nothing about the experiment.
+    # Bookkeeping of kubectl (its last-applied copy) and of the operator's kopf (progress,
+    # last-handled spec) says nothing about the experiment; kept, it would change the pods'
+    # config at every handler run and roll the actors for nothing.
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if not k.startswith(("kubectl.kubernetes.io/", "kopf.zalando.org/"))}
+                   if not k.startswith(BOOKKEEPING_ANNOTATIONS)}
     if annotations:
         document["metadata"]["annotations"] = annotations
     else:

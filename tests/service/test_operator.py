@@ -11,6 +11,7 @@ import kubernetes
 import pytest
 import yaml
 
+from common.config import parse_experiment
 from service import crd, reconcile
 from support.operator_harness import OperatorHarness, wait_for
 
@@ -167,6 +168,14 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
              what="2 actors")
     wait_for(lambda: k8s.status("scale").get("actors", {}).get("desired") == 2,
              what="status.actors.desired")
+    # The pods' config is the user's Experiment only: none of kopf's bookkeeping annotations,
+    # which would roll the actors at every handler run.
+    document = copy.deepcopy(CARTPOLE)
+    document["metadata"].update(name="scale", namespace=NS)
+    document["spec"]["actors"]["replicas"] = 2
+    expected = reconcile.config_hash(parse_experiment(document))
+    template = k8s.child("Deployment", "scale-actors")["spec"]["template"]
+    assert template["metadata"]["annotations"][reconcile.ANNOTATION_CONFIG_HASH] == expected
     generation = k8s.get("scale")["metadata"]["generation"]
     wait_for(lambda: k8s.status("scale").get("observedGeneration") == generation,
              what="observedGeneration")

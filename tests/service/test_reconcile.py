@@ -265,6 +265,8 @@ def stored(spec=None, **meta):
                          "resourceVersion": "17", "creationTimestamp": "2026-01-01T00:00:00Z",
                          "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"],
                          "annotations": {"kopf.zalando.org/last-handled-configuration": "{}",
+                                         "seedrl.dev/last-handled-configuration": "{}",
+                                         "seedrl.dev/on_change": "{}",
                                          "kubectl.kubernetes.io/last-applied-configuration":
                                              "{}"}, **meta},
             "spec": spec or {}, "status": {"phase": "Running"}}
@@ -274,6 +276,9 @@ def test_validate_ignores_server_side_fields():
     exp = reconcile.validate(stored({"actors": {"replicas": 3}}))
     assert exp.metadata.namespace == "team-a" and exp.spec.actors.replicas == 3
     assert exp.metadata.annotations == {}
+    body = stored()
+    body["metadata"]["annotations"]["team.example.com/owner"] = "ana"
+    assert reconcile.validate(body).metadata.annotations == {"team.example.com/owner": "ana"}
 
 
 def test_validate_names_the_field_and_the_cluster_name_limit():
