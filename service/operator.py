@@ -31,9 +31,9 @@ which the CRD's structural schema would prune.
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import logging
-import urllib.error
 import urllib.request
 from typing import Any, Callable, Mapping, Optional
 
@@ -187,7 +187,7 @@ class Reconciler:
         url = self.config.status_url(namespace, exp.metadata.name, exp.spec.learner.metrics_port)
         try:
             return reconcile.parse_learner_status(self.config.fetch(url)), None
-        except (OSError, ValueError, urllib.error.URLError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             return None, f"reading {url}: {exc}"
 
     def apply(self, exp: Experiment, namespace: str, uid: str,
@@ -279,9 +279,14 @@ class Reconciler:
         return gone
 
 
-def _write_status(patch: kopf.Patch, status: Mapping[str, Any]) -> None:
+def _write_status(patch: kopf.Patch, status: Mapping[str, Any],
+                  current: Mapping[str, Any] | None) -> None:
+    """Puts into kopf's patch only the keys of ``status`` that differ from ``current``, so that
+    an unchanged poll writes nothing."""
+    current = current or {}
     for key, value in status.items():
-        patch.status[key] = value
+        if current.get(key) != value:
+            patch.status[key] = value
 
 
 def build_registry(config: OperatorConfig,
@@ -313,12 +318,12 @@ def build_registry(config: OperatorConfig,
     @kopf.on.update(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     @kopf.on.resume(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     def on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        _write_status(patch, rec.reconcile(body))
+        _write_status(patch, rec.reconcile(body), body.get("status"))
 
     @kopf.timer(**res, interval=config.poll_seconds, initial_delay=config.poll_seconds,
                 idle=None)
     def poll(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        _write_status(patch, rec.reconcile(body, heal_only=True))
+        _write_status(patch, rec.reconcile(body, heal_only=True), body.get("status"))
 
     @kopf.on.delete(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=2)
     def on_delete(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
