@@ -43,8 +43,6 @@ import kubernetes
 from common.config import ConfigError, Experiment
 from service import crd, reconcile
 
-log = logging.getLogger("seedrl.operator")
-
 FIELD_MANAGER = "seedrl-operator"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"

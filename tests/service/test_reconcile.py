@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -433,3 +432,33 @@ def test_status_validates_against_the_crd_status_schema():
     invalid = reconcile.invalid_status(status, 2, ConfigError([("spec.x", "bad")]),
                                        reconcile.now_rfc3339())
     jsonschema.Draft202012Validator(schema).validate(invalid)
+
+
+def _nodes(node, path="openAPIV3Schema"):
+    yield path, node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from _nodes(sub, f"{path}.{key}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from _nodes(node[key], f"{path}[{key}]")
+
+
+def test_crd_schema_follows_the_structural_rules():
+    # What the API server checks when the CRD is created (no API server runs here).
+    schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _nodes(schema):
+        assert node.get("type") in ("object", "array", "string", "integer", "number",
+                                    "boolean"), path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            assert node["type"] == "object", path
+        if node["type"] == "array":
+            assert isinstance(node.get("items"), dict), path
+        if "default" in node:
+            jsonschema.Draft202012Validator(to_json_schema(node)).validate(node["default"])
+        for key in node:
+            assert key in {"type", "description", "properties", "items", "additionalProperties",
+                           "required", "default", "nullable", "enum", "minimum", "maximum",
+                           "exclusiveMinimum", "pattern", "maxLength", "minItems", "format",
+                           "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
+                           "x-kubernetes-list-map-keys"}, (path, key)
