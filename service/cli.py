@@ -134,7 +134,7 @@ def cmd_submit(args) -> int:
     import yaml
 
     from common.config import apply_overrides, load_yaml
-    from service import cluster
+    from service import cluster, reconcile
 
     exp = _load(args)
     if exp is None:
@@ -143,6 +143,13 @@ def cmd_submit(args) -> int:
     # operator's; it was just validated, resolved, above.
     with open(args.file, encoding="utf-8") as fh:
         document = apply_overrides(load_yaml(fh.read(), args.file), args.overrides)
+    try:
+        reconcile.validate(document)  # the cluster's own rules, e.g. the name's length
+    except ConfigError as exc:
+        print(f"error: invalid experiment {args.file}:", file=sys.stderr)
+        for path, reason in exc.problems:
+            print(f"  {path}: {reason}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
     namespace = (args.namespace or exp.metadata.namespace
                  or cluster.default_namespace(args.kubeconfig, args.context))
     if args.dry_run:

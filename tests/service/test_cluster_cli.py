@@ -92,6 +92,13 @@ def test_submit_refuses_an_invalid_file_naming_the_field(harness, kubeconfig, ca
     assert e.value.status == 404
 
 
+def test_submit_applies_the_clusters_name_limit(harness, kubeconfig, capsys):
+    name = "n" * 60  # a valid DNS label, but <name>-learner would not be
+    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
+                     "--set", f"metadata.name={name}"]) == cli.EXIT_BAD_CONFIG
+    assert "metadata.name: must be at most 55 characters" in capsys.readouterr().err
+
+
 def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
     assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--dry-run",
                      "--set", "metadata.name=dry"]) == cli.EXIT_OK
