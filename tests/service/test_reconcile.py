@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
+import kubernetes_validate.utils
 import pytest
 import yaml
 
@@ -19,6 +21,16 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml")) + sorted(
     (ROOT / "k8s" / "examples").glob("*.yaml"))
 K8S_VERSIONS = ("1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0")
 OWNER = reconcile.owner_reference("exp", "4f1c7e8a-0000-4000-8000-000000000001")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schemas_read_once():
+    """kubernetes-validate re-reads its JSON schema files (megabytes) on every call; read each
+    once for this module (5x faster, same validation)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kubernetes_validate.utils, "schema_contents",
+                   functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents))
+        yield
 
 
 def load(path: Path) -> dict:
@@ -462,3 +474,15 @@ def test_crd_schema_follows_the_structural_rules():
                            "exclusiveMinimum", "pattern", "maxLength", "minItems", "format",
                            "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
                            "x-kubernetes-list-map-keys"}, (path, key)
+
+
+def test_strict_validation_does_reject_a_bad_manifest():
+    # The check above can fail: an unknown field or a wrong type is refused.
+    deployment = by_kind(reconcile.render(exp_of(), OWNER, "team-a"))["Deployment"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy2"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, "1.33.0", strict=True)
+    job = by_kind(reconcile.render(exp_of(), OWNER, "team-a"))["Job"]
+    job["spec"]["backoffLimit"] = "six"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, "1.29.0", strict=True)
