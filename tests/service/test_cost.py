@@ -296,13 +296,15 @@ def test_merging_observations_keeps_gone_pods_and_closes_them():
 
 # ---------------------------------------------------------------------------- Experiments
 
-def test_machine_types_of_an_experiment_default_when_it_says_nothing():
+def test_machine_types_of_an_experiment_are_what_its_pods_request():
     from common.config import parse_experiment
     exp = parse_experiment({"metadata": {"name": "m"}, "spec": {"actors": {
-        "processesPerActor": 3}}})
-    assert cost.machine_for(exp, "learner") == (cost.DEFAULT_LEARNER, False)
+        "processesPerActor": 3, "resources": {"cpu": "4", "memory": "3Gi"}}}})
+    learner, spot = cost.machine_for(exp, "learner")
+    # The learner section's defaults: 4 CPUs and 16Gi on CPU.
+    assert (learner.cpu, learner.memory_gib, learner.accelerator_count, spot) == (4, 16, 0, False)
     actor, spot = cost.machine_for(exp, "actor")
-    assert actor.cpu == 4 and actor.memory_gib == cost.DEFAULT_ACTOR.memory_gib and not spot
+    assert (actor.cpu, actor.memory_gib, spot) == (4, 3, False)
 
 
 def test_machine_types_read_cluster_fields_when_present():
