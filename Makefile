@@ -117,6 +117,34 @@ helm:
 	install -m 0755 "$$tmp/helm" $(HELM); \
 	$(HELM) version --short
 
+# Container images where a Docker engine runs (none does in CI): the learner (LEARNER_ACCELERATOR
+# cpu or tpu; a tpu build is tagged -tpu), the actors (FOOTBALL=1 adds Google Research Football
+# from the wheel `make football` caches) and the operator. The default tags are the ones
+# spec.learner.image, spec.actors.image and the operator chart use. The Dockerfiles need
+# BuildKit (RUN --mount, named build contexts): Docker 23+ with buildx.
+DOCKER ?= docker
+IMAGE_REGISTRY ?= ghcr.io/seedrl
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+LEARNER_ACCELERATOR ?= cpu
+FOOTBALL ?= 0
+LEARNER_IMAGE := $(IMAGE_REGISTRY)/learner:$(IMAGE_TAG)$(if $(filter tpu,$(LEARNER_ACCELERATOR)),-tpu)
+ACTOR_IMAGE := $(IMAGE_REGISTRY)/actors:$(IMAGE_TAG)
+OPERATOR_IMAGE := $(IMAGE_REGISTRY)/operator:$(IMAGE_TAG)
+
+.PHONY: images
+images: $(if $(filter 1,$(FOOTBALL)),football)
+	@if ! $(DOCKER) info >/dev/null 2>&1; then \
+	  echo "make images: no Docker engine answers '$(DOCKER) info' here; run it where Docker runs" >&2; \
+	  exit 1; fi; \
+	if ! $(DOCKER) buildx version >/dev/null 2>&1; then \
+	  echo "make images: the Dockerfiles need BuildKit; install Docker's buildx plugin" >&2; \
+	  exit 1; fi
+	$(DOCKER) buildx build --load -f Dockerfile.learner \
+	  --build-arg ACCELERATOR=$(LEARNER_ACCELERATOR) -t $(LEARNER_IMAGE) .
+	$(DOCKER) buildx build --load -f Dockerfile.actor --build-arg FOOTBALL=$(FOOTBALL) \
+	  $(if $(filter 1,$(FOOTBALL)),--build-context wheels=$(WHEEL_CACHE)) -t $(ACTOR_IMAGE) .
+	$(DOCKER) buildx build --load -f Dockerfile.operator -t $(OPERATOR_IMAGE) .
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
