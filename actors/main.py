@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import logging
 import os
 import signal
@@ -27,11 +28,38 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="actors", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="the Experiment YAML file")
     p.add_argument("--learner", required=True, help="learner address: host:port or unix:PATH")
-    p.add_argument("--index", type=int, default=0, help="this actor's index among the replicas")
+    p.add_argument("--index", type=_index, default=0,
+                   help="this actor's index among the replicas, or 'auto' to derive it from "
+                        "the pod name (a Deployment's pods have no ordinal)")
     p.add_argument("--actor-id", help="stable id across reconnects (default: name-host-index)")
     p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
+
+
+def _index(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer or 'auto', got {text!r}") \
+            from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def auto_index(pod_name: str, replicas: int) -> int:
+    """An index in [0, replicas) for an actor pod of a Deployment, from its name.
+
+    Deployment pods have random names and no ordinal, so the index is a stable hash of the name:
+    the same pod keeps its index across container restarts, and indexes spread evenly over the
+    range. Two pods may share an index; that only repeats an exploration setting (R2D2's
+    per-actor epsilon, its evaluation actors), it never breaks the run.
+    """
+    digest = hashlib.sha256(pod_name.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % max(1, replicas)
 
 
 def env_seeds(seed: int, index: int, num_envs: int) -> list[int]:
@@ -94,13 +122,16 @@ async def _run(clients) -> None:
 def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
     try:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return 2
+    if args.index == "auto":
+        args.index = auto_index(os.environ.get("POD_NAME") or socket.gethostname(),
+                                exp.spec.actors.replicas)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
     from actors.client import ActorClient, ActorRefused
 
     try:
