@@ -18,11 +18,10 @@ VALUE_SETS = {
     "namespaced": {"watch": {"scope": "namespaces", "namespaces": ["team-a", "team-b"]},
                    "rbac": {"discovery": False}},
     "release-namespace-only": {"watch": {"scope": "namespaces"}},
-    "peering-and-monitoring": {
-        "kopf": {"standalone": False, "peering": "seedrl-main", "livenessPort": 0},
+    "monitoring-and-overrides": {
         "metrics": {"podMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "grafana": {"dashboards": {"enabled": True}},
-        "operator": {"logLevel": "debug", "extraArgs": ["--priority=10"],
+        "operator": {"pollSeconds": 2.5, "livenessPort": 9000, "extraArgs": ["--extra=1"],
                      "env": [{"name": "SEEDRL_X", "value": "1"}]},
         "image": {"digest": "sha256:" + "a" * 64},
         "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam"}},
@@ -80,7 +79,7 @@ def test_cluster_scope_binds_one_cluster_role():
     roles = {r["metadata"]["name"]: r for r in of_kind(manifests, "ClusterRole")}
     operator = roles["seedrl-system-op-seedrl-operator-operator"]
     rules = _check_least_privilege(operator)
-    assert ("kopf.dev", "clusterkopfpeerings") not in rules  # standalone by default
+    assert not any(group == "kopf.dev" for group, _ in rules)  # standalone: no peering
     discovery = _rules(roles["seedrl-system-op-seedrl-operator-discovery"])
     assert discovery == {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
                          ("", "namespaces"): {"list", "watch"}}
@@ -90,7 +89,8 @@ def test_cluster_scope_binds_one_cluster_role():
                                         "namespace": "seedrl-system"}]
     (deployment,) = of_kind(manifests, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == ["--all-namespaces", "--standalone", "--liveness=http://0.0.0.0:8080/healthz"]
+    # No --namespace: python -m service.operator then watches every namespace.
+    assert args == ["--poll-seconds=10", "--liveness=http://0.0.0.0:8080/healthz"]
 
 
 def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
@@ -109,8 +109,8 @@ def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
         assert b["subjects"][0]["namespace"] == "ops"
     (deployment,) = of_kind(manifests, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[:2] == ["--namespace=team-a", "--namespace=team-b"]
-    assert "--all-namespaces" not in args
+    assert args == ["--namespace=team-a", "--namespace=team-b", "--poll-seconds=10",
+                    "--liveness=http://0.0.0.0:8080/healthz"]
 
     # No namespaces listed: only the release's own.
     manifests = render(OPERATOR_CHART, release="op", namespace="ops",
@@ -118,22 +118,20 @@ def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
     assert [r["metadata"]["namespace"] for r in of_kind(manifests, "Role")] == ["ops"]
 
 
-def test_peering_adds_its_rules_and_flag(tmp_path):
-    manifests = render(OPERATOR_CHART, values=VALUE_SETS["peering-and-monitoring"],
+def test_operator_values_reach_the_container(tmp_path):
+    manifests = render(OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"],
                        tmp_path=tmp_path)
-    (role,) = [r for r in of_kind(manifests, "ClusterRole")
-               if r["metadata"]["name"].endswith("-operator")]
-    assert _rules(role)[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
     (deployment,) = of_kind(manifests, "Deployment")
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert container["args"] == ["--all-namespaces", "--peering=seedrl-main", "--debug",
-                                 "--priority=10"]
-    assert "livenessProbe" not in container and "ports" not in container
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["--poll-seconds=2.5", "--liveness=http://0.0.0.0:9000/healthz",
+                                 "--extra=1"]
+    assert container["ports"] == [{"name": "health", "containerPort": 9000, "protocol": "TCP"}]
+    assert {"name": "SEEDRL_X", "value": "1"} in container["env"]
     assert container["image"] == "ghcr.io/seedrl/operator@sha256:" + "a" * 64
-
-    manifests = render(OPERATOR_CHART, sets=["watch.scope=namespaces", "kopf.standalone=false"])
-    (role,) = of_kind(manifests, "Role")
-    assert _rules(role)[("kopf.dev", "kopfpeerings")] == {"get", "list", "watch", "patch"}
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    (account,) = of_kind(manifests, "ServiceAccount")
+    assert account["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "op@p.iam"}
 
 
 def test_operator_pod_is_locked_down():
@@ -158,7 +156,7 @@ def test_operator_pod_is_locked_down():
 
 
 def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
-    manifests = render(OPERATOR_CHART, values=VALUE_SETS["peering-and-monitoring"],
+    manifests = render(OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"],
                        tmp_path=tmp_path)
     (monitor,) = of_kind(manifests, "PodMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
@@ -206,10 +204,10 @@ def test_every_dashboard_file_becomes_a_labelled_config_map(tmp_path):
 
 @pytest.mark.parametrize("setting, path", [
     ("watch.scope=everywhere", "/watch/scope"),
-    ("kopf.livenessPort=70000", "/kopf/livenessPort"),
+    ("operator.livenessPort=70000", "/operator/livenessPort"),
+    ("operator.pollSeconds=0", "/operator/pollSeconds"),
     ("watch.namespaces={Bad_NS}", "/watch/namespaces/0"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
-    ("operator.logLevel=loud", "/operator/logLevel"),
     ("rbac.creat=true", "/rbac"),
 ])
 def test_bad_values_are_rejected_naming_the_field(setting, path):

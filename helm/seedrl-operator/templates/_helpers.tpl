@@ -90,34 +90,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-The operator's arguments, derived from watch and kopf (kopf run's flags), then extraArgs.
+The operator's arguments (python -m service.operator's flags), derived from watch and operator,
+then operator.extraArgs. No --namespace means every namespace.
 */}}
 {{- define "seedrl-operator.args" -}}
 {{- $args := list }}
-{{- if include "seedrl-operator.clusterWide" . }}
-{{- $args = append $args "--all-namespaces" }}
-{{- else }}
+{{- if not (include "seedrl-operator.clusterWide" .) }}
 {{- range (include "seedrl-operator.watchNamespaces" . | fromYamlArray) }}
 {{- $args = append $args (printf "--namespace=%s" .) }}
 {{- end }}
 {{- end }}
-{{- if .Values.kopf.standalone }}
-{{- $args = append $args "--standalone" }}
-{{- else }}
-{{- $args = append $args (printf "--peering=%s" .Values.kopf.peering) }}
-{{- end }}
-{{- if .Values.kopf.livenessPort }}
-{{- $args = append $args (printf "--liveness=http://0.0.0.0:%d/healthz" (int .Values.kopf.livenessPort)) }}
-{{- end }}
-{{- if ne .Values.operator.logLevel "normal" }}
-{{- $args = append $args (printf "--%s" .Values.operator.logLevel) }}
-{{- end }}
+{{- $args = append $args (printf "--poll-seconds=%v" .Values.operator.pollSeconds) }}
+{{- $args = append $args (printf "--liveness=http://0.0.0.0:%d/healthz" (int .Values.operator.livenessPort)) }}
 {{- toYaml (concat $args .Values.operator.extraArgs) }}
 {{- end }}
 
 {{/*
 The rules the operator needs in a namespace it watches (a Role there, or the ClusterRole):
-Experiments and the objects it renders for each, plus kopf's events (and peering, when used).
+Experiments and the objects it renders for each, plus kopf's events.
 */}}
 {{- define "seedrl-operator.rules" -}}
 # The Experiments themselves: read and watch them, add kopf's finalizer and annotations (patch),
