@@ -94,12 +94,20 @@ def test_every_example_renders_through_the_chart(example, tmp_path):
     ("spec.agent.name=dqn", "at '/spec/agent/name'"),
     ("spec.learner.accelerator.tpu.topology=big", "at '/spec/learner/accelerator/tpu/topology'"),
     ("name=Bad_Name", "at '/name'"),
+    # The operator suffixes child names (<name>-learner): longer names could not be run.
+    ("name=" + "a" * 56, "at '/name': maxLength: got 56, want 55"),
     ("nam=x", "additional properties 'nam'"),
 ])
 def test_bad_values_are_rejected_naming_the_field(setting, message):
     proc = template(EXPERIMENT_CHART, sets=[setting], check=False)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
+
+
+def test_a_missing_helm_binary_fails_with_the_way_to_install_it(monkeypatch):
+    monkeypatch.setenv("HELM", "/nonexistent/helm")
+    with pytest.raises(pytest.fail.Exception, match="run `make helm`"):
+        template(EXPERIMENT_CHART)
 
 
 def test_helm_sdk_renders_the_same_experiment_and_the_notes():
