@@ -239,3 +239,27 @@ def test_helm_sdk_renders_the_same_manifests_and_the_notes(tmp_path):
     assert "only in: team-a, team-b" in notes
     assert "kubectl -n ops rollout status deployment/op-seedrl-operator" in notes
     assert "kubectl get experiments -n NAMESPACE -w" in notes
+
+
+@pytest.mark.parametrize("name, clusterwide, namespaces", [
+    ("defaults", True, []),
+    ("namespaced", False, ["team-a", "team-b"]),
+])
+def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide, namespaces,
+                                                               tmp_path, monkeypatch):
+    # The rendered command line goes through the operator's own argument parsing, up to the
+    # point where it would start kopf.
+    from service import operator
+
+    started = []
+    monkeypatch.setattr(operator, "default_api_client", lambda: None)
+    monkeypatch.setattr(operator.kopf, "run", lambda **kwargs: started.append(kwargs))
+    (deployment,) = of_kind(render(OPERATOR_CHART, values=VALUE_SETS[name], tmp_path=tmp_path),
+                            "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"][-2:] == ["-m", "service.operator"]
+    assert operator.main(container["args"]) == 0
+    (kwargs,) = started
+    assert kwargs["clusterwide"] is clusterwide
+    assert list(kwargs["namespaces"]) == namespaces
+    assert kwargs["liveness_endpoint"] == "http://0.0.0.0:8080/healthz"
