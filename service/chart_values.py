@@ -43,9 +43,9 @@ _HEADER = f"""\
 # Keep your own values in a small file of just what differs (helm merges it over these):
 #   helm install pong ./helm/seedrl-experiment -f pong.yaml
 
-# -- Experiment name (metadata.name): a DNS-1123 label of at most {MAX_NAME_LENGTH} characters (the operator
-# names its children <name>-learner, ...). It names every Kubernetes object of the experiment
-# and its checkpoint directory. Empty uses the release name.
+# -- Experiment name (metadata.name): a DNS-1123 label of at most {MAX_NAME_LENGTH} characters
+# (the operator names its children <name>-learner, ...). It names every Kubernetes object of the
+# experiment and its checkpoint directory. Empty uses the release name.
 name: ""
 
 # -- Labels of the Experiment, copied by the operator onto every object it creates.

@@ -35,7 +35,8 @@ def _example_values(path):
     return {"name": doc["metadata"]["name"], "spec": doc.get("spec") or {}}
 
 
-EXAMPLES = sorted([*(ROOT / "examples").glob("*.yaml"), *(ROOT / "k8s" / "examples").glob("*.yaml")])
+EXAMPLES = sorted([*(ROOT / "examples").glob("*.yaml"),
+                   *(ROOT / "k8s" / "examples").glob("*.yaml")])
 
 
 def _experiment(manifests):

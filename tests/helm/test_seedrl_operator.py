@@ -234,7 +234,9 @@ def test_helm_sdk_renders_the_same_manifests_and_the_notes(tmp_path):
     sdk = load_manifests("\n---\n".join(rendered.values()))
     binary = render(OPERATOR_CHART, release="op", namespace="ops", values=values,
                     tmp_path=tmp_path)
-    key = lambda m: (m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"])  # noqa: E731
+    def key(m):
+        return m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]
+
     assert sorted(sdk, key=key) == sorted(binary, key=key)
     assert "only in: team-a, team-b" in notes
     assert "kubectl -n ops rollout status deployment/op-seedrl-operator" in notes
