@@ -68,7 +68,7 @@ def _check_least_privilege(role):
     for child in [("batch", "jobs"), ("apps", "deployments"), ("", "services"),
                   ("", "configmaps"), ("networking.k8s.io", "networkpolicies")]:
         assert rules[child] == {"create", "get", "list", "watch", "patch", "delete"}, child
-    assert rules[("", "pods")] == {"get", "list", "watch", "delete"}
+    assert rules[("", "pods")] == {"get", "list", "watch"}
     assert rules[("", "events")] == {"create"}
     return rules
 

@@ -136,10 +136,11 @@ Experiments and the objects it renders for each, plus kopf's events.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["create", "get", "list", "watch", "patch", "delete"]
-# Pods: read their phase for status, delete the learner's when an Experiment is suspended.
+# Pods: read only (status and diagnostics). Suspending needs no pod rights: the operator sets
+# the learner Job's spec.suspend and the Job controller stops the pod.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "delete"]
+  verbs: ["get", "list", "watch"]
 # kopf posts Kubernetes events about handler progress and errors.
 - apiGroups: [""]
   resources: ["events"]
