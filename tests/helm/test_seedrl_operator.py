@@ -16,7 +16,7 @@ from support.charts import (CRD_FILE, OPERATOR_CHART, lint, load_manifests, of_k
 VALUE_SETS = {
     "defaults": {},
     "namespaced": {"watch": {"scope": "namespaces", "namespaces": ["team-a", "team-b"]},
-                   "rbac": {"discovery": False}},
+                   "rbac": {"discovery": False, "aggregateToDefaultRoles": False}},
     "release-namespace-only": {"watch": {"scope": "namespaces"}},
     "monitoring-and-overrides": {
         "metrics": {"podMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
@@ -77,6 +77,8 @@ def test_cluster_scope_binds_one_cluster_role():
     manifests = render(OPERATOR_CHART, release="op", namespace="seedrl-system")
     assert not of_kind(manifests, "Role") and not of_kind(manifests, "RoleBinding")
     roles = {r["metadata"]["name"]: r for r in of_kind(manifests, "ClusterRole")}
+    assert set(roles) == {f"seedrl-system-op-seedrl-operator-{suffix}"
+                          for suffix in ("operator", "discovery", "edit", "view")}
     operator = roles["seedrl-system-op-seedrl-operator-operator"]
     rules = _check_least_privilege(operator)
     assert not any(group == "kopf.dev" for group, _ in rules)  # standalone: no peering
@@ -93,11 +95,28 @@ def test_cluster_scope_binds_one_cluster_role():
     assert args == ["--poll-seconds=10", "--liveness=http://0.0.0.0:8080/healthz"]
 
 
+def test_users_get_experiment_rights_through_the_default_roles():
+    roles = {r["metadata"]["name"]: r for r in of_kind(render(OPERATOR_CHART, release="op",
+                                                              namespace="ops"), "ClusterRole")}
+    edit, view = roles["ops-op-seedrl-operator-edit"], roles["ops-op-seedrl-operator-view"]
+    labels = edit["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert {"create", "delete", "patch"} <= _rules(edit)[("seedrl.dev", "experiments")]
+    assert _rules(edit)[("seedrl.dev", "experiments/status")] == {"get"}  # the operator's
+    assert all(verbs == {"get", "list", "watch"} for verbs in _rules(view).values())
+    # Nothing is bound: Kubernetes folds them into admin, edit and view by their labels.
+    names = {b["roleRef"]["name"] for b in of_kind(render(OPERATOR_CHART, release="op",
+                                                          namespace="ops"), "ClusterRoleBinding")}
+    assert not names & {"ops-op-seedrl-operator-edit", "ops-op-seedrl-operator-view"}
+
+
 def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
     values = VALUE_SETS["namespaced"]
     manifests = render(OPERATOR_CHART, release="op", namespace="ops", values=values,
                        tmp_path=tmp_path)
-    # Nothing cluster-wide at all once discovery is off.
+    # Nothing cluster-wide at all once discovery and the users' aggregated roles are off.
     assert not of_kind(manifests, "ClusterRole") and not of_kind(manifests, "ClusterRoleBinding")
     roles = of_kind(manifests, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
