@@ -14,7 +14,7 @@ BENCH_ATARI_MINUTES ?= 30
 # with 2 streams so it steps one half of its envs while the learner answers the other.
 PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
 
-.PHONY: run test test-all bench bench-throughput bench-streams bench-atari bench-mujoco install proto clean
+.PHONY: run test test-all bench bench-throughput bench-streams bench-atari bench-mujoco install proto crd clean
 
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
@@ -156,6 +156,11 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 # Regenerates the gRPC/protobuf stubs from common/seedrl.proto (they are committed).
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. common/seedrl.proto
+
+# Regenerates the Experiment CRD from the dataclasses of common/config.py, into k8s/crd/ and the
+# operator chart's crds/ (a test fails while either is out of date).
+crd: $(STAMP)
+	$(PY) -m service.crd --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

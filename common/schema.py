@@ -89,11 +89,26 @@ def _default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
         if dataclasses.is_dataclass(value):
-            # An empty section: the server then fills in the defaults of its fields, so a
-            # stored Experiment is as complete as the one `seedrl validate` prints.
-            return {}
+            # The section with only what differs from its class's own defaults (usually
+            # nothing): the server fills in the rest from the fields' defaults, so a stored
+            # Experiment is as complete as the one `seedrl validate` prints.
+            return _differences(value, type(value)())
         return config.to_document(value)
     return dataclasses.MISSING
+
+
+def _differences(value: Any, base: Any) -> dict[str, Any]:
+    """The document keys of dataclass ``value`` whose values differ from ``base``'s."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        mine, theirs = getattr(value, f.name), getattr(base, f.name)
+        if dataclasses.is_dataclass(mine):
+            nested = _differences(mine, theirs)
+            if nested:
+                out[config.field_key(f)] = nested
+        elif mine != theirs:
+            out[config.field_key(f)] = config.to_document(mine)
+    return out
 
 
 def dataclass_schema(cls: type) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
   seedrl train FILE [--set path=value ...] [--resume] [--runs-dir DIR]
   seedrl validate FILE [--set path=value ...]
+  seedrl submit FILE [--set path=value ...] [-n NAMESPACE] [--dry-run]
+  seedrl status [-n NAMESPACE | -A]
 """
 
 from __future__ import annotations
@@ -37,6 +39,28 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check an Experiment and print it resolved")
     with_overrides(validate)
+
+    def with_cluster(sp):
+        sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or "
+                                             "~/.kube/config; in a pod, its service account)")
+        sp.add_argument("--context", help="kubeconfig context (default: the current one)")
+        sp.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+
+    submit = sub.add_parser("submit", help="validate an Experiment here, then apply it to the "
+                                           "cluster")
+    with_overrides(submit)
+    with_cluster(submit)
+    submit.add_argument("--dry-run", action="store_true",
+                        help="validate and print what would be applied; touch nothing")
+    submit.add_argument("--force-conflicts", action="store_true",
+                        help="take over fields that another manager (kubectl, an autoscaler) "
+                             "set")
+
+    status = sub.add_parser("status", help="the Experiments in a namespace: phase, steps, "
+                                           "return, cost")
+    with_cluster(status)
+    status.add_argument("-A", "--all-namespaces", action="store_true",
+                        help="every namespace")
     return p
 
 
@@ -105,12 +129,82 @@ def cmd_train(args) -> int:
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
+def cmd_submit(args) -> int:
+    """Validates an Experiment locally (every field, as the operator will), then applies it."""
+    import yaml
+
+    from common.config import apply_overrides, load_yaml
+    from service import cluster
+
+    exp = _load(args)
+    if exp is None:
+        return EXIT_BAD_CONFIG
+    # What is applied is the document as written (plus --set), so that defaults stay the
+    # operator's; it was just validated, resolved, above.
+    with open(args.file, encoding="utf-8") as fh:
+        document = apply_overrides(load_yaml(fh.read(), args.file), args.overrides)
+    namespace = (args.namespace or exp.metadata.namespace
+                 or cluster.default_namespace(args.kubeconfig, args.context))
+    if args.dry_run:
+        document.setdefault("metadata", {})["namespace"] = namespace
+        sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
+        return EXIT_OK
+    try:
+        client = cluster.api_client(args.kubeconfig, args.context)
+        stored = cluster.apply_experiment(client, document, namespace, args.force_conflicts)
+    except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
+        print(f"error: could not apply {exp.metadata.name} to namespace {namespace}: "
+              f"{_api_error(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"experiment.seedrl.dev/{stored['metadata']['name']} applied in namespace "
+          f"{namespace} (generation {stored['metadata'].get('generation', '?')})")
+    return EXIT_OK
+
+
+def cmd_status(args) -> int:
+    """Prints a table of the Experiments in a namespace (or all)."""
+    from service import cluster
+
+    namespace = None if args.all_namespaces else (
+        args.namespace or cluster.default_namespace(args.kubeconfig, args.context))
+    try:
+        client = cluster.api_client(args.kubeconfig, args.context)
+        items = cluster.list_experiments(client, namespace)
+    except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
+        print(f"error: could not list experiments: {_api_error(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    if not items:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        print(f"no experiments in {where}")
+        return EXIT_OK
+    sys.stdout.write(cluster.format_table(cluster.status_rows(items,
+                                                              with_namespace=namespace is None)))
+    return EXIT_OK
+
+
+def _api_error(exc: Exception) -> str:
+    """The API server's message for a failed request, else the exception itself."""
+    import json
+
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return json.loads(body).get("message") or str(body)
+        except (ValueError, AttributeError):
+            return str(body)
+    return str(exc)
+
+
 def main(argv=None) -> int:
     """Entry point of the `seedrl` console script."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s seedrl %(levelname)s %(message)s")
     if args.command == "train":
         return cmd_train(args)
+    if args.command == "submit":
+        return cmd_submit(args)
+    if args.command == "status":
+        return cmd_status(args)
     return cmd_validate(args)
 
 

@@ -191,15 +191,21 @@ class Reconciler:
             return None, f"reading {url}: {exc}"
 
     def apply(self, exp: Experiment, namespace: str, uid: str,
-              job: Mapping[str, Any] | None) -> None:
-        """Brings every child to what ``exp`` renders to."""
+              job: Mapping[str, Any] | None, done_before: bool = False) -> None:
+        """Brings every child to what ``exp`` renders to.
+
+        Args:
+          done_before: the status records a finished learner: its Job, if gone, is not made
+            again and no actors run.
+        """
         owner = reconcile.owner_reference(exp.metadata.name, uid)
-        finished = reconcile.job_finished(job)
+        finished = reconcile.job_finished(job) or done_before
         for obj in reconcile.render(exp, owner, namespace, finished=finished):
             if obj["kind"] != "Job":
                 self.children.apply(obj)
             elif job is None:
-                self.children.create(obj)
+                if not done_before:
+                    self.children.create(obj)
             else:
                 patch = _job_patch(exp, job)
                 if patch:
@@ -241,21 +247,24 @@ class Reconciler:
         refused = reconcile.immutable_changes(applied, exp) if applied else []
         if not refused:
             job, deployment = self.observe(exp, namespace)
-            if not heal_only or self._needs_healing(exp, namespace, job, deployment):
-                self.apply(exp, namespace, meta["uid"], job)
+            done_before = reconcile.finished_before(previous)
+            if not heal_only or self._needs_healing(exp, namespace, job, deployment,
+                                                    done_before):
+                self.apply(exp, namespace, meta["uid"], job, done_before)
         return self.status(exp, namespace, body, refused)
 
-    def _needs_healing(self, exp: Experiment, namespace: str, job, deployment) -> bool:
-        if job is None or deployment is None:
+    def _needs_healing(self, exp: Experiment, namespace: str, job, deployment,
+                       done_before: bool) -> bool:
+        if (job is None and not done_before) or deployment is None:
             return True
         n = reconcile.names(exp.metadata.name)
         for kind, name in (("ConfigMap", n.config), ("Service", n.service),
                            ("NetworkPolicy", n.network_policy)):
             if self.children.read(kind, namespace, name) is None:
                 return True
-        wanted = reconcile.actor_replicas(exp, reconcile.job_finished(job))
+        wanted = reconcile.actor_replicas(exp, reconcile.job_finished(job) or done_before)
         return ((deployment.get("spec") or {}).get("replicas") != wanted
-                or _job_patch(exp, job) is not None)
+                or (job is not None and _job_patch(exp, job) is not None))
 
     def delete(self, body: Mapping[str, Any]) -> list[str]:
         """Deletes every child an Experiment of this name has; returns what was deleted."""
@@ -298,8 +307,8 @@ def build_registry(config: OperatorConfig,
             return config.connection
         return kopf.login_via_client(**kwargs)
 
-    # errors=PERMANENT: a failure is reported in status by the next poll, not retried in a
-    # tight loop; the timer below reconciles again anyway.
+    # An invalid spec never raises (it is reported in status); what raises is an API error,
+    # retried after a pause, while the timer below keeps reconciling as well.
     @kopf.on.create(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     @kopf.on.update(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     @kopf.on.resume(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)

@@ -53,6 +53,8 @@ LABEL_EXPERIMENT = "seedrl.dev/experiment"
 LABEL_ROLE = "seedrl.dev/role"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 ANNOTATION_CONFIG_HASH = "seedrl.dev/config-hash"
+#: Annotation prefixes of tools, not of the user: left out of the config the pods read.
+BOOKKEEPING_ANNOTATIONS = ("kubectl.kubernetes.io/", "kopf.zalando.org/", "seedrl.dev/")
 TPU_RESOURCE = "google.com/tpu"
 GPU_RESOURCE = "nvidia.com/gpu"
 #: GKE Spot VMs give 30 s of notice; an actor holds no state worth more than that.
@@ -132,9 +134,11 @@ def validate(body: Mapping[str, Any]) -> Experiment:
                      if meta.get(k) is not None},
         "spec": body.get("spec") or {},
     }
-    # kubectl's last-applied copy is large and says nothing about the experiment.
+    # Bookkeeping of kubectl (its last-applied copy) and of the operator's kopf (progress,
+    # last-handled spec) says nothing about the experiment; kept, it would change the pods'
+    # config at every handler run and roll the actors for nothing.
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if not k.startswith(("kubectl.kubernetes.io/", "kopf.zalando.org/"))}
+                   if not k.startswith(BOOKKEEPING_ANNOTATIONS)}
     if annotations:
         document["metadata"]["annotations"] = annotations
     else:
@@ -357,6 +361,14 @@ def actor_replicas(exp: Experiment, finished: bool = False) -> int:
     """Actor pods to run: none while suspended or once the learner Job has finished (they
     would only retry a learner that is gone)."""
     return 0 if exp.spec.suspend or finished else exp.spec.actors.replicas
+
+
+def finished_before(previous_status: Mapping[str, Any] | None) -> bool:
+    """Whether the status already records a finished learner (Succeeded, or Failed at run time
+    rather than by validation). Its Job may since be gone (``ttlSecondsAfterFinished``); it is
+    not made again: a finished experiment stays finished."""
+    prev = previous_status or {}
+    return prev.get("phase") in ("Succeeded", "Failed") and bool(prev.get("completionTime"))
 
 
 def job_finished(job: Mapping[str, Any] | None) -> bool:
@@ -590,7 +602,8 @@ def compute_status(exp: Experiment, *, generation: int | None,
     dep_status = (deployment or {}).get("status") or {}
     complete = _job_condition(job, "Complete")
     failed = _job_condition(job, "Failed")
-    desired = actor_replicas(exp, bool(complete or failed))
+    cleaned_up = job is None and finished_before(prev)
+    desired = actor_replicas(exp, bool(complete or failed or cleaned_up))
     ready_actors = int(dep_status.get("readyReplicas") or 0)
     learner_ready = int(job_status.get("ready") or 0) >= 1
 
@@ -598,6 +611,8 @@ def compute_status(exp: Experiment, *, generation: int | None,
         phase = "Failed"
     elif complete:
         phase = "Succeeded"
+    elif cleaned_up:
+        phase = prev["phase"]
     elif exp.spec.suspend:
         phase = "Suspended"
     elif learner_ready:
@@ -605,7 +620,10 @@ def compute_status(exp: Experiment, *, generation: int | None,
     else:
         phase = "Pending"
 
-    if job is None:
+    if cleaned_up:
+        set_condition(conditions, "LearnerReady", False, "Finished", "The learner finished; "
+                      "its Job was deleted after ttlSecondsAfterFinished.", generation, now)
+    elif job is None:
         set_condition(conditions, "LearnerReady", False, "Creating", "The learner Job does "
                       "not exist yet.", generation, now)
     elif learner_ready:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from pathlib import Path
@@ -14,7 +15,8 @@ from common import config
 from common.schema import dataclass_schema, experiment_schema, spec_schema, to_json_schema
 
 ROOT = Path(__file__).parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml")) + sorted(
+    (ROOT / "k8s" / "examples").glob("*.yaml"))
 
 
 def _validator(closed=True):
@@ -107,3 +109,41 @@ def test_conversion_leaves_its_input_alone():
     before = repr(schema)
     to_json_schema(schema, closed=True)
     assert repr(schema) == before
+
+
+def _server_defaults(schema, value):
+    """Fills in defaults as the Kubernetes API server does for a structural schema."""
+    if schema.get("type") != "object" or not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for key, prop in schema.get("properties", {}).items():
+        if key not in out and "default" in prop:
+            out[key] = copy.deepcopy(prop["default"])
+        if key in out:
+            out[key] = _server_defaults(prop, out[key])
+    return out
+
+
+def _without_nulls(node):
+    if isinstance(node, dict):
+        return {k: _without_nulls(v) for k, v in node.items() if v is not None}
+    if isinstance(node, list):
+        return [_without_nulls(v) for v in node]
+    return node
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_server_side_defaults_equal_the_resolved_experiment(path):
+    # What the API server stores for a document must be what parse_experiment resolves it to;
+    # e.g. the learner's resources default to 4 CPUs, not to ResourcesConfig's own 1.
+    document = yaml.safe_load(path.read_text())
+    schema = experiment_schema()
+    stored = _server_defaults(schema, document)
+    resolved = config.to_document(config.parse_experiment(document))
+    assert _without_nulls(stored["spec"]) == _without_nulls(resolved["spec"])
+
+
+def test_a_section_default_carries_what_differs_from_its_class():
+    learner = spec_schema()["properties"]["learner"]["properties"]
+    assert learner["resources"]["default"] == {"cpu": "4", "memory": "16Gi"}
+    assert spec_schema()["properties"]["actors"]["properties"]["resources"]["default"] == {}

@@ -11,6 +11,7 @@ import kubernetes
 import pytest
 import yaml
 
+from common.config import parse_experiment
 from service import crd, reconcile
 from support.operator_harness import OperatorHarness, wait_for
 
@@ -145,6 +146,12 @@ def test_ready_pods_and_learner_status_advance_the_conditions(k8s, harness):
     wait_for(lambda: k8s.child("Deployment", "ready-actors")["spec"]["replicas"] == 0,
              what="actors scaled to zero after success")
     assert k8s.status("ready")["completionTime"] == "2026-01-01T01:00:00Z"
+    # ttlSecondsAfterFinished deletes the Job: a finished experiment is not started again.
+    k8s.batch.delete_namespaced_job("ready-learner", NS)
+    wait_for(lambda: k8s.condition("ready", "LearnerReady").get("reason") == "Finished",
+             what="LearnerReady Finished")
+    assert k8s.child("Job", "ready-learner") is None
+    assert k8s.status("ready")["phase"] == "Succeeded"
 
 
 def test_scaling_the_experiment_scales_the_actors(k8s):
@@ -161,6 +168,14 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
              what="2 actors")
     wait_for(lambda: k8s.status("scale").get("actors", {}).get("desired") == 2,
              what="status.actors.desired")
+    # The pods' config is the user's Experiment only: none of kopf's bookkeeping annotations,
+    # which would roll the actors at every handler run.
+    document = copy.deepcopy(CARTPOLE)
+    document["metadata"].update(name="scale", namespace=NS)
+    document["spec"]["actors"]["replicas"] = 2
+    expected = reconcile.config_hash(parse_experiment(document))
+    template = k8s.child("Deployment", "scale-actors")["spec"]["template"]
+    assert template["metadata"]["annotations"][reconcile.ANNOTATION_CONFIG_HASH] == expected
     generation = k8s.get("scale")["metadata"]["generation"]
     wait_for(lambda: k8s.status("scale").get("observedGeneration") == generation,
              what="observedGeneration")

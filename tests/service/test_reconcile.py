@@ -265,6 +265,8 @@ def stored(spec=None, **meta):
                          "resourceVersion": "17", "creationTimestamp": "2026-01-01T00:00:00Z",
                          "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"],
                          "annotations": {"kopf.zalando.org/last-handled-configuration": "{}",
+                                         "seedrl.dev/last-handled-configuration": "{}",
+                                         "seedrl.dev/on_change": "{}",
                                          "kubectl.kubernetes.io/last-applied-configuration":
                                              "{}"}, **meta},
             "spec": spec or {}, "status": {"phase": "Running"}}
@@ -274,6 +276,9 @@ def test_validate_ignores_server_side_fields():
     exp = reconcile.validate(stored({"actors": {"replicas": 3}}))
     assert exp.metadata.namespace == "team-a" and exp.spec.actors.replicas == 3
     assert exp.metadata.annotations == {}
+    body = stored()
+    body["metadata"]["annotations"]["team.example.com/owner"] = "ana"
+    assert reconcile.validate(body).metadata.annotations == {"team.example.com/owner": "ana"}
 
 
 def test_validate_names_the_field_and_the_cluster_name_limit():
@@ -376,6 +381,14 @@ def test_status_advances_from_pending_to_running_to_succeeded():
     assert s3["phase"] == "Succeeded" and s3["completionTime"] == "2026-01-01T01:00:00Z"
     assert s3["actors"]["desired"] == 0
     assert conds(s3)["Complete"] == ("True", "CompletionsReached")
+    # The Job is deleted after ttlSecondsAfterFinished: still Succeeded, no actors wanted.
+    s4 = reconcile.compute_status(exp, generation=1, previous=s3, job=None,
+                                  deployment=deployment(0), learner=None)
+    assert s4["phase"] == "Succeeded" and s4["actors"]["desired"] == 0
+    assert conds(s4)["LearnerReady"] == ("False", "Finished")
+    assert reconcile.finished_before(s4)
+    assert not reconcile.finished_before(reconcile.invalid_status(
+        None, 1, ConfigError([("spec.x", "bad")]), "2026-01-01T00:00:00Z"))
 
 
 def test_status_of_failed_suspended_and_refused():

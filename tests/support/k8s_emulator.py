@@ -16,6 +16,8 @@ Bridged for kmock 0.8 (pinned in pyproject.toml; re-check these when it moves):
 - the ``scale`` subresource of Experiments writes ``spec.actors.replicas`` (the CRD's
   specReplicasPath) instead of ``spec.replicas``; the ``status`` subresource keeps generation;
 - creations answer 200 where an API server answers 201 (the client then returns None): 201;
+- a JSON patch whose ``test`` of resourceVersion fails answers 500 (kopf then retries the
+  same stale patch): 422, as an API server answers; JSON patches also move resourceVersion;
 - every request is kept and scanned to match the next one (quadratic under polling): only
   requests in flight are kept;
 - ``metadata.deletionTimestamp`` on an object with finalizers is honoured by kmock already.
@@ -39,6 +41,7 @@ import uuid
 from typing import Any
 
 import attrs
+import jsonpatch
 import kmock
 import kubernetes
 from kmock._internal import enums
@@ -120,6 +123,10 @@ class BridgedEmulator(kmock.KubernetesEmulator):
                 meta["generation"] = int(stored.get("metadata", {}).get("generation", 1)) + 1
             data["metadata"] = meta
             changes["data"] = data
+        elif action == enums.action.UPDATE and isinstance(request.data, list):
+            # A JSON patch (kopf's finalizer changes): applied atomically, version moves too.
+            changes["data"] = [*request.data, {"op": "add", "path": "/metadata/resourceVersion",
+                                               "value": str(next(self._versions))}]
         if changes:
             # kmock matches reactions by the identity of the recorded request: swap it in place.
             new = attrs.evolve(request, **changes)
@@ -131,6 +138,10 @@ class BridgedEmulator(kmock.KubernetesEmulator):
         self._inflight.add(id(request))
         try:
             response = await super()._handle(request)
+        except jsonpatch.JsonPatchTestFailed as exc:
+            # kopf guards its JSON patches with a test of resourceVersion; an API server
+            # answers a failed test with 422, on which kopf re-reads; kmock answers 500.
+            raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from None
         finally:
             self._inflight.discard(id(request))
         if request.action == enums.action.CREATE and response.status == 200:
