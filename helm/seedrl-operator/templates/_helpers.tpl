@@ -123,24 +123,22 @@ Experiments and the objects it renders for each, plus kopf's events.
   resources: ["experiments/finalizers"]
   verbs: ["update"]
 # What each Experiment becomes: the learner Job, the actor Deployment, the learner's Service,
-# the ConfigMap holding config.yaml, and the NetworkPolicy on the learner port.
+# the ConfigMap holding config.yaml, and the NetworkPolicy on the learner port. The operator
+# reads, creates, server-side-applies (patch) and deletes them by name; it never lists or
+# watches them, and never touches pods (suspending sets the Job's spec.suspend and the Job
+# controller stops the pod).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["create", "get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["create", "get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
-  verbs: ["create", "get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["create", "get", "list", "watch", "patch", "delete"]
-# Pods: read only (status and diagnostics). Suspending needs no pod rights: the operator sets
-# the learner Job's spec.suspend and the Job controller stops the pod.
-- apiGroups: [""]
-  resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "create", "patch", "delete"]
 # kopf posts Kubernetes events about handler progress and errors.
 - apiGroups: [""]
   resources: ["events"]
