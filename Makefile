@@ -162,5 +162,11 @@ proto: $(STAMP)
 crd: $(STAMP)
 	$(PY) -m service.crd --write
 
+# Regenerates the experiment chart's values.yaml and values.schema.json from common/config.py
+# (after a change to the Experiment's fields; a test fails while they are out of date).
+.PHONY: chart-values
+chart-values: $(STAMP)
+	$(PY) -m service.chart_values --write
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
