@@ -400,8 +400,10 @@ class LearnerConfig:
         doc="The learner container's resources in a cluster.",
         factory=lambda: ResourcesConfig(cpu="4", memory="16Gi"))
     termination_grace_period_seconds: int = param(
-        300, "How long a stopping learner pod may take to write its final checkpoint (it "
-             "checkpoints on SIGTERM) before it is killed.", ge=1)
+        300, "How long a stopping learner may take to write its final checkpoint (it "
+             "checkpoints on SIGTERM) before it is killed: the pod's grace period in a cluster, "
+             "the launcher's wait locally. The learner gives up on the checkpoint 5 s before "
+             "and exits 1, so the run resumes from the previous one.", ge=10)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -428,6 +430,9 @@ class ActorsConfig:
     spot: bool = param(False, "Run actors on GKE Spot VMs (node label cloud.google.com/gke-"
                               "spot): much cheaper, and a preempted actor only costs its "
                               "in-flight unrolls.")
+    metrics_port: int = param(9091, "TCP port of each actor's HTTP endpoint in a cluster: GET "
+                                    "/metrics (Prometheus). The local launcher picks free "
+                                    "ports instead.", ge=1, le=65535)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -445,11 +450,6 @@ class CheckpointConfig:
     interval_seconds: float = param(300.0, "Checkpoint at least this often in seconds; 0 "
                                            "disables.", ge=0.0)
     keep: int = param(3, "How many recent checkpoints to keep.", ge=1)
-    final_timeout_seconds: float = param(
-        25.0, "On SIGTERM (a preemption notice) the learner writes a final checkpoint within "
-              "this many seconds, or gives up on it and exits 1 so that the run resumes from "
-              "the previous one. Keep it below the pod's termination grace period (30 s by "
-              "default in Kubernetes; the operator sets the grace period from this).", gt=0.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -237,6 +237,7 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._last_save_time = time.monotonic()
         self._last_save_step = 0
+        self._created = time.time()
         #: Name of the newest checkpoint published or resumed from (None before any).
         self.last_checkpoint: str | None = None
         #: Wall-clock time the newest checkpoint was published (seconds since the epoch).
@@ -472,8 +473,12 @@ class Checkpointer:
             log.error("checkpoint failed (%d so far), training goes on: %s", self.failures, exc)
 
     def status(self) -> dict:
-        """Checkpoint fields of the learner's status."""
-        age = (time.time() - self.last_checkpoint_time) if self.last_checkpoint_time else None
+        """Checkpoint fields of the learner's status.
+
+        ``checkpoint_age_s`` counts from the last publication, or from the learner's start
+        before its first one: a learner that never manages to checkpoint grows old too.
+        """
+        age = time.time() - (self.last_checkpoint_time or self._created)
         return {"last_checkpoint": self.last_checkpoint,
                 "last_checkpoint_time": self.last_checkpoint_time,
                 "checkpoint_age_s": age,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -116,6 +117,13 @@ def cmd_train(args) -> int:
     print(f"training {exp.metadata.name}: {exp.spec.actors.replicas} actors x "
           f"{exp.spec.actors.envs_per_actor} envs of {exp.spec.env.id}, agent "
           f"{exp.spec.agent.name}; logs in {run_dir}", flush=True)
+    ports = run.metrics_ports
+    uri = exp.spec.checkpoint.uri
+    logdir = uri.rstrip("/") + "/tensorboard" if uri else os.path.join(run_dir, "tensorboard")
+    print(f"metrics: learner http://127.0.0.1:{ports[0]}/metrics (status on /status), actors "
+          f"on ports {', '.join(map(str, ports[1:]))}; Prometheus targets in "
+          f"{run.targets_path} (file_sd_configs); TensorBoard: tensorboard --logdir {logdir}",
+          flush=True)
     summary = run.run()
     if progress:
         progress.close()

@@ -121,6 +121,41 @@ def read_json(path: str) -> dict | None:
         return None
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on loopback now (held open together while choosing)."""
+    sockets = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+#: Prometheus file-based service discovery of a local run's /metrics endpoints.
+PROMETHEUS_TARGETS = "prometheus-targets.json"
+
+
+def write_prometheus_targets(run_dir: str, experiment: str, ports: list[int]) -> str:
+    """Writes ``prometheus-targets.json`` (Prometheus ``file_sd_configs`` format) listing the
+    learner's and each actor's endpoint, labelled as the cluster's PodMonitor labels pods."""
+    groups = [{"targets": [f"127.0.0.1:{ports[0]}"],
+               "labels": {"seedrl_experiment": experiment, "seedrl_role": "learner"}}]
+    groups += [{"targets": [f"127.0.0.1:{port}"],
+                "labels": {"seedrl_experiment": experiment, "seedrl_role": "actor",
+                           "seedrl_actor": str(i)}}
+               for i, port in enumerate(ports[1:])]
+    path = os.path.join(run_dir, PROMETHEUS_TARGETS)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(groups, fh, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
 class LocalRun:
     """One Experiment run as local processes.
 
@@ -145,15 +180,21 @@ class LocalRun:
         self._stop_signal: int | None = None
         config = os.path.join(run_dir, "config.yaml")
         env = child_env()
+        replicas = exp.spec.actors.replicas
+        #: Loopback ports of each process's /metrics: the learner's, then each actor's.
+        self.metrics_ports = free_ports(1 + replicas)
         self.learner = Child("learner", python_module(
             "learner", "--config", config, "--run-dir", run_dir, "--listen", self.address,
-            *learner_args),
+            "--metrics-address", f"127.0.0.1:{self.metrics_ports[0]}", *learner_args),
             os.path.join(run_dir, "learner.log"), env)
         self.actors = [Child(f"actor-{i}", python_module(
             "actors", "--config", config, "--learner", self.address, "--index", str(i),
-            "--actor-id", f"{exp.metadata.name}-local-{i}"),
+            "--actor-id", f"{exp.metadata.name}-local-{i}",
+            "--metrics-address", f"127.0.0.1:{self.metrics_ports[1 + i]}"),
             os.path.join(run_dir, f"actor-{i}.log"), env)
-            for i in range(exp.spec.actors.replicas)]
+            for i in range(replicas)]
+        self.targets_path = write_prometheus_targets(
+            run_dir, exp.metadata.name, self.metrics_ports)
 
     def request_stop(self, signum: int = signal.SIGINT) -> None:
         """Asks the run to stop (from a signal handler): the learner checkpoints and exits."""
@@ -199,7 +240,8 @@ class LocalRun:
         finally:
             # The learner goes first so that it can checkpoint; actors see `finished` or lose
             # their stream, and are stopped next.
-            stop_all([self.learner], signal.SIGTERM, timeout=60)
+            stop_all([self.learner], signal.SIGTERM,
+                     timeout=self.exp.spec.learner.termination_grace_period_seconds)
             stop_all(self.actors, signal.SIGTERM, timeout=10)
         summary = read_json(summary_path)
         if summary is None:
