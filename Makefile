@@ -19,10 +19,10 @@ PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.strea
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
 
-test: $(STAMP) football helm
+test: $(STAMP) football helm prometheus
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(STAMP) football helm
+test-all: $(STAMP) football helm prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: football bench-throughput bench-streams
@@ -159,6 +159,22 @@ proto: $(STAMP)
 
 # Regenerates the Experiment CRD from the dataclasses of common/config.py, into k8s/crd/ and the
 # operator chart's crds/ (a test fails while either is out of date).
+# Prometheus and promtool (Debian's package): the observability tests run a real Prometheus
+# against real runs and unit-test the alert rules with promtool. Installed only if missing.
+.PHONY: prometheus
+prometheus:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then exit 0; fi; \
+	set -ex; \
+	SUDO=; if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi; \
+	$$SUDO apt-get update; \
+	$$SUDO apt-get install -y --no-install-recommends prometheus; \
+	prometheus --version
+
+# Regenerates the Grafana dashboards of the operator chart from service/dashboards.py.
+.PHONY: dashboards
+dashboards: $(STAMP)
+	$(PY) -m service.dashboards --write
+
 crd: $(STAMP)
 	$(PY) -m service.crd --write
 

@@ -121,7 +121,8 @@ def cmd_train(args) -> int:
     uri = exp.spec.checkpoint.uri
     logdir = uri.rstrip("/") + "/tensorboard" if uri else os.path.join(run_dir, "tensorboard")
     print(f"metrics: learner http://127.0.0.1:{ports[0]}/metrics (status on /status), actors "
-          f"on ports {', '.join(map(str, ports[1:]))}; Prometheus targets in "
+          f"on ports {', '.join(map(str, ports[1:-1]))}, phase and cost on port {ports[-1]}; "
+          f"Prometheus targets in "
           f"{run.targets_path} (file_sd_configs); TensorBoard: tensorboard --logdir {logdir}",
           flush=True)
     summary = run.run()

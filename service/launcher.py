@@ -21,6 +21,8 @@ import yaml
 
 from common.config import Experiment, dump_experiment, to_document
 from common.storage import CHECKPOINT_MANIFEST, NotFound, StorageError, open_store, with_retries
+from common.metrics_http import MetricsServer
+from service.experiment_metrics import ExperimentGauges
 from service.processes import Child, child_env, python_module, stop_all
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,8 @@ MAX_LEARNER_RESTARTS = 3
 CONFIG_EXIT_CODES = (2, 3, 4)
 #: Fields a resumed run must keep: the checkpoint only fits the same env, agent and network.
 IMMUTABLE_ON_RESUME = ("env", "agent")
+#: The namespace label of a local run's phase series (no Kubernetes namespace here).
+LOCAL_NAMESPACE = "local"
 #: Seconds between rewrites of cost.json while the run goes on.
 COST_EVERY_S = 10.0
 
@@ -141,13 +145,16 @@ PROMETHEUS_TARGETS = "prometheus-targets.json"
 
 def write_prometheus_targets(run_dir: str, experiment: str, ports: list[int]) -> str:
     """Writes ``prometheus-targets.json`` (Prometheus ``file_sd_configs`` format) listing the
-    learner's and each actor's endpoint, labelled as the cluster's PodMonitor labels pods."""
+    learner's, each actor's and the launcher's endpoints (``ports`` in that order), labelled
+    as the cluster's PodMonitor labels pods."""
     groups = [{"targets": [f"127.0.0.1:{ports[0]}"],
                "labels": {"seedrl_experiment": experiment, "seedrl_role": "learner"}}]
     groups += [{"targets": [f"127.0.0.1:{port}"],
                 "labels": {"seedrl_experiment": experiment, "seedrl_role": "actor",
                            "seedrl_actor": str(i)}}
-               for i, port in enumerate(ports[1:])]
+               for i, port in enumerate(ports[1:-1])]
+    groups.append({"targets": [f"127.0.0.1:{ports[-1]}"],
+                   "labels": {"seedrl_experiment": experiment, "seedrl_role": "launcher"}})
     path = os.path.join(run_dir, PROMETHEUS_TARGETS)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -181,8 +188,12 @@ class LocalRun:
         config = os.path.join(run_dir, "config.yaml")
         env = child_env()
         replicas = exp.spec.actors.replicas
-        #: Loopback ports of each process's /metrics: the learner's, then each actor's.
-        self.metrics_ports = free_ports(1 + replicas)
+        #: Loopback ports of each process's /metrics: the learner's, then each actor's, then
+        #: this launcher's own (the run's phase and cost, as the operator exports them).
+        self.metrics_ports = free_ports(2 + replicas)
+        self.gauges = ExperimentGauges()
+        self._metrics_server = MetricsServer(self.gauges.registry, host="127.0.0.1",
+                                             port=self.metrics_ports[-1])
         self.learner = Child("learner", python_module(
             "learner", "--config", config, "--run-dir", run_dir, "--listen", self.address,
             "--metrics-address", f"127.0.0.1:{self.metrics_ports[0]}", *learner_args),
@@ -204,6 +215,9 @@ class LocalRun:
         """Runs to the end; returns the summary (the learner's, or one describing a failure)."""
         summary_path = os.path.join(self.run_dir, "summary.json")
         status_path = os.path.join(self.run_dir, "status.json")
+        self._metrics_server.start()
+        name = self.exp.metadata.name
+        self.gauges.set_phase(name, LOCAL_NAMESPACE, "Running")
         self.learner.start()
         for actor in self.actors:
             actor.start()
@@ -236,6 +250,7 @@ class LocalRun:
                 if self.cost and time.monotonic() - last_cost >= COST_EVERY_S:
                     last_cost = time.monotonic()
                     self.cost.update([self.learner, *self.actors], env_steps, running=True)
+                    self.gauges.set_cost(name, self.cost.last_report)
                 time.sleep(0.25)
         finally:
             # The learner goes first so that it can checkpoint; actors see `finished` or lose
@@ -254,6 +269,10 @@ class LocalRun:
             self.cost_status = self.cost.update([self.learner, *self.actors],
                                                 summary.get("env_steps", env_steps),
                                                 running=False)
+            self.gauges.set_cost(name, self.cost.last_report)
+        failed = summary.get("stop_reason") in ("learner_failed", "train_error")
+        self.gauges.set_phase(name, LOCAL_NAMESPACE, "Failed" if failed else "Succeeded")
+        self._metrics_server.stop()
         return summary
 
     def _restart_crashed_actors(self) -> None:

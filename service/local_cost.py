@@ -46,6 +46,8 @@ class LocalCost:
         self.prices = prices or cost.load_prices()
         previous = read_cost_file(run_dir) or {}
         self.previous = [cost.record_from_dict(r) for r in previous.get("records", [])]
+        #: The latest pricing (a :class:`service.cost.CostReport`), for the cost gauges.
+        self.last_report: cost.CostReport | None = None
         self.session = 1 + max((int(r.name.rpartition("@")[2]) for r in self.previous
                                 if r.name.rpartition("@")[2].isdigit()), default=0)
 
@@ -66,6 +68,7 @@ class LocalCost:
         frames = int(env_steps or 0) * cost.frames_per_env_step(self.exp)
         report = cost.compute_cost(records, self.prices, env_frames=frames, now=now,
                                    description=cost.describe_records(records, now))
+        self.last_report = report
         status = report.to_status()
         data = {"experiment": self.exp.metadata.name, "running": running, "cost": status,
                 "records": [r.to_dict() for r in records]}

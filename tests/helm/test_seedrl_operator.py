@@ -206,26 +206,25 @@ def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
 def test_every_dashboard_file_becomes_a_labelled_config_map(tmp_path):
     chart = tmp_path / "seedrl-operator"
     shutil.copytree(OPERATOR_CHART, chart)
-    # The chart ships no placeholder dashboards: enabled with none, it renders none.
-    assert not list((OPERATOR_CHART / "dashboards").glob("*.json"))
-    assert not of_kind(render(chart, sets=["grafana.dashboards.enabled=true"]), "ConfigMap")
-
-    learner = {"title": "seedrl learner", "panels": [{"type": "timeseries"}]}
-    actors = {"title": "seedrl actors", "panels": []}
-    (chart / "dashboards" / "learner.json").write_text(json.dumps(learner))
-    (chart / "dashboards" / "Actors_Overview.json").write_text(json.dumps(actors))
+    shipped = sorted(p.name for p in (OPERATOR_CHART / "dashboards").glob("*.json"))
+    assert shipped == ["seedrl-experiment.json", "seedrl-overview.json"]
+    # Adding a dashboard is adding its file.
+    extra = {"title": "seedrl actors", "panels": []}
+    (chart / "dashboards" / "Actors_Overview.json").write_text(json.dumps(extra))
     lint(chart, sets=["grafana.dashboards.enabled=true"])
     manifests = render(chart, release="op", sets=["grafana.dashboards.enabled=true",
                                                   "grafana.dashboards.namespace=monitoring"])
     maps = {m["metadata"]["name"]: m for m in of_kind(manifests, "ConfigMap")}
-    assert set(maps) == {"op-seedrl-operator-dashboard-learner",
+    assert set(maps) == {"op-seedrl-operator-dashboard-seedrl-experiment",
+                         "op-seedrl-operator-dashboard-seedrl-overview",
                          "op-seedrl-operator-dashboard-actors-overview"}
     for m in maps.values():
         validate_builtin(m)
         assert m["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert m["metadata"]["namespace"] == "monitoring"
-    assert json.loads(maps["op-seedrl-operator-dashboard-learner"]["data"]["learner.json"]) \
-        == learner
+    overview = maps["op-seedrl-operator-dashboard-seedrl-overview"]["data"]
+    assert json.loads(overview["seedrl-overview.json"]) == json.loads(
+        (OPERATOR_CHART / "dashboards" / "seedrl-overview.json").read_text())
     assert not of_kind(render(chart), "ConfigMap")  # off by default
 
 

@@ -30,7 +30,8 @@ CRD_FILE = OPERATOR_CHART / "crds" / "experiments.seedrl.dev.yaml"
 KUBE_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33")
 #: Kinds that come from CRDs, which kubernetes-validate has no schema for; each is checked
 #: its own way (the Experiment against our CRD's schema).
-CUSTOM_KINDS = {("seedrl.dev/v1alpha1", "Experiment"), ("monitoring.coreos.com/v1", "PodMonitor")}
+CUSTOM_KINDS = {("seedrl.dev/v1alpha1", "Experiment"), ("monitoring.coreos.com/v1", "PodMonitor"),
+                ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 
 def helm_binary() -> str:
