@@ -33,6 +33,9 @@ def parse_args(argv):
                         "the pod name (a Deployment's pods have no ordinal)")
     p.add_argument("--actor-id", help="stable id across reconnects (default: name-host-index)")
     p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner")
+    p.add_argument("--metrics-address",
+                   help="host:port of the HTTP endpoint with /metrics and /healthz (default "
+                        "0.0.0.0:spec.actors.metricsPort); 'off' serves none")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -119,6 +122,29 @@ async def _run(clients) -> None:
         log.info("stopped by signal after %d env steps", sum(c.env_steps for c in clients))
 
 
+def serve_metrics(args, exp, clients):
+    """Starts this actor's /metrics endpoint; None if disabled or the port is taken (the
+    actor steps on without it: metrics matter less than training)."""
+    from actors.metrics import ActorMetrics
+    from common.metrics_http import MetricsServer
+
+    if args.metrics_address == "off":
+        return None
+    if args.metrics_address:
+        host, _, port = args.metrics_address.rpartition(":")
+        host, port = host.strip("[]") or "0.0.0.0", int(port)
+    else:
+        host, port = "0.0.0.0", exp.spec.actors.metrics_port
+    metrics = ActorMetrics(exp.metadata.name, args.index, clients)
+    http = MetricsServer(metrics.registry, host=host, port=port)
+    try:
+        log.info("metrics on http://%s:%d/metrics", host, http.start())
+    except OSError as exc:
+        log.error("cannot serve metrics on %s:%d: %s", host, port, exc)
+        return None
+    return http
+
+
 def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -149,12 +175,15 @@ def main(argv=None) -> int:
                            actor_id if len(batches) == 1 else f"{actor_id}/{j}",
                            args.learner, credentials, actor_index=args.index)
                for j, envs in enumerate(batches)]
+    http = serve_metrics(args, exp, clients)
     try:
         asyncio.run(_run(clients))
     except ActorRefused as exc:
         log.error("the learner refused this actor: %s", exc)
         return 3
     finally:
+        if http:
+            http.stop()
         for envs in batches:
             envs.close()
     log.info("done after %d env steps (pid %d)", sum(c.env_steps for c in clients),

@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: The object that lists a checkpoint location's published checkpoints (see
+#: ``learner/checkpoint.py``); its presence means the location holds a run.
+CHECKPOINT_MANIFEST = "MANIFEST.json"
+
 
 class StorageError(Exception):
     """Base of the store's errors."""

@@ -2,6 +2,7 @@
 
   seedrl train FILE [--set path=value ...] [--resume] [--runs-dir DIR]
   seedrl validate FILE [--set path=value ...]
+  seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cost_cli.py)
   seedrl submit FILE [--set path=value ...] [-n NAMESPACE] [--dry-run]
   seedrl status [-n NAMESPACE | -A]
 """
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
 from common.config import ConfigError, dump_experiment, load_experiment
+from service import cost_cli
 
 #: Exit codes of `seedrl train`.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_RUN_DIR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -33,12 +36,14 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="run an Experiment on this machine")
     with_overrides(train)
     train.add_argument("--resume", action="store_true",
-                       help="continue runs/<name> from its last checkpoint")
+                       help="continue runs/<name> from its last checkpoint (also needed to "
+                            "continue from a spec.checkpoint.uri that holds checkpoints)")
     train.add_argument("--runs-dir", default="runs", help="where run directories live")
     train.add_argument("--quiet", action="store_true", help="no progress display")
 
     validate = sub.add_parser("validate", help="check an Experiment and print it resolved")
     with_overrides(validate)
+    cost_cli.add_parser(sub)
 
     def with_cluster(sp):
         sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or "
@@ -85,19 +90,22 @@ def cmd_validate(args) -> int:
 
 def cmd_train(args) -> int:
     """Runs the Experiment locally until its budget, its target return or Ctrl-C."""
-    from service.launcher import LocalRun, RunDirError, prepare_run_dir
+    from service.launcher import (LocalRun, RunDirError, check_checkpoint_location,
+                                  prepare_run_dir)
     from service.progress import Progress, format_duration
 
     exp = _load(args)
     if exp is None:
         return EXIT_BAD_CONFIG
     try:
+        check_checkpoint_location(exp, args.resume)
         run_dir = prepare_run_dir(exp, args.runs_dir, args.resume)
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_RUN_DIR
     progress = None if args.quiet else Progress(exp.metadata.name, exp.spec.budget)
-    run = LocalRun(exp, run_dir, on_status=progress.update if progress else None)
+    run = LocalRun(exp, run_dir, on_status=progress.update if progress else None,
+                   cost=cost_cli.train_cost(exp, run_dir))
     interrupted = []
 
     def on_signal(signum, _frame):
@@ -109,6 +117,13 @@ def cmd_train(args) -> int:
     print(f"training {exp.metadata.name}: {exp.spec.actors.replicas} actors x "
           f"{exp.spec.actors.envs_per_actor} envs of {exp.spec.env.id}, agent "
           f"{exp.spec.agent.name}; logs in {run_dir}", flush=True)
+    ports = run.metrics_ports
+    uri = exp.spec.checkpoint.uri
+    logdir = uri.rstrip("/") + "/tensorboard" if uri else os.path.join(run_dir, "tensorboard")
+    print(f"metrics: learner http://127.0.0.1:{ports[0]}/metrics (status on /status), actors "
+          f"on ports {', '.join(map(str, ports[1:]))}; Prometheus targets in "
+          f"{run.targets_path} (file_sd_configs); TensorBoard: tensorboard --logdir {logdir}",
+          flush=True)
     summary = run.run()
     if progress:
         progress.close()
@@ -124,6 +139,9 @@ def cmd_train(args) -> int:
           f"({summary.get('env_steps_per_s', 0):,.0f} steps/s); mean return of the last "
           f"{summary.get('return_window', 0)} episodes: {mean_text}. Summary: "
           f"{run_dir}/summary.json", flush=True)
+    if run.cost_status:
+        from service.cost import format_cost_line
+        print(format_cost_line(run.cost_status), flush=True)
     if reason == "train_error":
         return EXIT_FAILED
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
@@ -208,6 +226,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s seedrl %(levelname)s %(message)s")
     if args.command == "train":
         return cmd_train(args)
+    if args.command == "cost":
+        return cost_cli.cmd_cost(args)
     if args.command == "submit":
         return cmd_submit(args)
     if args.command == "status":

@@ -390,6 +390,8 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
         # [0, replicas) (see actors/main.py). Actors reconnect to a restarted learner.
         "command": ["python", "-m", "actors", "--config", CONFIG_FILE,
                     "--learner", f"{n.service}:{spec.learner.port}", "--index", "auto"],
+        "ports": [{"name": "metrics", "containerPort": actors.metrics_port,
+                   "protocol": "TCP"}],
         "env": _env(exp),
         "resources": _resources(actors.resources),
         "volumeMounts": _mounts(),

@@ -384,14 +384,16 @@ def test_options_reject_non_plain_values():
 # Cross-field rules
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("uri", ["gs://bucket/x", "s3://bucket/x", "http://host/x"])
-def test_remote_checkpoint_uri_rejected(uri):
+@pytest.mark.parametrize("uri", ["s3://bucket/x", "http://host/x", "gs://", "gs://b/x",
+                                 "gs://Upper/x"])
+def test_unsupported_checkpoint_uri_rejected(uri):
     assert_one(with_path("spec.checkpoint.uri", uri), "spec.checkpoint.uri",
-               "only local paths and file:// URIs", repr(uri))
+               "must match", repr(uri))
 
 
-@pytest.mark.parametrize("uri", ["", "/tmp/ckpt", "runs/x", "file:///tmp/ckpt"])
-def test_local_checkpoint_uri_accepted(uri):
+@pytest.mark.parametrize("uri", ["", "/tmp/ckpt", "runs/x", "file:///tmp/ckpt",
+                                 "gs://my-bucket", "gs://my-bucket/runs/exp-1"])
+def test_supported_checkpoint_uri_accepted(uri):
     assert parse_experiment(with_path("spec.checkpoint.uri", uri)).spec.checkpoint.uri == uri
 
 
@@ -412,9 +414,10 @@ def test_linear_decay_with_budget_accepted_and_no_decay_without_budget_accepted(
 def test_both_cross_field_problems_reported_together():
     d = with_path("spec.learner.optimizer.linearDecay", True)
     set_path(d, "spec.budget.maxEnvSteps", 0)
-    set_path(d, "spec.checkpoint.uri", "gs://b/x")
-    assert [p for p, _ in problems_of(d)] == ["spec.checkpoint.uri",
-                                              "spec.learner.optimizer.linearDecay"]
+    set_path(d, "spec.agent.name", "ppo")
+    set_path(d, "spec.learner.batchSize", 2)
+    assert sorted(p for p, _ in problems_of(d)) == ["spec.agent.ppo.minibatches",
+                                                    "spec.learner.optimizer.linearDecay"]
 
 
 # --------------------------------------------------------------------------------------------
