@@ -183,7 +183,7 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
 
 def test_suspend_and_resume(k8s):
     k8s.create("pause")
-    wait_for(lambda: k8s.child("Job", "pause-learner"), what="learner")
+    wait_for(lambda: all(k8s.children("pause").values()), what="children")
     k8s.mark_ready("pause", 4)
     wait_for(lambda: k8s.status("pause").get("phase") == "Running", what="Running")
     k8s.patch_spec("pause", {"suspend": True})

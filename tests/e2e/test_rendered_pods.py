@@ -1,0 +1,90 @@
+"""The pods the operator renders, run as local processes: the learner Job's and the actor
+Deployment's container commands, reading the ConfigMap's config.yaml, over TCP on loopback.
+Only the paths and the Service name are mapped to this machine; the flags are the pods' own."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from actors.main import auto_index
+from common.config import parse_experiment
+from service import operator, reconcile
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def localize(command, tmp_path, service, port):
+    """The container's command with the pod's paths and Service mapped to this machine."""
+    out = []
+    for arg in command:
+        arg = arg.replace(reconcile.CONFIG_FILE, str(tmp_path / "config.yaml"))
+        arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
+        arg = arg.replace(f"{service}:{port}", f"127.0.0.1:{port}")
+        out.append(arg)
+    assert out[0] == "python"
+    return [sys.executable, *out[1:]]
+
+
+def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
+    port, metrics = free_port(), free_port()
+    exp = parse_experiment({"metadata": {"name": "pods", "namespace": "ml"}, "spec": {
+        "learner": {"port": port, "metricsPort": metrics, "batchSize": 4},
+        # Both actors share one port here (one pod each in a cluster): the second goes without.
+        "actors": {"replicas": 2, "envsPerActor": 4, "metricsPort": free_port()},
+        "budget": {"maxEnvSteps": 6000}}})
+    objs = {o["kind"]: o for o in reconcile.render(exp)}
+    (tmp_path / "config.yaml").write_text(objs["ConfigMap"]["data"]["config.yaml"])
+    service = objs["Service"]["metadata"]["name"]
+    learner = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    procs = [subprocess.Popen(localize(learner["command"], tmp_path, service, port), cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)]
+    for pod in ("pods-actors-5d8c9b7f4-x2k9q", "pods-actors-5d8c9b7f4-m7w4z"):
+        procs.append(subprocess.Popen(localize(actor["command"], tmp_path, service, port),
+                                      cwd=ROOT, env={**env, "POD_NAME": pod},
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    # Meanwhile, read the learner's /status as the operator does, through its parser.
+    seen = []
+    url = f"http://127.0.0.1:{metrics}/status"
+    deadline = time.monotonic() + 240
+    while procs[0].poll() is None and time.monotonic() < deadline:
+        try:
+            seen.append(reconcile.parse_learner_status(operator.fetch_url(url, timeout=1.0)))
+        except OSError:
+            pass  # not serving yet, or already gone
+        time.sleep(0.05)
+    try:
+        codes = [p.wait(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs = [p.stdout.read() for p in procs]
+    assert codes == [0, 0, 0], "\n\n".join(logs)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["env_steps"] >= 6000 and summary["stop_reason"] == "max_env_steps", summary
+    assert seen, "the learner's /status never answered"
+    assert {s.state for s in seen} <= set(reconcile.LEARNER_STATES)
+    assert any(s.state == "running" and s.env_steps > 0 for s in seen), seen[-3:]
+    assert any(s.episodes > 0 and s.mean_return is not None and s.actors >= 1
+               for s in seen), seen[-3:]
+    # Each actor derived its index from its pod name.
+    for log, pod in zip(logs[1:], ("pods-actors-5d8c9b7f4-x2k9q",
+                                   "pods-actors-5d8c9b7f4-m7w4z")):
+        assert f"actor-{auto_index(pod, 2)} " in log, log
