@@ -249,6 +249,23 @@ def _accelerator(exp: Experiment) -> tuple[dict[str, str], list[dict[str, Any]],
     return {}, [], {}
 
 
+def _pod_spec(exp: Experiment, container: dict[str, Any], restart_policy: str,
+              grace_seconds: int) -> dict[str, Any]:
+    """What every seedrl pod has: one locked-down container, no API token, no service links."""
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": restart_policy,
+        "terminationGracePeriodSeconds": grace_seconds,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": _pod_security_context(),
+        "containers": [container],
+        "volumes": _volumes(exp),
+    }
+    if exp.spec.service_account_name:
+        pod_spec["serviceAccountName"] = exp.spec.service_account_name
+    return pod_spec
+
+
 def _meta(exp: Experiment, name: str, role: str | None, owner: Mapping[str, Any] | None,
           namespace: str | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": _labels(exp, role)}
@@ -324,17 +341,7 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "readinessProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 5,
                            "failureThreshold": 3},
     }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "OnFailure",
-        "terminationGracePeriodSeconds": learner.termination_grace_period_seconds,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": _pod_security_context(),
-        "containers": [container],
-        "volumes": _volumes(exp),
-    }
-    if spec.service_account_name:
-        pod_spec["serviceAccountName"] = spec.service_account_name
+    pod_spec = _pod_spec(exp, container, "OnFailure", learner.termination_grace_period_seconds)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if tolerations:
@@ -397,17 +404,7 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
         "volumeMounts": _mounts(),
         "securityContext": _security_context(),
     }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Always",
-        "terminationGracePeriodSeconds": SPOT_GRACE_SECONDS if actors.spot else 30,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": _pod_security_context(),
-        "containers": [container],
-        "volumes": _volumes(exp),
-    }
-    if spec.service_account_name:
-        pod_spec["serviceAccountName"] = spec.service_account_name
+    pod_spec = _pod_spec(exp, container, "Always", SPOT_GRACE_SECONDS if actors.spot else 30)
     if actors.spot:
         pod_spec["nodeSelector"] = {"cloud.google.com/gke-spot": "true"}
         pod_spec["tolerations"] = [{"key": "cloud.google.com/gke-spot", "operator": "Equal",
