@@ -25,8 +25,8 @@ def test_r2d2_trains_from_replay_with_an_evaluation_actor(tmp_path):
     assert status["learner_steps"] > 0
     assert status["metrics"]["replay_size"] >= 16
     assert status["episodes"] > 0 and status["eval_episodes"] > 0
-    assert list((run_dir / "checkpoints").glob("ckpt-*.index"))
+    assert list((run_dir / "checkpoints").glob("ckpt-*/variables.index"))
     # The replay went into the checkpoint beside it.
-    assert list((run_dir / "checkpoints").glob("ckpt-*.extra.npz"))
+    assert list((run_dir / "checkpoints").glob("ckpt-*/extra.npz"))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["eval_episodes"] > 0 and summary["eval_mean_return_100"] > 0
