@@ -66,18 +66,25 @@ async def serve(exp, args) -> int:
     # Imported here so that `--help` and config errors answer without loading TensorFlow.
     from learner.agents import build_agent
     from learner.checkpoint import Checkpointer, checkpoint_directory
+    from learner.devices import setup as setup_devices
     from learner.run_files import RunFiles
     from learner.runtime import LearnerRuntime
     from learner.server import server_credentials, start_server
 
+    try:
+        # First: logical CPU devices can only be configured before TensorFlow initialises.
+        placement = setup_devices(exp.spec.learner.devices)
+    except ConfigError as exc:
+        log.error("devices: %s", exc)
+        return 2
     checkpointer = None
 
     def on_agent_built(agent):
         if checkpointer is not None:
             checkpointer.attach(agent)  # restores the latest checkpoint, if any
 
-    runtime = LearnerRuntime(exp, build_agent, train=not args.no_train,
-                             on_agent_built=on_agent_built)
+    runtime = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement),
+                             train=not args.no_train, on_agent_built=on_agent_built)
     ckpt_cfg = exp.spec.checkpoint
     ckpt_dir = checkpoint_directory(ckpt_cfg.uri, args.run_dir)
     if ckpt_dir and not args.no_train:
