@@ -58,8 +58,12 @@ def placement(replicas: int):
 
 
 def _variables(agent):
+    """The agent's state that training changes: parameters, normalizers, counters (not the
+    optimizer's slots, the sampling seeds, or Keras' unused dropout seed states, which
+    checkpoints do not hold)."""
     return [v for name, obj in sorted(agent.checkpointables().items())
-            if name not in ("optimizer", "rng") for v in getattr(obj, "variables", [obj])]
+            if name not in ("optimizer", "rng") for v in getattr(obj, "variables", [obj])
+            if "seed_generator" not in getattr(v, "path", "")]
 
 
 def _numpy(v):
@@ -142,6 +146,36 @@ AGENTS = {
 }
 
 
+def _checkpoint_round_trip(name, exp, env_spec, agent, where, replicas, out_dir) -> dict:
+    """Checkpoints move between device counts: the one-device run saves; a run on replicas
+    restores that checkpoint into a fresh agent (every replica's copy) and saves its own,
+    which a fresh one-device agent restores. Returns the largest differences seen."""
+    import tensorflow as tf
+
+    from learner.agents import build_agent
+
+    def values(a):
+        return [np.array(_numpy(v)) for v in _variables(a)]
+
+    one_device_ckpt = os.path.join(out_dir, f"{name}-ckpt-0")
+    if not replicas:
+        tf.train.Checkpoint(**agent.checkpointables()).write(one_device_ckpt)
+        return {}
+    fresh = build_agent(exp, env_spec, where)
+    tf.train.Checkpoint(**fresh.checkpointables()).read(one_device_ckpt).expect_partial()
+    with np.load(os.path.join(out_dir, f"{name}-0.npz")) as saved:
+        restored_diff = max(float(np.max(np.abs(v - saved[f"arr_{i}"]), initial=0.0))
+                            for i, v in enumerate(values(fresh)))
+    path = tf.train.Checkpoint(**agent.checkpointables()).write(
+        os.path.join(out_dir, f"{name}-ckpt-{replicas}"))
+    single = build_agent(exp, env_spec)
+    tf.train.Checkpoint(**single.checkpointables()).read(path).expect_partial()
+    back_diff = max(float(np.max(np.abs(a - b), initial=0.0))
+                    for a, b in zip(values(single), values(agent)))
+    return {"restored_from_one_device": restored_diff,
+            "restored_spread": _replica_spread(fresh), "restored_on_one_device": back_diff}
+
+
 def train(replicas: int, out_dir: str) -> dict:
     """Every agent of AGENTS trained for two steps on fixed batches from the initial weights
     in ``out_dir`` (written by the first run, which must be the one-device one), under the
@@ -163,11 +197,13 @@ def train(replicas: int, out_dir: str) -> dict:
             for i, v in enumerate(variables):
                 v.assign(initial[f"arr_{i}"])
         metrics, extra = run(agent, env_spec)
-        np.savez(os.path.join(out_dir, f"{name}-{replicas}.npz"),
-                 *[np.array(_numpy(v)) for v in variables])
+        trained = [np.array(_numpy(v)) for v in variables]
+        np.savez(os.path.join(out_dir, f"{name}-{replicas}.npz"), *trained)
         results[name] = {"replicas": where.replicas, "metrics": metrics,
                          "replica_spread": _replica_spread(agent),
-                         "priorities": extra.get("priorities")}
+                         "priorities": extra.get("priorities"),
+                         **_checkpoint_round_trip(name, exp, env_spec, agent, where, replicas,
+                                                  out_dir)}
     return results
 
 
