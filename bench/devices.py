@@ -5,7 +5,8 @@
 
 Each count runs in its own process (one distribution strategy per process, and logical devices
 are fixed when TensorFlow starts): 1 is the learner's one-device path, n > 1 is
-MirroredStrategy over n logical CPU devices, each replica taking 1/n of every batch. The agent
+MirroredStrategy over n logical CPU devices, each replica taking 1/n of every batch; a row of
+MirroredStrategy on one device separates the strategy's own cost from the split's. The agent
 (V-trace by default) trains on one fixed random batch of CartPole-shaped unrolls, so only the
 training step is measured. Steps/s are reported beside the ratio to 1 device, from one run.
 
@@ -36,9 +37,10 @@ def _worker(args) -> dict:
     from learner.agents import build_agent
 
     n = args.worker
-    config = DevicesConfig(logical_cpu_devices=max(n, 1) if n > 1 else 0,
-                           training_devices=n if n > 1 else 0,
-                           strategy="mirrored" if n > 1 else "default")
+    mirrored = n > 1 or args.mirrored
+    config = DevicesConfig(logical_cpu_devices=n if n > 1 else 0,
+                           training_devices=n if mirrored else 0,
+                           strategy="mirrored" if mirrored else "default")
     placement = devices.setup(config)
     hidden = [int(h) for h in args.hidden.split(",")]
     exp = parse_experiment({"metadata": {"name": "bench-devices"}, "spec": {
@@ -80,16 +82,23 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", default="256,256", help="MLP hidden sizes")
     p.add_argument("--lstm", type=int, default=0, help="LSTM size (0: none)")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--no-mirrored-1", dest="mirrored_1", action="store_false",
+                   help="skip MirroredStrategy on one device (the strategy's own overhead)")
     p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--mirrored", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker is not None:
         print(json.dumps(_worker(args)))
         return 0
     if 1 not in args.devices:
         args.devices = [1] + args.devices
+    runs = [(n, False) for n in args.devices]
+    if args.mirrored_1:
+        runs.insert(runs.index((1, False)) + 1, (1, True))
     rows = []
-    for n in args.devices:
+    for n, mirrored in runs:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(n),
+               *(["--mirrored"] if mirrored else []),
                "--seconds", str(args.seconds), "--agent", args.agent,
                "--batch-size", str(args.batch_size), "--unroll", str(args.unroll),
                "--hidden", args.hidden, "--lstm", str(args.lstm)]
@@ -99,7 +108,7 @@ def main(argv=None) -> int:
             print(proc.stderr[-3000:], file=sys.stderr)
             return 1
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    base = next(r["steps_per_s"] for r in rows if r["devices"] == 1)
+    base = next(r["steps_per_s"] for r in rows if r["devices"] == 1 and r["strategy"] == "default")
     print(f"{args.agent}, batch {args.batch_size} x T={args.unroll}, MLP {args.hidden}"
           f"{f', LSTM {args.lstm}' if args.lstm else ''}; {os.cpu_count()} CPU cores")
     print(f"{'devices':>8} {'strategy':>9} {'steps/s':>9} {'vs 1':>6}")
