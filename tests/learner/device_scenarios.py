@@ -102,11 +102,11 @@ def _batch(rng, t, b, env_spec, param_size):
                               for _ in range(2)]}
 
 
-def _run_vtrace(agent, env_spec, steps=2):
+def _run_vtrace(agent, env_spec, steps=2, b=8):
     rng = np.random.default_rng(0)
     out = []
     for _ in range(steps):
-        out.append(agent.train(_batch(rng, 6, 8, env_spec, agent.dist.param_size)))
+        out.append(agent.train(_batch(rng, 6, b, env_spec, agent.dist.param_size)))
     return out, {}
 
 
@@ -137,12 +137,18 @@ def _run_r2d2(agent, env_spec, steps=2):
 
 AGENTS = {
     "vtrace": (lambda: experiment("vtrace"), CARTPOLE, _run_vtrace),
-    "vtrace_continuous": (lambda: experiment("vtrace", "adam"), PENDULUM, _run_vtrace),
+    # 7 unrolls: uneven shards (4 + 3, or 2 + 2 + 2 + 1), with Adam's slots mirrored too.
+    "vtrace_continuous": (lambda: experiment("vtrace", "adam"), PENDULUM,
+                          lambda agent, env_spec: _run_vtrace(agent, env_spec, b=7)),
     "ppo": (lambda: experiment("ppo", ppo={"minibatches": 2, "epochs": 2,
                                            "objective": "both"}), PENDULUM, _run_ppo),
     "r2d2": (lambda: experiment("r2d2", r2d2={
         "sequenceLength": 10, "sequencePeriod": 5, "burnIn": 2, "nStep": 2,
         "minReplaySize": 4, "replayCapacity": 64}), CARTPOLE, _run_r2d2),
+    # Minibatches of one unroll: fewer than the replicas, so the one-device step runs on the
+    # mirrored variables.
+    "ppo_small_minibatches": (lambda: experiment("ppo", ppo={"minibatches": 8, "epochs": 1}),
+                              CARTPOLE, _run_ppo),
 }
 
 

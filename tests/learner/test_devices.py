@@ -133,7 +133,7 @@ def trained(tmp_path_factory):
     return out, results
 
 
-AGENT_CASES = ["vtrace", "vtrace_continuous", "ppo", "r2d2"]
+AGENT_CASES = ["vtrace", "vtrace_continuous", "ppo", "ppo_small_minibatches", "r2d2"]
 
 
 def _check_equivalence(out, results, agent, replicas):
