@@ -84,7 +84,8 @@ async def serve(exp, args) -> int:
             checkpointer.attach(agent)  # restores the latest checkpoint, if any
 
     runtime = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement),
-                             train=not args.no_train, on_agent_built=on_agent_built)
+                             train=not args.no_train, on_agent_built=on_agent_built,
+                             inference_lanes=len(placement.inference_devices) or 1)
     ckpt_cfg = exp.spec.checkpoint
     ckpt_dir = checkpoint_directory(ckpt_cfg.uri, args.run_dir)
     if ckpt_dir and not args.no_train:

@@ -235,7 +235,8 @@ def runtime() -> dict:
                                                          "inferenceDevices": 2,
                                                          "trainingDevices": 2}},
         "agent": {"network": {"hiddenSizes": [8]}}}})
-    rt = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement), train=True)
+    rt = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement), train=True,
+                        inference_lanes=len(placement.inference_devices))
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -267,6 +268,8 @@ def runtime() -> dict:
                 "inference_devices": placement.inference_devices,
                 "training_devices": list(placement.plan.training),
                 "inference_batches": dict(placement.inference_batches),
+                "lane_batches": [b.batches for b in rt.batchers],
+                "status_batches": rt.status()["inference_batches"],
                 "answered": answered, "learner_steps": rt.learner_steps,
                 "train_error": repr(rt.train_error) if rt.train_error else None,
                 "replicas": agent.placement.replicas,
