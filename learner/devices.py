@@ -200,13 +200,28 @@ def _make_strategy(plan: DevicePlan, tpu):
     if plan.strategy == "mirrored":
         return tf.distribute.MirroredStrategy(list(plan.training))
     resolver, topology = tpu
-    # One replica per training core (SEED builds its training device assignment from chosen
-    # cores of the host the same way); cores are matched by their "TPU:k" suffix.
-    by_core = {topology.tpu_device_name_at_coordinates(c).rsplit("/", 1)[-1]: c
-               for c in topology.device_coordinates[0]}
-    cores = [[by_core[name.rsplit("/", 1)[-1]]] for name in plan.training]
-    assignment = tf.tpu.experimental.DeviceAssignment(topology, cores)
+    cores = [(topology.tpu_device_name_at_coordinates(c), c)
+             for c in topology.device_coordinates[0]]
+    assignment = tf.tpu.experimental.DeviceAssignment(
+        topology, np.asarray(tpu_core_assignment(plan.training, cores)))
     return tf.distribute.TPUStrategy(resolver, experimental_device_assignment=assignment)
+
+
+def tpu_core_assignment(training: Sequence[str], cores: Sequence[tuple[str, object]]) -> list:
+    """The TPU device assignment of the training replicas: one core each, [[coordinates]] in
+    replica order (SEED builds its training assignment from chosen cores the same way).
+
+    Args:
+      training: the training devices' logical names (``.../device:TPU:k``).
+      cores: the host's cores as (topology device name, coordinates); names are matched on
+        their ``device:TPU:k`` part, as the topology and the logical devices name jobs apart.
+    """
+    by_core = {name.rsplit("/", 1)[-1]: coordinates for name, coordinates in cores}
+    missing = [name for name in training if name.rsplit("/", 1)[-1] not in by_core]
+    if missing:
+        raise ValueError(f"TPU cores {missing} are not in the host's topology "
+                         f"({sorted(by_core)})")
+    return [[by_core[name.rsplit("/", 1)[-1]]] for name in training]
 
 
 def setup(config: DevicesConfig) -> "Placement":
@@ -385,6 +400,3 @@ def split_sizes(batch: int, replicas: int) -> list[int]:
     bounds = np.linspace(0, batch, replicas + 1).round().astype(int)
     return [int(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
 
-
-__all__ = ["DevicePlan", "Placement", "ReplicatedStep", "default_placement", "plan_devices",
-           "setup", "tpu_present", "split_sizes"]

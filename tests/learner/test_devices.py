@@ -63,6 +63,16 @@ def test_a_tpu_vm_trains_with_tpu_strategy_on_the_cores_left_by_inference():
     assert p.inference == ("/device:TPU:6", "/device:TPU:7")
 
 
+def test_tpu_training_cores_become_a_one_core_per_replica_assignment():
+    cores = [(f"/job:worker/replica:0/task:0/device:TPU:{i}", [i % 2, i // 2, 0, 0])
+             for i in range(8)]
+    p = plan({"tpu": [f"/job:localhost/replica:0/task:0/device:TPU:{i}" for i in range(8)]},
+             inference_devices=6)
+    assert devices.tpu_core_assignment(p.training, cores) == [[[0, 0, 0, 0]], [[1, 0, 0, 0]]]
+    with pytest.raises(ValueError, match="TPU:9"):
+        devices.tpu_core_assignment(["/device:TPU:9"], cores)
+
+
 def test_counts_and_the_default_strategy_are_honoured():
     p = plan(CPUS4, inference_devices=1, training_devices=2)
     assert p.training == ("/device:CPU:0", "/device:CPU:1") and p.inference == ("/device:CPU:3",)
