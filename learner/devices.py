@@ -353,7 +353,7 @@ class ReplicatedStep:
         if len(sizes) != 1:
             raise ValueError(f"arguments disagree on the batch size: {sorted(sizes)}")
         total = sizes.pop()
-        bounds = np.linspace(0, total, n + 1).round().astype(int)
+        bounds = np.concatenate([[0], np.cumsum(split_sizes(total, n))])
 
         def shard(ctx):
             i = ctx.replica_id_in_sync_group
