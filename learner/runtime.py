@@ -3,7 +3,8 @@
 Threads:
   - the gRPC event loop (server.py) decodes messages and calls :meth:`LearnerRuntime.submit`;
   - the batcher thread runs the agent's inference on batches across streams and appends each
-    step to its stream's unroll builder;
+    step to its stream's unroll builder (one batcher thread per inference device when the
+    learner has several, each serving its share of the streams);
   - the trainer thread stacks unrolls into batches and runs the agent's training step.
 The agent is built when the first actor says hello, from the environment spec it declares, so
 the learner needs no environment packages of its own (the TPU image stays small).
