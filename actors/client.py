@@ -75,6 +75,10 @@ class ActorClient:
         self.backoff = backoff or Backoff()
         self.env_steps = 0
         self.connections = 0
+        #: Whether a stream to the learner is open now.
+        self.connected = False
+        #: Receives step and round-trip times (``actors.metrics``); None for none.
+        self.observer = None
         #: Recent step round trips in seconds (send to actions received), for latency figures.
         self.latencies: collections.deque[float] = collections.deque(maxlen=100_000)
         k = envs.num_envs
@@ -144,30 +148,43 @@ class ActorClient:
             self.connections += 1
             self.backoff.reset()
             log.info("connected to %s (learner run %s)", self.address, reply.welcome.run_id)
-            # The first step of a stream carries no outcome of a previous action.
-            self._rewards[:] = 0
-            self._terminated[:] = False
-            self._truncated[:] = False
-            while True:
-                sent = time.perf_counter()
-                await call.write(self._step_message())
-                reply = await call.read()
-                self.latencies.append(time.perf_counter() - sent)
-                if reply is grpc.aio.EOF:
-                    raise _eof()
-                if reply.finished:
-                    await call.done_writing()
-                    return True
-                self._episodes = []
-                try:
-                    actions = decode_array(reply.actions.actions, "actions.actions",
-                                           spec.action_dtype, action_shape)
-                except WireError as exc:
-                    raise ActorRefused(f"learner sent bad actions: {exc}") from None
-                (self._obs, self._rewards, self._terminated, self._truncated,
-                 episodes) = self.envs.step(actions)
-                self._episodes = episodes
-                self.env_steps += self.envs.num_envs
+            self.connected = True
+            try:
+                return await self._stream(call, spec, action_shape)
+            finally:
+                self.connected = False
+
+    async def _stream(self, call, spec, action_shape) -> bool:
+        """Steps and streams over one open call; returns True when the learner said finished."""
+        # The first step of a stream carries no outcome of a previous action.
+        self._rewards[:] = 0
+        self._terminated[:] = False
+        self._truncated[:] = False
+        while True:
+            sent = time.perf_counter()
+            await call.write(self._step_message())
+            reply = await call.read()
+            round_trip = time.perf_counter() - sent
+            self.latencies.append(round_trip)
+            if reply is grpc.aio.EOF:
+                raise _eof()
+            if reply.finished:
+                await call.done_writing()
+                return True
+            self._episodes = []
+            try:
+                actions = decode_array(reply.actions.actions, "actions.actions",
+                                       spec.action_dtype, action_shape)
+            except WireError as exc:
+                raise ActorRefused(f"learner sent bad actions: {exc}") from None
+            started = time.perf_counter()
+            (self._obs, self._rewards, self._terminated, self._truncated,
+             episodes) = self.envs.step(actions)
+            if self.observer is not None:
+                self.observer.round_trip(round_trip)
+                self.observer.env_step(time.perf_counter() - started)
+            self._episodes = episodes
+            self.env_steps += self.envs.num_envs
 
 
 def _eof() -> grpc.aio.AioRpcError:

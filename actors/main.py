@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import logging
 import os
 import signal
@@ -27,11 +28,41 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="actors", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="the Experiment YAML file")
     p.add_argument("--learner", required=True, help="learner address: host:port or unix:PATH")
-    p.add_argument("--index", type=int, default=0, help="this actor's index among the replicas")
+    p.add_argument("--index", type=_index, default=0,
+                   help="this actor's index among the replicas, or 'auto' to derive it from "
+                        "the pod name (a Deployment's pods have no ordinal)")
     p.add_argument("--actor-id", help="stable id across reconnects (default: name-host-index)")
     p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner")
+    p.add_argument("--metrics-address",
+                   help="host:port of the HTTP endpoint with /metrics and /healthz (default "
+                        "0.0.0.0:spec.actors.metricsPort); 'off' serves none")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
+
+
+def _index(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer or 'auto', got {text!r}") \
+            from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def auto_index(pod_name: str, replicas: int) -> int:
+    """An index in [0, replicas) for an actor pod of a Deployment, from its name.
+
+    Deployment pods have random names and no ordinal, so the index is a stable hash of the name:
+    the same pod keeps its index across container restarts, and indexes spread evenly over the
+    range. Two pods may share an index; that only repeats an exploration setting (R2D2's
+    per-actor epsilon, its evaluation actors), it never breaks the run.
+    """
+    digest = hashlib.sha256(pod_name.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % max(1, replicas)
 
 
 def env_seeds(seed: int, index: int, num_envs: int) -> list[int]:
@@ -91,16 +122,42 @@ async def _run(clients) -> None:
         log.info("stopped by signal after %d env steps", sum(c.env_steps for c in clients))
 
 
+def serve_metrics(args, exp, clients):
+    """Starts this actor's /metrics endpoint; None if disabled or the port is taken (the
+    actor steps on without it: metrics matter less than training)."""
+    from actors.metrics import ActorMetrics
+    from common.metrics_http import MetricsServer
+
+    if args.metrics_address == "off":
+        return None
+    if args.metrics_address:
+        host, _, port = args.metrics_address.rpartition(":")
+        host, port = host.strip("[]") or "0.0.0.0", int(port)
+    else:
+        host, port = "0.0.0.0", exp.spec.actors.metrics_port
+    metrics = ActorMetrics(exp.metadata.name, args.index, clients)
+    http = MetricsServer(metrics.registry, host=host, port=port)
+    try:
+        log.info("metrics on http://%s:%d/metrics", host, http.start())
+    except OSError as exc:
+        log.error("cannot serve metrics on %s:%d: %s", host, port, exc)
+        return None
+    return http
+
+
 def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
     try:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return 2
+    if args.index == "auto":
+        args.index = auto_index(os.environ.get("POD_NAME") or socket.gethostname(),
+                                exp.spec.actors.replicas)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
     from actors.client import ActorClient, ActorRefused
 
     try:
@@ -118,12 +175,15 @@ def main(argv=None) -> int:
                            actor_id if len(batches) == 1 else f"{actor_id}/{j}",
                            args.learner, credentials, actor_index=args.index)
                for j, envs in enumerate(batches)]
+    http = serve_metrics(args, exp, clients)
     try:
         asyncio.run(_run(clients))
     except ActorRefused as exc:
         log.error("the learner refused this actor: %s", exc)
         return 3
     finally:
+        if http:
+            http.stop()
         for envs in batches:
             envs.close()
     log.info("done after %d env steps (pid %d)", sum(c.env_steps for c in clients),

@@ -33,6 +33,15 @@ NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
 # DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _REQUIRED = dataclasses.MISSING
+# A Kubernetes resource quantity, e.g. 500m, 4, 16Gi, 1.5.
+_QUANTITY = r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?"
+_QUANTITY_HINT = "a Kubernetes quantity such as 500m, 4 or 16Gi, written as a string"
+# A container image reference: [registry/]path[:tag][@digest], no spaces.
+_IMAGE = r"[a-z0-9][A-Za-z0-9._\-/:@]*"
+#: Accelerators the learner can ask for (``spec.learner.accelerator.kind``).
+ACCELERATORS = ("cpu", "gpu", "tpu")
+#: The chips of one TPU VM host: a single-host slice is the most one learner pod can hold.
+MAX_TPU_CHIPS_PER_HOST = 8
 
 
 class ConfigError(ValueError):
@@ -51,7 +60,8 @@ class ConfigError(ValueError):
 def param(default: Any = _REQUIRED, doc: str = "", *, factory: Any = None, key: str | None = None,
           ge: float | None = None, gt: float | None = None, le: float | None = None,
           choices: Sequence[Any] | None = None, pattern: str | None = None,
-          min_items: int | None = None, max_len: int | None = None) -> Any:
+          min_items: int | None = None, max_len: int | None = None,
+          pattern_hint: str | None = None) -> Any:
     """Declares one Experiment field: its default, docstring and constraints.
 
     Args:
@@ -64,9 +74,12 @@ def param(default: Any = _REQUIRED, doc: str = "", *, factory: Any = None, key: 
       pattern: a regular expression the whole string must match.
       min_items: the fewest items a list may have.
       max_len: the longest a string may be.
+      pattern_hint: what ``pattern`` asks for, in words, for the error message (default: the
+        DNS-label wording).
     """
     meta = {"doc": doc, "key": key, "ge": ge, "gt": gt, "le": le, "choices": choices,
-            "pattern": pattern, "min_items": min_items, "max_len": max_len}
+            "pattern": pattern, "min_items": min_items, "max_len": max_len,
+            "pattern_hint": pattern_hint}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -327,6 +340,64 @@ class DevicesConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ResourcesConfig:
+    """Compute resources of one pod's container in a cluster (Kubernetes quantities); the local
+    launcher ignores them. Memory is requested and limited alike (a pod that outgrows it is
+    stopped rather than starving its neighbours); CPU is limited only when cpuLimit is set."""
+
+    cpu: str = param("1", "CPU request, e.g. '500m' or '4'.", pattern=_QUANTITY,
+                     pattern_hint=_QUANTITY_HINT, max_len=32)
+    memory: str = param("2Gi", "Memory request and limit, e.g. '16Gi'.", pattern=_QUANTITY,
+                        pattern_hint=_QUANTITY_HINT, max_len=32)
+    cpu_limit: str = param("", "CPU limit; empty sets none, so the container may use idle "
+                               "cores.", pattern=f"({_QUANTITY})?", pattern_hint=_QUANTITY_HINT,
+                           max_len=32)
+    ephemeral_storage: str = param("", "Ephemeral storage request and limit (logs, scratch); "
+                                       "empty sets none.", pattern=f"({_QUANTITY})?",
+                                   pattern_hint=_QUANTITY_HINT, max_len=32)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TPUConfig:
+    """A Cloud TPU slice on GKE for the learner (``spec.learner.accelerator.tpu``): a single
+    TPU VM host, selected by the node labels cloud.google.com/gke-tpu-accelerator and
+    cloud.google.com/gke-tpu-topology."""
+
+    type: str = param("tpu-v5-lite-podslice", "GKE TPU accelerator, e.g. tpu-v5-lite-podslice "
+                                              "(v5e), tpu-v6e-slice, tpu-v5p-slice, "
+                                              "tpu-v4-podslice.",
+                      pattern=r"tpu-[a-z0-9-]+", pattern_hint="a GKE TPU accelerator name "
+                                                            "such as tpu-v5-lite-podslice",
+                      max_len=63)
+    topology: str = param("2x2", "Slice topology, e.g. 2x2 or 2x4 (v5e, v6e) or 2x2x1 (v4, "
+                                 "v5p); the learner requests its product in google.com/tpu "
+                                 f"chips, at most {MAX_TPU_CHIPS_PER_HOST} (one host).",
+                          pattern=r"[1-9][0-9]*(x[1-9][0-9]*){1,2}",
+                          pattern_hint="dimensions joined by x, e.g. 2x4", max_len=32)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GPUConfig:
+    """NVIDIA GPUs on GKE for the learner (``spec.learner.accelerator.gpu``)."""
+
+    type: str = param("nvidia-l4", "GKE accelerator (node label cloud.google.com/gke-"
+                                   "accelerator), e.g. nvidia-l4, nvidia-tesla-a100.",
+                      pattern=r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", max_len=63)
+    count: int = param(1, "GPUs requested as nvidia.com/gpu.", ge=1, le=16)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AcceleratorConfig:
+    """What the learner's inference and training run on in a cluster
+    (``spec.learner.accelerator``); the local launcher uses whatever the machine has."""
+
+    kind: str = param("cpu", "One of: " + ", ".join(ACCELERATORS) + "; the tpu or gpu "
+                             "section below then applies.", choices=ACCELERATORS)
+    tpu: TPUConfig = param(doc="The TPU slice, when kind is tpu.", factory=TPUConfig)
+    gpu: GPUConfig = param(doc="The GPUs, when kind is gpu.", factory=GPUConfig)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LearnerConfig:
     """The central learner: batched inference and training (``spec.learner``)."""
 
@@ -347,6 +418,22 @@ class LearnerConfig:
     optimizer: OptimizerConfig = param(doc="Optimizer settings.", factory=OptimizerConfig)
     port: int = param(8686, "TCP port of the learner's gRPC service in a cluster; the local "
                             "launcher uses a unix socket instead.", ge=1, le=65535)
+    metrics_port: int = param(9090, "TCP port of the learner's HTTP endpoint in a cluster: "
+                                    "GET /metrics (Prometheus) and GET /status (JSON "
+                                    "progress, read by the operator).", ge=1, le=65535)
+    accelerator: AcceleratorConfig = param(doc="The learner's accelerator in a cluster.",
+                                           factory=AcceleratorConfig)
+    image: str = param("ghcr.io/seedrl/learner:0.1.0", "Container image of the learner in a "
+                                                       "cluster.", pattern=_IMAGE,
+                       pattern_hint="an image reference", max_len=512)
+    resources: ResourcesConfig = param(
+        doc="The learner container's resources in a cluster.",
+        factory=lambda: ResourcesConfig(cpu="4", memory="16Gi"))
+    termination_grace_period_seconds: int = param(
+        300, "How long a stopping learner may take to write its final checkpoint (it "
+             "checkpoints on SIGTERM) before it is killed: the pod's grace period in a cluster, "
+             "the launcher's wait locally. The learner gives up on the checkpoint 5 s before "
+             "and exits 1, so the run resumes from the previous one.", ge=10)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -365,14 +452,29 @@ class ActorsConfig:
         0, "Worker processes that step each actor's environments in parallel, exchanging "
            "arrays through shared memory; 0 steps them inside the actor process (best for "
            "environments much cheaper than a process wake-up, like CartPole).", ge=0, le=256)
+    image: str = param("ghcr.io/seedrl/actors:0.1.0", "Container image of the actors in a "
+                                                      "cluster.", pattern=_IMAGE,
+                       pattern_hint="an image reference", max_len=512)
+    resources: ResourcesConfig = param(doc="Each actor container's resources in a cluster.",
+                                       factory=ResourcesConfig)
+    spot: bool = param(False, "Run actors on GKE Spot VMs (node label cloud.google.com/gke-"
+                              "spot): much cheaper, and a preempted actor only costs its "
+                              "in-flight unrolls.")
+    metrics_port: int = param(9091, "TCP port of each actor's HTTP endpoint in a cluster: GET "
+                                    "/metrics (Prometheus). The local launcher picks free "
+                                    "ports instead.", ge=1, le=65535)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckpointConfig:
     """Where and how often the learner checkpoints (``spec.checkpoint``)."""
 
-    uri: str = param("", "Checkpoint location: a local path or file:// URI; empty means "
-                         "runs/<name>/checkpoints under the local launcher.", max_len=1024)
+    uri: str = param(
+        "", "Checkpoint location: gs://bucket/prefix (Google Cloud Storage, credentials from "
+            "Application Default Credentials / Workload Identity), a file:///path URI or a "
+            "local path. Empty means runs/<name>/checkpoints under the local launcher; in a "
+            "cluster, set it, or a restarted learner starts over.",
+        pattern=r"gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](/.*)?|file:///.*|[^:]*", max_len=1024)
     interval_steps: int = param(1000, "Checkpoint every this many learner steps; 0 disables.",
                                 ge=0)
     interval_seconds: float = param(300.0, "Checkpoint at least this often in seconds; 0 "
@@ -406,6 +508,25 @@ class Spec:
     actors: ActorsConfig = param(doc="The actors.", factory=ActorsConfig)
     checkpoint: CheckpointConfig = param(doc="Checkpoints.", factory=CheckpointConfig)
     budget: BudgetConfig = param(doc="When to stop.", factory=BudgetConfig)
+    # Cluster-only fields: the operator reads them, the local launcher ignores them.
+    service_account_name: str = param(
+        "", "Kubernetes service account of both roles' pods, e.g. one bound to a Google "
+            "service account through Workload Identity for gs:// checkpoints; empty uses the "
+            "namespace's default.", pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern_hint="a DNS subdomain", max_len=253)
+    suspend: bool = param(False, "Suspend the experiment: the learner checkpoints and stops "
+                                 "and the actors scale to zero; false resumes from the "
+                                 "checkpoint.")
+    active_deadline_seconds: Optional[int] = param(
+        None, "Fail the learner once it has run this long in the cluster; null: no deadline.",
+        ge=1)
+    backoff_limit: int = param(6, "Learner restarts (each resuming from the last checkpoint) "
+                                  "before the experiment is marked Failed.", ge=0)
+    ttl_seconds_after_finished: Optional[int] = param(
+        None, "Delete the finished learner Job this long after it ends; null keeps it.", ge=0)
+    queue_name: str = param("", "Kueue LocalQueue to admit the experiment through (label "
+                                "kueue.x-k8s.io/queue-name on the learner Job); empty: no "
+                                "queue.", pattern=f"({_DNS_LABEL})?", max_len=63)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -490,8 +611,8 @@ def _check_scalar(value: Any, meta: Mapping[str, Any], path: str,
             problems.append((path, f"must be at most {meta['max_len']} characters, "
                                    f"got {len(value)}"))
         elif meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
-            problems.append((path, f"must match {meta['pattern']} (lowercase letters, digits "
-                                   f"and '-'), got {value!r}"))
+            hint = meta.get("pattern_hint") or "lowercase letters, digits and '-'"
+            problems.append((path, f"must match {meta['pattern']} ({hint}), got {value!r}"))
 
 
 def _is_json_like(value: Any) -> bool:
@@ -599,12 +720,26 @@ def _parse_dataclass(cls: type, value: Any, path: str,
     return cls(**kwargs) if ok else _INVALID
 
 
+def tpu_chips(topology: str) -> int:
+    """The number of chips in a TPU topology such as ``2x4`` (the product of its dimensions)."""
+    chips = 1
+    for dim in topology.split("x"):
+        chips *= int(dim)
+    return chips
+
+
 def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> None:
     """Rules that involve more than one field."""
-    uri = exp.spec.checkpoint.uri
-    if uri and "://" in uri and not uri.startswith("file://"):
-        problems.append(("spec.checkpoint.uri", f"only local paths and file:// URIs are "
-                                                f"supported in this version, got {uri!r}"))
+    learner = exp.spec.learner
+    if learner.metrics_port == learner.port:
+        problems.append(("spec.learner.metricsPort",
+                         f"must differ from spec.learner.port ({learner.port})"))
+    if learner.accelerator.kind == "tpu":
+        chips = tpu_chips(learner.accelerator.tpu.topology)
+        if chips > MAX_TPU_CHIPS_PER_HOST:
+            problems.append(("spec.learner.accelerator.tpu.topology",
+                             f"must fit one TPU VM host (at most {MAX_TPU_CHIPS_PER_HOST} "
+                             f"chips), got {learner.accelerator.tpu.topology} = {chips} chips"))
     if (exp.spec.agent.name == "ppo"
             and exp.spec.learner.batch_size % exp.spec.agent.ppo.minibatches):
         problems.append(("spec.agent.ppo.minibatches",

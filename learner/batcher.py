@@ -49,11 +49,16 @@ class InferenceBatcher:
         fails every future of that batch (and only that batch).
       max_batch_size: most environment steps (summed item sizes) in one batch.
       max_wait_s: longest time the first item of a batch waits for more items.
+      name: the batcher thread's name.
+      on_batch: called after each processed batch with its size (env steps) and the seconds
+        ``process`` took (metrics).
     """
 
     def __init__(self, process: Callable[[list[Any]], Sequence[Any]], max_batch_size: int,
-                 max_wait_s: float, name: str = "inference-batcher"):
+                 max_wait_s: float, name: str = "inference-batcher",
+                 on_batch: Callable[[int, float], None] | None = None):
         self._process = process
+        self._on_batch = on_batch
         self._max_batch = max(1, int(max_batch_size))
         self._max_wait = max(0.0, float(max_wait_s))
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
@@ -121,7 +126,9 @@ class InferenceBatcher:
             if not batch:
                 continue
             try:
+                start = time.perf_counter()
                 results = self._process([p.item for p in batch])
+                seconds = time.perf_counter() - start
                 if len(results) != len(batch):
                     raise RuntimeError(f"process returned {len(results)} results for "
                                        f"{len(batch)} items")
@@ -132,7 +139,10 @@ class InferenceBatcher:
                         p.future.set_exception(exc)
                 continue
             self.batches += 1
-            self.items += sum(p.size for p in batch)
+            size = sum(p.size for p in batch)
+            self.items += size
+            if self._on_batch is not None:
+                self._on_batch(size, seconds)
             for p, result in zip(batch, results):
                 p.future.set_result(result)
         self._drain()

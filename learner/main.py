@@ -2,7 +2,9 @@
 
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
 checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
-final checkpoint). Exits 1 if training fails and 2 on a bad Experiment.
+final checkpoint). Exits 1 if training fails, 2 on a bad Experiment and 4 when the checkpoint
+location cannot be used (unreadable, or another learner publishes there): restarting would
+fail the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from common.config import ConfigError, load_experiment
 log = logging.getLogger("learner")
 
 STATUS_EVERY_S = 0.5
+#: Exit code when the checkpoint location cannot be used; the launchers do not restart on it.
+EXIT_CHECKPOINT = 4
 METRICS_EVERY_S = 2.0
 
 
@@ -37,8 +41,21 @@ def parse_args(argv):
                    help="serve inference only (throughput measurements)")
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--metrics-address",
+                   help="host:port of the HTTP endpoint with /metrics (Prometheus), /status "
+                        "and /healthz (default 0.0.0.0:spec.learner.metricsPort); 'off' "
+                        "serves none")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
+
+
+def _metrics_address(args, exp) -> tuple[str, int] | None:
+    if args.metrics_address == "off":
+        return None
+    if not args.metrics_address:
+        return "0.0.0.0", exp.spec.learner.metrics_port
+    host, _, port = args.metrics_address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def _summary(runtime, checkpointer) -> dict:
@@ -54,20 +71,37 @@ def _summary(runtime, checkpointer) -> dict:
         "mean_return_100": None if math.isnan(mean) else mean,
         "return_window": len(runtime.returns),
         "stop_reason": runtime.stop_reason,
-        "last_checkpoint": checkpointer.last_checkpoint if checkpointer else None,
+        **(checkpointer.status() if checkpointer else {"last_checkpoint": None}),
         **({"eval_episodes": runtime.eval_episodes,
             "eval_mean_return_100": float(np.mean(runtime.eval_returns))}
            if runtime.eval_returns else {}),
     }
 
 
+def _scalars(status: dict, metrics) -> dict:
+    """What goes into TensorBoard: returns, throughput, learner progress, every loss term."""
+    elapsed = status.get("elapsed") or 0.0
+    return {"return/mean": status.get("mean_return"),
+            "return/eval_mean": status.get("eval_mean_return"),
+            "throughput/env_frames_per_s": metrics.frames_per_second(),
+            "throughput/learner_steps_per_s":
+                status["learner_steps"] / elapsed if elapsed else None,
+            "learner/steps": status["learner_steps"],
+            "learner/inference_batch": status.get("mean_inference_batch"),
+            **{k: v for k, v in (status.get("metrics") or {}).items()}}
+
+
 async def serve(exp, args) -> int:
     """Runs the learner until the budget, a signal or a training failure; returns the exit code."""
     # Imported here so that `--help` and config errors answer without loading TensorFlow.
     from learner.agents import build_agent
-    from learner.checkpoint import Checkpointer, checkpoint_directory
+    from common.metrics_http import MetricsServer
+    from common.storage import StorageError
+    from learner.checkpoint import CheckpointError, checkpoint_uri, open_checkpointer
     from learner.devices import setup as setup_devices
+    from learner.metrics import LearnerMetrics
     from learner.run_files import RunFiles
+    from learner.tensorboard import Summaries, tensorboard_uri
     from learner.runtime import LearnerRuntime
     from learner.server import server_credentials, start_server
 
@@ -86,13 +120,55 @@ async def serve(exp, args) -> int:
     runtime = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement),
                              train=not args.no_train, on_agent_built=on_agent_built,
                              inference_lanes=len(placement.inference_devices) or 1)
+
+    def current_status() -> dict:
+        status = runtime.status()
+        if checkpointer:
+            status.update(checkpointer.status())
+        return status
+
+    metrics = LearnerMetrics(runtime)
+    runtime.observer = metrics
+    http = None
+    bind = _metrics_address(args, exp)
+    if bind:
+        http = MetricsServer(metrics.registry, current_status, host=bind[0], port=bind[1])
+        try:
+            log.info("metrics on http://%s:%d/metrics, status on /status", bind[0],
+                     http.start())
+        except OSError as exc:  # training matters more than its metrics
+            log.error("cannot serve metrics on %s:%d: %s", bind[0], bind[1], exc)
+            http = None
     ckpt_cfg = exp.spec.checkpoint
-    ckpt_dir = checkpoint_directory(ckpt_cfg.uri, args.run_dir)
-    if ckpt_dir and not args.no_train:
-        checkpointer = Checkpointer(ckpt_dir, runtime, ckpt_cfg.keep, ckpt_cfg.interval_steps,
-                                    ckpt_cfg.interval_seconds)
+    uri = checkpoint_uri(ckpt_cfg.uri, args.run_dir)
+    if uri and not args.no_train:
+        checkpointer = open_checkpointer(uri, runtime, ckpt_cfg.keep, ckpt_cfg.interval_steps,
+                                         ckpt_cfg.interval_seconds)
+        # Before serving: a run that cannot resume fails now, not when the first actor comes.
+        try:
+            found = checkpointer.open()
+        except CheckpointError as exc:
+            log.error("cannot use the checkpoints at %s: %s", uri, exc)
+            return EXIT_CHECKPOINT
+        except StorageError as exc:
+            log.error("checkpoint store %s unavailable: %s", uri, exc)
+            return 1
+        if found:
+            log.info("will resume from learner step %d (%d env steps) in %s",
+                     found["learner_steps"], found["env_steps"], uri)
         runtime.add_train_hook(checkpointer.maybe_save)
+        metrics.checkpointer = checkpointer
+    elif not args.no_train:
+        log.warning("no spec.checkpoint.uri and no run directory: this run keeps no checkpoints")
     files = RunFiles(args.run_dir) if args.run_dir else None
+    summaries = None
+    tb_uri = tensorboard_uri(ckpt_cfg.uri, args.run_dir)
+    if tb_uri and not args.no_train:
+        try:
+            summaries = Summaries(tb_uri)
+            log.info("TensorBoard summaries in %s", tb_uri)
+        except (StorageError, OSError, ValueError) as exc:
+            log.error("no TensorBoard summaries: %s", exc)
 
     address = args.listen or f"[::]:{exp.spec.learner.port}"
     server, port = await start_server(runtime, address,
@@ -110,14 +186,16 @@ async def serve(exp, args) -> int:
         if reason:
             runtime.finish(reason)
             break
-        status = runtime.status()
-        if checkpointer:
-            status["last_checkpoint"] = checkpointer.last_checkpoint
+        metrics.tick()
+        status = current_status()
         if files:
             files.write_status(status)
-            if time.monotonic() - last_metrics >= METRICS_EVERY_S:
+        if time.monotonic() - last_metrics >= METRICS_EVERY_S:
+            last_metrics = time.monotonic()
+            if files:
                 files.append_metrics(status)
-                last_metrics = time.monotonic()
+            if summaries and runtime.learner_steps:
+                summaries.write(metrics.env_frames, _scalars(status, metrics))
         await asyncio.sleep(STATUS_EVERY_S if files else 0.1)
 
     # Let actors see `finished` on their next step before the server goes away.
@@ -125,19 +203,44 @@ async def serve(exp, args) -> int:
     while runtime.connected_actors and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     await loop.run_in_executor(None, runtime.shutdown)
-    if checkpointer and runtime.learner_steps and runtime.train_error is None:
+    final_failed = False
+    if checkpointer and runtime.learner_steps and runtime.train_error is None \
+            and checkpointer.conflict is None:
+        timeout = exp.spec.learner.termination_grace_period_seconds - 5
         try:
-            path = await loop.run_in_executor(None, checkpointer.save)
+            path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save),
+                                          timeout)
             log.info("final checkpoint %s", path)
-        except Exception:  # noqa: BLE001 - the summary still gets written
-            log.exception("final checkpoint failed")
+        except Exception as exc:  # noqa: BLE001 - the summary still gets written
+            final_failed = True
+            checkpointer.failures += 1
+            if isinstance(exc, asyncio.TimeoutError):
+                log.error("final checkpoint not published within %.0f s; the run will resume "
+                          "from %s", timeout, checkpointer.last_checkpoint or "the start")
+            else:
+                log.exception("final checkpoint failed")
     summary = _summary(runtime, checkpointer)
     if files:
-        files.write_status({**runtime.status(), "last_checkpoint": summary["last_checkpoint"]})
+        files.write_status({**runtime.status(),
+                            **(checkpointer.status() if checkpointer else {})})
         files.append_metrics(runtime.status())
         files.write_summary(summary)
     log.info("finished: %s", summary)
+    if summaries:
+        summaries.write(metrics.env_frames, _scalars(current_status(), metrics))
+        summaries.close()
+    if http:
+        http.stop()
     await server.stop(grace=1.0)
+    if checkpointer and checkpointer.conflict is not None:
+        return EXIT_CHECKPOINT
+    if final_failed:
+        # Preempted without a final checkpoint: fail, so that the pod is restarted and the
+        # run resumes from the previous checkpoint. Once the budget is reached the run is
+        # done either way. os._exit: a hung upload thread would hold up a normal exit.
+        code = 1 if runtime.stop_reason in ("terminated", "interrupted") else 0
+        logging.shutdown()
+        os._exit(code)
     return 1 if runtime.train_error is not None else 0
 
 

@@ -112,11 +112,14 @@ class LearnerRuntime:
         self.eval_returns: collections.deque[float] = collections.deque(
             maxlen=spec.budget.return_window)
         self.last_metrics: dict[str, float] = {}
+        #: Receives episodes and inference batches as they happen (``learner.metrics``).
+        self.observer = None
         self.started = time.monotonic()
         self.batchers = [
             InferenceBatcher(self._infer, spec.learner.inference_batch_size,
                              spec.learner.inference_max_wait_ms / 1000.0,
-                             name="inference-batcher" + (f"-{i}" if i else ""))
+                             name="inference-batcher" + (f"-{i}" if i else ""),
+                             on_batch=self._on_inference_batch)
             for i in range(max(1, inference_lanes))]
         self.batcher = self.batchers[0]
         self._streams_opened = 0
@@ -186,11 +189,28 @@ class LearnerRuntime:
         """Actors with an open stream."""
         return len(self._streams)
 
+    @property
+    def queued_unrolls(self) -> int:
+        """Unrolls waiting for the trainer."""
+        return self._unrolls.qsize()
+
+    @property
+    def replay_size(self) -> int | None:
+        """Sequences in the agent's replay (None for agents without one)."""
+        replay = getattr(self.agent, "replay", None)
+        return None if replay is None else len(replay)
+
+    def _on_inference_batch(self, size: int, seconds: float) -> None:
+        if self.observer is not None:
+            self.observer.inference_batch(size, seconds)
+
     def submit(self, stream: Stream, step: StepData,
                episodes: list[tuple[float, int]]) -> concurrent.futures.Future:
         """Queues one step of a stream for batched inference; resolves to its actions [K]."""
         self.env_steps += stream.num_envs
-        for episode_return, _length in episodes:
+        for episode_return, length in episodes:
+            if self.observer is not None:
+                self.observer.episode(episode_return, length, stream.evaluation)
             if stream.evaluation:
                 self.eval_episodes += 1
                 self.eval_returns.append(float(episode_return))
@@ -376,7 +396,7 @@ class LearnerRuntime:
                                      max(1, sum(b.batches for b in self.batchers))),
             "inference_batches": sum(b.batches for b in self.batchers),
             "inference_steps": sum(b.items for b in self.batchers),
-            "queued_unrolls": self._unrolls.qsize(),
+            "queued_unrolls": self.queued_unrolls,
             "metrics": dict(self.last_metrics),
             **({"eval_episodes": self.eval_episodes,
                 "eval_mean_return": float(np.mean(self.eval_returns))

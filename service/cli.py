@@ -2,16 +2,21 @@
 
   seedrl train FILE [--set path=value ...] [--resume] [--runs-dir DIR]
   seedrl validate FILE [--set path=value ...]
+  seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cost_cli.py)
+  seedrl submit FILE [--set path=value ...] [-n NAMESPACE] [--dry-run]
+  seedrl status [-n NAMESPACE | -A]
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
 from common.config import ConfigError, dump_experiment, load_experiment
+from service import cost_cli
 
 #: Exit codes of `seedrl train`.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_RUN_DIR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -31,12 +36,36 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="run an Experiment on this machine")
     with_overrides(train)
     train.add_argument("--resume", action="store_true",
-                       help="continue runs/<name> from its last checkpoint")
+                       help="continue runs/<name> from its last checkpoint (also needed to "
+                            "continue from a spec.checkpoint.uri that holds checkpoints)")
     train.add_argument("--runs-dir", default="runs", help="where run directories live")
     train.add_argument("--quiet", action="store_true", help="no progress display")
 
     validate = sub.add_parser("validate", help="check an Experiment and print it resolved")
     with_overrides(validate)
+    cost_cli.add_parser(sub)
+
+    def with_cluster(sp):
+        sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or "
+                                             "~/.kube/config; in a pod, its service account)")
+        sp.add_argument("--context", help="kubeconfig context (default: the current one)")
+        sp.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+
+    submit = sub.add_parser("submit", help="validate an Experiment here, then apply it to the "
+                                           "cluster")
+    with_overrides(submit)
+    with_cluster(submit)
+    submit.add_argument("--dry-run", action="store_true",
+                        help="validate and print what would be applied; touch nothing")
+    submit.add_argument("--force-conflicts", action="store_true",
+                        help="take over fields that another manager (kubectl, an autoscaler) "
+                             "set")
+
+    status = sub.add_parser("status", help="the Experiments in a namespace: phase, steps, "
+                                           "return, cost")
+    with_cluster(status)
+    status.add_argument("-A", "--all-namespaces", action="store_true",
+                        help="every namespace")
     return p
 
 
@@ -61,19 +90,22 @@ def cmd_validate(args) -> int:
 
 def cmd_train(args) -> int:
     """Runs the Experiment locally until its budget, its target return or Ctrl-C."""
-    from service.launcher import LocalRun, RunDirError, prepare_run_dir
+    from service.launcher import (LocalRun, RunDirError, check_checkpoint_location,
+                                  prepare_run_dir)
     from service.progress import Progress, format_duration
 
     exp = _load(args)
     if exp is None:
         return EXIT_BAD_CONFIG
     try:
+        check_checkpoint_location(exp, args.resume)
         run_dir = prepare_run_dir(exp, args.runs_dir, args.resume)
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_RUN_DIR
     progress = None if args.quiet else Progress(exp.metadata.name, exp.spec.budget)
-    run = LocalRun(exp, run_dir, on_status=progress.update if progress else None)
+    run = LocalRun(exp, run_dir, on_status=progress.update if progress else None,
+                   cost=cost_cli.train_cost(exp, run_dir))
     interrupted = []
 
     def on_signal(signum, _frame):
@@ -85,6 +117,13 @@ def cmd_train(args) -> int:
     print(f"training {exp.metadata.name}: {exp.spec.actors.replicas} actors x "
           f"{exp.spec.actors.envs_per_actor} envs of {exp.spec.env.id}, agent "
           f"{exp.spec.agent.name}; logs in {run_dir}", flush=True)
+    ports = run.metrics_ports
+    uri = exp.spec.checkpoint.uri
+    logdir = uri.rstrip("/") + "/tensorboard" if uri else os.path.join(run_dir, "tensorboard")
+    print(f"metrics: learner http://127.0.0.1:{ports[0]}/metrics (status on /status), actors "
+          f"on ports {', '.join(map(str, ports[1:]))}; Prometheus targets in "
+          f"{run.targets_path} (file_sd_configs); TensorBoard: tensorboard --logdir {logdir}",
+          flush=True)
     summary = run.run()
     if progress:
         progress.close()
@@ -100,9 +139,85 @@ def cmd_train(args) -> int:
           f"({summary.get('env_steps_per_s', 0):,.0f} steps/s); mean return of the last "
           f"{summary.get('return_window', 0)} episodes: {mean_text}. Summary: "
           f"{run_dir}/summary.json", flush=True)
+    if run.cost_status:
+        from service.cost import format_cost_line
+        print(format_cost_line(run.cost_status), flush=True)
     if reason == "train_error":
         return EXIT_FAILED
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def cmd_submit(args) -> int:
+    """Validates an Experiment locally (every field, as the operator will), then applies it."""
+    import yaml
+
+    from common.config import apply_overrides, load_yaml
+    from service import cluster, reconcile
+
+    exp = _load(args)
+    if exp is None:
+        return EXIT_BAD_CONFIG
+    # What is applied is the document as written (plus --set), so that defaults stay the
+    # operator's; it was just validated, resolved, above.
+    with open(args.file, encoding="utf-8") as fh:
+        document = apply_overrides(load_yaml(fh.read(), args.file), args.overrides)
+    try:
+        reconcile.validate(document)  # the cluster's own rules, e.g. the name's length
+    except ConfigError as exc:
+        print(f"error: invalid experiment {args.file}:", file=sys.stderr)
+        for path, reason in exc.problems:
+            print(f"  {path}: {reason}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    namespace = (args.namespace or exp.metadata.namespace
+                 or cluster.default_namespace(args.kubeconfig, args.context))
+    if args.dry_run:
+        document.setdefault("metadata", {})["namespace"] = namespace
+        sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
+        return EXIT_OK
+    try:
+        client = cluster.api_client(args.kubeconfig, args.context)
+        stored = cluster.apply_experiment(client, document, namespace, args.force_conflicts)
+    except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
+        print(f"error: could not apply {exp.metadata.name} to namespace {namespace}: "
+              f"{_api_error(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"experiment.seedrl.dev/{stored['metadata']['name']} applied in namespace "
+          f"{namespace} (generation {stored['metadata'].get('generation', '?')})")
+    return EXIT_OK
+
+
+def cmd_status(args) -> int:
+    """Prints a table of the Experiments in a namespace (or all)."""
+    from service import cluster
+
+    namespace = None if args.all_namespaces else (
+        args.namespace or cluster.default_namespace(args.kubeconfig, args.context))
+    try:
+        client = cluster.api_client(args.kubeconfig, args.context)
+        items = cluster.list_experiments(client, namespace)
+    except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
+        print(f"error: could not list experiments: {_api_error(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    if not items:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        print(f"no experiments in {where}")
+        return EXIT_OK
+    sys.stdout.write(cluster.format_table(cluster.status_rows(items,
+                                                              with_namespace=namespace is None)))
+    return EXIT_OK
+
+
+def _api_error(exc: Exception) -> str:
+    """The API server's message for a failed request, else the exception itself."""
+    import json
+
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return json.loads(body).get("message") or str(body)
+        except (ValueError, AttributeError):
+            return str(body)
+    return str(exc)
 
 
 def main(argv=None) -> int:
@@ -111,6 +226,12 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s seedrl %(levelname)s %(message)s")
     if args.command == "train":
         return cmd_train(args)
+    if args.command == "cost":
+        return cost_cli.cmd_cost(args)
+    if args.command == "submit":
+        return cmd_submit(args)
+    if args.command == "status":
+        return cmd_status(args)
     return cmd_validate(args)
 
 

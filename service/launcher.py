@@ -20,6 +20,7 @@ from collections.abc import Callable
 import yaml
 
 from common.config import Experiment, dump_experiment, to_document
+from common.storage import CHECKPOINT_MANIFEST, NotFound, StorageError, open_store, with_retries
 from service.processes import Child, child_env, python_module, stop_all
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,13 @@ log = logging.getLogger(__name__)
 #: How often a crashed process is restarted before the run gives up on it.
 MAX_ACTOR_RESTARTS = 20
 MAX_LEARNER_RESTARTS = 3
-#: Exit codes that mean "bad configuration": restarting would fail the same way.
-CONFIG_EXIT_CODES = (2, 3)
+#: Exit codes that restarting would only repeat: a bad configuration (2, 3), or a checkpoint
+#: location the learner cannot use (4: unreadable, or another learner publishes there).
+CONFIG_EXIT_CODES = (2, 3, 4)
 #: Fields a resumed run must keep: the checkpoint only fits the same env, agent and network.
 IMMUTABLE_ON_RESUME = ("env", "agent")
+#: Seconds between rewrites of cost.json while the run goes on.
+COST_EVERY_S = 10.0
 
 
 class RunDirError(RuntimeError):
@@ -72,6 +76,32 @@ def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
     return run_dir
 
 
+def check_checkpoint_location(exp: Experiment, resume: bool) -> None:
+    """Refuses a new run whose ``spec.checkpoint.uri`` already holds another run's checkpoints.
+
+    The learner resumes from whatever checkpoints it finds, and its retention would in time
+    delete the older ones: so taking over a location must be asked for with ``--resume``.
+    The default location (inside the run directory) is covered by :func:`prepare_run_dir`.
+
+    Raises:
+      RunDirError: the location holds checkpoints and ``resume`` is false, or it cannot be
+        read.
+    """
+    uri = exp.spec.checkpoint.uri
+    if not uri or resume:
+        return
+    try:
+        store = open_store(uri)
+        with_retries(lambda: store.read(CHECKPOINT_MANIFEST), what=f"reading {uri}",
+                     attempts=3)
+    except NotFound:
+        return
+    except (StorageError, ValueError, OSError) as exc:
+        raise RunDirError(f"cannot read the checkpoint location {uri}: {exc}") from None
+    raise RunDirError(f"{uri} already holds checkpoints: pass --resume to continue from them, "
+                      f"or set another spec.checkpoint.uri")
+
+
 def learner_address(run_dir: str) -> str:
     """A unix socket in the run directory (no port to collide), or loopback TCP if too long."""
     path = os.path.join(run_dir, "learner.sock")
@@ -91,6 +121,41 @@ def read_json(path: str) -> dict | None:
         return None
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on loopback now (held open together while choosing)."""
+    sockets = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+#: Prometheus file-based service discovery of a local run's /metrics endpoints.
+PROMETHEUS_TARGETS = "prometheus-targets.json"
+
+
+def write_prometheus_targets(run_dir: str, experiment: str, ports: list[int]) -> str:
+    """Writes ``prometheus-targets.json`` (Prometheus ``file_sd_configs`` format) listing the
+    learner's and each actor's endpoint, labelled as the cluster's PodMonitor labels pods."""
+    groups = [{"targets": [f"127.0.0.1:{ports[0]}"],
+               "labels": {"seedrl_experiment": experiment, "seedrl_role": "learner"}}]
+    groups += [{"targets": [f"127.0.0.1:{port}"],
+                "labels": {"seedrl_experiment": experiment, "seedrl_role": "actor",
+                           "seedrl_actor": str(i)}}
+               for i, port in enumerate(ports[1:])]
+    path = os.path.join(run_dir, PROMETHEUS_TARGETS)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(groups, fh, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
 class LocalRun:
     """One Experiment run as local processes.
 
@@ -99,27 +164,37 @@ class LocalRun:
       run_dir: its prepared run directory (see :func:`prepare_run_dir`).
       on_status: called with each new status snapshot (progress display).
       learner_args: extra learner flags, e.g. ``--no-train`` for throughput measurements.
+      cost: prices the run's processes into ``cost.json`` (see :mod:`service.local_cost`);
+        the final report is left in ``cost_status``.
     """
 
     def __init__(self, exp: Experiment, run_dir: str,
                  on_status: Callable[[dict], None] | None = None,
-                 learner_args: tuple[str, ...] = ()):
+                 learner_args: tuple[str, ...] = (), cost=None):
         self.exp = exp
+        self.cost = cost
+        self.cost_status: dict | None = None
         self.run_dir = run_dir
         self.on_status = on_status
         self.address = learner_address(run_dir)
         self._stop_signal: int | None = None
         config = os.path.join(run_dir, "config.yaml")
         env = child_env()
+        replicas = exp.spec.actors.replicas
+        #: Loopback ports of each process's /metrics: the learner's, then each actor's.
+        self.metrics_ports = free_ports(1 + replicas)
         self.learner = Child("learner", python_module(
             "learner", "--config", config, "--run-dir", run_dir, "--listen", self.address,
-            *learner_args),
+            "--metrics-address", f"127.0.0.1:{self.metrics_ports[0]}", *learner_args),
             os.path.join(run_dir, "learner.log"), env)
         self.actors = [Child(f"actor-{i}", python_module(
             "actors", "--config", config, "--learner", self.address, "--index", str(i),
-            "--actor-id", f"{exp.metadata.name}-local-{i}"),
+            "--actor-id", f"{exp.metadata.name}-local-{i}",
+            "--metrics-address", f"127.0.0.1:{self.metrics_ports[1 + i]}"),
             os.path.join(run_dir, f"actor-{i}.log"), env)
-            for i in range(exp.spec.actors.replicas)]
+            for i in range(replicas)]
+        self.targets_path = write_prometheus_targets(
+            run_dir, exp.metadata.name, self.metrics_ports)
 
     def request_stop(self, signum: int = signal.SIGINT) -> None:
         """Asks the run to stop (from a signal handler): the learner checkpoints and exits."""
@@ -134,6 +209,8 @@ class LocalRun:
             actor.start()
         forwarded = False
         last_status_time = None
+        last_cost = time.monotonic()
+        env_steps = 0
         try:
             while True:
                 if self._stop_signal is not None and not forwarded:
@@ -153,13 +230,18 @@ class LocalRun:
                 status = read_json(status_path)
                 if status and status.get("time") != last_status_time:
                     last_status_time = status.get("time")
+                    env_steps = status.get("env_steps", env_steps)
                     if self.on_status:
                         self.on_status(status)
+                if self.cost and time.monotonic() - last_cost >= COST_EVERY_S:
+                    last_cost = time.monotonic()
+                    self.cost.update([self.learner, *self.actors], env_steps, running=True)
                 time.sleep(0.25)
         finally:
             # The learner goes first so that it can checkpoint; actors see `finished` or lose
             # their stream, and are stopped next.
-            stop_all([self.learner], signal.SIGTERM, timeout=60)
+            stop_all([self.learner], signal.SIGTERM,
+                     timeout=self.exp.spec.learner.termination_grace_period_seconds)
             stop_all(self.actors, signal.SIGTERM, timeout=10)
         summary = read_json(summary_path)
         if summary is None:
@@ -168,6 +250,10 @@ class LocalRun:
                        "log": self.learner.log_path}
             with open(summary_path, "w", encoding="utf-8") as fh:
                 json.dump(summary, fh, indent=1)
+        if self.cost:
+            self.cost_status = self.cost.update([self.learner, *self.actors],
+                                                summary.get("env_steps", env_steps),
+                                                running=False)
         return summary
 
     def _restart_crashed_actors(self) -> None:

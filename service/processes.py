@@ -37,6 +37,9 @@ class Child:
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.started_at = 0.0
+        #: Wall-clock (Unix seconds) spans the process ran, one per start; the end of the
+        #: current one is None until an exit is seen. The cost estimate prices these.
+        self.intervals: list[list[float | None]] = []
 
     def start(self) -> None:
         """Starts (or restarts) the process, appending its output to the log file."""
@@ -49,10 +52,18 @@ class Child:
         finally:
             log.close()
         self.started_at = time.monotonic()
+        self.intervals.append([time.time(), None])
 
     def poll(self) -> int | None:
         """The exit code, or None while running (or never started)."""
-        return None if self.proc is None else self.proc.poll()
+        code = None if self.proc is None else self.proc.poll()
+        if code is not None:
+            self._note_exit()
+        return code
+
+    def _note_exit(self) -> None:
+        if self.intervals and self.intervals[-1][1] is None:
+            self.intervals[-1][1] = time.time()
 
     @property
     def running(self) -> bool:
@@ -82,6 +93,7 @@ def stop_all(children: Sequence[Child], signum: int = signal.SIGTERM,
         except subprocess.TimeoutExpired:
             child.proc.kill()
             child.proc.wait()
+        child.poll()  # records when it ended
 
 
 def python_module(module: str, *args: str) -> list[str]:

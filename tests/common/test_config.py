@@ -384,14 +384,16 @@ def test_options_reject_non_plain_values():
 # Cross-field rules
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("uri", ["gs://bucket/x", "s3://bucket/x", "http://host/x"])
-def test_remote_checkpoint_uri_rejected(uri):
+@pytest.mark.parametrize("uri", ["s3://bucket/x", "http://host/x", "gs://", "gs://b/x",
+                                 "gs://Upper/x"])
+def test_unsupported_checkpoint_uri_rejected(uri):
     assert_one(with_path("spec.checkpoint.uri", uri), "spec.checkpoint.uri",
-               "only local paths and file:// URIs", repr(uri))
+               "must match", repr(uri))
 
 
-@pytest.mark.parametrize("uri", ["", "/tmp/ckpt", "runs/x", "file:///tmp/ckpt"])
-def test_local_checkpoint_uri_accepted(uri):
+@pytest.mark.parametrize("uri", ["", "/tmp/ckpt", "runs/x", "file:///tmp/ckpt",
+                                 "gs://my-bucket", "gs://my-bucket/runs/exp-1"])
+def test_supported_checkpoint_uri_accepted(uri):
     assert parse_experiment(with_path("spec.checkpoint.uri", uri)).spec.checkpoint.uri == uri
 
 
@@ -412,9 +414,10 @@ def test_linear_decay_with_budget_accepted_and_no_decay_without_budget_accepted(
 def test_both_cross_field_problems_reported_together():
     d = with_path("spec.learner.optimizer.linearDecay", True)
     set_path(d, "spec.budget.maxEnvSteps", 0)
-    set_path(d, "spec.checkpoint.uri", "gs://b/x")
-    assert [p for p, _ in problems_of(d)] == ["spec.checkpoint.uri",
-                                              "spec.learner.optimizer.linearDecay"]
+    set_path(d, "spec.agent.name", "ppo")
+    set_path(d, "spec.learner.batchSize", 2)
+    assert sorted(p for p, _ in problems_of(d)) == ["spec.agent.ppo.minibatches",
+                                                    "spec.learner.optimizer.linearDecay"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -572,7 +575,9 @@ def test_document_keys_are_camel_case():
     document = to_document(parse_experiment({"metadata": {"name": "exp"}}))
     assert list(document) == ["apiVersion", "kind", "metadata", "spec"]
     assert list(document["spec"]) == ["seed", "env", "agent", "learner", "actors", "checkpoint",
-                                      "budget"]
+                                      "budget", "serviceAccountName", "suspend",
+                                      "activeDeadlineSeconds", "backoffLimit",
+                                      "ttlSecondsAfterFinished", "queueName"]
     assert "unrollLength" in document["spec"]["learner"]
     assert "inferenceMaxWaitMs" in document["spec"]["learner"]
     assert "maxEpisodeSteps" in document["spec"]["env"]
@@ -860,8 +865,8 @@ def test_every_section_is_reached():
     assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
                      "FootballConfig", "AgentConfig",
                      "NetworkConfig", "VTraceConfig", "R2D2Config", "PPOConfig", "LearnerConfig", "OptimizerConfig",
-                     "DevicesConfig",
-                     "ActorsConfig", "CheckpointConfig", "BudgetConfig"}
+                     "DevicesConfig", "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
+                     "AcceleratorConfig", "TPUConfig", "GPUConfig"}
 
 
 @pytest.mark.parametrize("cls, f", ALL_FIELDS, ids=[f"{c.__name__}.{f.name}" for c, f in ALL_FIELDS])
@@ -897,3 +902,62 @@ def test_field_key_is_camel_case_or_explicit():
     assert keys["lambda_"] == "lambda"
     assert keys["clip_pg_rho_threshold"] == "clipPgRhoThreshold"
     assert keys["id"] == "id"
+
+
+# --------------------------------------------------------------------------------------------
+# Cluster fields (read by the operator, ignored by the local launcher)
+# --------------------------------------------------------------------------------------------
+
+def test_cluster_defaults():
+    spec = parse_experiment(doc()).spec
+    assert spec.learner.accelerator.kind == "cpu"
+    assert spec.learner.metrics_port == 9090
+    assert spec.learner.resources.cpu == "4" and spec.learner.resources.memory == "16Gi"
+    assert spec.actors.resources.cpu == "1" and not spec.actors.spot
+    assert spec.service_account_name == "" and spec.suspend is False
+    assert spec.active_deadline_seconds is None and spec.ttl_seconds_after_finished is None
+    assert spec.backoff_limit == 6 and spec.queue_name == ""
+
+
+def test_cluster_fields_parse():
+    spec = parse_experiment(doc(
+        learner={"accelerator": {"kind": "tpu", "tpu": {"type": "tpu-v6e-slice",
+                                                        "topology": "2x4"}},
+                 "resources": {"cpu": "8", "memory": "64Gi", "cpuLimit": "16"},
+                 "image": "europe-docker.pkg.dev/p/r/learner:v1@sha256:ab"},
+        actors={"spot": True, "resources": {"cpu": "500m", "memory": "1.5Gi"}},
+        serviceAccountName="seedrl-wi", suspend=True, activeDeadlineSeconds=3600,
+        backoffLimit=2, ttlSecondsAfterFinished=0, queueName="team-a")).spec
+    assert spec.learner.accelerator.tpu.topology == "2x4"
+    assert spec.learner.resources.cpu_limit == "16"
+    assert spec.actors.spot and spec.actors.resources.cpu == "500m"
+    assert spec.suspend and spec.active_deadline_seconds == 3600 and spec.queue_name == "team-a"
+
+
+@pytest.mark.parametrize("dotted, value, fragment", [
+    ("spec.learner.resources.memory", "lots", "Kubernetes quantity"),
+    ("spec.learner.resources.cpu", 4, "must be a string"),
+    ("spec.learner.accelerator.kind", "fpga", "must be one of cpu, gpu, tpu"),
+    ("spec.learner.accelerator.tpu.topology", "2by2", "e.g. 2x4"),
+    ("spec.learner.accelerator.tpu.type", "v5e", "GKE TPU accelerator"),
+    ("spec.learner.accelerator.gpu.count", 0, "must be >= 1"),
+    ("spec.learner.image", "has space", "image reference"),
+    ("spec.serviceAccountName", "Bad_Name", "DNS subdomain"),
+    ("spec.activeDeadlineSeconds", 0, "must be >= 1"),
+    ("spec.queueName", "Q", "must match"),
+])
+def test_bad_cluster_fields_name_the_field(dotted, value, fragment):
+    assert_one(with_path(dotted, value), dotted, fragment)
+
+
+def test_tpu_slice_must_fit_one_host():
+    document = doc(learner={"accelerator": {"kind": "tpu", "tpu": {"topology": "4x4"}}})
+    assert_one(document, "spec.learner.accelerator.tpu.topology", "one TPU VM host",
+               "16 chips")
+    # The topology of an unused TPU section does not matter.
+    document["spec"]["learner"]["accelerator"]["kind"] = "cpu"
+    parse_experiment(document)
+
+
+def test_metrics_port_must_differ_from_grpc_port():
+    assert_one(doc(learner={"port": 9090}), "spec.learner.metricsPort", "must differ")

@@ -67,7 +67,8 @@ def test_learns_cartpole_with_a_learner_and_two_actors(tmp_path):
     assert summary["mean_return_100"] > 3 * RANDOM_RETURN, summary
     for f in ("config.yaml", "metrics.jsonl", "learner.log", "actor-0.log", "actor-1.log"):
         assert (tmp_path / "e2e-learn" / f).exists(), f
-    assert list((tmp_path / "e2e-learn" / "checkpoints").glob("ckpt-*.index"))
+    assert list((tmp_path / "e2e-learn" / "checkpoints").glob("ckpt-*/variables.index"))
+    assert (tmp_path / "e2e-learn" / "checkpoints" / "MANIFEST.json").exists()
     assert "stopped (max_env_steps)" in out
     assert not processes_mentioning(str(tmp_path))
 
@@ -116,7 +117,8 @@ def test_ctrl_c_checkpoints_and_resume_continues_without_overwriting(tmp_path):
     assert proc.returncode == 130, out
     first = read_json(run_dir / "summary.json")
     assert first["stop_reason"] == "interrupted"
-    assert first["last_checkpoint"] and Path(first["last_checkpoint"] + ".index").exists()
+    assert first["last_checkpoint"]
+    assert Path(first["last_checkpoint"], "variables.index").exists()
     assert not processes_mentioning(str(tmp_path))
 
     # The same name without --resume is refused and leaves the run untouched.

@@ -1,0 +1,146 @@
+{{/*
+Named templates of the seedrl-operator chart.
+*/}}
+
+{{/* The chart's short name: nameOverride or the chart name, cut to a DNS label. */}}
+{{- define "seedrl-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every object name. The release name alone when it already contains the chart
+name (so `helm install seedrl-operator ...` does not give seedrl-operator-seedrl-operator).
+*/}}
+{{- define "seedrl-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of a cluster-scoped object (ClusterRole, ClusterRoleBinding): prefixed by the release
+namespace, because two releases of the same name in different namespaces would otherwise share
+it. The suffix names the object's purpose.
+*/}}
+{{- define "seedrl-operator.clusterName" -}}
+{{- $root := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- $base := printf "%s-%s" $root.Release.Namespace (include "seedrl-operator.fullname" $root) }}
+{{- printf "%s-%s" ($base | trunc (int (sub 62 (len $suffix)))) $suffix | trimSuffix "-" }}
+{{- end }}
+
+{{/* chart-version, the value of the helm.sh/chart label. */}}
+{{- define "seedrl-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the operator pod; never change between upgrades. */}}
+{{- define "seedrl-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "seedrl-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels on every object of the chart. */}}
+{{- define "seedrl-operator.labels" -}}
+helm.sh/chart: {{ include "seedrl-operator.chart" . }}
+{{ include "seedrl-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: seedrl
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The operator's ServiceAccount name. */}}
+{{- define "seedrl-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "seedrl-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator image: repository@digest when a digest is given, else repository:tag. */}}
+{{- define "seedrl-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The namespaces watched when watch.scope is "namespaces", as a YAML list. */}}
+{{- define "seedrl-operator.watchNamespaces" -}}
+{{- if .Values.watch.namespaces }}
+{{- toYaml .Values.watch.namespaces }}
+{{- else }}
+{{- toYaml (list .Release.Namespace) }}
+{{- end }}
+{{- end }}
+
+{{/* True (non-empty) when the operator watches every namespace. */}}
+{{- define "seedrl-operator.clusterWide" -}}
+{{- if eq .Values.watch.scope "cluster" }}true{{ end }}
+{{- end }}
+
+{{/*
+The operator's arguments (python -m service.operator's flags), derived from watch and operator,
+then operator.extraArgs. No --namespace means every namespace.
+*/}}
+{{- define "seedrl-operator.args" -}}
+{{- $args := list }}
+{{- if not (include "seedrl-operator.clusterWide" .) }}
+{{- range (include "seedrl-operator.watchNamespaces" . | fromYamlArray) }}
+{{- $args = append $args (printf "--namespace=%s" .) }}
+{{- end }}
+{{- end }}
+{{- $args = append $args (printf "--poll-seconds=%v" .Values.operator.pollSeconds) }}
+{{- $args = append $args (printf "--liveness=http://0.0.0.0:%d/healthz" (int .Values.operator.livenessPort)) }}
+{{- toYaml (concat $args .Values.operator.extraArgs) }}
+{{- end }}
+
+{{/*
+The rules the operator needs in a namespace it watches (a Role there, or the ClusterRole):
+Experiments and the objects it renders for each, plus kopf's events.
+*/}}
+{{- define "seedrl-operator.rules" -}}
+# The Experiments themselves: read and watch them, add kopf's finalizer and annotations (patch),
+# write their status.
+- apiGroups: ["seedrl.dev"]
+  resources: ["experiments"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["seedrl.dev"]
+  resources: ["experiments/status"]
+  verbs: ["get", "patch"]
+# Owner references with blockOwnerDeletion need update on the owner's finalizers.
+- apiGroups: ["seedrl.dev"]
+  resources: ["experiments/finalizers"]
+  verbs: ["update"]
+# What each Experiment becomes: the learner Job, the actor Deployment, the learner's Service,
+# the ConfigMap holding config.yaml, and the NetworkPolicy on the learner port. The operator
+# reads, creates, server-side-applies (patch) and deletes them by name; it never lists or
+# watches them, and never touches pods (suspending sets the Job's spec.suspend and the Job
+# controller stops the pod).
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch", "delete"]
+# kopf posts Kubernetes events about handler progress and errors.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}

@@ -1,0 +1,294 @@
+"""The seedrl-operator chart, rendered by the real helm binary and validated offline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import helm_python as helm_sdk
+import pytest
+import yaml
+
+from support.charts import (CRD_FILE, OPERATOR_CHART, lint, load_manifests, of_kind, render,
+                            run_helm, template, validate_all, validate_builtin)
+
+#: Value sets every test of the chart's validity runs over.
+VALUE_SETS = {
+    "defaults": {},
+    "namespaced": {"watch": {"scope": "namespaces", "namespaces": ["team-a", "team-b"]},
+                   "rbac": {"discovery": False, "aggregateToDefaultRoles": False}},
+    "release-namespace-only": {"watch": {"scope": "namespaces"}},
+    "monitoring-and-overrides": {
+        "metrics": {"podMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+        "grafana": {"dashboards": {"enabled": True}},
+        "operator": {"pollSeconds": 2.5, "livenessPort": 9000, "extraArgs": ["--extra=1"],
+                     "env": [{"name": "SEEDRL_X", "value": "1"}]},
+        "image": {"digest": "sha256:" + "a" * 64},
+        "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam"}},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops",
+                         "effect": "NoSchedule"}],
+    },
+}
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_lints_strict_and_every_manifest_is_valid(name, tmp_path):
+    values = VALUE_SETS[name]
+    lint(OPERATOR_CHART, values, tmp_path)
+    # The CRD does not depend on values: test_installs_the_generated_crd validates it once.
+    manifests = render(OPERATOR_CHART, values=values, tmp_path=tmp_path)
+    kinds = {m["kind"] for m in manifests}
+    assert {"ServiceAccount", "Deployment", "ClusterRole" if name != "namespaced" else "Role"} \
+        <= kinds
+    validate_all(manifests)
+
+
+def test_installs_the_generated_crd():
+    manifests = render(OPERATOR_CHART, include_crds=True)
+    (crd,) = of_kind(manifests, "CustomResourceDefinition")
+    assert crd == yaml.safe_load(CRD_FILE.read_text())
+    validate_builtin(crd)  # apiextensions.k8s.io/v1, strict, Kubernetes 1.29 to 1.33
+    assert crd["metadata"]["name"] == "experiments.seedrl.dev"
+    # Without --include-crds helm leaves it to `helm install`, which applies crds/ first.
+    assert not of_kind(render(OPERATOR_CHART), "CustomResourceDefinition")
+
+
+def _rules(role):
+    return {(group, res): set(rule["verbs"]) for rule in role["rules"]
+            for group in rule["apiGroups"] for res in rule["resources"]}
+
+
+def _check_least_privilege(role):
+    rules = _rules(role)
+    for (group, res), verbs in rules.items():
+        assert "*" not in verbs and group != "*" and res != "*", (group, res)
+    assert ("", "secrets") not in rules
+    # The operator reads and patches Experiments; users create and delete them.
+    assert rules[("seedrl.dev", "experiments")] == {"get", "list", "watch", "patch"}
+    assert rules[("seedrl.dev", "experiments/status")] == {"get", "patch"}
+    # Exactly what service/operator.py does with the children (k8s/README.md, "The operator").
+    for child in [("batch", "jobs"), ("apps", "deployments"), ("", "services"),
+                  ("", "configmaps"), ("networking.k8s.io", "networkpolicies")]:
+        assert rules[child] == {"get", "create", "patch", "delete"}, child
+    assert ("", "pods") not in rules
+    assert rules[("", "events")] == {"create"}
+    assert set(rules) == {("seedrl.dev", "experiments"), ("seedrl.dev", "experiments/status"),
+                          ("seedrl.dev", "experiments/finalizers"), ("batch", "jobs"),
+                          ("apps", "deployments"), ("", "services"), ("", "configmaps"),
+                          ("networking.k8s.io", "networkpolicies"), ("", "events")}
+    return rules
+
+
+def test_cluster_scope_binds_one_cluster_role():
+    manifests = render(OPERATOR_CHART, release="op", namespace="seedrl-system")
+    assert not of_kind(manifests, "Role") and not of_kind(manifests, "RoleBinding")
+    roles = {r["metadata"]["name"]: r for r in of_kind(manifests, "ClusterRole")}
+    assert set(roles) == {f"seedrl-system-op-seedrl-operator-{suffix}"
+                          for suffix in ("operator", "discovery", "edit", "view")}
+    operator = roles["seedrl-system-op-seedrl-operator-operator"]
+    rules = _check_least_privilege(operator)
+    assert not any(group == "kopf.dev" for group, _ in rules)  # standalone: no peering
+    discovery = _rules(roles["seedrl-system-op-seedrl-operator-discovery"])
+    assert discovery == {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+                         ("", "namespaces"): {"list", "watch"}}
+    for binding in of_kind(manifests, "ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] in roles
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "op-seedrl-operator",
+                                        "namespace": "seedrl-system"}]
+    (deployment,) = of_kind(manifests, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    # No --namespace: python -m service.operator then watches every namespace.
+    assert args == ["--poll-seconds=10", "--liveness=http://0.0.0.0:8080/healthz"]
+
+
+def test_users_get_experiment_rights_through_the_default_roles():
+    roles = {r["metadata"]["name"]: r for r in of_kind(render(OPERATOR_CHART, release="op",
+                                                              namespace="ops"), "ClusterRole")}
+    edit, view = roles["ops-op-seedrl-operator-edit"], roles["ops-op-seedrl-operator-view"]
+    labels = edit["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert {"create", "delete", "patch"} <= _rules(edit)[("seedrl.dev", "experiments")]
+    assert _rules(edit)[("seedrl.dev", "experiments/status")] == {"get"}  # the operator's
+    assert all(verbs == {"get", "list", "watch"} for verbs in _rules(view).values())
+    # Nothing is bound: Kubernetes folds them into admin, edit and view by their labels.
+    names = {b["roleRef"]["name"] for b in of_kind(render(OPERATOR_CHART, release="op",
+                                                          namespace="ops"), "ClusterRoleBinding")}
+    assert not names & {"ops-op-seedrl-operator-edit", "ops-op-seedrl-operator-view"}
+
+
+def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
+    values = VALUE_SETS["namespaced"]
+    manifests = render(OPERATOR_CHART, release="op", namespace="ops", values=values,
+                       tmp_path=tmp_path)
+    # Nothing cluster-wide at all once discovery and the users' aggregated roles are off.
+    assert not of_kind(manifests, "ClusterRole") and not of_kind(manifests, "ClusterRoleBinding")
+    roles = of_kind(manifests, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        _check_least_privilege(role)
+    bindings = of_kind(manifests, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for b in bindings:
+        assert b["subjects"][0]["namespace"] == "ops"
+    (deployment,) = of_kind(manifests, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["--namespace=team-a", "--namespace=team-b", "--poll-seconds=10",
+                    "--liveness=http://0.0.0.0:8080/healthz"]
+
+    # No namespaces listed: only the release's own.
+    manifests = render(OPERATOR_CHART, release="op", namespace="ops",
+                       sets=["watch.scope=namespaces"])
+    assert [r["metadata"]["namespace"] for r in of_kind(manifests, "Role")] == ["ops"]
+
+
+def test_operator_values_reach_the_container(tmp_path):
+    manifests = render(OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"],
+                       tmp_path=tmp_path)
+    (deployment,) = of_kind(manifests, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["--poll-seconds=2.5", "--liveness=http://0.0.0.0:9000/healthz",
+                                 "--extra=1"]
+    assert container["ports"] == [{"name": "health", "containerPort": 9000, "protocol": "TCP"}]
+    assert {"name": "SEEDRL_X", "value": "1"} in container["env"]
+    assert container["image"] == "ghcr.io/seedrl/operator@sha256:" + "a" * 64
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    (account,) = of_kind(manifests, "ServiceAccount")
+    assert account["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "op@p.iam"}
+
+
+def test_operator_pod_is_locked_down():
+    (deployment,) = of_kind(render(OPERATOR_CHART), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "service.operator"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert container["image"] == "ghcr.io/seedrl/operator:0.1.0"  # the chart's appVersion
+
+
+def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
+    manifests = render(OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"],
+                       tmp_path=tmp_path)
+    (monitor,) = of_kind(manifests, "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    spec = monitor["spec"]
+    # The labels the operator puts on every learner and actor pod (service/reconcile.py).
+    assert spec["selector"] == {"matchLabels": {"app.kubernetes.io/name": "seedrl",
+                                                "app.kubernetes.io/managed-by": "seedrl-operator"}}
+    assert spec["namespaceSelector"] == {"any": True}
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+
+    manifests = render(OPERATOR_CHART, namespace="ops",
+                       sets=["metrics.podMonitor.enabled=true", "watch.scope=namespaces"])
+    (monitor,) = of_kind(manifests, "PodMonitor")
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    assert not of_kind(render(OPERATOR_CHART), "PodMonitor")
+
+
+def test_every_dashboard_file_becomes_a_labelled_config_map(tmp_path):
+    chart = tmp_path / "seedrl-operator"
+    shutil.copytree(OPERATOR_CHART, chart)
+    # The chart ships no placeholder dashboards: enabled with none, it renders none.
+    assert not list((OPERATOR_CHART / "dashboards").glob("*.json"))
+    assert not of_kind(render(chart, sets=["grafana.dashboards.enabled=true"]), "ConfigMap")
+
+    learner = {"title": "seedrl learner", "panels": [{"type": "timeseries"}]}
+    actors = {"title": "seedrl actors", "panels": []}
+    (chart / "dashboards" / "learner.json").write_text(json.dumps(learner))
+    (chart / "dashboards" / "Actors_Overview.json").write_text(json.dumps(actors))
+    lint(chart, sets=["grafana.dashboards.enabled=true"])
+    manifests = render(chart, release="op", sets=["grafana.dashboards.enabled=true",
+                                                  "grafana.dashboards.namespace=monitoring"])
+    maps = {m["metadata"]["name"]: m for m in of_kind(manifests, "ConfigMap")}
+    assert set(maps) == {"op-seedrl-operator-dashboard-learner",
+                         "op-seedrl-operator-dashboard-actors-overview"}
+    for m in maps.values():
+        validate_builtin(m)
+        assert m["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert m["metadata"]["namespace"] == "monitoring"
+    assert json.loads(maps["op-seedrl-operator-dashboard-learner"]["data"]["learner.json"]) \
+        == learner
+    assert not of_kind(render(chart), "ConfigMap")  # off by default
+
+
+@pytest.mark.parametrize("setting, path", [
+    ("watch.scope=everywhere", "/watch/scope"),
+    ("operator.livenessPort=70000", "/operator/livenessPort"),
+    ("operator.pollSeconds=0", "/operator/pollSeconds"),
+    ("watch.namespaces={Bad_NS}", "/watch/namespaces/0"),
+    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    ("rbac.creat=true", "/rbac"),
+])
+def test_bad_values_are_rejected_naming_the_field(setting, path):
+    proc = template(OPERATOR_CHART, sets=[setting], check=False)
+    assert proc.returncode != 0
+    assert f"at '{path}'" in proc.stderr, proc.stderr
+
+
+def test_kubernetes_older_than_1_29_is_refused():
+    old = run_helm("template", "x", str(OPERATOR_CHART), "--kube-version", "1.28.0",
+                   check=False)
+    assert old.returncode != 0 and "kubeVersion" in old.stderr, old.stderr
+    run_helm("template", "x", str(OPERATOR_CHART), "--kube-version", "1.33.0")
+
+
+def test_helm_sdk_renders_the_same_manifests_and_the_notes(tmp_path):
+    # helm-python-sdk embeds another Helm release (the SDK's, v4.2.x) than the binary (v4.1.4):
+    # the same output from both shows the chart does not lean on one version's quirks. It also
+    # renders NOTES.txt, which `helm template` leaves out.
+    values = VALUE_SETS["namespaced"]
+    with helm_sdk.Chart.load(OPERATOR_CHART) as chart:
+        rendered = chart.render(values, name="op", namespace="ops")
+    notes = rendered.pop("seedrl-operator/templates/NOTES.txt")
+    sdk = load_manifests("\n---\n".join(rendered.values()))
+    binary = render(OPERATOR_CHART, release="op", namespace="ops", values=values,
+                    tmp_path=tmp_path)
+    def key(m):
+        return m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]
+
+    assert sorted(sdk, key=key) == sorted(binary, key=key)
+    assert "only in: team-a, team-b" in notes
+    assert "kubectl -n ops rollout status deployment/op-seedrl-operator" in notes
+    assert "kubectl get experiments -n NAMESPACE -w" in notes
+
+
+@pytest.mark.parametrize("name, clusterwide, namespaces", [
+    ("defaults", True, []),
+    ("namespaced", False, ["team-a", "team-b"]),
+])
+def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide, namespaces,
+                                                               tmp_path, monkeypatch):
+    # The rendered command line goes through the operator's own argument parsing, up to the
+    # point where it would start kopf.
+    from service import operator
+
+    started = []
+    monkeypatch.setattr(operator, "default_api_client", lambda: None)
+    monkeypatch.setattr(operator.kopf, "run", lambda **kwargs: started.append(kwargs))
+    (deployment,) = of_kind(render(OPERATOR_CHART, values=VALUE_SETS[name], tmp_path=tmp_path),
+                            "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"][-2:] == ["-m", "service.operator"]
+    assert operator.main(container["args"]) == 0
+    (kwargs,) = started
+    assert kwargs["clusterwide"] is clusterwide
+    assert list(kwargs["namespaces"]) == namespaces
+    assert kwargs["liveness_endpoint"] == "http://0.0.0.0:8080/healthz"

@@ -1,0 +1,58 @@
+"""TensorBoard summaries land, readable, in a local directory or a gs:// prefix."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from common.storage import open_store
+from learner.tensorboard import Summaries, tensorboard_uri
+
+
+def _read_scalars(directory):
+    found = {}
+    for name in os.listdir(directory):
+        for record in tf.data.TFRecordDataset(os.path.join(directory, name)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                number = tf.make_ndarray(value.tensor).item()
+                found.setdefault(value.tag, []).append((event.step, number))
+    return found
+
+
+def test_scalars_go_to_a_local_directory(tmp_path):
+    summaries = Summaries(str(tmp_path / "tb"))
+    summaries.write(100, {"return/mean": 20.5, "loss/total": 1.25, "missing": None,
+                          "nan": float("nan")})
+    summaries.write(200, {"return/mean": 30.0})
+    summaries.close()
+    scalars = _read_scalars(tmp_path / "tb")
+    assert scalars["return/mean"] == [(100, 20.5), (200, 30.0)]
+    assert scalars["loss/total"] == [(100, 1.25)]
+    assert "missing" not in scalars and "nan" not in scalars
+
+
+def test_scalars_are_copied_to_gcs(tmp_path, gcs_bucket):
+    uri = f"gs://{gcs_bucket}/runs/x/tensorboard"
+    summaries = Summaries(uri, sync_seconds=0)
+    summaries.write(5, {"return/mean": 1.0})
+    summaries.write(6, {"return/mean": 2.0})
+    summaries.close()
+    store = open_store(uri)
+    names = store.list()
+    assert names and all(n.startswith("events.out.tfevents.") for n in names)
+    local = tmp_path / "copy"
+    local.mkdir()
+    for n in names:
+        store.download_file(n, str(local / n))
+    assert _read_scalars(local)["return/mean"] == [(5, 1.0), (6, 2.0)]
+
+
+@pytest.mark.parametrize("checkpoint_uri, run_dir, expected", [
+    ("", "/runs/x", "/runs/x/tensorboard"),
+    ("gs://b-1/p/", "/var/run/seedrl", "gs://b-1/p/tensorboard"),
+    ("", None, None),
+])
+def test_summaries_live_beside_the_checkpoints_or_in_the_run_directory(
+        checkpoint_uri, run_dir, expected):
+    assert tensorboard_uri(checkpoint_uri, run_dir) == expected

@@ -1,0 +1,60 @@
+"""The experiment chart's generated values.yaml and values.schema.json (service/chart_values.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jsonschema
+import yaml
+
+from common import config
+from service import chart_values
+
+
+def _drop_nulls(node):
+    if isinstance(node, dict):
+        return {k: _drop_nulls(v) for k, v in node.items() if v is not None}
+    return node
+
+
+def test_checked_in_files_are_up_to_date(capsys):
+    assert chart_values.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_a_stale_file_is_reported(tmp_path, monkeypatch, capsys):
+    chart = tmp_path / "seedrl-experiment"
+    shutil.copytree(chart_values.CHART_DIR, chart)
+    (chart / "values.yaml").write_text((chart / "values.yaml").read_text().replace(
+        "replicas: 2", "replicas: 3"))
+    monkeypatch.setattr(chart_values, "CHART_DIR", chart)
+    assert chart_values.main(["--check"]) == 1
+    assert "values.yaml is out of date" in capsys.readouterr().err
+    assert chart_values.main(["--write"]) == 0
+    assert chart_values.main(["--check"]) == 0
+
+
+def test_values_hold_every_spec_default_with_its_doc():
+    text = chart_values.values_yaml()
+    values = yaml.safe_load(text)
+    assert values["name"] == "" and values["labels"] == {} and values["annotations"] == {}
+    # Null defaults are comments (helm would drop the key anyway); everything else is there.
+    assert values["spec"] == _drop_nulls(config.to_document(config.Spec()))
+    lines = text.splitlines()
+    replicas = lines.index("    replicas: 2")
+    assert lines[replicas - 1] == "    # Actor processes (pods in a cluster), one gRPC stream each."
+    assert "# maxEpisodeSteps: null" in text
+    assert max(len(line) for line in text.splitlines()) <= chart_values.WIDTH
+
+
+def test_schema_accepts_the_defaults_and_rejects_what_parse_experiment_rejects():
+    schema = chart_values.values_schema()
+    jsonschema.Draft7Validator.check_schema(schema)
+    validator = jsonschema.Draft7Validator(schema)
+    assert not list(validator.iter_errors(yaml.safe_load(chart_values.values_yaml())))
+    bad = {"name": "-x", "spec": {"actors": {"replicas": 0, "envsPerActor": 5000},
+                                  "learner": {"accelerator": {"kind": "fpga"}}}}
+    paths = {"/".join(map(str, e.path)) for e in validator.iter_errors(bad)}
+    assert paths == {"name", "spec/actors/replicas", "spec/actors/envsPerActor",
+                     "spec/learner/accelerator/kind"}
+    assert json.loads(json.dumps(schema)) == schema  # plain JSON, as helm reads it

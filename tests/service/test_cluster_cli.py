@@ -1,0 +1,154 @@
+"""`seedrl submit` and `seedrl status` against the emulated cluster, with the operator running.
+The CLI finds the cluster through a real kubeconfig file, as it would anywhere else."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import kubernetes
+import pytest
+import yaml
+
+from service import cli, cluster, crd, reconcile
+from support.operator_harness import OperatorHarness, wait_for
+
+ROOT = Path(__file__).parents[2]
+EXAMPLE = ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with OperatorHarness() as h:
+        yield h
+
+
+@pytest.fixture
+def kubeconfig(harness, tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": harness.cluster.url}}],
+        "users": [{"name": "tester", "user": {"token": "not-checked"}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester",
+                                                      "namespace": "ml"}}]}))
+    return str(path)
+
+
+def get(harness, namespace, name):
+    return kubernetes.client.CustomObjectsApi(harness.api).get_namespaced_custom_object(
+        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name)
+
+
+def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
+    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
+                     "--set", "metadata.name=cli-cart"]) == cli.EXIT_OK
+    assert "experiment.seedrl.dev/cli-cart applied in namespace ml" in capsys.readouterr().out
+    stored = get(harness, "ml", "cli-cart")
+    assert stored["spec"]["actors"]["replicas"] == 4
+    # The operator picks it up; its learner and actors come up and report progress.
+    wait_for(lambda: get(harness, "ml", "cli-cart").get("status", {}).get("phase"),
+             what="a phase")
+    batch = kubernetes.client.BatchV1Api(harness.api)
+    apps = kubernetes.client.AppsV1Api(harness.api)
+    batch.patch_namespaced_job_status("cli-cart-learner", "ml", {"status": {
+        "active": 1, "ready": 1}})
+    apps.patch_namespaced_deployment_status("cli-cart-actors", "ml", {"status": {
+        "readyReplicas": 4}})
+    harness.learners.statuses[("ml", "cli-cart")] = {
+        "state": "running", "env_steps": 1_234_567, "learner_steps": 3000, "episodes": 900,
+        "mean_return": 187.25, "actors": 4}
+    wait_for(lambda: get(harness, "ml", "cli-cart").get("status", {}).get("envFrames"),
+             what="progress")
+    capsys.readouterr()
+    assert cli.main(["status", "--kubeconfig", kubeconfig]) == cli.EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "PHASE", "AGENT", "ENV", "ACTORS", "STEPS", "RETURN",
+                                "COST", "AGE"]
+    row = next(line.split() for line in lines[1:] if line.startswith("cli-cart "))
+    assert row[:8] == ["cli-cart", "Running", "vtrace", "CartPole-v1", "4/4", "1.2M", "187.2",
+                       "-"]
+
+
+def test_submit_again_updates_in_place(harness, kubeconfig, capsys):
+    args = ["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "-n", "ml2",
+            "--set", "metadata.name=again"]
+    assert cli.main(args) == cli.EXIT_OK
+    assert cli.main(args + ["--set", "spec.actors.replicas=6"]) == cli.EXIT_OK
+    stored = get(harness, "ml2", "again")
+    assert stored["spec"]["actors"]["replicas"] == 6 and stored["metadata"]["generation"] == 2
+    wait_for(lambda: kubernetes.client.AppsV1Api(harness.api).read_namespaced_deployment(
+        "again-actors", "ml2").spec.replicas == 6, what="6 actors")
+
+
+def test_submit_refuses_an_invalid_file_naming_the_field(harness, kubeconfig, capsys):
+    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
+                     "--set", "metadata.name=bad-one",
+                     "--set", "spec.learner.accelerator.kind=fpga"]) == cli.EXIT_BAD_CONFIG
+    err = capsys.readouterr().err
+    assert "spec.learner.accelerator.kind: must be one of cpu, gpu, tpu" in err
+    with pytest.raises(kubernetes.client.ApiException) as e:
+        get(harness, "ml", "bad-one")
+    assert e.value.status == 404
+
+
+def test_submit_applies_the_clusters_name_limit(harness, kubeconfig, capsys):
+    name = "n" * 60  # a valid DNS label, but <name>-learner would not be
+    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
+                     "--set", f"metadata.name={name}"]) == cli.EXIT_BAD_CONFIG
+    assert "metadata.name: must be at most 55 characters" in capsys.readouterr().err
+
+
+def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
+    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--dry-run",
+                     "--set", "metadata.name=dry"]) == cli.EXIT_OK
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["metadata"] == {"name": "dry", "namespace": "ml"}
+    with pytest.raises(kubernetes.client.ApiException):
+        get(harness, "ml", "dry")
+
+
+def test_status_marks_a_rejected_spec_and_lists_all_namespaces(harness, kubeconfig, capsys):
+    # Applied behind the CLI's back (kubectl apply): the operator rejects it.
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["name"] = "rejected"
+    body["spec"]["learner"]["unrollLength"] = 1
+    kubernetes.client.CustomObjectsApi(harness.api).create_namespaced_custom_object(
+        crd.GROUP, crd.VERSION, "ml3", crd.PLURAL, body)
+    wait_for(lambda: reconcile.condition(get(harness, "ml3", "rejected").get("status"),
+                                         "Valid"), what="Valid condition")
+    capsys.readouterr()
+    assert cli.main(["status", "--kubeconfig", kubeconfig, "-n", "ml3"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "rejected   Failed (ValidationFailed)" in out
+    assert cli.main(["status", "--kubeconfig", kubeconfig, "-A"]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("NAMESPACE")
+    assert any(line.startswith("ml3 ") and "rejected" in line for line in out.splitlines())
+    assert cli.main(["status", "--kubeconfig", kubeconfig, "-n", "empty"]) == cli.EXIT_OK
+    assert "no experiments in namespace empty" in capsys.readouterr().out
+
+
+def test_status_without_a_cluster_says_why(tmp_path, capsys):
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "nowhere",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "nowhere", "context": {"cluster": "c", "user": "u"}}]}))
+    assert cli.main(["status", "--kubeconfig", str(config)]) == cli.EXIT_FAILED
+    assert "could not list experiments" in capsys.readouterr().err
+
+
+def test_table_formatting():
+    now = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
+    rows = cluster.status_rows([{
+        "metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"agent": {"name": "r2d2"}, "env": {"id": "ALE/Pong-v5"},
+                 "actors": {"replicas": 8}},
+        "status": {"phase": "Running", "envFrames": 950, "meanReturn": -20.5,
+                   "cost": {"totalUsd": 1234.5}, "actors": {"ready": 7, "desired": 8}}}], now)
+    assert rows[1] == ["x", "Running", "r2d2", "ALE/Pong-v5", "7/8", "950", "-20.5",
+                       "$1,234.50", "24h"]
+    table = cluster.format_table(rows)
+    assert table.splitlines()[0].startswith("NAME   PHASE     AGENT")

@@ -1,0 +1,488 @@
+"""The pure side of the operator: rendering, validation, the learner's status, and status."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import kubernetes_validate.utils
+import pytest
+import yaml
+
+from common.config import ConfigError, load_yaml, parse_experiment, to_document
+from common.schema import to_json_schema
+from service import crd, reconcile
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml")) + sorted(
+    (ROOT / "k8s" / "examples").glob("*.yaml"))
+K8S_VERSIONS = ("1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0")
+OWNER = reconcile.owner_reference("exp", "4f1c7e8a-0000-4000-8000-000000000001")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schemas_read_once():
+    """kubernetes-validate re-reads its JSON schema files (megabytes) on every call; read each
+    once for this module (5x faster, same validation)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kubernetes_validate.utils, "schema_contents",
+                   functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents))
+        yield
+
+
+def load(path: Path) -> dict:
+    return load_yaml(path.read_text(), str(path))
+
+
+def exp_of(**spec):
+    return parse_experiment({"metadata": {"name": "exp", "namespace": "team-a"}, "spec": spec})
+
+
+def by_kind(objects):
+    return {o["kind"]: o for o in objects}
+
+
+# --------------------------------------------------------------------------------------------
+# The CRD
+# --------------------------------------------------------------------------------------------
+
+def test_checked_in_crds_are_up_to_date():
+    text = crd.crd_text()
+    for path in crd.CRD_PATHS:
+        assert path.read_text() == text, f"{path} is stale: run python -m service.crd --write"
+    assert crd.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_crd_is_a_valid_custom_resource_definition(version):
+    kubernetes_validate.validate(yaml.safe_load(crd.CRD_PATHS[0].read_text()), version,
+                                 strict=True)
+
+
+def test_crd_declares_subresources_and_columns():
+    version = crd.crd()["spec"]["versions"][0]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.actors.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}
+    assert "status" in version["subresources"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Phase", "Agent", "Env", "Actors", "Steps", "Return", "Cost", "Age"]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["selector"]["type"] == "string" and status["replicas"]["type"] == "integer"
+    assert set(status["cost"]["properties"]) >= {"totalUsd", "usdPerMillionFrames"}
+
+
+def crd_validator():
+    schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return jsonschema.Draft202012Validator(to_json_schema(schema, closed=True))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_validate_against_the_crd(path):
+    crd_validator().validate(load(path))
+
+
+BAD = [
+    ("spec.actors.replicas", 0, "replicas"),
+    ("spec.learner.accelerator.kind", "fpga", "kind"),
+    ("spec.learner.accelerator.tpu.topology", "two-by-two", "topology"),
+    ("spec.learner.resources.memory", "lots", "memory"),
+    ("spec.actors.spot", "yes", "spot"),
+    ("spec.agent.name", "dqn", "name"),
+    ("spec.env.id", "x" * 300, "id"),
+    ("spec.budget.maxEnvSteps", -1, "maxEnvSteps"),
+    ("spec.activeDeadlineSeconds", 0, "activeDeadlineSeconds"),
+    ("spec.learner.unknownField", 1, "unknownField"),
+]
+
+
+@pytest.mark.parametrize("dotted, value, field", BAD, ids=[b[0] for b in BAD])
+def test_bad_experiments_are_rejected_naming_the_field(dotted, value, field):
+    from common.config import set_path
+    doc = load(ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml")
+    set_path(doc, dotted, value)
+    errors = list(crd_validator().iter_errors(doc))
+    assert errors
+    where = [".".join(map(str, e.absolute_path)) + ": " + e.message for e in errors]
+    assert any(field in w for w in where), where
+    # The operator's own check names the full path.
+    with pytest.raises(ConfigError) as e:
+        reconcile.validate(doc)
+    assert dotted in [p for p, _ in e.value.problems]
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_rendered_manifests_pass_kubernetes_validate_strict(path):
+    exp = reconcile.validate(load(path))
+    variants = [reconcile.render(exp, OWNER, "team-a"),
+                reconcile.render(parse_experiment({**to_document(exp), "spec": {
+                    **to_document(exp.spec), "suspend": True, "queueName": "q",
+                    "activeDeadlineSeconds": 60, "ttlSecondsAfterFinished": 0}}),
+                    OWNER, "team-a", finished=True)]
+    for objects in variants:
+        for obj in objects:
+            for version in K8S_VERSIONS:
+                try:
+                    kubernetes_validate.validate(obj, version, strict=True)
+                except kubernetes_validate.ValidationError as exc:
+                    raise AssertionError(f"{obj['kind']} for {version}: {exc}") from None
+
+
+def test_children_have_owner_references_and_labels():
+    objects = reconcile.render(exp_of(), OWNER, "team-a")
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "NetworkPolicy", "Job",
+                                           "Deployment"]
+    for obj in objects:
+        assert obj["metadata"]["ownerReferences"] == [OWNER]
+        assert obj["metadata"]["namespace"] == "team-a"
+        assert obj["metadata"]["labels"][reconcile.LABEL_EXPERIMENT] == "exp"
+
+
+def test_config_map_holds_the_resolved_experiment():
+    exp = exp_of(actors={"replicas": 3})
+    cm = by_kind(reconcile.render(exp))["ConfigMap"]
+    assert parse_experiment(yaml.safe_load(cm["data"]["config.yaml"])) == exp
+
+
+def test_pods_run_the_entry_points_with_the_config():
+    objs = by_kind(reconcile.render(exp_of(learner={"port": 7000})))
+    learner = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    assert learner["command"][:5] == ["python", "-m", "learner", "--config",
+                                      reconcile.CONFIG_FILE]
+    assert "[::]:7000" in learner["command"]
+    actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert actor["command"] == ["python", "-m", "actors", "--config", reconcile.CONFIG_FILE,
+                                "--learner", "exp-learner:7000", "--index", "auto"]
+    for container in (learner, actor):
+        assert {"name": "config", "mountPath": "/etc/seedrl", "readOnly": True} in \
+            container["volumeMounts"]
+
+
+def test_containers_are_locked_down():
+    for obj in reconcile.render(exp_of()):
+        if obj["kind"] not in ("Job", "Deployment"):
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["automountServiceAccountToken"] is False
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"]
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_learner_job_restarts_in_place_and_has_time_to_checkpoint():
+    job = by_kind(reconcile.render(exp_of(backoffLimit=3, activeDeadlineSeconds=99,
+                                          ttlSecondsAfterFinished=60)))["Job"]
+    assert job["spec"]["completions"] == 1 and job["spec"]["backoffLimit"] == 3
+    assert job["spec"]["activeDeadlineSeconds"] == 99
+    assert job["spec"]["ttlSecondsAfterFinished"] == 60
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure"
+    assert pod["terminationGracePeriodSeconds"] == 300
+    assert job["spec"]["suspend"] is False
+
+
+def test_tpu_learner_gets_node_selectors_chips_and_toleration():
+    exp = exp_of(learner={"accelerator": {"kind": "tpu", "tpu": {"type": "tpu-v6e-slice",
+                                                                   "topology": "2x4"}}})
+    pod = by_kind(reconcile.render(exp))["Job"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                                   "cloud.google.com/gke-tpu-topology": "2x4"}
+    res = pod["containers"][0]["resources"]
+    assert res["requests"]["google.com/tpu"] == res["limits"]["google.com/tpu"] == "8"
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in \
+        pod["tolerations"]
+
+
+def test_gpu_and_cpu_learners():
+    pod = by_kind(reconcile.render(exp_of(learner={"accelerator": {
+        "kind": "gpu", "gpu": {"type": "nvidia-l4", "count": 2}}})))["Job"]["spec"]["template"][
+        "spec"]
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    cpu = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["template"]["spec"]
+    assert "nodeSelector" not in cpu and "tolerations" not in cpu
+    assert cpu["containers"][0]["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"},
+                                                 "limits": {"memory": "16Gi"}}
+
+
+def test_spot_actors_service_account_and_kueue():
+    objs = by_kind(reconcile.render(exp_of(actors={"spot": True}, serviceAccountName="wi-sa",
+                                           queueName="team-a-queue")))
+    actor_pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert actor_pod["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
+    assert actor_pod["tolerations"][0]["key"] == "cloud.google.com/gke-spot"
+    assert actor_pod["serviceAccountName"] == "wi-sa"
+    assert objs["Job"]["spec"]["template"]["spec"]["serviceAccountName"] == "wi-sa"
+    # Kueue admits a queued Job by unsuspending it.
+    assert objs["Job"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    assert objs["Job"]["spec"]["suspend"] is True
+
+
+def test_suspend_and_finish_scale_actors_to_zero():
+    assert by_kind(reconcile.render(exp_of(suspend=True)))["Deployment"]["spec"]["replicas"] == 0
+    assert by_kind(reconcile.render(exp_of(suspend=True)))["Job"]["spec"]["suspend"] is True
+    assert by_kind(reconcile.render(exp_of(), finished=True))["Deployment"]["spec"][
+        "replicas"] == 0
+    assert by_kind(reconcile.render(exp_of(actors={"replicas": 5})))["Deployment"]["spec"][
+        "replicas"] == 5
+
+
+def test_network_policy_admits_only_this_experiments_actors_to_grpc():
+    objs = by_kind(reconcile.render(exp_of(learner={"port": 7000, "metricsPort": 7001})))
+    policy = objs["NetworkPolicy"]["spec"]
+    learner_labels = objs["Job"]["spec"]["template"]["metadata"]["labels"]
+    actor_labels = objs["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    selects = lambda sel, labels: all(labels.get(k) == v for k, v in sel.items())  # noqa: E731
+    assert selects(policy["podSelector"]["matchLabels"], learner_labels)
+    assert not selects(policy["podSelector"]["matchLabels"], actor_labels)
+    grpc_rule, metrics_rule = policy["ingress"]
+    assert grpc_rule["ports"] == [{"protocol": "TCP", "port": 7000}]
+    assert selects(grpc_rule["from"][0]["podSelector"]["matchLabels"], actor_labels)
+    other = dict(actor_labels, **{reconcile.LABEL_EXPERIMENT: "other"})
+    assert not selects(grpc_rule["from"][0]["podSelector"]["matchLabels"], other)
+    assert metrics_rule == {"ports": [{"protocol": "TCP", "port": 7001}]}
+    service = objs["Service"]["spec"]
+    assert selects(service["selector"], learner_labels)
+    assert [p["port"] for p in service["ports"]] == [7000, 7001]
+
+
+def test_config_change_rolls_the_actors():
+    a = by_kind(reconcile.render(exp_of()))["Deployment"]
+    b = by_kind(reconcile.render(exp_of(budget={"maxEnvSteps": 5})))["Deployment"]
+    key = reconcile.ANNOTATION_CONFIG_HASH
+    assert a["spec"]["template"]["metadata"]["annotations"][key] != \
+        b["spec"]["template"]["metadata"]["annotations"][key]
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and immutable fields
+# --------------------------------------------------------------------------------------------
+
+def stored(spec=None, **meta):
+    """An Experiment as the API server returns it, server-side fields included."""
+    return {"apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment",
+            "metadata": {"name": "exp", "namespace": "team-a", "uid": "u", "generation": 3,
+                         "resourceVersion": "17", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"],
+                         "annotations": {"kopf.zalando.org/last-handled-configuration": "{}",
+                                         "seedrl.dev/last-handled-configuration": "{}",
+                                         "seedrl.dev/on_change": "{}",
+                                         "kubectl.kubernetes.io/last-applied-configuration":
+                                             "{}"}, **meta},
+            "spec": spec or {}, "status": {"phase": "Running"}}
+
+
+def test_validate_ignores_server_side_fields():
+    exp = reconcile.validate(stored({"actors": {"replicas": 3}}))
+    assert exp.metadata.namespace == "team-a" and exp.spec.actors.replicas == 3
+    assert exp.metadata.annotations == {}
+    body = stored()
+    body["metadata"]["annotations"]["team.example.com/owner"] = "ana"
+    assert reconcile.validate(body).metadata.annotations == {"team.example.com/owner": "ana"}
+
+
+def test_validate_names_the_field_and_the_cluster_name_limit():
+    with pytest.raises(ConfigError) as e:
+        reconcile.validate(stored({"learner": {"unrollLength": 0}}))
+    assert e.value.problems == [("spec.learner.unrollLength", "must be >= 2, got 0")]
+    with pytest.raises(ConfigError) as e:
+        reconcile.validate(stored(name="a" * 60))
+    assert e.value.problems[0][0] == "metadata.name"
+
+
+def test_immutable_changes_name_the_paths():
+    applied = reconcile.immutable_part(exp_of())
+    assert reconcile.immutable_changes(applied, exp_of(actors={"replicas": 9})) == []
+    assert reconcile.immutable_changes(applied, exp_of(env={"id": "Acrobot-v1"})) == \
+        ["spec.env.id"]
+    assert reconcile.immutable_changes(applied, exp_of(agent={"name": "ppo"})) == \
+        ["spec.agent.name"]
+    assert reconcile.immutable_changes(json.loads(json.dumps(applied)), exp_of()) == []
+
+
+# --------------------------------------------------------------------------------------------
+# The learner's status and the Experiment's status
+# --------------------------------------------------------------------------------------------
+
+LEARNER_JSON = {"experiment": "exp", "state": "running", "env_steps": 12000,
+                "learner_steps": 30, "episodes": 50, "mean_return": 21.5, "actors": 2,
+                "last_checkpoint": "ckpt-3", "stop_reason": None, "elapsed": 12.0,
+                "metrics": {"loss": 1.0}}
+
+
+def test_parse_learner_status():
+    status = reconcile.parse_learner_status(json.dumps(LEARNER_JSON))
+    assert status == reconcile.LearnerStatus(state="running", env_steps=12000,
+                                             learner_steps=30, episodes=50, mean_return=21.5,
+                                             actors=2, last_checkpoint="ckpt-3")
+    early = reconcile.parse_learner_status(json.dumps({"state": "waiting_for_actors",
+                                                       "mean_return": None}))
+    assert early.mean_return is None and early.env_steps == 0
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("not json", "not JSON"),
+    ("[1]", "JSON object"),
+    (json.dumps({"state": "dancing"}), "state"),
+    (json.dumps({"state": "running", "env_steps": "many"}), "env_steps"),
+    (json.dumps({"state": "running", "mean_return": "high"}), "mean_return"),
+    (json.dumps({"state": "running", "last_checkpoint": 3}), "last_checkpoint"),
+])
+def test_parse_learner_status_rejects_bad_documents(text, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        reconcile.parse_learner_status(text)
+
+
+def conds(status):
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def job(ready=0, active=0, conditions=(), start="2026-01-01T00:00:00Z"):
+    return {"status": {"ready": ready, "active": active, "startTime": start,
+                       "conditions": [dict(c) for c in conditions]}}
+
+
+def deployment(ready):
+    return {"status": {"readyReplicas": ready}}
+
+
+def test_status_advances_from_pending_to_running_to_succeeded():
+    exp = exp_of(actors={"replicas": 2})
+    s0 = reconcile.compute_status(exp, generation=1, previous=None, job=None, deployment=None,
+                                  learner=None, now="2026-01-01T00:00:00Z")
+    assert s0["phase"] == "Pending" and conds(s0)["Ready"][0] == "False"
+    assert s0["selector"] == "seedrl.dev/experiment=exp,seedrl.dev/role=actor"
+    s1 = reconcile.compute_status(exp, generation=1, previous=s0, job=job(1, 1),
+                                  deployment=deployment(1), learner=None,
+                                  learner_error="connection refused",
+                                  now="2026-01-01T00:01:00Z")
+    assert s1["phase"] == "Running"
+    assert conds(s1)["ActorsReady"] == ("False", "NotAllReady")
+    assert conds(s1)["Progressing"] == ("Unknown", "StatusUnavailable")
+    learner = reconcile.parse_learner_status(json.dumps(LEARNER_JSON))
+    s2 = reconcile.compute_status(exp, generation=1, previous=s1, job=job(1, 1),
+                                  deployment=deployment(2), learner=learner,
+                                  now="2026-01-01T00:02:00Z")
+    assert conds(s2)["Ready"] == ("True", "Ready")
+    assert conds(s2)["Progressing"] == ("True", "Training")
+    assert s2["envFrames"] == 12000 and s2["learnerSteps"] == 30 and s2["meanReturn"] == 21.5
+    assert s2["lastCheckpoint"] == "ckpt-3" and s2["replicas"] == 2
+    assert s2["startTime"] == "2026-01-01T00:00:00Z"
+    ready = next(c for c in s2["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] == "2026-01-01T00:02:00Z"
+    valid = next(c for c in s2["conditions"] if c["type"] == "Valid")
+    assert valid["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged since s0
+    done = job(0, 0, [{"type": "Complete", "status": "True", "reason": "CompletionsReached",
+                       "message": "Reached expected number of succeeded pods"}])
+    done["status"]["completionTime"] = "2026-01-01T01:00:00Z"
+    s3 = reconcile.compute_status(exp, generation=1, previous=s2, job=done,
+                                  deployment=deployment(2), learner=None,
+                                  now="2026-01-01T01:00:05Z")
+    assert s3["phase"] == "Succeeded" and s3["completionTime"] == "2026-01-01T01:00:00Z"
+    assert s3["actors"]["desired"] == 0
+    assert conds(s3)["Complete"] == ("True", "CompletionsReached")
+    # The Job is deleted after ttlSecondsAfterFinished: still Succeeded, no actors wanted.
+    s4 = reconcile.compute_status(exp, generation=1, previous=s3, job=None,
+                                  deployment=deployment(0), learner=None)
+    assert s4["phase"] == "Succeeded" and s4["actors"]["desired"] == 0
+    assert conds(s4)["LearnerReady"] == ("False", "Finished")
+    assert reconcile.finished_before(s4)
+    assert not reconcile.finished_before(reconcile.invalid_status(
+        None, 1, ConfigError([("spec.x", "bad")]), "2026-01-01T00:00:00Z"))
+
+
+def test_status_of_failed_suspended_and_refused():
+    exp = exp_of()
+    failed = reconcile.compute_status(exp, generation=2, previous=None, job=job(conditions=[
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit"}]), deployment=deployment(0),
+        learner=None)
+    assert failed["phase"] == "Failed" and conds(failed)["Failed"][1] == "BackoffLimitExceeded"
+    suspended = reconcile.compute_status(exp_of(suspend=True), generation=2, previous=None,
+                                         job=job(), deployment=deployment(0), learner=None)
+    assert suspended["phase"] == "Suspended"
+    assert conds(suspended)["Suspended"] == ("True", "SpecSuspended")
+    assert conds(suspended)["ActorsReady"] == ("True", "ScaledToZero")
+    refused = reconcile.compute_status(exp, generation=4, previous=None, job=job(1, 1),
+                                       deployment=deployment(2), learner=None,
+                                       refused=["spec.env.id"])
+    assert conds(refused)["SpecApplied"] == ("False", "ImmutableFieldChanged")
+    assert "spec.env.id" in next(c for c in refused["conditions"]
+                                 if c["type"] == "SpecApplied")["message"]
+    assert "appliedImmutable" not in refused
+
+
+def test_invalid_status_names_the_field():
+    error = ConfigError([("spec.learner.unrollLength", "must be >= 2, got 0")])
+    status = reconcile.invalid_status(None, 5, error, "2026-01-01T00:00:00Z")
+    assert status["phase"] == "Failed" and status["observedGeneration"] == 5
+    assert conds(status)["Valid"] == ("False", "ValidationFailed")
+    message = next(c for c in status["conditions"] if c["type"] == "Valid")["message"]
+    assert message == "spec.learner.unrollLength: must be >= 2, got 0"
+
+
+def test_status_validates_against_the_crd_status_schema():
+    exp = exp_of()
+    learner = reconcile.parse_learner_status(json.dumps(LEARNER_JSON))
+    status = reconcile.compute_status(exp, generation=1, previous=None, job=job(1, 1),
+                                      deployment=deployment(2), learner=learner)
+    status["cost"] = {"totalUsd": 1.5, "usdPerHour": 3.0, "usdPerMillionFrames": 0.1}
+    schema = to_json_schema(crd.status_schema(), closed=True)
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(
+        status)
+    invalid = reconcile.invalid_status(status, 2, ConfigError([("spec.x", "bad")]),
+                                       reconcile.now_rfc3339())
+    jsonschema.Draft202012Validator(schema).validate(invalid)
+
+
+def _nodes(node, path="openAPIV3Schema"):
+    yield path, node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from _nodes(sub, f"{path}.{key}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from _nodes(node[key], f"{path}[{key}]")
+
+
+def test_crd_schema_follows_the_structural_rules():
+    # What the API server checks when the CRD is created (no API server runs here).
+    schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _nodes(schema):
+        assert node.get("type") in ("object", "array", "string", "integer", "number",
+                                    "boolean"), path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            assert node["type"] == "object", path
+        if node["type"] == "array":
+            assert isinstance(node.get("items"), dict), path
+        if "default" in node:
+            jsonschema.Draft202012Validator(to_json_schema(node)).validate(node["default"])
+        for key in node:
+            assert key in {"type", "description", "properties", "items", "additionalProperties",
+                           "required", "default", "nullable", "enum", "minimum", "maximum",
+                           "exclusiveMinimum", "pattern", "maxLength", "minItems", "format",
+                           "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
+                           "x-kubernetes-list-map-keys"}, (path, key)
+
+
+def test_strict_validation_does_reject_a_bad_manifest():
+    # The check above can fail: an unknown field or a wrong type is refused.
+    deployment = by_kind(reconcile.render(exp_of(), OWNER, "team-a"))["Deployment"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy2"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, "1.33.0", strict=True)
+    job = by_kind(reconcile.render(exp_of(), OWNER, "team-a"))["Job"]
+    job["spec"]["backoffLimit"] = "six"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, "1.29.0", strict=True)
