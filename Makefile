@@ -153,6 +153,11 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# Learner steps/s against 1, 2, 4 logical training devices (MirroredStrategy), ratios to 1.
+.PHONY: bench-devices
+bench-devices: $(STAMP)
+	$(PY) bench/devices.py --devices 1 2 4 --json bench-devices.json
+
 # Regenerates the gRPC/protobuf stubs from common/seedrl.proto (they are committed).
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. common/seedrl.proto

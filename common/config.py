@@ -312,6 +312,34 @@ class OptimizerConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class DevicesConfig:
+    """How the learner uses the devices of its machine (``spec.learner.devices``): SEED's split
+    of a TPU host's cores into inference cores and training cores, for TPUs, GPUs or CPUs.
+
+    Training replicas share each batch (split along the batch axis) and all-reduce the mean
+    gradient, so an update equals the one-device update on the whole batch. Inference batches
+    go round-robin over the inference devices.
+    """
+
+    strategy: str = param(
+        "auto", "'auto' (a TPU VM's cores with TPUStrategy, several GPUs with MirroredStrategy, "
+                "else the default one-device strategy), or one of 'default', 'mirrored', 'tpu' "
+                "to insist; a strategy whose devices are missing is an error.",
+        choices=("auto", "default", "mirrored", "tpu"))
+    inference_devices: float = param(
+        0, "Devices that only serve inference: a count (1, 2, ...) or, below 1, a fraction of "
+           "the devices found (0.25: a quarter, at least one). 0 shares the training devices: "
+           "inference then goes round-robin over them.", ge=0.0)
+    training_devices: int = param(
+        0, "Devices that train (one replica each); 0 takes every device not reserved for "
+           "inference.", ge=0)
+    logical_cpu_devices: int = param(
+        0, "Split the host CPU into this many logical devices when there is no accelerator, "
+           "to test and measure the multi-device paths on CPU; 0 keeps one CPU device.",
+        ge=0, le=64)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ResourcesConfig:
     """Compute resources of one pod's container in a cluster (Kubernetes quantities); the local
     launcher ignores them. Memory is requested and limited alike (a pod that outgrows it is
@@ -385,6 +413,8 @@ class LearnerConfig:
     queue_capacity: int = param(
         64, "Unrolls waiting for training; when full, inference waits (bounds policy lag).",
         ge=1)
+    devices: DevicesConfig = param(doc="Which devices run inference and training.",
+                                   factory=DevicesConfig)
     optimizer: OptimizerConfig = param(doc="Optimizer settings.", factory=OptimizerConfig)
     port: int = param(8686, "TCP port of the learner's gRPC service in a cluster; the local "
                             "launcher uses a unix socket instead.", ge=1, le=65535)
@@ -729,6 +759,15 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
             problems.append(("spec.agent.r2d2.evaluationActors",
                              f"must be below spec.actors.replicas ({exp.spec.actors.replicas})"
                              f", got {r2.evaluation_actors}"))
+    devices = exp.spec.learner.devices
+    if devices.inference_devices > 1 and not float(devices.inference_devices).is_integer():
+        problems.append(("spec.learner.devices.inferenceDevices",
+                         f"must be a whole count or a fraction below 1, got "
+                         f"{devices.inference_devices:g}"))
+    if devices.strategy == "default" and devices.training_devices > 1:
+        problems.append(("spec.learner.devices.trainingDevices",
+                         f"the default strategy trains on one device, got "
+                         f"{devices.training_devices}; use strategy mirrored or tpu"))
     if exp.spec.learner.optimizer.linear_decay and exp.spec.budget.max_env_steps == 0:
         problems.append(("spec.learner.optimizer.linearDecay",
                          "needs spec.budget.maxEnvSteps > 0 to decay over"))

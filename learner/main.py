@@ -95,23 +95,31 @@ async def serve(exp, args) -> int:
     """Runs the learner until the budget, a signal or a training failure; returns the exit code."""
     # Imported here so that `--help` and config errors answer without loading TensorFlow.
     from learner.agents import build_agent
-    from common.storage import StorageError
     from common.metrics_http import MetricsServer
+    from common.storage import StorageError
     from learner.checkpoint import CheckpointError, checkpoint_uri, open_checkpointer
+    from learner.devices import setup as setup_devices
     from learner.metrics import LearnerMetrics
     from learner.run_files import RunFiles
     from learner.tensorboard import Summaries, tensorboard_uri
     from learner.runtime import LearnerRuntime
     from learner.server import server_credentials, start_server
 
+    try:
+        # First: logical CPU devices can only be configured before TensorFlow initialises.
+        placement = setup_devices(exp.spec.learner.devices)
+    except ConfigError as exc:
+        log.error("devices: %s", exc)
+        return 2
     checkpointer = None
 
     def on_agent_built(agent):
         if checkpointer is not None:
             checkpointer.attach(agent)  # restores the latest checkpoint, if any
 
-    runtime = LearnerRuntime(exp, build_agent, train=not args.no_train,
-                             on_agent_built=on_agent_built)
+    runtime = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement),
+                             train=not args.no_train, on_agent_built=on_agent_built,
+                             inference_lanes=len(placement.inference_devices) or 1)
 
     def current_status() -> dict:
         status = runtime.status()

@@ -7,21 +7,40 @@ import tensorflow as tf
 from common.config import OptimizerConfig
 
 
-def make_optimizer(config: OptimizerConfig, variables) -> tf.keras.optimizers.Optimizer:
+class _PreReduced:
+    """Mixin for an optimizer whose gradients arrive already all-reduced over the training
+    replicas (and clipped to their global norm), as :class:`learner.devices.ReplicatedStep`
+    hands them over: Keras would otherwise sum them across replicas a second time, in replica
+    context, before it applies them. (Keras 3's hook for that sum is this private method; the
+    multi-replica equivalence tests fail loudly if it ever stops being called.)"""
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return grads_and_vars
+
+
+_OPTIMIZERS = {"adam": tf.keras.optimizers.Adam, "rmsprop": tf.keras.optimizers.RMSprop,
+               "sgd": tf.keras.optimizers.SGD}
+_PRE_REDUCED = {name: type(f"PreReduced{cls.__name__}", (_PreReduced, cls), {})
+                for name, cls in _OPTIMIZERS.items()}
+
+
+def make_optimizer(config: OptimizerConfig, variables,
+                   pre_reduced: bool = False) -> tf.keras.optimizers.Optimizer:
     """Creates and builds the configured optimizer over ``variables``.
 
     Building up front creates the slot variables, so a checkpoint can restore them before the
-    first training step.
+    first training step. Under a distribution strategy, create it inside the strategy's scope
+    with ``pre_reduced=True`` (gradients come all-reduced from the replicated step).
     """
-    if config.name == "adam":
-        opt = tf.keras.optimizers.Adam(config.learning_rate, epsilon=config.epsilon)
-    elif config.name == "rmsprop":
-        opt = tf.keras.optimizers.RMSprop(config.learning_rate, epsilon=config.epsilon,
-                                          momentum=config.momentum)
-    elif config.name == "sgd":
-        opt = tf.keras.optimizers.SGD(config.learning_rate, momentum=config.momentum)
-    else:
+    if config.name not in _OPTIMIZERS:
         raise ValueError(f"unknown optimizer {config.name!r}")
+    cls = (_PRE_REDUCED if pre_reduced else _OPTIMIZERS)[config.name]
+    if config.name == "adam":
+        opt = cls(config.learning_rate, epsilon=config.epsilon)
+    elif config.name == "rmsprop":
+        opt = cls(config.learning_rate, epsilon=config.epsilon, momentum=config.momentum)
+    else:
+        opt = cls(config.learning_rate, momentum=config.momentum)
     opt.build(variables)
     return opt
 
@@ -30,7 +49,12 @@ def apply_gradients(optimizer, tape: tf.GradientTape, loss, variables,
                     clip_norm: float) -> tf.Tensor:
     """Takes one optimizer step on ``loss``, clipping gradients to a global norm (0: no
     clipping); returns the global norm before clipping."""
-    grads = tape.gradient(loss, variables)
+    return clip_and_apply(optimizer, tape.gradient(loss, variables), variables, clip_norm)
+
+
+def clip_and_apply(optimizer, grads, variables, clip_norm: float) -> tf.Tensor:
+    """Clips ``grads`` to a global norm (0: no clipping), applies them and returns the global
+    norm before clipping."""
     grad_norm = tf.linalg.global_norm(grads)
     if clip_norm > 0:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=grad_norm)

@@ -3,7 +3,8 @@
 Threads:
   - the gRPC event loop (server.py) decodes messages and calls :meth:`LearnerRuntime.submit`;
   - the batcher thread runs the agent's inference on batches across streams and appends each
-    step to its stream's unroll builder;
+    step to its stream's unroll builder (one batcher thread per inference device when the
+    learner has several, each serving its share of the streams);
   - the trainer thread stacks unrolls into batches and runs the agent's training step.
 The agent is built when the first actor says hello, from the environment spec it declares, so
 the learner needs no environment packages of its own (the TPU image stays small).
@@ -62,6 +63,8 @@ class Stream:
         self.evaluation = evaluation
         self.num_envs = num_envs
         self.env_ids = list(range(num_envs))
+        #: The inference lane (batcher thread) that serves this stream.
+        self.lane = 0
         self.builder = builder
         self.state = state
         self.closed = False
@@ -75,11 +78,14 @@ class LearnerRuntime:
       build_agent: makes the agent from the Experiment and the actors' env spec.
       train: whether to train (off for inference-only throughput measurements).
       on_agent_built: called once with the agent, e.g. to restore a checkpoint.
+      inference_lanes: batcher threads, each serving its share of the streams, so that
+        inference runs on several inference devices at once (one lane per device).
     """
 
     def __init__(self, experiment: Experiment,
                  build_agent: Callable[[Experiment, EnvSpec], Agent], train: bool = True,
-                 on_agent_built: Callable[[Agent], None] | None = None):
+                 on_agent_built: Callable[[Agent], None] | None = None,
+                 inference_lanes: int = 1):
         self.experiment = experiment
         spec = experiment.spec
         self.run_id = uuid.uuid4().hex[:12]
@@ -109,9 +115,14 @@ class LearnerRuntime:
         #: Receives episodes and inference batches as they happen (``learner.metrics``).
         self.observer = None
         self.started = time.monotonic()
-        self.batcher = InferenceBatcher(self._infer, spec.learner.inference_batch_size,
-                                        spec.learner.inference_max_wait_ms / 1000.0,
-                                        on_batch=self._on_inference_batch)
+        self.batchers = [
+            InferenceBatcher(self._infer, spec.learner.inference_batch_size,
+                             spec.learner.inference_max_wait_ms / 1000.0,
+                             name="inference-batcher" + (f"-{i}" if i else ""),
+                             on_batch=self._on_inference_batch)
+            for i in range(max(1, inference_lanes))]
+        self.batcher = self.batchers[0]
+        self._streams_opened = 0
         self._after_train_step: list[Callable[[], None]] = []
         self._trainer = threading.Thread(target=self._train_loop, name="trainer", daemon=True)
         self._trainer.start()
@@ -158,6 +169,9 @@ class LearnerRuntime:
         stream = Stream(actor_id, num_envs, builder,
                         agent.initial_state(num_envs, actor_index), actor_index,
                         agent.is_evaluation_actor(actor_index))
+        # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in order.
+        stream.lane = self._streams_opened % len(self.batchers)
+        self._streams_opened += 1
         old = self._streams.get(actor_id)
         if old is not None:
             old.closed = True  # a reconnect: the old stream's partial unroll is dropped
@@ -203,7 +217,7 @@ class LearnerRuntime:
             else:
                 self.episodes += 1
                 self.returns.append(float(episode_return))
-        return self.batcher.submit((stream, step), stream.num_envs)
+        return self.batchers[stream.lane].submit((stream, step), stream.num_envs)
 
     # -- inference (batcher thread) -----------------------------------------------------
 
@@ -359,7 +373,8 @@ class LearnerRuntime:
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stops the batcher and waits for the trainer to end its current step."""
         self.stop_event.set()
-        self.batcher.stop()
+        for batcher in self.batchers:
+            batcher.stop()
         self._trainer.join(timeout)
 
     def status(self) -> dict:
@@ -377,9 +392,10 @@ class LearnerRuntime:
             "return_window": len(self.returns),
             "elapsed": self.elapsed,
             "actors": self.connected_actors,
-            "mean_inference_batch": self.batcher.mean_batch_size,
-            "inference_batches": self.batcher.batches,
-            "inference_steps": self.batcher.items,
+            "mean_inference_batch": (sum(b.items for b in self.batchers) /
+                                     max(1, sum(b.batches for b in self.batchers))),
+            "inference_batches": sum(b.batches for b in self.batchers),
+            "inference_steps": sum(b.items for b in self.batchers),
             "queued_unrolls": self.queued_unrolls,
             "metrics": dict(self.last_metrics),
             **({"eval_episodes": self.eval_episodes,

@@ -865,7 +865,7 @@ def test_every_section_is_reached():
     assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
                      "FootballConfig", "AgentConfig",
                      "NetworkConfig", "VTraceConfig", "R2D2Config", "PPOConfig", "LearnerConfig", "OptimizerConfig",
-                     "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
+                     "DevicesConfig", "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
                      "AcceleratorConfig", "TPUConfig", "GPUConfig"}
 
 

@@ -6,13 +6,20 @@ from common.config import Experiment
 from common.wire import EnvSpec
 from learner.agents.ppo.learner import PPOAgent
 from learner.agents.ppo.networks import make_network
+from learner.devices import Placement, default_placement
 from learner.optimizers import make_optimizer
 
 
-def build(experiment: Experiment, env_spec: EnvSpec) -> PPOAgent:
-    """Builds a PPO agent for the Experiment and the actors' environment spec."""
+def build(experiment: Experiment, env_spec: EnvSpec,
+          placement: Placement | None = None) -> PPOAgent:
+    """Builds a PPO agent for the Experiment and the actors' environment spec, with its
+    variables placed by ``placement`` (default: one device)."""
     spec = experiment.spec
-    network = make_network(spec.agent.network, env_spec)
-    optimizer = make_optimizer(spec.learner.optimizer, network.trainable_variables)
-    return PPOAgent(network, optimizer, spec.agent.ppo, env_spec,
-                    grad_clip_norm=spec.learner.optimizer.grad_clip_norm, seed=spec.seed)
+    placement = placement or default_placement()
+    with placement.scope():
+        network = make_network(spec.agent.network, env_spec)
+        optimizer = make_optimizer(spec.learner.optimizer, network.trainable_variables,
+                                   pre_reduced=placement.distributed)
+        return PPOAgent(network, optimizer, spec.agent.ppo, env_spec,
+                        grad_clip_norm=spec.learner.optimizer.grad_clip_norm, seed=spec.seed,
+                        placement=placement)

@@ -20,6 +20,7 @@ from common.config import PPOConfig
 from common.wire import EnvSpec
 from learner.agents.base import Agent
 from learner.agents.ppo import losses
+from learner.devices import Placement, default_placement
 from learner.networks import ActorCritic
 from learner.normalizers import RunningMeanStd
 from learner.optimizers import apply_gradients
@@ -49,10 +50,12 @@ class PPOAgent(Agent):
       env_spec: the actors' environment spec.
       grad_clip_norm: global-norm gradient clipping; 0 disables.
       seed: seed of action sampling and minibatch shuffling.
+      placement: the devices of inference and training (default: one device).
     """
 
     def __init__(self, network: ActorCritic, optimizer, config: PPOConfig, env_spec: EnvSpec,
-                 grad_clip_norm: float, seed: int):
+                 grad_clip_norm: float, seed: int, placement: Placement | None = None):
+        self.placement = placement or default_placement()
         self.network = network
         self.optimizer = optimizer
         self.config = config
@@ -90,6 +93,10 @@ class PPOAgent(Agent):
             tf.TensorSpec([None, None], tf.float32),                     # advantages
             tf.TensorSpec([None, None], tf.float32),                     # value targets
             tf.TensorSpec([], tf.float32)])                              # KL coefficient
+        if self.placement.distributed:
+            self._replicated = self.placement.make_train_step(
+                self._replica_loss, optimizer, lambda: self.network.trainable_variables,
+                self._grad_clip_norm)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -101,7 +108,8 @@ class PPOAgent(Agent):
         return [s.numpy() for s in self.network.initial_state(batch_size)]
 
     def inference(self, observations, state):
-        action, params, new_state = self._infer(observations, state)
+        with self.placement.inference_device():
+            action, params, new_state = self._infer(observations, state)
         version = np.full(len(observations), int(self.updates.numpy()), np.int64)
         return ({"action": action.numpy(), "policy_params": params.numpy(),
                  "policy_version": version}, [s.numpy() for s in new_state])
@@ -158,7 +166,7 @@ class PPOAgent(Agent):
         for _ in range(cfg.epochs):
             order = self._np_rng.permutation(len(keep))
             for mb in np.array_split(order, min(cfg.minibatches, len(keep))):
-                step_metrics.append(self._step(
+                step_metrics.append(self._minibatch_step(
                     obs[:, mb], ended[:, mb], [s[mb] for s in state], actions[:, mb],
                     behaviour[:, mb], adv[:, mb], returns[:, mb], coefficient))
         params, _ = self._evaluate(obs, ended, state)
@@ -177,6 +185,28 @@ class PPOAgent(Agent):
                     "dropped_unrolls": float(dropped), "mean_value": float(values.mean())})
         return out
 
+    def _minibatch_step(self, observation, first, state, action, behaviour, advantages,
+                        returns, kl_coefficient):
+        """One minibatch update: split over the training replicas when there are several
+        (and the minibatch has an unroll for each), else the one-device step."""
+        if not self.placement.can_shard(np.shape(action)[1]):
+            return self._step(observation, first, state, action, behaviour, advantages,
+                              returns, kl_coefficient)
+        args = (observation, first, action, behaviour, advantages, returns, kl_coefficient,
+                *state)
+        # Unrolls [T(+1), B] split along B, states along their first axis; the coefficient
+        # goes whole to every replica.
+        axes = (1, 1, 1, 1, 1, 1, None) + (0,) * len(state)
+        metrics, _ = self._replicated(args, axes)
+        return metrics
+
+    def _replica_loss(self, observation, first, action, behaviour, advantages, returns,
+                      kl_coefficient, *state):
+        """The loss of one training replica's shard of a minibatch (see ReplicatedStep)."""
+        total, metrics = self.loss(observation, first, list(state), action, behaviour,
+                                   advantages, returns, kl_coefficient)
+        return total, metrics, ()
+
     def _evaluate_impl(self, observations, first, state):
         """Policy parameters and values of unrolls [T + 1, B, ...] under the current net."""
         return self.network.unroll(self._inputs(observations), first, state)
@@ -184,25 +214,33 @@ class PPOAgent(Agent):
     def _step_impl(self, observation, first, state, action, behaviour, advantages, returns,
                    kl_coefficient):
         """One minibatch gradient step; returns its scalar metrics."""
-        cfg = self.config
         with tf.GradientTape() as tape:
-            params, values = self.network.unroll(self._inputs(observation), first, state)
-            params, values = params[:-1], values[:-1]
-            log_prob = self.dist.log_prob(params, action)
-            log_ratio = log_prob - self.dist.log_prob(behaviour, action)
-            kl = self.dist.kl(behaviour, params)
-            policy_loss = losses.clipped_surrogate_loss(
-                log_ratio, advantages, cfg.clip if self._uses_clip else 0.0)
-            if self._uses_kl:
-                policy_loss += losses.kl_penalty_loss(
-                    kl, kl_coefficient, cfg.kl_target, cfg.kl_cutoff_factor,
-                    cfg.kl_cutoff_coefficient)
-            value_loss = 0.5 * tf.reduce_mean(tf.square(returns - values))
-            entropy = tf.reduce_mean(self.dist.entropy(params))
-            total = policy_loss + cfg.value_cost * value_loss - cfg.entropy_cost * entropy
+            total, metrics = self.loss(observation, first, state, action, behaviour,
+                                       advantages, returns, kl_coefficient)
         grad_norm = apply_gradients(self.optimizer, tape, total,
                                     self.network.trainable_variables, self._grad_clip_norm)
-        return {"loss/total": total, "loss/policy": policy_loss, "loss/value": value_loss,
-                "entropy": entropy, "grad_norm": grad_norm,
-                "clip_fraction": tf.reduce_mean(tf.cast(
-                    tf.abs(tf.exp(log_ratio) - 1.0) > cfg.clip, tf.float32))}
+        return {**metrics, "grad_norm": grad_norm}
+
+    def loss(self, observation, first, state, action, behaviour, advantages, returns,
+             kl_coefficient):
+        """The PPO loss of a minibatch of unrolls and its scalar metrics, each a mean over the
+        minibatch's steps (so that replicas' shares of it add up to the whole)."""
+        cfg = self.config
+        params, values = self.network.unroll(self._inputs(observation), first, state)
+        params, values = params[:-1], values[:-1]
+        log_prob = self.dist.log_prob(params, action)
+        log_ratio = log_prob - self.dist.log_prob(behaviour, action)
+        kl = self.dist.kl(behaviour, params)
+        policy_loss = losses.clipped_surrogate_loss(
+            log_ratio, advantages, cfg.clip if self._uses_clip else 0.0)
+        if self._uses_kl:
+            policy_loss += losses.kl_penalty_loss(
+                kl, kl_coefficient, cfg.kl_target, cfg.kl_cutoff_factor,
+                cfg.kl_cutoff_coefficient)
+        value_loss = 0.5 * tf.reduce_mean(tf.square(returns - values))
+        entropy = tf.reduce_mean(self.dist.entropy(params))
+        total = policy_loss + cfg.value_cost * value_loss - cfg.entropy_cost * entropy
+        return total, {"loss/total": total, "loss/policy": policy_loss,
+                       "loss/value": value_loss, "entropy": entropy,
+                       "clip_fraction": tf.reduce_mean(tf.cast(
+                           tf.abs(tf.exp(log_ratio) - 1.0) > cfg.clip, tf.float32))}

@@ -19,6 +19,7 @@ from common.config import R2D2Config
 from common.wire import EnvSpec
 from learner.agents.base import ReplayAgent
 from learner.agents.r2d2 import losses
+from learner.devices import Placement, default_placement
 from learner.networks import DuelingQNetwork
 from learner.optimizers import apply_gradients
 from learner.replay import PrioritizedReplay
@@ -43,11 +44,13 @@ class R2D2Agent(ReplayAgent):
       num_actors: ``spec.actors.replicas``, for the per-actor epsilons.
       grad_clip_norm: global-norm gradient clipping; 0 disables.
       seed: seed of exploration and replay sampling.
+      placement: the devices of inference and training (default: one device).
     """
 
     def __init__(self, online: DuelingQNetwork, target: DuelingQNetwork, optimizer,
                  config: R2D2Config, env_spec: EnvSpec, batch_size: int, num_actors: int,
-                 grad_clip_norm: float, seed: int):
+                 grad_clip_norm: float, seed: int, placement: Placement | None = None):
+        self.placement = placement or default_placement()
         self.online = online
         self.target = target
         self.optimizer = optimizer
@@ -90,6 +93,10 @@ class R2D2Agent(ReplayAgent):
             tf.TensorSpec([None], tf.float32)])
         self._sync_target = tf.function(self._sync_target_impl, input_signature=[])
         self._sync_target()
+        if self.placement.distributed:
+            self._replicated = self.placement.make_train_step(
+                self._replica_loss, optimizer, lambda: self.online.trainable_variables,
+                self._grad_clip_norm)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -113,7 +120,8 @@ class R2D2Agent(ReplayAgent):
         return state + [np.full(batch_size, self.epsilon(actor_index), np.float32)]
 
     def inference(self, observations, state):
-        action, new_state = self._infer(observations, state[:-1], state[-1])
+        with self.placement.inference_device():
+            action, new_state = self._infer(observations, state[:-1], state[-1])
         return {"action": action.numpy()}, [s.numpy() for s in new_state] + [state[-1]]
 
     def _infer_impl(self, observations, state, epsilon):
@@ -151,10 +159,10 @@ class R2D2Agent(ReplayAgent):
     def train_from_replay(self) -> dict[str, float]:
         slots, items, weights = self.replay.sample(self.batch_size, self._np_rng)
         state = [items["h"], items["c"]] if self.online.recurrent else []
-        metrics, priorities = self._train(items["observation"], items["action"],
-                                          items["reward"], items["terminated"],
-                                          items["truncated"], state, weights)
-        self.replay.update_priorities(slots, priorities.numpy())
+        metrics, priorities = self._train_step(items["observation"], items["action"],
+                                               items["reward"], items["terminated"],
+                                               items["truncated"], state, weights)
+        self.replay.update_priorities(slots, np.asarray(priorities))
         self._sampled += self.batch_size
         if int(self.train_steps.numpy()) % self.config.target_update_period == 0:
             self._sync_target()
@@ -169,10 +177,21 @@ class R2D2Agent(ReplayAgent):
             return np.swapaxes(np.asarray(batch[name]), 0, 1)
         state = list(batch.get("initial_state", []))[:2] if self.online.recurrent else []
         b = np.asarray(batch["action"]).shape[1]
-        metrics, _ = self._train(major("observation"), major("action").astype(np.int32),
-                                 major("reward"), major("terminated"), major("truncated"),
-                                 state, np.ones(b, np.float32))
+        metrics, _ = self._train_step(major("observation"), major("action").astype(np.int32),
+                                      major("reward"), major("terminated"),
+                                      major("truncated"), state, np.ones(b, np.float32))
         return {k: float(v) for k, v in metrics.items()}
+
+    def _train_step(self, observation, action, reward, terminated, truncated, state, weights):
+        """One update on sequences [B, L, ...]: split over the training replicas when there
+        are several, else the one-device step; returns metrics and priorities [B]."""
+        if not self.placement.can_shard(len(weights)):
+            return self._train(observation, action, reward, terminated, truncated, state,
+                               weights)
+        args = (observation, action, reward, terminated, truncated, weights, *state)
+        metrics, (priorities,) = self._replicated(args, (0,) * len(args))
+        self.train_steps.assign_add(1)
+        return metrics, priorities
 
     def set_learning_rate(self, value: float) -> None:
         self.optimizer.learning_rate.assign(value)
@@ -211,6 +230,16 @@ class R2D2Agent(ReplayAgent):
         metrics = {"loss/q": loss, "mean_q": tf.reduce_mean(q_taken),
                    "mean_abs_td": tf.reduce_mean(tf.abs(td)), "grad_norm": grad_norm}
         return metrics, priorities
+
+    def _replica_loss(self, observation, action, reward, terminated, truncated, weights,
+                      *state):
+        """The loss of one training replica's shard of sequences (see ReplicatedStep), with
+        the shard's priorities."""
+        loss, td, q_taken = self.loss(observation, action, reward, terminated, truncated,
+                                      list(state), weights)
+        metrics = {"loss/q": loss, "mean_q": tf.reduce_mean(q_taken),
+                   "mean_abs_td": tf.reduce_mean(tf.abs(td))}
+        return loss, metrics, (losses.sequence_priorities(td, self.config.priority_eta),)
 
     def loss(self, observation, action, reward, terminated, truncated, state, weights):
         """The importance-weighted loss on sequences [B, L, ...]: burn-in, then rescaled

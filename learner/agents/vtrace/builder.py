@@ -6,13 +6,20 @@ from common.config import Experiment
 from common.wire import EnvSpec
 from learner.agents.vtrace.learner import VTraceAgent
 from learner.agents.vtrace.networks import make_network
+from learner.devices import Placement, default_placement
 from learner.optimizers import make_optimizer
 
 
-def build(experiment: Experiment, env_spec: EnvSpec) -> VTraceAgent:
-    """Builds a V-trace agent for the Experiment and the actors' environment spec."""
+def build(experiment: Experiment, env_spec: EnvSpec,
+          placement: Placement | None = None) -> VTraceAgent:
+    """Builds a V-trace agent for the Experiment and the actors' environment spec, with its
+    variables placed by ``placement`` (default: one device)."""
     spec = experiment.spec
-    network = make_network(spec.agent.network, env_spec)
-    optimizer = make_optimizer(spec.learner.optimizer, network.trainable_variables)
-    return VTraceAgent(network, optimizer, spec.agent.vtrace, env_spec,
-                       grad_clip_norm=spec.learner.optimizer.grad_clip_norm, seed=spec.seed)
+    placement = placement or default_placement()
+    with placement.scope():
+        network = make_network(spec.agent.network, env_spec)
+        optimizer = make_optimizer(spec.learner.optimizer, network.trainable_variables,
+                                   pre_reduced=placement.distributed)
+        return VTraceAgent(network, optimizer, spec.agent.vtrace, env_spec,
+                           grad_clip_norm=spec.learner.optimizer.grad_clip_norm,
+                           seed=spec.seed, placement=placement)

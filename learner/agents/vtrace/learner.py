@@ -15,6 +15,7 @@ from common.config import VTraceConfig
 from common.wire import EnvSpec
 from learner.agents.base import Agent
 from learner.agents.vtrace import losses
+from learner.devices import Placement, default_placement
 from learner.networks import ActorCritic
 from learner.optimizers import apply_gradients
 
@@ -34,10 +35,13 @@ class VTraceAgent(Agent):
       env_spec: the actors' environment spec.
       grad_clip_norm: global-norm gradient clipping; 0 disables.
       seed: seed of the action sampling.
+      placement: the devices of inference and training (default: one device).
     """
 
     def __init__(self, network: ActorCritic, optimizer, config: VTraceConfig,
-                 env_spec: EnvSpec, grad_clip_norm: float, seed: int):
+                 env_spec: EnvSpec, grad_clip_norm: float, seed: int,
+                 placement: Placement | None = None):
+        self.placement = placement or default_placement()
         self.network = network
         self.optimizer = optimizer
         self.config = config
@@ -63,6 +67,10 @@ class VTraceAgent(Agent):
             tf.TensorSpec([None, None, self.dist.param_size], tf.float32),       # behaviour
             state_specs,                                                         # initial state
         ])
+        if self.placement.distributed:
+            self._replicated = self.placement.make_train_step(
+                self._replica_loss, optimizer, lambda: self.network.trainable_variables,
+                self._grad_clip_norm)
 
     # -- Agent interface ------------------------------------------------------------------
 
@@ -73,14 +81,21 @@ class VTraceAgent(Agent):
         return [s.numpy() for s in self.network.initial_state(batch_size)]
 
     def inference(self, observations, state):
-        action, params, new_state = self._infer(observations, state)
+        with self.placement.inference_device():
+            action, params, new_state = self._infer(observations, state)
         return ({"action": action.numpy(), "policy_params": params.numpy()},
                 [s.numpy() for s in new_state])
 
     def train(self, batch: Mapping[str, object]) -> dict[str, float]:
-        metrics = self._train(batch["observation"], batch["action"], batch["reward"],
-                              batch["terminated"], batch["truncated"], batch["policy_params"],
-                              list(batch.get("initial_state", [])))
+        args = (batch["observation"], batch["action"], batch["reward"], batch["terminated"],
+                batch["truncated"], batch["policy_params"])
+        state = list(batch.get("initial_state", []))
+        if self.placement.can_shard(np.shape(batch["action"])[1]):
+            # Unrolls [T + 1, B] are split along B; states [B, ...] along their first axis.
+            metrics, _ = self._replicated(args + tuple(state),
+                                          (1,) * len(args) + (0,) * len(state))
+        else:
+            metrics = self._train(*args, state)
         return {k: float(v) for k, v in metrics.items()}
 
     def set_learning_rate(self, value: float) -> None:
@@ -99,7 +114,25 @@ class VTraceAgent(Agent):
 
     def _train_impl(self, observation, action, reward, terminated, truncated,
                     behaviour_params, initial_state):
-        """One gradient step on unrolls [T + 1, B, ...]; returns scalar metrics.
+        """One gradient step on unrolls [T + 1, B, ...]; returns scalar metrics."""
+        with tf.GradientTape() as tape:
+            total, metrics = self.loss(observation, action, reward, terminated, truncated,
+                                       behaviour_params, initial_state)
+        grad_norm = apply_gradients(self.optimizer, tape, total,
+                                    self.network.trainable_variables, self._grad_clip_norm)
+        return {**metrics, "grad_norm": grad_norm}
+
+    def _replica_loss(self, observation, action, reward, terminated, truncated,
+                      behaviour_params, *initial_state):
+        """The loss of one training replica's shard of unrolls (see ReplicatedStep)."""
+        total, metrics = self.loss(observation, action, reward, terminated, truncated,
+                                   behaviour_params, list(initial_state))
+        return total, metrics, ()
+
+    def loss(self, observation, action, reward, terminated, truncated, behaviour_params,
+             initial_state):
+        """The total loss on unrolls [T + 1, B, ...] and its scalar metrics, each a mean over
+        the batch's steps.
 
         Row t holds x_t, the reward and done flags that led to x_t, and a_t with the
         behaviour policy parameters it was sampled from. Transitions use rows 1..T for rewards
@@ -114,30 +147,26 @@ class VTraceAgent(Agent):
         rewards = losses.clip_rewards(reward[1:], cfg.reward_clipping) * cfg.reward_scale
         discounts = tf.cast(tf.logical_not(done), tf.float32) * cfg.discount
         actions = action[:-1]
-        with tf.GradientTape() as tape:
-            params, values = self.network.unroll(observation, ended, initial_state)
-            if cfg.bootstrap_on_truncation:
-                # The final observation of a truncated episode never reaches the learner (the
-                # actor resets first), so V(final) is approximated by V of the observation
-                # before it; the trace is still cut there, as for any episode end.
-                rewards = rewards + tf.where(
-                    cut, cfg.discount * tf.stop_gradient(values[:-1]), 0.0)
-            target_log_probs = self.dist.log_prob(params[:-1], actions)
-            behaviour_log_probs = self.dist.log_prob(behaviour_params[:-1], actions)
-            log_rhos = target_log_probs - behaviour_log_probs
-            vt = losses.vtrace_from_importance_weights(
-                log_rhos=log_rhos, discounts=discounts, rewards=rewards, values=values[:-1],
-                bootstrap_value=values[-1], clip_rho_threshold=cfg.clip_rho_threshold,
-                clip_pg_rho_threshold=cfg.clip_pg_rho_threshold, lambda_=cfg.lambda_)
-            # Per-batch advantage normalisation was measured on CartPole: 2 of 2 runs stalled
-            # near 200, as the entropy bonus outweighed unit-scale advantages. Not offered.
-            pg_loss = -tf.reduce_mean(target_log_probs * tf.stop_gradient(vt.pg_advantages))
-            value_loss = losses.baseline_loss(vt.vs, values[:-1])
-            entropy = tf.reduce_mean(self.dist.entropy(params[:-1]))
-            total = pg_loss + cfg.baseline_cost * value_loss - cfg.entropy_cost * entropy
-        grad_norm = apply_gradients(self.optimizer, tape, total,
-                                    self.network.trainable_variables, self._grad_clip_norm)
-        return {"loss/total": total, "loss/policy": pg_loss, "loss/value": value_loss,
-                "loss/entropy": -entropy, "grad_norm": grad_norm,
-                "mean_rho": tf.reduce_mean(tf.exp(log_rhos)),
-                "mean_value": tf.reduce_mean(values)}
+        params, values = self.network.unroll(observation, ended, initial_state)
+        if cfg.bootstrap_on_truncation:
+            # The final observation of a truncated episode never reaches the learner (the
+            # actor resets first), so V(final) is approximated by V of the observation
+            # before it; the trace is still cut there, as for any episode end.
+            rewards = rewards + tf.where(
+                cut, cfg.discount * tf.stop_gradient(values[:-1]), 0.0)
+        target_log_probs = self.dist.log_prob(params[:-1], actions)
+        behaviour_log_probs = self.dist.log_prob(behaviour_params[:-1], actions)
+        log_rhos = target_log_probs - behaviour_log_probs
+        vt = losses.vtrace_from_importance_weights(
+            log_rhos=log_rhos, discounts=discounts, rewards=rewards, values=values[:-1],
+            bootstrap_value=values[-1], clip_rho_threshold=cfg.clip_rho_threshold,
+            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold, lambda_=cfg.lambda_)
+        # Per-batch advantage normalisation was measured on CartPole: 2 of 2 runs stalled
+        # near 200, as the entropy bonus outweighed unit-scale advantages. Not offered.
+        pg_loss = -tf.reduce_mean(target_log_probs * tf.stop_gradient(vt.pg_advantages))
+        value_loss = losses.baseline_loss(vt.vs, values[:-1])
+        entropy = tf.reduce_mean(self.dist.entropy(params[:-1]))
+        total = pg_loss + cfg.baseline_cost * value_loss - cfg.entropy_cost * entropy
+        return total, {"loss/total": total, "loss/policy": pg_loss, "loss/value": value_loss,
+                       "loss/entropy": -entropy, "mean_rho": tf.reduce_mean(tf.exp(log_rhos)),
+                       "mean_value": tf.reduce_mean(values)}

@@ -1,0 +1,215 @@
+"""The learner's devices: the choice of devices and strategy (a pure function, so the TPU and GPU
+cases are tested without the hardware), the multi-replica training step against the one-device
+one, and inference over two logical devices in the real runtime.
+
+The multi-device scenarios run in fresh processes (tests/learner/device_scenarios.py): logical
+CPU devices can only be configured before TensorFlow initialises, once per process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from common.config import ConfigError, DevicesConfig, parse_experiment
+from learner import devices
+
+SCENARIOS = os.path.join(os.path.dirname(__file__), "device_scenarios.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CPUS = {"cpu": ["/device:CPU:0"]}
+CPUS4 = {"cpu": [f"/device:CPU:{i}" for i in range(4)]}
+GPUS8 = {"cpu": ["/device:CPU:0"], "gpu": [f"/device:GPU:{i}" for i in range(8)]}
+TPU8 = {"cpu": ["/device:CPU:0"], "tpu": [f"/device:TPU:{i}" for i in range(8)]}
+
+
+def plan(found, **config):
+    return devices.plan_devices(DevicesConfig(**config), found)
+
+
+# -- the choice -----------------------------------------------------------------------------------
+
+def test_one_cpu_is_the_default_one_device_path():
+    p = plan(CPUS)
+    assert (p.kind, p.strategy, p.training, p.inference) == (
+        "cpu", "default", ("/device:CPU:0",), ("/device:CPU:0",))
+    assert p.shared
+    placement = devices.Placement(p, None)
+    assert not placement.distributed and placement.replicas == 1
+    assert placement.inference_devices == []  # nothing placed: the learner as it always was
+
+
+def test_several_gpus_train_mirrored_and_share_inference_by_default():
+    p = plan(GPUS8)
+    assert (p.kind, p.strategy) == ("gpu", "mirrored")
+    assert len(p.training) == 8 and p.inference == p.training and p.shared
+
+
+def test_a_fraction_of_the_devices_serves_inference_on_its_own():
+    p = plan(GPUS8, inference_devices=0.25)
+    assert p.inference == ("/device:GPU:6", "/device:GPU:7")
+    assert p.training == tuple(f"/device:GPU:{i}" for i in range(6))
+    assert not p.shared
+    assert "6 (" in p.summary() and "inference on 2 dedicated" in p.summary()
+
+
+def test_a_tpu_vm_trains_with_tpu_strategy_on_the_cores_left_by_inference():
+    p = plan(TPU8, inference_devices=2)
+    assert (p.kind, p.strategy) == ("tpu", "tpu")
+    assert p.training == tuple(f"/device:TPU:{i}" for i in range(6))
+    assert p.inference == ("/device:TPU:6", "/device:TPU:7")
+
+
+def test_tpu_training_cores_become_a_one_core_per_replica_assignment():
+    cores = [(f"/job:worker/replica:0/task:0/device:TPU:{i}", [i % 2, i // 2, 0, 0])
+             for i in range(8)]
+    p = plan({"tpu": [f"/job:localhost/replica:0/task:0/device:TPU:{i}" for i in range(8)]},
+             inference_devices=6)
+    assert devices.tpu_core_assignment(p.training, cores) == [[[0, 0, 0, 0]], [[1, 0, 0, 0]]]
+    with pytest.raises(ValueError, match="TPU:9"):
+        devices.tpu_core_assignment(["/device:TPU:9"], cores)
+
+
+def test_counts_and_the_default_strategy_are_honoured():
+    p = plan(CPUS4, inference_devices=1, training_devices=2)
+    assert p.training == ("/device:CPU:0", "/device:CPU:1") and p.inference == ("/device:CPU:3",)
+    assert plan(GPUS8, strategy="default").training == ("/device:GPU:0",)
+    assert plan(GPUS8, strategy="default").strategy == "default"
+    assert plan(CPUS, strategy="mirrored").strategy == "mirrored"
+
+
+@pytest.mark.parametrize("found, config, path", [
+    (CPUS4, {"strategy": "tpu"}, "spec.learner.devices.strategy"),
+    (CPUS4, {"inference_devices": 4}, "spec.learner.devices.inferenceDevices"),
+    (CPUS4, {"inference_devices": 2, "training_devices": 3},
+     "spec.learner.devices.trainingDevices"),
+    (GPUS8, {"training_devices": 9}, "spec.learner.devices.trainingDevices"),
+])
+def test_impossible_requests_name_the_field(found, config, path):
+    with pytest.raises(ConfigError) as err:
+        plan(found, **config)
+    assert err.value.problems[0][0] == path
+
+
+def test_the_config_rejects_what_no_machine_could_give():
+    with pytest.raises(ConfigError) as err:
+        parse_experiment({"metadata": {"name": "x"}, "spec": {"learner": {"devices": {
+            "inferenceDevices": 1.5, "strategy": "default", "trainingDevices": 2}}}})
+    paths = [p for p, _ in err.value.problems]
+    assert paths == ["spec.learner.devices.inferenceDevices",
+                     "spec.learner.devices.trainingDevices"]
+    exp = parse_experiment({"metadata": {"name": "x"}, "spec": {"learner": {"devices": {
+        "inferenceDevices": 0.5, "logicalCpuDevices": 4}}}})
+    assert exp.spec.learner.devices.inference_devices == 0.5
+
+
+def test_tpu_presence_is_read_from_device_files(tmp_path):
+    assert not devices.tpu_present([str(tmp_path / "accel[0-9]*")])
+    (tmp_path / "accel0").touch()
+    assert devices.tpu_present([str(tmp_path / "accel[0-9]*")])
+
+
+def test_shards_are_contiguous_and_even():
+    assert devices.split_sizes(8, 4) == [2, 2, 2, 2]
+    assert devices.split_sizes(7, 2) == [4, 3] or devices.split_sizes(7, 2) == [3, 4]
+    assert sum(devices.split_sizes(13, 4)) == 13
+
+
+def test_setup_on_this_machine_keeps_the_one_device_path():
+    placement = devices.setup(DevicesConfig())
+    assert not placement.distributed
+    assert placement.plan.strategy == "default" and placement.plan.kind in ("cpu", "gpu")
+
+
+# -- multi-device runs, each in its own process ---------------------------------------------------
+
+def _scenario(*args, timeout=240):
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, SCENARIOS, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Every agent trained two steps from the same weights on the same batches: on the
+    one-device path, then with 2 training replicas (MirroredStrategy on logical CPUs)."""
+    out = tmp_path_factory.mktemp("replicas")
+    results = {n: _scenario("train", str(n), str(out)) for n in (0, 2)}
+    return out, results
+
+
+AGENT_CASES = ["vtrace", "vtrace_continuous", "ppo", "ppo_small_minibatches", "r2d2"]
+
+
+def _check_equivalence(out, results, agent, replicas):
+    assert results[replicas][agent]["replicas"] == replicas
+    assert results[replicas][agent]["replica_spread"] < 1e-6
+    with np.load(out / f"{agent}-0.npz") as one, np.load(out / f"{agent}-{replicas}.npz") as many, \
+            np.load(out / f"{agent}-initial.npz") as initial:
+        moved = max(float(np.max(np.abs(one[k] - initial[k]), initial=0.0)) for k in one)
+        assert moved > 1e-3  # the steps did move the parameters
+        for k in one:
+            np.testing.assert_allclose(many[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(results[0][agent]["metrics"], results[replicas][agent]["metrics"]):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), k
+    if agent == "r2d2":  # new priorities come back per sequence, in batch order
+        np.testing.assert_allclose(results[replicas][agent]["priorities"],
+                                   results[0][agent]["priorities"], rtol=1e-5, atol=1e-6)
+    r = results[replicas][agent]
+    checkpoint_ok = (r["restored_from_one_device"] == 0.0 and r["restored_spread"] == 0.0
+                     and r["restored_on_one_device"] == 0.0)
+    return checkpoint_ok
+
+
+@pytest.mark.parametrize("agent", AGENT_CASES)
+def test_two_replicas_compute_the_one_device_parameters(trained, agent):
+    out, results = trained
+    _check_equivalence(out, results, agent, 2)
+
+
+@pytest.mark.slow
+def test_four_replicas_compute_the_one_device_parameters(trained):
+    out, results = trained
+    results = {**results, 4: _scenario("train", "4", str(out))}
+    for agent in AGENT_CASES:
+        checkpoint_ok = _check_equivalence(out, results, agent, 4)
+        assert checkpoint_ok == (agent != "r2d2"), agent  # see TORSO_NOT_CHECKPOINTED
+
+
+# Pre-existing, not of this module: torsos keep their layers in plain lists (MLPTorso.layers_,
+# NatureTorso.convs, ResNetTorso.stacks), which tf.train.Checkpoint does not follow; the online
+# network's torso is saved only because the optimizer lists its variables, R2D2's target
+# network's torso not at all. Strict, so that it shows when fixed.
+TORSO_NOT_CHECKPOINTED = pytest.mark.xfail(
+    strict=True, reason="R2D2's target torso is not in checkpoints (torso layers in lists)")
+
+
+@pytest.mark.parametrize("agent", [a if a != "r2d2" else
+                                   pytest.param(a, marks=TORSO_NOT_CHECKPOINTED)
+                                   for a in AGENT_CASES])
+def test_checkpoints_move_between_device_counts(trained, agent):
+    out, results = trained
+    assert _check_equivalence(out, results, agent, 2)
+
+
+def test_runtime_serves_every_stream_from_two_inference_devices():
+    result = _scenario("runtime")
+    assert result["train_error"] is None
+    assert result["inference_devices"] == ["/device:CPU:2", "/device:CPU:3"]
+    assert result["training_devices"] == ["/device:CPU:0", "/device:CPU:1"]
+    assert result["answered"] == {str(i): 30 for i in range(4)}
+    batches = result["inference_batches"]
+    assert set(batches) == {"/device:CPU:2", "/device:CPU:3"}
+    assert min(batches.values()) >= 10
+    # One batcher thread (lane) per inference device, each serving half of the streams.
+    assert len(result["lane_batches"]) == 2 and min(result["lane_batches"]) >= 10
+    assert result["status_batches"] == sum(result["lane_batches"]) == sum(batches.values())
+    assert result["replicas"] == 2 and result["learner_steps"] >= 2
+    assert result["replica_spread"] < 1e-6
