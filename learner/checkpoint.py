@@ -86,7 +86,7 @@ class _VariablesInOrder(tf.Module):
             self.variables_in_order[f"{i:04d}.{path.replace('/', '.')}"] = v
 
 
-def _trackables(agent: Agent) -> dict[str, object]:
+def trackables(agent: Agent) -> dict[str, object]:
     """The agent's checkpointables, with Keras layers replaced by all their variables."""
     return {name: _VariablesInOrder(obj) if isinstance(obj, tf.keras.layers.Layer) else obj
             for name, obj in agent.checkpointables().items()}
@@ -303,7 +303,7 @@ class Checkpointer:
         if not self._opened:
             self.open()
         self._agent = agent
-        self._checkpoint = tf.train.Checkpoint(**_trackables(agent), **self._counters)
+        self._checkpoint = tf.train.Checkpoint(**trackables(agent), **self._counters)
         got, self._resume_from = self._resume_from, None
         if got is None:
             return

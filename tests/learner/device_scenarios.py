@@ -159,23 +159,24 @@ def _checkpoint_round_trip(name, exp, env_spec, agent, where, replicas, out_dir)
     import tensorflow as tf
 
     from learner.agents import build_agent
+    from learner.checkpoint import trackables
 
     def values(a):
         return [np.array(_numpy(v)) for v in _variables(a)]
 
     one_device_ckpt = os.path.join(out_dir, f"{name}-ckpt-0")
     if not replicas:
-        tf.train.Checkpoint(**agent.checkpointables()).write(one_device_ckpt)
+        tf.train.Checkpoint(**trackables(agent)).write(one_device_ckpt)
         return {}
     fresh = build_agent(exp, env_spec, where)
-    tf.train.Checkpoint(**fresh.checkpointables()).read(one_device_ckpt).expect_partial()
+    tf.train.Checkpoint(**trackables(fresh)).read(one_device_ckpt).expect_partial()
     with np.load(os.path.join(out_dir, f"{name}-0.npz")) as saved:
         restored_diff = max(float(np.max(np.abs(v - saved[f"arr_{i}"]), initial=0.0))
                             for i, v in enumerate(values(fresh)))
-    path = tf.train.Checkpoint(**agent.checkpointables()).write(
+    path = tf.train.Checkpoint(**trackables(agent)).write(
         os.path.join(out_dir, f"{name}-ckpt-{replicas}"))
     single = build_agent(exp, env_spec)
-    tf.train.Checkpoint(**single.checkpointables()).read(path).expect_partial()
+    tf.train.Checkpoint(**trackables(single)).read(path).expect_partial()
     back_diff = max(float(np.max(np.abs(a - b), initial=0.0))
                     for a, b in zip(values(single), values(agent)))
     return {"restored_from_one_device": restored_diff,

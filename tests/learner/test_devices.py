@@ -187,13 +187,7 @@ def test_four_replicas_compute_the_one_device_parameters(trained):
 # NatureTorso.convs, ResNetTorso.stacks), which tf.train.Checkpoint does not follow; the online
 # network's torso is saved only because the optimizer lists its variables, R2D2's target
 # network's torso not at all. Strict, so that it shows when fixed.
-TORSO_NOT_CHECKPOINTED = pytest.mark.xfail(
-    strict=True, reason="R2D2's target torso is not in checkpoints (torso layers in lists)")
-
-
-@pytest.mark.parametrize("agent", [a if a != "r2d2" else
-                                   pytest.param(a, marks=TORSO_NOT_CHECKPOINTED)
-                                   for a in AGENT_CASES])
+@pytest.mark.parametrize("agent", AGENT_CASES)
 def test_checkpoints_move_between_device_counts(trained, agent):
     out, results = trained
     assert _check_equivalence(out, results, agent, 2)
