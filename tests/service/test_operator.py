@@ -10,12 +10,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+import jsonschema
 import kubernetes
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.config import parse_experiment
+from common.schema import to_json_schema
 from service import crd, reconcile
 from service.operator_metrics import OperatorMetrics
 from support.operator_harness import OperatorHarness, wait_for
@@ -346,6 +348,9 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
                             uids["priced-actors-b"]}
     assert records[uids["priced-learner-x1"]]["acceleratorType"] == "v5e"
     assert records[uids["priced-actors-a"]]["spot"] is True
+    # What was written is what the CRD declares, key for key: an API server prunes the rest.
+    schema = to_json_schema(crd.status_schema(), closed=True)
+    jsonschema.validate({"cost": cost, "costRecords": status["costRecords"]}, schema)
 
     # A pod that disappears is still counted, from the stored record.
     k8s.core.delete_namespaced_pod("priced-actors-a", NS)
