@@ -17,6 +17,7 @@ import yaml
 
 from common.config import API_VERSION, KIND
 from common.schema import experiment_schema
+from service import cost
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "experiments"
@@ -53,7 +54,9 @@ def _string(description: str, nullable: bool = False, **extra: Any) -> dict[str,
 
 
 def status_schema() -> dict[str, Any]:
-    """The schema of ``status``, written only by the operator."""
+    """The schema of ``status``, written only by the operator; ``cost`` and ``costRecords``
+    are :func:`service.cost.status_schema`'s."""
+    cost_schemas = cost.status_schema()
     condition = {
         "type": "object",
         "required": ["type", "status", "lastTransitionTime", "reason", "message"],
@@ -101,12 +104,10 @@ def status_schema() -> dict[str, Any]:
                                       "ready": _integer("Actor pods ready."),
                                       "connected": _integer("Actor streams the learner "
                                                             "reports connected.")}},
-            "cost": {"type": "object", "description": "Estimated cost so far, from the price "
-                                                      "table in service/cost.py.",
-                     "properties": {"totalUsd": _number("Estimated spend so far, in USD."),
-                                    "usdPerHour": _number("Current burn rate, in USD/hour."),
-                                    "usdPerMillionFrames": _number(
-                                        "Spend per million environment steps.", True)}},
+            "cost": cost_schemas["cost"],
+            "costRecords": {**cost_schemas["records"],
+                            "description": "Every pod the cost was priced from, those gone "
+                                           "included (service/cost.py's PodRecord)."},
             "appliedImmutable": {"type": "object",
                                  "description": "The immutable part of the spec (env, agent) "
                                                 "the children were made from; a change to it "

@@ -13,8 +13,15 @@ account; elsewhere with the current kubeconfig). For every Experiment it:
   manager ``seedrl-operator``; the learner Job is created once and afterwards only its
   ``spec.suspend`` is changed, since a Job's pod template is immutable);
 - every ``poll_seconds`` reads the Job, the Deployment and the learner's ``GET /status``, and
-  writes ``status`` (phase, conditions, progress, and cost where a cost function is given);
-  it recreates a missing child and scales the actors to zero once the learner has finished.
+  writes ``status`` (phase, conditions, progress and cost); it recreates a missing child and
+  scales the actors to zero once the learner has finished;
+- prices the Experiment's pods at every status refresh (:func:`service.cost.price_pods`: the
+  resources each pod requested x the time it ran, learner and actors apart) into
+  ``status.cost``, keeping every pod's record in ``status.costRecords`` so that a pod that is
+  gone is still counted. Pricing never fails a reconcile: when the pods cannot be listed or
+  priced the previous cost stays and the log says why;
+- exports its own metrics (:mod:`service.operator_metrics`): reconciles and errors by trigger,
+  each Experiment's phase and cost so far, served on ``--metrics-port``.
 
 Suspending (``spec.suspend: true``) sets the learner Job's ``spec.suspend``: the Job controller
 deletes the learner pod gracefully, the learner gets SIGTERM and writes a final checkpoint
@@ -41,7 +48,11 @@ import kopf
 import kubernetes
 
 from common.config import ConfigError, Experiment
-from service import crd, reconcile
+from common.metrics_http import MetricsServer
+from service import cost, crd, reconcile
+from service.operator_metrics import OperatorMetrics
+
+log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "seedrl-operator"
 APPLY = "application/apply-patch+yaml"
@@ -55,12 +66,6 @@ _KINDS = {
     "Job": (kubernetes.client.BatchV1Api, "job"),
     "Deployment": (kubernetes.client.AppsV1Api, "deployment"),
 }
-
-#: ``cost(experiment, status) -> {"totalUsd": ..., "usdPerHour": ..., "usdPerMillionFrames":
-#: ...}`` or None. The status passed in is the freshly computed one (phase, startTime,
-#: completionTime, envFrames, actors).
-CostFn = Callable[[Experiment, Mapping[str, Any]], Optional[dict]]
-
 
 def fetch_url(url: str, timeout: float = 3.0) -> str:
     """GETs a URL and returns the body as text (the default way to read a learner's status)."""
@@ -78,7 +83,10 @@ class OperatorConfig:
       fetch: ``fetch(url) -> text`` for the learner's ``/status`` (raises on failure).
       status_url: ``status_url(namespace, name, metrics_port) -> url`` of a learner's
         ``/status``; through its Service by default.
-      cost: the cost estimate written to ``status.cost`` (see :data:`CostFn`); none if None.
+      prices: the price table pods are priced with (``main`` loads it with
+        :func:`service.cost.load_prices`, which honours ``$SEEDRL_PRICES``); the packaged
+        table by default.
+      metrics: the operator's Prometheus series (a fresh registry by default).
       connection: the API server kopf itself talks to; None: the same as ``api_client``'s
         kubeconfig or in-cluster credentials, found by kopf.
     """
@@ -87,7 +95,9 @@ class OperatorConfig:
     poll_seconds: float = 10.0
     fetch: Callable[[str], str] = fetch_url
     status_url: Callable[[str, str, int], str] = reconcile.learner_status_url
-    cost: Optional[CostFn] = None
+    prices: cost.PriceTable = dataclasses.field(
+        default_factory=lambda: cost.load_prices(environ={}))
+    metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     connection: Optional[kopf.ConnectionInfo] = None
 
 
@@ -112,6 +122,12 @@ class Children:
                 return None
             raise
         return json.loads(response.data)
+
+    def pods(self, namespace: str, selector: str) -> list[dict]:
+        """The pods matching a label selector, as plain JSON."""
+        response = kubernetes.client.CoreV1Api(self.api_client).list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False)
+        return list(json.loads(response.data).get("items") or [])
 
     def apply(self, obj: Mapping[str, Any]) -> None:
         """Server-side applies one rendered object (creates it or brings it to this state)."""
@@ -217,12 +233,36 @@ class Reconciler:
         status = reconcile.compute_status(
             exp, generation=body["metadata"].get("generation"), previous=body.get("status"),
             job=job, deployment=deployment, learner=learner, learner_error=why, refused=refused)
-        if self.config.cost is not None:
-            # The one place cost enters: service/cost.py's estimate, given by the caller.
-            cost = self.config.cost(exp, status)
-            if cost is not None:
-                status["cost"] = cost
+        report = self.price(exp, namespace, body.get("status") or {}, status)
+        self.config.metrics.observe(exp.metadata.name, namespace, body["metadata"].get("uid"),
+                                    status.get("phase"), report)
         return status
+
+    def price(self, exp: Experiment, namespace: str, previous: Mapping[str, Any],
+              status: dict) -> cost.CostReport | None:
+        """Prices the Experiment's pods into ``status["cost"]`` and ``status["costRecords"]``.
+
+        The stored records (``previous["costRecords"]``) are merged with the pods listed now,
+        so pods that are gone keep being counted. Any failure leaves both keys out of
+        ``status`` (the stored ones stay) and is logged: cost never fails a reconcile.
+
+        Returns:
+          The report, or None when nothing was priced this time.
+        """
+        name = exp.metadata.name
+        selector = f"{reconcile.LABEL_EXPERIMENT}={name}"
+        try:
+            pods = self.children.pods(namespace, selector)
+            records, report = cost.price_pods(previous.get("costRecords") or [], pods,
+                                              self.config.prices,
+                                              env_frames=int(status.get("envFrames") or 0))
+        except Exception as exc:  # noqa: BLE001 - cost is best effort, the reconcile is not
+            log.warning("Experiment %s/%s: keeping the previous cost; pricing its pods (%s) "
+                        "failed: %s", namespace, name, selector, exc)
+            return None
+        status["cost"] = report.to_status()
+        status["costRecords"] = records
+        return report
 
     def reconcile(self, body: Mapping[str, Any], heal_only: bool = False) -> dict:
         """Validates, applies (unless refused) and returns the status to write.
@@ -239,8 +279,11 @@ class Reconciler:
         try:
             exp = reconcile.validate(body)
         except ConfigError as exc:
-            return reconcile.invalid_status(previous, meta.get("generation"), exc,
-                                            reconcile.now_rfc3339())
+            status = reconcile.invalid_status(previous, meta.get("generation"), exc,
+                                              reconcile.now_rfc3339())
+            self.config.metrics.observe(meta["name"], namespace, meta.get("uid"),
+                                        status.get("phase"), None)
+            return status
         applied = previous.get("appliedImmutable")
         refused = reconcile.immutable_changes(applied, exp) if applied else []
         if not refused:
@@ -265,9 +308,12 @@ class Reconciler:
                 or (job is not None and _job_patch(exp, job) is not None))
 
     def delete(self, body: Mapping[str, Any]) -> list[str]:
-        """Deletes every child an Experiment of this name has; returns what was deleted."""
+        """Deletes every child an Experiment of this name has and drops its series; returns
+        what was deleted."""
         namespace = body["metadata"]["namespace"]
         n = reconcile.names(body["metadata"]["name"])
+        self.config.metrics.forget(body["metadata"]["name"], namespace,
+                                   body["metadata"].get("uid"))
         gone = []
         for kind, name in (("Deployment", n.actors), ("Job", n.learner),
                            ("NetworkPolicy", n.network_policy), ("Service", n.service),
@@ -316,12 +362,16 @@ def build_registry(config: OperatorConfig,
     @kopf.on.update(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     @kopf.on.resume(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     def on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        _write_status(patch, rec.reconcile(body), body.get("status"))
+        with config.metrics.reconciling("change"):
+            _write_status(patch, rec.reconcile(body), body.get("status"))
 
     @kopf.timer(**res, interval=config.poll_seconds, initial_delay=config.poll_seconds,
                 idle=None)
     def poll(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        _write_status(patch, rec.reconcile(body, heal_only=True), body.get("status"))
+        if body["metadata"].get("deletionTimestamp"):
+            return  # on_delete has it; a status written now would bring its series back
+        with config.metrics.reconciling("poll"):
+            _write_status(patch, rec.reconcile(body, heal_only=True), body.get("status"))
 
     @kopf.on.delete(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=2)
     def on_delete(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
@@ -340,8 +390,21 @@ def default_api_client() -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient()
 
 
+def serve_metrics(metrics: OperatorMetrics, port: int,
+                  host: str = "0.0.0.0") -> MetricsServer | None:
+    """Starts serving the operator's registry on ``/metrics`` (and ``/healthz``); port 0
+    serves nothing and returns None."""
+    if not port:
+        return None
+    server = MetricsServer(metrics.registry, host=host, port=port)
+    server.start()
+    log.info("serving metrics on http://%s:%d/metrics", host, server.port)
+    return server
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m service.operator [--namespace NS ...] [--poll-seconds S]``."""
+    """``python -m service.operator [--namespace NS ...] [--poll-seconds S]
+    [--metrics-port P]``."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m service.operator",
@@ -352,14 +415,31 @@ def main(argv: list[str] | None = None) -> int:
                    help="how often to refresh each Experiment's status")
     p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
                    help="kopf's liveness endpoint")
+    p.add_argument("--metrics-port", type=int, default=8081,
+                   help="port of the operator's Prometheus /metrics on 0.0.0.0; 0 disables")
     args = p.parse_args(argv)
+    if not 0 <= args.metrics_port <= 65535:
+        p.error(f"--metrics-port must be 0 to 65535, got {args.metrics_port}")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s seedrl-operator %(levelname)s %(message)s")
-    registry = build_registry(OperatorConfig(api_client=default_api_client(),
-                                             poll_seconds=args.poll_seconds))
-    kopf.run(registry=registry, standalone=True, clusterwide=not args.namespace,
-             namespaces=args.namespace, liveness_endpoint=args.liveness)
+    try:
+        prices = cost.load_prices()
+    except ConfigError as exc:
+        p.error(f"the price table ({cost.PRICES_ENV}): {exc}")
+    log.info("pricing pods with table %s (%s)", prices.version, prices.region)
+    config = OperatorConfig(api_client=default_api_client(), poll_seconds=args.poll_seconds,
+                            prices=prices)
+    server = serve_metrics(config.metrics, args.metrics_port)
+    try:
+        kopf.run(registry=build_registry(config), standalone=True,
+                 clusterwide=not args.namespace, namespaces=args.namespace,
+                 liveness_endpoint=args.liveness)
+    finally:
+        if server is not None:
+            server.stop()
     return 0
+
+
 if __name__ == "__main__":
     import sys
 

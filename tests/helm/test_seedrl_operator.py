@@ -21,8 +21,10 @@ VALUE_SETS = {
     "monitoring-and-overrides": {
         "metrics": {"podMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "grafana": {"dashboards": {"enabled": True}},
-        "operator": {"pollSeconds": 2.5, "livenessPort": 9000, "extraArgs": ["--extra=1"],
-                     "env": [{"name": "SEEDRL_X", "value": "1"}]},
+        "operator": {"pollSeconds": 2.5, "livenessPort": 9000, "metricsPort": 9100,
+                     "extraArgs": ["--extra=1"], "env": [{"name": "SEEDRL_X", "value": "1"}]},
+        "prices": {"version": "acme-discounts-2026", "cpu": {"onDemand": 0.03, "spot": 0.01},
+                   "tpu": {"v5e": {"onDemand": 1.0, "spot": 0.4}}},
         "image": {"digest": "sha256:" + "a" * 64},
         "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam"}},
         "imagePullSecrets": [{"name": "regcred"}],
@@ -72,12 +74,14 @@ def _check_least_privilege(role):
     for child in [("batch", "jobs"), ("apps", "deployments"), ("", "services"),
                   ("", "configmaps"), ("networking.k8s.io", "networkpolicies")]:
         assert rules[child] == {"get", "create", "patch", "delete"}, child
-    assert ("", "pods") not in rules
+    # Pods are only read, to price them (status.cost).
+    assert rules[("", "pods")] == {"get", "list"}
     assert rules[("", "events")] == {"create"}
     assert set(rules) == {("seedrl.dev", "experiments"), ("seedrl.dev", "experiments/status"),
                           ("seedrl.dev", "experiments/finalizers"), ("batch", "jobs"),
                           ("apps", "deployments"), ("", "services"), ("", "configmaps"),
-                          ("networking.k8s.io", "networkpolicies"), ("", "events")}
+                          ("networking.k8s.io", "networkpolicies"), ("", "events"),
+                          ("", "pods")}
     return rules
 
 
@@ -100,7 +104,8 @@ def test_cluster_scope_binds_one_cluster_role():
     (deployment,) = of_kind(manifests, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     # No --namespace: python -m service.operator then watches every namespace.
-    assert args == ["--poll-seconds=10", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert args == ["--poll-seconds=10", "--liveness=http://0.0.0.0:8080/healthz",
+                    "--metrics-port=8081"]
 
 
 def test_users_get_experiment_rights_through_the_default_roles():
@@ -137,7 +142,7 @@ def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
     (deployment,) = of_kind(manifests, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["--namespace=team-a", "--namespace=team-b", "--poll-seconds=10",
-                    "--liveness=http://0.0.0.0:8080/healthz"]
+                    "--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=8081"]
 
     # No namespaces listed: only the release's own.
     manifests = render(OPERATOR_CHART, release="op", namespace="ops",
@@ -152,8 +157,9 @@ def test_operator_values_reach_the_container(tmp_path):
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["args"] == ["--poll-seconds=2.5", "--liveness=http://0.0.0.0:9000/healthz",
-                                 "--extra=1"]
-    assert container["ports"] == [{"name": "health", "containerPort": 9000, "protocol": "TCP"}]
+                                 "--metrics-port=9100", "--extra=1"]
+    assert container["ports"] == [{"name": "health", "containerPort": 9000, "protocol": "TCP"},
+                                  {"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
     assert {"name": "SEEDRL_X", "value": "1"} in container["env"]
     assert container["image"] == "ghcr.io/seedrl/operator@sha256:" + "a" * 64
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
@@ -185,7 +191,10 @@ def test_operator_pod_is_locked_down():
 def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
     manifests = render(OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"],
                        tmp_path=tmp_path)
-    (monitor,) = of_kind(manifests, "PodMonitor")
+    monitors = {m["metadata"]["name"]: m for m in of_kind(manifests, "PodMonitor")}
+    assert set(monitors) == {"test-seedrl-operator-experiments",
+                             "test-seedrl-operator-operator"}
+    monitor = monitors["test-seedrl-operator-experiments"]
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     spec = monitor["spec"]
@@ -198,9 +207,74 @@ def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
 
     manifests = render(OPERATOR_CHART, namespace="ops",
                        sets=["metrics.podMonitor.enabled=true", "watch.scope=namespaces"])
-    (monitor,) = of_kind(manifests, "PodMonitor")
+    (monitor,) = [m for m in of_kind(manifests, "PodMonitor")
+                  if m["metadata"]["name"].endswith("-experiments")]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
     assert not of_kind(render(OPERATOR_CHART), "PodMonitor")
+
+
+def test_pod_monitor_scrapes_the_operator_itself(tmp_path):
+    manifests = render(OPERATOR_CHART, release="op", namespace="seedrl-system",
+                       values=VALUE_SETS["monitoring-and-overrides"], tmp_path=tmp_path)
+    (monitor,) = [m for m in of_kind(manifests, "PodMonitor")
+                  if m["metadata"]["name"] == "op-seedrl-operator-operator"]
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    spec = monitor["spec"]
+    (deployment,) = of_kind(manifests, "Deployment")
+    pod = deployment["spec"]["template"]
+    # It selects the operator pod and nothing else: the Deployment's own selector.
+    assert spec["selector"] == deployment["spec"]["selector"]
+    assert all(pod["metadata"]["labels"][k] == v
+               for k, v in spec["selector"]["matchLabels"].items())
+    assert spec["namespaceSelector"] == {"matchNames": ["seedrl-system"]}
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in \
+        pod["spec"]["containers"][0]["ports"]
+    assert endpoint["relabelings"] == [{"targetLabel": "seedrl_role", "replacement": "operator"}]
+    # metricsPort 0: no endpoint, so nothing to scrape.
+    manifests = render(OPERATOR_CHART, sets=["metrics.podMonitor.enabled=true",
+                                             "operator.metricsPort=0"])
+    assert [m["metadata"]["name"] for m in of_kind(manifests, "PodMonitor")] == [
+        "test-seedrl-operator-experiments"]
+    (deployment,) = of_kind(manifests, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert [p["name"] for p in container["ports"]] == ["health"]
+    assert "--metrics-port=0" in container["args"]
+
+
+def test_a_price_override_is_mounted_where_the_operator_reads_it(tmp_path):
+    from service import cost
+
+    values = VALUE_SETS["monitoring-and-overrides"]
+    manifests = render(OPERATOR_CHART, release="op", values=values, tmp_path=tmp_path)
+    maps = {m["metadata"]["name"]: m for m in of_kind(manifests, "ConfigMap")}
+    config_map = maps["op-seedrl-operator-prices"]
+    (deployment,) = of_kind(manifests, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = {m["name"]: m for m in container["volumeMounts"]}["prices"]
+    assert env["SEEDRL_PRICES"] == mount["mountPath"] and mount["readOnly"] is True
+    assert {"name": "prices", "configMap": {"name": "op-seedrl-operator-prices"}} in \
+        pod["volumes"]
+    # The operator's own loader reads the mounted directory as the kubelet would lay it out.
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    for key, text in config_map["data"].items():
+        (mounted / key).write_text(text)
+    table = cost.load_prices(environ={cost.PRICES_ENV: str(mounted)})
+    assert table.version == "acme-discounts-2026"
+    assert (table.cpu.on_demand, table.cpu.spot) == (0.03, 0.01)
+    assert table.tpu["v5e"].on_demand == 1.0
+    assert table.memory == cost.load_prices(environ={}).memory  # left out: the packaged rate
+    checksum = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/prices"]
+    assert len(checksum) == 64
+    # Without an override: no ConfigMap, no variable, the packaged table.
+    (deployment,) = of_kind(render(OPERATOR_CHART), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "SEEDRL_PRICES" not in {e["name"] for e in container["env"]}
+    assert not of_kind(render(OPERATOR_CHART), "ConfigMap")
 
 
 def test_every_dashboard_file_becomes_a_labelled_config_map(tmp_path):
@@ -235,6 +309,9 @@ def test_every_dashboard_file_becomes_a_labelled_config_map(tmp_path):
     ("watch.namespaces={Bad_NS}", "/watch/namespaces/0"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
     ("rbac.creat=true", "/rbac"),
+    ("operator.metricsPort=70000", "/operator/metricsPort"),
+    ("prices.region=europe-west4", "/prices"),
+    ("prices.cpus=1", "/prices"),
 ])
 def test_bad_values_are_rejected_naming_the_field(setting, path):
     proc = template(OPERATOR_CHART, sets=[setting], check=False)
@@ -279,7 +356,23 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide
     # point where it would start kopf.
     from service import operator
 
-    started = []
+    started, served = [], []
+
+    class Server:
+        """Records what main() serves instead of binding a port in the test."""
+
+        def __init__(self, registry, host, port):
+            served.append((host, port))
+            self.port = port
+
+        def start(self):
+            return self.port
+
+        def stop(self):
+            served.append("stopped")
+
+    monkeypatch.setattr(operator, "MetricsServer", Server)
+    monkeypatch.delenv("SEEDRL_PRICES", raising=False)
     monkeypatch.setattr(operator, "default_api_client", lambda: None)
     monkeypatch.setattr(operator.kopf, "run", lambda **kwargs: started.append(kwargs))
     (deployment,) = of_kind(render(OPERATOR_CHART, values=VALUE_SETS[name], tmp_path=tmp_path),
@@ -291,3 +384,4 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide
     assert kwargs["clusterwide"] is clusterwide
     assert list(kwargs["namespaces"]) == namespaces
     assert kwargs["liveness_endpoint"] == "http://0.0.0.0:8080/healthz"
+    assert served == [("0.0.0.0", 8081), "stopped"]

@@ -66,8 +66,9 @@ def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
     assert lines[0].split() == ["NAME", "PHASE", "AGENT", "ENV", "ACTORS", "STEPS", "RETURN",
                                 "COST", "AGE"]
     row = next(line.split() for line in lines[1:] if line.startswith("cli-cart "))
+    # The operator prices the Experiment's pods; the emulator runs none, so nothing yet.
     assert row[:8] == ["cli-cart", "Running", "vtrace", "CartPole-v1", "4/4", "1.2M", "187.2",
-                       "-"]
+                       "$0.00"]
 
 
 def test_submit_again_updates_in_place(harness, kubeconfig, capsys):

@@ -5,14 +5,21 @@ condition with a timeout."""
 from __future__ import annotations
 
 import copy
+import datetime
+import time
+import urllib.request
 from pathlib import Path
 
+import jsonschema
 import kubernetes
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from common.config import parse_experiment
+from common.schema import to_json_schema
 from service import crd, reconcile
+from service.operator_metrics import OperatorMetrics
 from support.operator_harness import OperatorHarness, wait_for
 
 NS = "team-a"
@@ -251,3 +258,215 @@ def test_deletion_removes_every_child(k8s):
             return exc.status == 404
         return False
     wait_for(experiment_gone, what="the Experiment itself (finalizer released)")
+
+
+# ------------------------------------------------------------------------------------------
+# Cost: the pods' requests x the time they ran, priced with service/prices.yaml
+# ------------------------------------------------------------------------------------------
+
+# Rates from service/prices.yaml (table gke-us-central1-2026-11-29), USD per hour.
+CPU, CPU_SPOT = 0.0445, 0.0133            # per vCPU
+MEM, MEM_SPOT = 0.0049225, 0.0014767      # per GiB
+V5E = 1.20                                # per TPU v5e chip, on demand
+PRICE_TABLE = "gke-us-central1-2026-11-29"
+ACTOR_SPOT_HOURLY = 2 * CPU_SPOT + 2 * MEM_SPOT   # an actor pod: 2 vCPU, 2 GiB, Spot
+
+
+def iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=False):
+    """A pod as the Job or Deployment controller and the kubelet would leave it: requests,
+    node selectors, status.startTime and container states (terminated at ``end``)."""
+    requests = {"cpu": "4", "memory": "16Gi"} if role == "learner" else \
+        {"cpu": "2000m", "memory": "2048Mi"}
+    limits = {}
+    selector = {}
+    if tpu:
+        requests["google.com/tpu"] = "4"
+        limits["google.com/tpu"] = "4"
+        selector.update({"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                         "cloud.google.com/gke-tpu-topology": "2x2"})
+    if spot:
+        selector["cloud.google.com/gke-spot"] = "true"
+    state = ({"terminated": {"exitCode": 0, "startedAt": start, "finishedAt": end}} if end
+             else {"running": {"startedAt": start}})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {reconcile.LABEL_EXPERIMENT: experiment,
+                                                  reconcile.LABEL_ROLE: role}},
+            "spec": {"nodeSelector": selector,
+                     "containers": [{"name": role, "image": "seedrl",
+                                     "resources": {"requests": requests, "limits": limits}}]},
+            "status": {"phase": phase or ("Succeeded" if end else "Running"),
+                       "startTime": start,
+                       "containerStatuses": [{"name": role, "ready": not end, "image": "seedrl",
+                                              "imageID": "seedrl@sha256:" + "0" * 64,
+                                              "restartCount": 0, "state": state}]}}
+
+
+def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harness):
+    name = "priced"
+    k8s.create(name, actors={"replicas": 2})
+    wait_for(lambda: all(k8s.children(name).values()), what="children")
+    k8s.mark_ready(name, 2)
+    # A learner on a v5e 2x2 slice (4 chips) for 2 h, two Spot actors for 1.5 h and 0.5 h,
+    # and another Experiment's pod, which must not be counted.
+    pods = [pod("priced-learner-x1", name, "learner", "2026-01-01T00:00:00Z",
+                "2026-01-01T02:00:00Z", tpu=True),
+            pod("priced-actors-a", name, "actor", "2026-01-01T00:10:00Z",
+                "2026-01-01T01:40:00Z", phase="Failed", spot=True),
+            pod("priced-actors-b", name, "actor", "2026-01-01T00:10:00Z",
+                "2026-01-01T00:40:00Z", spot=True),
+            pod("other-learner-x1", "other", "learner", "2026-01-01T00:00:00Z",
+                "2026-01-01T05:00:00Z", tpu=True)]
+    uids = {p["metadata"]["name"]: k8s.core.create_namespaced_pod(NS, p).metadata.uid
+            for p in pods}
+    # Only now the learner reports frames: a cost with them was priced from every pod above
+    # (the operator reads the learner before it lists the pods).
+    harness.learners.statuses[(NS, name)] = running_learner(env_steps=2_000_000)
+    learner = 2.0 * (4 * CPU + 16 * MEM + 4 * V5E)            # 10.11352
+    actors = 1.5 * ACTOR_SPOT_HOURLY + 0.5 * ACTOR_SPOT_HOURLY  # 0.0591068
+    total = learner + actors                                   # 10.1726268
+    status = wait_for(lambda: (s := k8s.status(name)).get("cost", {}).get("envFrames") ==
+                      2_000_000 and s, what="status.cost with the learner's frames")
+    cost = status["cost"]
+    assert cost["totalUsd"] == pytest.approx(total, abs=1e-6)
+    assert cost["usdPerMillionFrames"] == pytest.approx(total / 2, abs=1e-6)
+    assert cost["usdPerHour"] == 0  # nothing runs any more
+    assert cost["priceTable"] == PRICE_TABLE and cost["currency"] == "USD"
+    b = cost["breakdown"]
+    assert b["learner"]["pods"] == 1 and b["actor"]["pods"] == 2
+    assert b["learner"]["totalUsd"] == pytest.approx(learner, abs=1e-6)
+    assert b["learner"]["acceleratorUsd"] == pytest.approx(2.0 * 4 * V5E, abs=1e-6)
+    assert b["learner"]["cpuUsd"] == pytest.approx(2.0 * 4 * CPU, abs=1e-6)
+    assert b["actor"]["totalUsd"] == pytest.approx(actors, abs=1e-6)
+    assert b["actor"]["podHours"] == pytest.approx(2.0)
+    records = {r["name"]: r for r in status["costRecords"]}
+    assert set(records) == {uids["priced-learner-x1"], uids["priced-actors-a"],
+                            uids["priced-actors-b"]}
+    assert records[uids["priced-learner-x1"]]["acceleratorType"] == "v5e"
+    assert records[uids["priced-actors-a"]]["spot"] is True
+    # What was written is what the CRD declares, key for key: an API server prunes the rest.
+    schema = to_json_schema(crd.status_schema(), closed=True)
+    jsonschema.validate({"cost": cost, "costRecords": status["costRecords"]}, schema)
+
+    # A pod that disappears is still counted, from the stored record.
+    k8s.core.delete_namespaced_pod("priced-actors-a", NS)
+    after = iso(time.time() + 1)
+    status = wait_for(lambda: (s := k8s.status(name))["cost"]["asOf"] >= after and s,
+                      what="a pricing after the pod was deleted")
+    assert status["cost"]["totalUsd"] == pytest.approx(total, abs=1e-6)
+    assert uids["priced-actors-a"] in {r["name"] for r in status["costRecords"]}
+
+    # A pod that cannot be priced (TPU chips without the accelerator's node selector) leaves
+    # the stored cost alone: polls go on, the reconcile does not fail.
+    bad = pod("priced-actors-bad", name, "actor", "2026-01-01T00:00:00Z")
+    bad["spec"]["containers"][0]["resources"]["requests"]["google.com/tpu"] = "1"
+    errors = sample(harness, "seedrl_operator_reconcile_errors_total", trigger="poll")
+    k8s.core.create_namespaced_pod(NS, bad)
+    created = time.time()
+    polls = poll_count(harness)
+    # Polls run every 0.3 s; over 2.5 s a priced status would have a later asOf.
+    wait_for(lambda: poll_count(harness) >= polls + 5 and time.time() > created + 2.5,
+             what="polls with the unpriceable pod")
+    kept = k8s.status(name)
+    # The last pricing is the one that may have been under way when the pod appeared.
+    assert kept["cost"]["asOf"] <= iso(created + 1)
+    assert kept["cost"]["totalUsd"] == status["cost"]["totalUsd"]
+    assert len(kept["costRecords"]) == 3
+    assert kept["phase"] == "Running"
+    assert sample(harness, "seedrl_operator_reconcile_errors_total", trigger="poll") == errors
+    k8s.core.delete_namespaced_pod("priced-actors-bad", NS)
+
+    # A pod still running is priced up to the report's asOf, and sets the burn rate.
+    started = time.time() - 3600
+    k8s.core.create_namespaced_pod(NS, pod("priced-actors-c", name, "actor", iso(started),
+                                           spot=True))
+    status = wait_for(lambda: (s := k8s.status(name)) and len(s["costRecords"]) == 4 and s,
+                      what="the running pod's record")
+    cost = status["cost"]
+    as_of = datetime.datetime.fromisoformat(cost["asOf"].replace("Z", "+00:00")).timestamp()
+    running_hours = (as_of - int(started)) / 3600
+    # asOf is cut to the second: the pod may have been priced up to 1 s later.
+    assert cost["totalUsd"] == pytest.approx(total + running_hours * ACTOR_SPOT_HOURLY,
+                                             abs=ACTOR_SPOT_HOURLY / 3600 + 1e-6)
+    assert cost["usdPerHour"] == pytest.approx(ACTOR_SPOT_HOURLY, abs=1e-6)
+    assert cost["breakdown"]["actor"]["pods"] == 3
+
+
+# ------------------------------------------------------------------------------------------
+# The operator's own metrics, scraped over HTTP
+# ------------------------------------------------------------------------------------------
+
+def scrape(harness) -> dict[tuple[str, tuple], float]:
+    """``{(sample name, sorted labels): value}`` of the operator's /metrics."""
+    with urllib.request.urlopen(harness.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def sample(harness, name, **labels):
+    return scrape(harness).get((name, tuple(sorted(labels.items()))))
+
+
+def poll_count(harness) -> float:
+    return sample(harness, "seedrl_operator_reconciles_total", trigger="poll") or 0.0
+
+
+def experiment_series(harness, experiment):
+    return {k for k in scrape(harness) if ("experiment", experiment) in k[1]}
+
+
+def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
+    changes = sample(harness, "seedrl_operator_reconciles_total", trigger="change")
+    assert sample(harness, "seedrl_operator_reconcile_errors_total", trigger="change") == 0
+    k8s.create("metered")
+    k8s.create("badmeter", learner={"unrollLength": 0})
+    wait_for(lambda: sample(harness, "seedrl_operator_reconciles_total", trigger="change")
+             >= changes + 2, what="change reconciles counted")
+    polls = poll_count(harness)
+    wait_for(lambda: poll_count(harness) >= polls + 2, what="poll reconciles counted")
+
+    wait_for(lambda: sample(harness, "seedrl_experiment_phase", experiment="badmeter",
+                            namespace=NS, phase="Failed") == 1, what="phase Failed = 1")
+    assert sample(harness, "seedrl_experiment_phase", experiment="badmeter", namespace=NS,
+                  phase="Running") == 0
+    wait_for(lambda: sample(harness, "seedrl_experiment_phase", experiment="metered",
+                            namespace=NS, phase="Pending") == 1, what="phase Pending = 1")
+
+    # One closed actor pod: 1 h of 2 vCPU/2 GiB on demand.
+    k8s.core.create_namespaced_pod(NS, pod("metered-actors-a", "metered", "actor",
+                                           "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"))
+    expected = 2 * CPU + 2 * MEM
+    wait_for(lambda: sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
+                            role="total") == pytest.approx(expected), what="cost gauge")
+    assert sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
+                  role="actor") == pytest.approx(expected)
+    assert sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
+                  role="learner") == 0
+    assert k8s.status("metered")["cost"]["totalUsd"] == pytest.approx(expected, abs=1e-6)
+
+    for name in ("metered", "badmeter"):
+        k8s.custom.delete_namespaced_custom_object(crd.GROUP, crd.VERSION, NS, crd.PLURAL,
+                                                   name)
+    wait_for(lambda: not experiment_series(harness, "metered")
+             and not experiment_series(harness, "badmeter"), what="series removed on delete")
+    assert sample(harness, "seedrl_operator_reconcile_errors_total", trigger="poll") == 0
+
+
+def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
+    metrics = OperatorMetrics()
+    with pytest.raises(RuntimeError, match="API down"):
+        with metrics.reconciling("poll"):
+            raise RuntimeError("API down")
+    with metrics.reconciling("poll"):
+        pass
+    reg = metrics.registry
+    assert reg.get_sample_value("seedrl_operator_reconciles_total", {"trigger": "poll"}) == 2
+    assert reg.get_sample_value("seedrl_operator_reconcile_errors_total",
+                                {"trigger": "poll"}) == 1
+    assert reg.get_sample_value("seedrl_operator_reconcile_errors_total",
+                                {"trigger": "change"}) == 0

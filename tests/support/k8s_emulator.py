@@ -18,6 +18,8 @@ Bridged for kmock 0.8 (pinned in pyproject.toml; re-check these when it moves):
 - creations answer 200 where an API server answers 201 (the client then returns None): 201;
 - a JSON patch whose ``test`` of resourceVersion fails answers 500 (kopf then retries the
   same stale patch): 422, as an API server answers; JSON patches also move resourceVersion;
+- lists ignore ``labelSelector``: equality-based selectors (``k=v``, ``k==v``, ``k!=v``,
+  ``k``, ``!k``, comma-joined) are applied to list results (set-based ones are refused);
 - every request is kept and scanned to match the next one (quadratic under polling): only
   requests in flight are kept;
 - ``metadata.deletionTimestamp`` on an object with finalizers is honoured by kmock already.
@@ -49,13 +51,14 @@ from kmock._internal import enums
 #: plural -> kind of the resources the tests touch (kmock guesses kinds badly).
 KINDS = {"experiments": "Experiment", "configmaps": "ConfigMap", "services": "Service",
          "networkpolicies": "NetworkPolicy", "jobs": "Job", "deployments": "Deployment",
-         "events": "Event", "namespaces": "Namespace"}
+         "events": "Event", "namespaces": "Namespace", "pods": "Pod"}
 RESOURCES = {
     "seedrl.dev/v1alpha1/experiments": dict(kind="Experiment", namespaced=True,
                                             subresources={"status", "scale"}),
     "v1/configmaps": dict(kind="ConfigMap", namespaced=True),
     "v1/services": dict(kind="Service", namespaced=True),
     "v1/events": dict(kind="Event", namespaced=True),
+    "v1/pods": dict(kind="Pod", namespaced=True, subresources={"status"}),
     "v1/namespaces": dict(kind="Namespace", namespaced=False),
     "networking.k8s.io/v1/networkpolicies": dict(kind="NetworkPolicy", namespaced=True),
     "batch/v1/jobs": dict(kind="Job", namespaced=True, subresources={"status"}),
@@ -150,6 +153,10 @@ class BridgedEmulator(kmock.KubernetesEmulator):
 
     async def _serve_list(self, request):
         out = await super()._serve_list(request)
+        selector = request.params.get("labelSelector")
+        if selector:
+            out = {**out, "items": [obj for obj in out["items"]
+                                    if _selects(str(selector), obj)]}
         kind = KINDS.get(request.resource.plural, "")
         group = request.resource.group
         return {"kind": f"{kind}List",
@@ -161,6 +168,29 @@ class BridgedEmulator(kmock.KubernetesEmulator):
         if request.resource.group == "":
             out["groupVersion"] = request.resource.version
         return out
+
+
+def _selects(selector: str, obj: Any) -> bool:
+    """Whether an equality-based label selector matches ``obj``'s labels."""
+    labels = ((obj.get("metadata") or {}).get("labels") or {}) if isinstance(obj, dict) else {}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if " in " in term or " notin " in term or "(" in term:
+            raise kmock.KubernetesError(status=400, reason="BadRequest",
+                                        message=f"set-based selector not bridged: {term}")
+        if "!=" in term:
+            key, value = (p.strip() for p in term.split("!=", 1))
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = (p.strip() for p in term.replace("==", "=").split("=", 1))
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
 
 
 def _merged(old: Any, patch: Any) -> Any:

@@ -2,7 +2,8 @@
 
 :class:`OperatorHarness` starts, each in its own thread: the bridged kmock emulator (see
 :mod:`support.k8s_emulator`), a local HTTP server that plays the learners' ``GET /status``
-endpoints, and ``kopf.operator`` with the handlers of ``service/operator.py``. Tests talk to
+endpoints, ``kopf.operator`` with the handlers of ``service/operator.py``, and the operator's
+``/metrics`` endpoint (:class:`common.metrics_http.MetricsServer`, as ``main`` serves it). Tests talk to
 the emulator with the official ``kubernetes`` client and wait on conditions with
 :func:`wait_for`, never on fixed sleeps.
 """
@@ -19,7 +20,9 @@ from typing import Any, Callable
 import kopf
 import kubernetes
 
+from common.metrics_http import MetricsServer
 from service import operator
+from service.operator_metrics import OperatorMetrics
 from support.k8s_emulator import EmulatedCluster
 
 
@@ -90,12 +93,16 @@ class OperatorHarness:
       cluster: the emulated cluster.
       learners: the learner status server.
       api: a ``kubernetes`` ApiClient for the emulator (the tests' own).
+      metrics: the operator's metrics; :attr:`metrics_url` serves them over HTTP.
     """
 
     def __init__(self, poll_seconds: float = 0.3):
         self.poll_seconds = poll_seconds
         self.cluster = EmulatedCluster()
         self.learners = LearnerStatusServer()
+        self.metrics = OperatorMetrics()
+        self.metrics_server = MetricsServer(self.metrics.registry, host="127.0.0.1", port=0)
+        self.metrics_url = ""
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -104,7 +111,7 @@ class OperatorHarness:
     def _run(self) -> None:
         config = operator.OperatorConfig(
             api_client=self.cluster.api_client(), poll_seconds=self.poll_seconds,
-            status_url=self.learners.url,
+            status_url=self.learners.url, metrics=self.metrics,
             connection=kopf.ConnectionInfo(server=self.cluster.url, insecure=True))
         registry = operator.build_registry(config)
 
@@ -125,6 +132,7 @@ class OperatorHarness:
         self.cluster.__enter__()
         self.learners.__enter__()
         self.api = self.cluster.api_client()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_server.start()}/metrics"
         self._thread.start()
         if not self._ready.wait(30) or self._error is not None:
             self.__exit__()
@@ -134,5 +142,6 @@ class OperatorHarness:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join(20)
+        self.metrics_server.stop()
         self.learners.__exit__()
         self.cluster.__exit__()

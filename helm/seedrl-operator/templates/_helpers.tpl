@@ -66,6 +66,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* Name of the ConfigMap holding the price-table override (values.prices). */}}
+{{- define "seedrl-operator.pricesName" -}}
+{{- printf "%s-prices" (include "seedrl-operator.fullname" . | trunc 56 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Where the operator container mounts it; $SEEDRL_PRICES names this directory. */}}
+{{- define "seedrl-operator.pricesDir" -}}
+/etc/seedrl/prices
+{{- end }}
+
 {{/* The operator image: repository@digest when a digest is given, else repository:tag. */}}
 {{- define "seedrl-operator.image" -}}
 {{- if .Values.image.digest }}
@@ -102,6 +112,7 @@ then operator.extraArgs. No --namespace means every namespace.
 {{- end }}
 {{- $args = append $args (printf "--poll-seconds=%v" .Values.operator.pollSeconds) }}
 {{- $args = append $args (printf "--liveness=http://0.0.0.0:%d/healthz" (int .Values.operator.livenessPort)) }}
+{{- $args = append $args (printf "--metrics-port=%d" (int .Values.operator.metricsPort)) }}
 {{- toYaml (concat $args .Values.operator.extraArgs) }}
 {{- end }}
 
@@ -125,8 +136,7 @@ Experiments and the objects it renders for each, plus kopf's events.
 # What each Experiment becomes: the learner Job, the actor Deployment, the learner's Service,
 # the ConfigMap holding config.yaml, and the NetworkPolicy on the learner port. The operator
 # reads, creates, server-side-applies (patch) and deletes them by name; it never lists or
-# watches them, and never touches pods (suspending sets the Job's spec.suspend and the Job
-# controller stops the pod).
+# watches them (suspending sets the Job's spec.suspend and the Job controller stops the pod).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "create", "patch", "delete"]
@@ -139,6 +149,12 @@ Experiments and the objects it renders for each, plus kopf's events.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create", "patch", "delete"]
+# Cost: each poll lists an Experiment's pods (label seedrl.dev/experiment) to price what they
+# requested for as long as they ran. Read only: the operator never creates, changes or deletes
+# a pod.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list"]
 # kopf posts Kubernetes events about handler progress and errors.
 - apiGroups: [""]
   resources: ["events"]

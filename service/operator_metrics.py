@@ -1,0 +1,77 @@
+"""The operator's own Prometheus series, served on ``--metrics-port`` (``/metrics``).
+
+- ``seedrl_operator_reconciles_total{trigger}``: handler runs, ``trigger`` ``change`` (create,
+  update, resume) or ``poll`` (the periodic status refresh);
+- ``seedrl_operator_reconcile_errors_total{trigger}``: those that raised (kopf retries them);
+- per Experiment, :class:`service.experiment_metrics.ExperimentGauges`: the phase and the cost
+  so far, set from each computed status and pricing report, dropped on delete.
+
+Everything lives in one registry of its own (not prometheus_client's global one), so that
+several operators can run in one test process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter
+
+from service import cost
+from service.experiment_metrics import ExperimentGauges
+
+#: What started a reconcile.
+TRIGGERS = ("change", "poll")
+
+
+class OperatorMetrics:
+    """The operator's registry with its counters and the Experiments' gauges.
+
+    Args:
+      registry: where to register (a fresh one by default).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.reconciles = Counter("seedrl_operator_reconciles_total",
+                                  "Reconciles run by the operator, by what triggered them.",
+                                  ["trigger"], registry=self.registry)
+        self.errors = Counter("seedrl_operator_reconcile_errors_total",
+                              "Reconciles that raised (kopf retries them), by trigger.",
+                              ["trigger"], registry=self.registry)
+        for trigger in TRIGGERS:  # both series exist from the start, at 0
+            self.reconciles.labels(trigger)
+            self.errors.labels(trigger)
+        self.experiments = ExperimentGauges(self.registry)
+        # uids of deleted Experiments: a poll that was already running when one was deleted
+        # must not bring its series back after on_delete dropped them.
+        self._deleted: set[str] = set()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def reconciling(self, trigger: str) -> Iterator[None]:
+        """Counts one reconcile; an exception is counted as an error and raised again."""
+        self.reconciles.labels(trigger).inc()
+        try:
+            yield
+        except BaseException:
+            self.errors.labels(trigger).inc()
+            raise
+
+    def observe(self, name: str, namespace: str, uid: str | None, phase: str | None,
+                report: cost.CostReport | None) -> None:
+        """Sets an Experiment's phase and (when priced this time) cost gauges."""
+        with self._lock:
+            if uid is not None and uid in self._deleted:
+                return
+            if phase:
+                self.experiments.set_phase(name, namespace, phase)
+            self.experiments.set_cost(name, report)
+
+    def forget(self, name: str, namespace: str, uid: str | None) -> None:
+        """Drops a deleted Experiment's series."""
+        with self._lock:
+            if uid is not None:
+                self._deleted.add(uid)
+            self.experiments.remove(name, namespace)
