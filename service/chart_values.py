@@ -12,7 +12,6 @@ a comment and its default as the value, and ``values.schema.json`` is the Experi
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -25,6 +24,7 @@ import yaml
 
 from common import config
 from common.schema import dataclass_schema, spec_schema, to_json_schema
+from service import generated
 from service.reconcile import MAX_NAME_LENGTH
 
 #: The experiment chart, beside this package in the repository.
@@ -142,27 +142,9 @@ def rendered() -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Writes or checks the generated chart files; prints values.yaml with neither flag."""
-    p = argparse.ArgumentParser(prog="python -m service.chart_values",
-                                description=__doc__.splitlines()[0])
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite the files in the chart")
-    mode.add_argument("--check", action="store_true", help="exit 1 if a file is out of date")
-    args = p.parse_args(argv)
-    files = rendered()
-    if args.write:
-        for path, text in files.items():
-            path.write_text(text)
-            print(f"wrote {path}")
-        return 0
-    if args.check:
-        stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
-        for path in stale:
-            print(f"{path} is out of date: run python -m service.chart_values --write",
-                  file=sys.stderr)
-        return 1 if stale else 0
-    sys.stdout.write(files[CHART_DIR / "values.yaml"])
-    return 0
+    """Writes or checks the generated chart files; prints them with neither flag."""
+    return generated.main("python -m service.chart_values", __doc__.splitlines()[0],
+                          rendered(), argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ checked-in file differs from what the dataclasses generate now. The ``spec`` sch
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import yaml
 
 from common.config import API_VERSION, KIND
 from common.schema import experiment_schema
-from service import cost
+from service import cost, generated
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "experiments"
@@ -173,26 +172,9 @@ def crd_text() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m service.crd [--write | --check]``; prints the CRD with neither."""
-    p = argparse.ArgumentParser(prog="python -m service.crd", description=__doc__.splitlines()[0])
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="write the checked-in copies")
-    mode.add_argument("--check", action="store_true", help="exit 1 if a copy is out of date")
-    args = p.parse_args(argv)
     text = crd_text()
-    if args.write:
-        for path in CRD_PATHS:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(ROOT)}")
-        return 0
-    if args.check:
-        stale = [p for p in CRD_PATHS if not p.exists() or p.read_text(encoding="utf-8") != text]
-        for path in stale:
-            print(f"out of date: {path.relative_to(ROOT)} (run python -m service.crd --write)",
-                  file=sys.stderr)
-        return 1 if stale else 0
-    sys.stdout.write(text)
-    return 0
+    return generated.main("python -m service.crd", __doc__.splitlines()[0],
+                          {path: text for path in CRD_PATHS}, argv)
 
 
 if __name__ == "__main__":

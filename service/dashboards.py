@@ -14,11 +14,12 @@ the metrics. Every query is tested against a real Prometheus scraping real runs
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from dataclasses import dataclass, field
+
+from service import generated
 
 DASHBOARD_DIR = os.path.join("helm", "seedrl-operator", "dashboards")
 EXP = 'experiment=~"$experiment"'
@@ -239,19 +240,9 @@ def render_all() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m service.dashboards --write``: regenerates the chart's dashboards."""
-    p = argparse.ArgumentParser(prog="python -m service.dashboards", description=__doc__)
-    p.add_argument("--write", action="store_true", help=f"write them into {DASHBOARD_DIR}")
-    args = p.parse_args(argv)
-    for name, text in render_all().items():
-        if args.write:
-            os.makedirs(DASHBOARD_DIR, exist_ok=True)
-            with open(os.path.join(DASHBOARD_DIR, name), "w", encoding="utf-8") as fh:
-                fh.write(text)
-            print(f"wrote {os.path.join(DASHBOARD_DIR, name)}")
-        else:
-            sys.stdout.write(text)
-    return 0
+    """``python -m service.dashboards [--write | --check]``: the chart's dashboards."""
+    files = {generated.ROOT / DASHBOARD_DIR / name: text for name, text in render_all().items()}
+    return generated.main("python -m service.dashboards", __doc__.splitlines()[0], files, argv)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Gauge
 
 from service import cost
-
-#: The phases an Experiment goes through (``status.phase``).
-PHASES = ("Pending", "Running", "Succeeded", "Failed", "Suspended")
+from service.crd import PHASES
 
 
 class ExperimentGauges:
