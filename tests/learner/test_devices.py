@@ -179,14 +179,12 @@ def test_four_replicas_compute_the_one_device_parameters(trained):
     out, results = trained
     results = {**results, 4: _scenario("train", "4", str(out))}
     for agent in AGENT_CASES:
-        checkpoint_ok = _check_equivalence(out, results, agent, 4)
-        assert checkpoint_ok == (agent != "r2d2"), agent  # see TORSO_NOT_CHECKPOINTED
+        assert _check_equivalence(out, results, agent, 4), agent
 
 
-# Pre-existing, not of this module: torsos keep their layers in plain lists (MLPTorso.layers_,
-# NatureTorso.convs, ResNetTorso.stacks), which tf.train.Checkpoint does not follow; the online
-# network's torso is saved only because the optimizer lists its variables, R2D2's target
-# network's torso not at all. Strict, so that it shows when fixed.
+# Checkpoints go through learner.checkpoint.trackables, which lists every variable of each Keras
+# model: Keras 3 leaves list-held sub-layers (the torsos' layers) out of TensorFlow's object
+# graph, so R2D2's target torso was not saved before.
 @pytest.mark.parametrize("agent", AGENT_CASES)
 def test_checkpoints_move_between_device_counts(trained, agent):
     out, results = trained
