@@ -103,10 +103,18 @@ def test_submit_applies_the_clusters_name_limit(harness, kubeconfig, capsys):
 def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
     assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--dry-run",
                      "--set", "metadata.name=dry"]) == cli.EXIT_OK
-    printed = yaml.safe_load(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    printed = yaml.safe_load(captured.out)
     assert printed["metadata"] == {"name": "dry", "namespace": "ml"}
     with pytest.raises(kubernetes.client.ApiException):
         get(harness, "ml", "dry")
+    # The example keeps its checkpoints in the pod: the user is told what that means.
+    assert not printed["spec"].get("checkpoint", {}).get("uri")
+    assert "spec.checkpoint.uri is empty" in captured.err and "gs://" in captured.err
+    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--dry-run",
+                     "--set", "metadata.name=dry",
+                     "--set", "spec.checkpoint.uri=gs://my-bucket/dry"]) == cli.EXIT_OK
+    assert "spec.checkpoint.uri is empty" not in capsys.readouterr().err
 
 
 def test_status_marks_a_rejected_spec_and_lists_all_namespaces(harness, kubeconfig, capsys):
