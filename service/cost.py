@@ -815,8 +815,9 @@ def format_report(status: Mapping[str, Any]) -> str:
 class CostGauges:
     """Prometheus gauges of Experiment costs, for the operator to update after each pricing.
 
-    ``seedrl_experiment_cost_usd{experiment, role}`` (role learner, actor or total) and
-    ``seedrl_experiment_cost_usd_per_million_frames{experiment}``.
+    ``seedrl_experiment_cost_usd{experiment, namespace, role}`` (role learner, actor or total)
+    and ``seedrl_experiment_cost_usd_per_million_frames{experiment, namespace}``: the namespace
+    keeps apart Experiments of one name in two namespaces.
 
     Args:
       registry: where to register (default: prometheus_client's global registry; pass a fresh
@@ -830,27 +831,27 @@ class CostGauges:
         self.usd = Gauge("seedrl_experiment_cost_usd",
                          "Estimated cost of an Experiment so far, in USD, from the resources "
                          "its pods requested and the time they ran.",
-                         ["experiment", "role"], registry=registry)
+                         ["experiment", "namespace", "role"], registry=registry)
         self.per_million = Gauge("seedrl_experiment_cost_usd_per_million_frames",
                                  "Estimated USD per million environment frames so far.",
-                                 ["experiment"], registry=registry)
+                                 ["experiment", "namespace"], registry=registry)
 
-    def update(self, experiment: str, report: CostReport) -> None:
+    def update(self, experiment: str, namespace: str, report: CostReport) -> None:
         """Sets the gauges of one Experiment from its report."""
         for role, c in report.roles.items():
-            self.usd.labels(experiment=experiment, role=role).set(c.total_usd)
-        self.usd.labels(experiment=experiment, role="total").set(report.total_usd)
+            self.usd.labels(experiment, namespace, role).set(c.total_usd)
+        self.usd.labels(experiment, namespace, "total").set(report.total_usd)
         if report.usd_per_million_frames is not None:
-            self.per_million.labels(experiment=experiment).set(report.usd_per_million_frames)
+            self.per_million.labels(experiment, namespace).set(report.usd_per_million_frames)
 
-    def remove(self, experiment: str) -> None:
+    def remove(self, experiment: str, namespace: str) -> None:
         """Drops a deleted Experiment's series."""
         for role in (*ROLES, "total"):
             try:
-                self.usd.remove(experiment, role)
+                self.usd.remove(experiment, namespace, role)
             except KeyError:
                 pass
         try:
-            self.per_million.remove(experiment)
+            self.per_million.remove(experiment, namespace)
         except KeyError:
             pass

@@ -33,10 +33,11 @@ class ExperimentGauges:
         for p in PHASES:
             self._phase.labels(experiment, namespace, p).set(1.0 if p == phase else 0.0)
 
-    def set_cost(self, experiment: str, report: cost.CostReport | None) -> None:
+    def set_cost(self, experiment: str, namespace: str,
+                 report: cost.CostReport | None) -> None:
         """Sets the cost gauges from a pricing report (None: nothing priced yet)."""
         if report is not None:
-            self.cost.update(experiment, report)
+            self.cost.update(experiment, namespace, report)
 
     def remove(self, experiment: str, namespace: str) -> None:
         """Drops a deleted Experiment's series."""
@@ -45,4 +46,4 @@ class ExperimentGauges:
                 self._phase.remove(experiment, namespace, p)
             except KeyError:
                 pass
-        self.cost.remove(experiment)
+        self.cost.remove(experiment, namespace)

@@ -250,7 +250,7 @@ class LocalRun:
                 if self.cost and time.monotonic() - last_cost >= COST_EVERY_S:
                     last_cost = time.monotonic()
                     self.cost.update([self.learner, *self.actors], env_steps, running=True)
-                    self.gauges.set_cost(name, self.cost.last_report)
+                    self.gauges.set_cost(name, LOCAL_NAMESPACE, self.cost.last_report)
                 time.sleep(0.25)
         finally:
             # The learner goes first so that it can checkpoint; actors see `finished` or lose
@@ -269,7 +269,7 @@ class LocalRun:
             self.cost_status = self.cost.update([self.learner, *self.actors],
                                                 summary.get("env_steps", env_steps),
                                                 running=False)
-            self.gauges.set_cost(name, self.cost.last_report)
+            self.gauges.set_cost(name, LOCAL_NAMESPACE, self.cost.last_report)
         failed = summary.get("stop_reason") in ("learner_failed", "train_error")
         self.gauges.set_phase(name, LOCAL_NAMESPACE, "Failed" if failed else "Succeeded")
         self._metrics_server.stop()

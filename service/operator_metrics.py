@@ -67,7 +67,7 @@ class OperatorMetrics:
                 return
             if phase:
                 self.experiments.set_phase(name, namespace, phase)
-            self.experiments.set_cost(name, report)
+            self.experiments.set_cost(name, namespace, report)
 
     def forget(self, name: str, namespace: str, uid: str | None) -> None:
         """Drops a deleted Experiment's series."""

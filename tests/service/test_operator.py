@@ -442,11 +442,11 @@ def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
                                            "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"))
     expected = 2 * CPU + 2 * MEM
     wait_for(lambda: sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
-                            role="total") == pytest.approx(expected), what="cost gauge")
+                            namespace=NS, role="total") == pytest.approx(expected), what="cost gauge")
     assert sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
-                  role="actor") == pytest.approx(expected)
+                  namespace=NS, role="actor") == pytest.approx(expected)
     assert sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
-                  role="learner") == 0
+                  namespace=NS, role="learner") == 0
     assert k8s.status("metered")["cost"]["totalUsd"] == pytest.approx(expected, abs=1e-6)
 
     for name in ("metered", "badmeter"):
