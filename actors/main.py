@@ -126,15 +126,12 @@ def serve_metrics(args, exp, clients):
     """Starts this actor's /metrics endpoint; None if disabled or the port is taken (the
     actor steps on without it: metrics matter less than training)."""
     from actors.metrics import ActorMetrics
-    from common.metrics_http import MetricsServer
+    from common.metrics_http import MetricsServer, bind_address
 
-    if args.metrics_address == "off":
+    bind = bind_address(args.metrics_address, exp.spec.actors.metrics_port)
+    if bind is None:
         return None
-    if args.metrics_address:
-        host, _, port = args.metrics_address.rpartition(":")
-        host, port = host.strip("[]") or "0.0.0.0", int(port)
-    else:
-        host, port = "0.0.0.0", exp.spec.actors.metrics_port
+    host, port = bind
     metrics = ActorMetrics(exp.metadata.name, args.index, clients)
     http = MetricsServer(metrics.registry, host=host, port=port)
     try:

@@ -19,6 +19,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 log = logging.getLogger(__name__)
 
 
+def bind_address(flag: str | None, default_port: int) -> tuple[str, int] | None:
+    """Where to serve, from a ``--metrics-address`` flag: ``host:port`` (``[v6]:port`` too),
+    empty for ``0.0.0.0:default_port`` (a pod's port), or ``off`` for nowhere (None)."""
+    if flag == "off":
+        return None
+    if not flag:
+        return "0.0.0.0", default_port
+    host, _, port = flag.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 class MetricsServer:
     """Serves one registry and an optional status callback over HTTP in a daemon thread.
 

@@ -334,6 +334,15 @@ class GCSStore(ObjectStore):
                 self.bucket.blob(self._key(name)).delete(retry=self._retry)
 
 
+def tensorboard_uri(checkpoint_uri: str, run_dir: str | None) -> str | None:
+    """Where a run's TensorBoard summaries go: beside its checkpoints when they have a location
+    of their own (``<uri>/tensorboard``, so a cluster run keeps them in its bucket), else the
+    run directory's ``tensorboard/``; None when there is neither."""
+    if checkpoint_uri:
+        return checkpoint_uri.rstrip("/") + "/tensorboard"
+    return os.path.join(run_dir, "tensorboard") if run_dir else None
+
+
 def open_store(uri: str) -> ObjectStore:
     """The store for ``gs://bucket[/prefix]``, ``file:///path`` or a plain local path."""
     if uri.startswith("gs://"):

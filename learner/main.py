@@ -49,15 +49,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def _metrics_address(args, exp) -> tuple[str, int] | None:
-    if args.metrics_address == "off":
-        return None
-    if not args.metrics_address:
-        return "0.0.0.0", exp.spec.learner.metrics_port
-    host, _, port = args.metrics_address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 def _summary(runtime, checkpointer) -> dict:
     mean = runtime.mean_return
     elapsed = runtime.elapsed
@@ -95,13 +86,14 @@ async def serve(exp, args) -> int:
     """Runs the learner until the budget, a signal or a training failure; returns the exit code."""
     # Imported here so that `--help` and config errors answer without loading TensorFlow.
     from learner.agents import build_agent
-    from common.metrics_http import MetricsServer
+    from common.metrics_http import MetricsServer, bind_address
     from common.storage import StorageError
     from learner.checkpoint import CheckpointError, checkpoint_uri, open_checkpointer
     from learner.devices import setup as setup_devices
     from learner.metrics import LearnerMetrics
     from learner.run_files import RunFiles
-    from learner.tensorboard import Summaries, tensorboard_uri
+    from common.storage import tensorboard_uri
+    from learner.tensorboard import Summaries
     from learner.runtime import LearnerRuntime
     from learner.server import server_credentials, start_server
 
@@ -130,7 +122,7 @@ async def serve(exp, args) -> int:
     metrics = LearnerMetrics(runtime)
     runtime.observer = metrics
     http = None
-    bind = _metrics_address(args, exp)
+    bind = bind_address(args.metrics_address, exp.spec.learner.metrics_port)
     if bind:
         http = MetricsServer(metrics.registry, current_status, host=bind[0], port=bind[1])
         try:

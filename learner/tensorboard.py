@@ -30,15 +30,6 @@ def _scalar_metadata() -> bytes:
     return meta.SerializeToString()
 
 
-def tensorboard_uri(checkpoint_uri: str, run_dir: str | None) -> str | None:
-    """Where summaries go: beside the checkpoints when they have a location of their own
-    (``<uri>/tensorboard``, so a cluster run keeps them in its bucket), else the run
-    directory's ``tensorboard/``; None when there is neither."""
-    if checkpoint_uri:
-        return checkpoint_uri.rstrip("/") + "/tensorboard"
-    return os.path.join(run_dir, "tensorboard") if run_dir else None
-
-
 class Summaries:
     """Writes scalar summaries to a local directory or a ``gs://`` prefix.
 

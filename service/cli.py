@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 
 from common.config import ConfigError, dump_experiment, load_experiment
+from common.storage import tensorboard_uri
 from service import cost_cli
 
 #: Exit codes of `seedrl train`.
@@ -118,8 +118,7 @@ def cmd_train(args) -> int:
           f"{exp.spec.actors.envs_per_actor} envs of {exp.spec.env.id}, agent "
           f"{exp.spec.agent.name}; logs in {run_dir}", flush=True)
     ports = run.metrics_ports
-    uri = exp.spec.checkpoint.uri
-    logdir = uri.rstrip("/") + "/tensorboard" if uri else os.path.join(run_dir, "tensorboard")
+    logdir = tensorboard_uri(exp.spec.checkpoint.uri, run_dir)
     print(f"metrics: learner http://127.0.0.1:{ports[0]}/metrics (status on /status), actors "
           f"on ports {', '.join(map(str, ports[1:-1]))}, phase and cost on port {ports[-1]}; "
           f"Prometheus targets in "

@@ -104,3 +104,13 @@ def test_an_unknown_path_is_404_and_no_status_without_a_callback():
             assert err.value.code == 404
     finally:
         server.stop()
+
+
+def test_metrics_addresses_from_the_flag():
+    from common.metrics_http import bind_address
+
+    assert bind_address(None, 9090) == ("0.0.0.0", 9090)
+    assert bind_address("off", 9090) is None
+    assert bind_address("127.0.0.1:5000", 9090) == ("127.0.0.1", 5000)
+    assert bind_address("[::1]:5001", 9090) == ("::1", 5001)
+    assert bind_address(":5002", 9090) == ("0.0.0.0", 5002)

@@ -5,8 +5,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from common.storage import open_store
-from learner.tensorboard import Summaries, tensorboard_uri
+from common.storage import open_store, tensorboard_uri
+from learner.tensorboard import Summaries
 
 
 def _read_scalars(directory):
