@@ -158,9 +158,15 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 bench-devices: $(STAMP)
 	$(PY) bench/devices.py --devices 1 2 4 --json bench-devices.json
 
-# Regenerates the gRPC/protobuf stubs from common/seedrl.proto (they are committed).
+# Regenerates the gRPC/protobuf stubs from common/seedrl.proto (they are committed). protoc runs
+# on a copy at seedrl/common/, the import path the package installs under.
 proto: $(STAMP)
-	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. common/seedrl.proto
+	rm -rf build/proto && mkdir -p build/proto/seedrl/common
+	cp common/seedrl.proto build/proto/seedrl/common/
+	cd build/proto && $(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
+	  --grpc_python_out=. seedrl/common/seedrl.proto
+	cp build/proto/seedrl/common/seedrl_pb2.py build/proto/seedrl/common/seedrl_pb2.pyi \
+	  build/proto/seedrl/common/seedrl_pb2_grpc.py common/
 
 # Regenerates the Experiment CRD from the dataclasses of common/config.py, into k8s/crd/ and the
 # operator chart's crds/ (a test fails while either is out of date).
@@ -175,19 +181,19 @@ prometheus:
 	$$SUDO apt-get install -y --no-install-recommends prometheus; \
 	prometheus --version
 
-# Regenerates the Grafana dashboards of the operator chart from service/dashboards.py.
+# Regenerates the Grafana dashboards of the operator chart from service/generate/dashboards.py.
 .PHONY: dashboards
 dashboards: $(STAMP)
-	$(PY) -m service.dashboards --write
+	$(PY) -m seedrl.service.generate.dashboards --write
 
 crd: $(STAMP)
-	$(PY) -m service.crd --write
+	$(PY) -m seedrl.service.operator.crd --write
 
 # Regenerates the experiment chart's values.yaml and values.schema.json from common/config.py
 # (after a change to the Experiment's fields; a test fails while they are out of date).
 .PHONY: chart-values
 chart-values: $(STAMP)
-	$(PY) -m service.chart_values --write
+	$(PY) -m seedrl.service.generate.chart_values --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,6 +1,6 @@
-"""python -m actors"""
+"""python -m seedrl.actors"""
 import sys
 
-from actors.main import main
+from seedrl.actors.main import main
 
 sys.exit(main())

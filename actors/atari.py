@@ -16,7 +16,7 @@ import cv2
 import gymnasium as gym
 import numpy as np
 
-from common.config import AtariConfig
+from seedrl.common.config import AtariConfig
 
 #: Environment ids with this prefix are Atari games and get the preprocessing.
 ATARI_PREFIX = "ALE/"

@@ -17,8 +17,8 @@ import time
 import grpc
 import numpy as np
 
-from common import seedrl_pb2, seedrl_pb2_grpc
-from common.wire import PROTOCOL_VERSION, WireError, decode_array, encode_array
+from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
+from seedrl.common.wire import PROTOCOL_VERSION, WireError, decode_array, encode_array
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class ActorClient:
         self.connections = 0
         #: Whether a stream to the learner is open now.
         self.connected = False
-        #: Receives step and round-trip times (``actors.metrics``); None for none.
+        #: Receives step and round-trip times (``seedrl.actors.metrics``); None for none.
         self.observer = None
         #: Recent step round trips in seconds (send to actions received), for latency figures.
         self.latencies: collections.deque[float] = collections.deque(maxlen=100_000)

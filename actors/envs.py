@@ -12,9 +12,9 @@ import logging
 import gymnasium as gym
 import numpy as np
 
-from actors import atari, football
-from common.config import EnvConfig
-from common.wire import EnvSpec
+from seedrl.actors import atari, football
+from seedrl.common.config import EnvConfig
+from seedrl.common.wire import EnvSpec
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from common.config import FootballConfig
+from seedrl.common.config import FootballConfig
 
 #: Environment ids with this prefix name a Football scenario, e.g. ``Football/5_vs_5``.
 FOOTBALL_PREFIX = "Football/"

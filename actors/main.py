@@ -1,4 +1,4 @@
-"""Actor entry point: ``python -m actors --config experiment.yaml --learner ADDRESS``.
+"""Actor entry point: ``python -m seedrl.actors --config experiment.yaml --learner ADDRESS``.
 
 Steps ``spec.actors.envsPerActor`` environments and streams them to the learner until it says
 the run is finished (exit 0). Exits 2 on a bad Experiment or environment, 3 if the learner
@@ -19,7 +19,7 @@ import sys
 import grpc
 import numpy as np
 
-from common.config import ConfigError, load_experiment
+from seedrl.common.config import ConfigError, load_experiment
 
 log = logging.getLogger("actors")
 
@@ -76,8 +76,8 @@ def make_env_batches(exp, index: int) -> list:
     Raises:
       ValueError: if the environments cannot be made.
     """
-    from actors.envs import EnvBatch
-    from actors.process_envs import ProcessEnvBatch
+    from seedrl.actors.envs import EnvBatch
+    from seedrl.actors.process_envs import ProcessEnvBatch
 
     actors = exp.spec.actors
     k = actors.envs_per_actor
@@ -125,8 +125,8 @@ async def _run(clients) -> None:
 def serve_metrics(args, exp, clients):
     """Starts this actor's /metrics endpoint; None if disabled or the port is taken (the
     actor steps on without it: metrics matter less than training)."""
-    from actors.metrics import ActorMetrics
-    from common.metrics_http import MetricsServer, bind_address
+    from seedrl.actors.metrics import ActorMetrics
+    from seedrl.common.metrics_http import MetricsServer, bind_address
 
     bind = bind_address(args.metrics_address, exp.spec.actors.metrics_port)
     if bind is None:
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
                                 exp.spec.actors.replicas)
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
-    from actors.client import ActorClient, ActorRefused
+    from seedrl.actors.client import ActorClient, ActorRefused
 
     try:
         batches = make_env_batches(exp, args.index)

@@ -20,7 +20,7 @@ class ActorMetrics:
     Args:
       experiment: ``metadata.name``.
       actor_index: this actor's index among the replicas.
-      clients: the actor's :class:`actors.client.ActorClient` streams (read at scrape time).
+      clients: the actor's :class:`seedrl.actors.client.ActorClient` streams (read at scrape time).
       registry: where to register (a fresh one by default).
     """
 

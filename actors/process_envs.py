@@ -7,7 +7,7 @@ and waits for one byte back; observations, rewards, episode-end flags and finish
 records are read from shared memory. Nothing is pickled per step.
 
 Each worker steps a contiguous slice of the K environments with an in-process
-:class:`~actors.envs.EnvBatch` (so an environment that raises is recreated there). A worker
+:class:`~seedrl.actors.envs.EnvBatch` (so an environment that raises is recreated there). A worker
 that dies is started again: its environments begin new episodes and report the step as
 truncated, while the rest of the batch goes on.
 """
@@ -22,8 +22,8 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from common.config import EnvConfig
-from common.wire import EnvSpec
+from seedrl.common.config import EnvConfig
+from seedrl.common.wire import EnvSpec
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class _SharedArrays:
 def _worker_main(config: EnvConfig, spec: EnvSpec, k: int, lo: int, hi: int,
                  seeds: list[int], shm_name: str, conn) -> None:
     """Steps envs [lo, hi) of the batch on command; runs in the worker process."""
-    from actors.envs import EnvBatch  # imported here: the worker is a fresh interpreter
+    from seedrl.actors.envs import EnvBatch
 
     shared = _SharedArrays(_layout(spec, k), name=shm_name)
     a = shared.arrays
@@ -125,7 +125,7 @@ class ProcessEnvBatch:
     def __init__(self, config: EnvConfig, num_envs: int, seeds: list[int], num_processes: int,
                  spec: EnvSpec | None = None):
         if spec is None:
-            from actors.envs import make_env, spec_of
+            from seedrl.actors.envs import make_env, spec_of
             probe = make_env(config)
             spec = spec_of(probe, config.id)
             probe.close()

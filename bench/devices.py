@@ -31,10 +31,10 @@ def _worker(args) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
 
-    from common.config import DevicesConfig, parse_experiment
-    from common.wire import EnvSpec
-    from learner import devices
-    from learner.agents import build_agent
+    from seedrl.common.config import DevicesConfig, parse_experiment
+    from seedrl.common.wire import EnvSpec
+    from seedrl.learner import devices
+    from seedrl.learner.agents import build_agent
 
     n = args.worker
     mirrored = n > 1 or args.mirrored

@@ -20,7 +20,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from common.config import load_experiment  # noqa: E402
+from seedrl.common.config import load_experiment
 
 
 def frames_per_step(exp) -> int:
@@ -47,7 +47,7 @@ def curve(rows: list[dict], points: int, skip: int) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from service.launcher import LocalRun, prepare_run_dir
+    from seedrl.service.local.launcher import LocalRun, prepare_run_dir
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default=os.path.join(ROOT, "examples", "pong-vtrace.yaml"))

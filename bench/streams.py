@@ -42,9 +42,9 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
     """Runs ``streams`` actor clients in one event loop and reports what they saw."""
     import asyncio
 
-    from actors.client import ActorClient, Backoff
-    from actors.envs import EnvBatch
-    from common.config import EnvConfig
+    from seedrl.actors.client import ActorClient, Backoff
+    from seedrl.actors.envs import EnvBatch
+    from seedrl.common.config import EnvConfig
 
     import logging
     logging.basicConfig(level=logging.ERROR)
@@ -146,7 +146,7 @@ class Learner:
         self.address = f"unix:{self.tmp.name}/learner.sock"
         self.log = open(os.path.join(self.tmp.name, "learner.log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "learner", "--config", config, "--run-dir", self.run_dir,
+            [sys.executable, "-m", "seedrl.learner", "--config", config, "--run-dir", self.run_dir,
              "--listen", self.address, "--no-train", "--log-level", "WARNING"],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
 

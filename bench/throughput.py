@@ -24,13 +24,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from common.config import load_experiment  # noqa: E402
+from seedrl.common.config import load_experiment
 
 
 def _raw_worker(env_cfg, num_envs, seconds, index, out):
     import numpy as np
 
-    from actors.envs import EnvBatch
+    from seedrl.actors.envs import EnvBatch
 
     envs = EnvBatch(env_cfg, num_envs, seeds=list(range(index * num_envs, (index + 1) * num_envs)))
     envs.reset()
@@ -68,8 +68,8 @@ def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> No
     import gymnasium as gym
     import tensorflow as tf
 
-    from actors.envs import make_env, spec_of
-    from learner.agents.vtrace.networks import make_network
+    from seedrl.actors.envs import make_env, spec_of
+    from seedrl.learner.agents.vtrace.networks import make_network
 
     make = [lambda: make_env(exp.spec.env)] * num_envs
     envs = (gym.vector.AsyncVectorEnv(make) if vector == "async" else
@@ -119,7 +119,7 @@ def baseline_steps_per_second(exp, vector: str, num_envs: int, seconds: float) -
 def end_to_end_steps_per_second(config: str, overrides: list[str], seconds: float,
                                 warmup: float, train: bool) -> dict:
     """Runs learner + actors for ``warmup + seconds`` and measures the steady rate."""
-    from service.launcher import LocalRun, prepare_run_dir
+    from seedrl.service.local.launcher import LocalRun, prepare_run_dir
 
     exp = load_experiment(config, [
         *overrides, "spec.budget.maxEnvSteps=0", "spec.budget.targetReturn=null",

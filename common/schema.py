@@ -1,9 +1,9 @@
-"""Schemas of the Experiment document, generated from the dataclasses in :mod:`common.config`.
+"""Schemas of the Experiment document, generated from the dataclasses in :mod:`seedrl.common.config`.
 
 The dataclasses are the one source of truth for every field: the CRD's structural
-``openAPIV3Schema`` (``k8s/crd/``, written by ``python -m service.crd --write``), the Helm
+``openAPIV3Schema`` (``k8s/crd/``, written by ``python -m seedrl.service.operator.crd --write``), the Helm
 chart's ``values.schema.json`` and the local validator all come from them. This module is pure
-and imports nothing of ours but :mod:`common.config`.
+and imports nothing of ours but :mod:`seedrl.common.config`.
 
 Two flavours:
 
@@ -14,7 +14,7 @@ Two flavours:
   for Helm (``nullable`` becomes a type list, ``exclusiveMinimum`` a number).
 
 What a schema cannot say (rules across fields, e.g. ppo's minibatches dividing the batch size)
-stays in :func:`common.config.parse_experiment`, which the operator runs on every Experiment.
+stays in :func:`seedrl.common.config.parse_experiment`, which the operator runs on every Experiment.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from common import config
+from seedrl.common import config
 
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -60,7 +60,7 @@ def _type_schema(tp: Any, meta: dict[str, Any]) -> dict[str, Any]:
         if args[1] is Any:
             return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         return {"type": "object", "additionalProperties": _type_schema(args[1], {})}
-    raise TypeError(f"no schema for config type {tp!r}")  # a bug in common.config
+    raise TypeError(f"no schema for config type {tp!r}")  # a bug in seedrl.common.config
 
 
 def _scalar_constraints(out: dict[str, Any], meta: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from common import seedrl_pb2 as common_dot_seedrl__pb2
+from seedrl.common import seedrl_pb2 as seedrl_dot_common_dot_seedrl__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in common/seedrl_pb2_grpc.py depends on'
+        + ' but the generated code in seedrl/common/seedrl_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class LearnerStub:
         """
         self.Stream = channel.stream_stream(
                 '/seedrl.v1.Learner/Stream',
-                request_serializer=common_dot_seedrl__pb2.ActorMessage.SerializeToString,
-                response_deserializer=common_dot_seedrl__pb2.LearnerMessage.FromString,
+                request_serializer=seedrl_dot_common_dot_seedrl__pb2.ActorMessage.SerializeToString,
+                response_deserializer=seedrl_dot_common_dot_seedrl__pb2.LearnerMessage.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_LearnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Stream': grpc.stream_stream_rpc_method_handler(
                     servicer.Stream,
-                    request_deserializer=common_dot_seedrl__pb2.ActorMessage.FromString,
-                    response_serializer=common_dot_seedrl__pb2.LearnerMessage.SerializeToString,
+                    request_deserializer=seedrl_dot_common_dot_seedrl__pb2.ActorMessage.FromString,
+                    response_serializer=seedrl_dot_common_dot_seedrl__pb2.LearnerMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class Learner:
             request_iterator,
             target,
             '/seedrl.v1.Learner/Stream',
-            common_dot_seedrl__pb2.ActorMessage.SerializeToString,
-            common_dot_seedrl__pb2.LearnerMessage.FromString,
+            seedrl_dot_common_dot_seedrl__pb2.ActorMessage.SerializeToString,
+            seedrl_dot_common_dot_seedrl__pb2.LearnerMessage.FromString,
             options,
             channel_credentials,
             insecure,

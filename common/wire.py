@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from common import seedrl_pb2
+from seedrl.common import seedrl_pb2
 
 #: Bumped whenever a change to seedrl.proto changes meaning; both ends must agree.
 PROTOCOL_VERSION = 1

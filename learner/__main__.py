@@ -1,6 +1,6 @@
-"""python -m learner"""
+"""python -m seedrl.learner"""
 import sys
 
-from learner.main import main
+from seedrl.learner.main import main
 
 sys.exit(main())

@@ -45,10 +45,17 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
-from common.config import Experiment, dump_experiment, to_document
-from common.storage import (CHECKPOINT_MANIFEST, NotFound, ObjectStore, PreconditionFailed,
-                            StorageError, open_store, with_retries)
-from learner.agents.base import Agent
+from seedrl.common.config import Experiment, dump_experiment, to_document
+from seedrl.common.storage import (
+    CHECKPOINT_MANIFEST,
+    NotFound,
+    ObjectStore,
+    PreconditionFailed,
+    StorageError,
+    open_store,
+    with_retries,
+)
+from seedrl.learner.agents.base import Agent
 from learner.runtime import LearnerRuntime
 
 log = logging.getLogger(__name__)
@@ -488,5 +495,5 @@ class Checkpointer:
 
 def open_checkpointer(uri: str, runtime: LearnerRuntime, keep: int, interval_steps: int,
                       interval_seconds: float) -> Checkpointer:
-    """A :class:`Checkpointer` over the store the URI names (see ``common.storage``)."""
+    """A :class:`Checkpointer` over the store the URI names (see ``seedrl.common.storage``)."""
     return Checkpointer(open_store(uri), runtime, keep, interval_steps, interval_seconds)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from common.config import ConfigError, DevicesConfig
+from seedrl.common.config import ConfigError, DevicesConfig
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +377,7 @@ class ReplicatedStep:
         """share: this shard's fraction of the batch; shard: the loss function's arguments."""
         import tensorflow as tf
 
-        from learner.optimizers import clip_and_apply
+        from seedrl.learner.optimizers import clip_and_apply
 
         ctx = tf.distribute.get_replica_context()
         variables = self._variables()

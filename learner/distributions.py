@@ -11,7 +11,7 @@ import math
 
 import tensorflow as tf
 
-from common.wire import EnvSpec
+from seedrl.common.wire import EnvSpec
 
 _HALF_LOG_2PI_E = 0.5 * math.log(2.0 * math.pi * math.e)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)

@@ -1,4 +1,4 @@
-"""Learner entry point: ``python -m learner --config experiment.yaml``.
+"""Learner entry point: ``python -m seedrl.learner --config experiment.yaml``.
 
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
 checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from common.config import ConfigError, load_experiment
+from seedrl.common.config import ConfigError, load_experiment
 
 log = logging.getLogger("learner")
 
@@ -85,17 +85,17 @@ def _scalars(status: dict, metrics) -> dict:
 async def serve(exp, args) -> int:
     """Runs the learner until the budget, a signal or a training failure; returns the exit code."""
     # Imported here so that `--help` and config errors answer without loading TensorFlow.
-    from learner.agents import build_agent
-    from common.metrics_http import MetricsServer, bind_address
-    from common.storage import StorageError
-    from learner.checkpoint import CheckpointError, checkpoint_uri, open_checkpointer
-    from learner.devices import setup as setup_devices
-    from learner.metrics import LearnerMetrics
-    from learner.run_files import RunFiles
-    from common.storage import tensorboard_uri
-    from learner.tensorboard import Summaries
+    from seedrl.learner.agents import build_agent
+    from seedrl.common.metrics_http import MetricsServer, bind_address
+    from seedrl.common.storage import StorageError
+    from seedrl.learner.checkpoint import CheckpointError, checkpoint_uri, open_checkpointer
+    from seedrl.learner.devices import setup as setup_devices
+    from seedrl.learner.metrics import LearnerMetrics
+    from seedrl.learner.run_files import RunFiles
+    from seedrl.common.storage import tensorboard_uri
+    from seedrl.learner.tensorboard import Summaries
     from learner.runtime import LearnerRuntime
-    from learner.server import server_credentials, start_server
+    from seedrl.learner.server import server_credentials, start_server
 
     try:
         # First: logical CPU devices can only be configured before TensorFlow initialises.

@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from common.config import NetworkConfig
-from common.wire import EnvSpec
-from learner.distributions import Categorical, DiagGaussian
+from seedrl.common.config import NetworkConfig
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.distributions import Categorical, DiagGaussian
 
 #: Default residual channels per stack when ``resnetChannels`` is not set.
 DEFAULT_RESNET_CHANNELS = {"impala_resnet": (16, 32, 32), "football_smm": (16, 32, 32, 32)}

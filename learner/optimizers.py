@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common.config import OptimizerConfig
+from seedrl.common.config import OptimizerConfig
 
 
 class _PreReduced:
     """Mixin for an optimizer whose gradients arrive already all-reduced over the training
-    replicas (and clipped to their global norm), as :class:`learner.devices.ReplicatedStep`
+    replicas (and clipped to their global norm), as :class:`seedrl.learner.devices.ReplicatedStep`
     hands them over: Keras would otherwise sum them across replicas a second time, in replica
     context, before it applies them. (Keras 3's hook for that sum is this private method; the
     multi-replica equivalence tests fail loudly if it ever stops being called.)"""

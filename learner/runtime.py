@@ -25,11 +25,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from common.config import Experiment
-from common.wire import EnvSpec
-from learner.agents.base import Agent
-from learner.batcher import InferenceBatcher
-from learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
+from seedrl.common.config import Experiment
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.base import Agent
+from seedrl.learner.batcher import InferenceBatcher
+from seedrl.learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class LearnerRuntime:
         self.eval_returns: collections.deque[float] = collections.deque(
             maxlen=spec.budget.return_window)
         self.last_metrics: dict[str, float] = {}
-        #: Receives episodes and inference batches as they happen (``learner.metrics``).
+        #: Receives episodes and inference batches as they happen (``seedrl.learner.metrics``).
         self.observer = None
         self.started = time.monotonic()
         self.batchers = [

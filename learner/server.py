@@ -17,9 +17,9 @@ import logging
 import grpc
 import numpy as np
 
-from common import seedrl_pb2, seedrl_pb2_grpc
-from common.wire import PROTOCOL_VERSION, EnvSpec, WireError, decode_array, encode_array
-from learner.batcher import BatcherStopped
+from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
+from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec, WireError, decode_array, encode_array
+from seedrl.learner.batcher import BatcherStopped
 from learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """TensorBoard summaries of a run: returns, losses and throughput, against env frames.
 
 Written with ``tf.summary`` into a local directory. For a ``gs://`` location the event files
-are written to a local staging directory and copied to the bucket through ``common.storage``
+are written to a local staging directory and copied to the bucket through ``seedrl.common.storage``
 every ``sync_seconds`` (TensorFlow's own ``gs://`` filesystem is not used: it ignores
 ``STORAGE_EMULATOR_HOST`` and takes its credentials differently from the checkpoints).
 Point TensorBoard at the location: ``tensorboard --logdir runs/<name>/tensorboard`` or
@@ -17,7 +17,7 @@ import time
 
 import tensorflow as tf
 
-from common.storage import ObjectStore, StorageError, open_store
+from seedrl.common.storage import ObjectStore, StorageError, open_store
 
 log = logging.getLogger(__name__)
 

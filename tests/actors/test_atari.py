@@ -5,9 +5,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from actors.atari import ChannelStack, is_atari
-from actors.envs import EnvBatch, make_env, spec_of
-from common.config import AtariConfig, EnvConfig
+from seedrl.actors.atari import ChannelStack, is_atari
+from seedrl.actors.envs import EnvBatch, make_env, spec_of
+from seedrl.common.config import AtariConfig, EnvConfig
 
 
 def _pong(**atari):

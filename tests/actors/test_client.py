@@ -5,9 +5,9 @@ import random
 import threading
 import time
 
-from actors.client import ActorClient, Backoff
-from actors.envs import EnvBatch
-from common.config import EnvConfig
+from seedrl.actors.client import ActorClient, Backoff
+from seedrl.actors.envs import EnvBatch
+from seedrl.common.config import EnvConfig
 from support.learner_harness import start_learner, stop_learner
 
 

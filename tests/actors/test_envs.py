@@ -4,8 +4,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from actors.envs import EnvBatch, make_env, spec_of
-from common.config import EnvConfig
+from seedrl.actors.envs import EnvBatch, make_env, spec_of
+from seedrl.common.config import EnvConfig
 
 
 class FlakyEnv(gym.Env):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from actors.football import is_football, make_football
-from common.config import FootballConfig
+from seedrl.actors.football import is_football, make_football
+from seedrl.common.config import FootballConfig
 
 EMPTY_GOAL = "Football/academy_empty_goal_close"
 

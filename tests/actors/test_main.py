@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from actors.client import ActorClient
-from actors.envs import EnvBatch
-from actors.main import make_env_batches
-from actors.process_envs import ProcessEnvBatch
-from common.config import parse_experiment
+from seedrl.actors.client import ActorClient
+from seedrl.actors.envs import EnvBatch
+from seedrl.actors.main import make_env_batches
+from seedrl.actors.process_envs import ProcessEnvBatch
+from seedrl.common.config import parse_experiment
 from support.learner_harness import start_learner, stop_learner
 
 
@@ -67,7 +67,7 @@ def test_two_streams_of_one_actor_are_served_side_by_side(tmp_path):
 
 
 def test_auto_index_is_stable_in_range_and_spread():
-    from actors.main import auto_index, parse_args
+    from seedrl.actors.main import auto_index, parse_args
 
     pods = [f"exp-actors-7d9f8b6c4-{i:05x}" for i in range(400)]
     indexes = [auto_index(p, 8) for p in pods]

@@ -7,9 +7,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from actors.envs import EnvBatch
-from actors.process_envs import ProcessEnvBatch
-from common.config import EnvConfig
+from seedrl.actors.envs import EnvBatch
+from seedrl.actors.process_envs import ProcessEnvBatch
+from seedrl.common.config import EnvConfig
 
 CARTPOLE = EnvConfig(id="CartPole-v1")
 

@@ -10,10 +10,10 @@ import time
 import grpc
 import pytest
 
-from actors.client import ActorClient, Backoff
-from actors.envs import EnvBatch
-from common.config import EnvConfig
-from learner.server import server_credentials
+from seedrl.actors.client import ActorClient, Backoff
+from seedrl.actors.envs import EnvBatch
+from seedrl.common.config import EnvConfig
+from seedrl.learner.server import server_credentials
 from support.learner_harness import start_learner, stop_learner
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common.config import (
+from seedrl.common.config import (
     API_VERSION,
     KIND,
     ConfigError,

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
-from common import config
-from common.schema import dataclass_schema, experiment_schema, spec_schema, to_json_schema
+from seedrl.common import config
+from seedrl.common.schema import dataclass_schema, experiment_schema, spec_schema, to_json_schema
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml")) + sorted(

@@ -2,8 +2,15 @@
 
 import pytest
 
-from common.storage import (GCSStore, LocalStore, NotFound, PreconditionFailed,
-                            TransientStorageError, open_store, with_retries)
+from seedrl.common.storage import (
+    GCSStore,
+    LocalStore,
+    NotFound,
+    PreconditionFailed,
+    TransientStorageError,
+    open_store,
+    with_retries,
+)
 
 
 @pytest.fixture(params=["local", "gcs"])

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from common import seedrl_pb2
-from common.wire import ALLOWED_DTYPES, EnvSpec, WireError, decode_array, encode_array
+from seedrl.common import seedrl_pb2
+from seedrl.common.wire import ALLOWED_DTYPES, EnvSpec, WireError, decode_array, encode_array
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def _status(run_dir):
 
 
 def _learner_pid(run_dir):
-    pids = processes_mentioning(f"-m learner --config {run_dir}/config.yaml")
+    pids = processes_mentioning(f"-m seedrl.learner --config {run_dir}/config.yaml")
     assert len(pids) == 1, [open(f"/proc/{p}/cmdline").read() for p in pids]
     return pids[0]
 

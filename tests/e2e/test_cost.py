@@ -12,7 +12,7 @@ EXAMPLE = ROOT / "examples" / "cartpole-vtrace.yaml"
 
 
 def seedrl(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "seedrl.service.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 

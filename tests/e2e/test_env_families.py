@@ -19,7 +19,7 @@ SMALL = ["spec.actors.envsPerActor=2", "spec.learner.batchSize=2",
 
 
 def _train(tmp_path, example, name, steps, *overrides, env=None):
-    cmd = [sys.executable, "-m", "service.cli", "train", str(ROOT / "examples" / example),
+    cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(ROOT / "examples" / example),
            "--quiet", "--runs-dir", str(tmp_path), "--set", f"metadata.name={name}",
            "--set", f"spec.budget.maxEnvSteps={steps}"]
     for o in SMALL + list(overrides):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from e2e.test_train import ROOT, processes_mentioning, start, wait_for
-from service import dashboards
+from seedrl.service.generate import dashboards
 
 RULES = ROOT / "helm" / "seedrl-operator" / "rules" / "seedrl-alerts.yaml"
 RUNS = {
@@ -85,7 +85,7 @@ def prometheus(tmp_path):
 def test_every_dashboard_query_returns_data_from_real_runs(tmp_path, prometheus):
     runs = []
     for name, (example, overrides) in RUNS.items():
-        cmd = [sys.executable, "-m", "service.cli", "train", str(ROOT / example), "--runs-dir",
+        cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(ROOT / example), "--runs-dir",
                str(tmp_path), "--quiet", "--set", f"metadata.name={name}",
                "--set", "spec.budget.maxEnvSteps=0", "--set", "spec.budget.maxSeconds=240",
                "--set", "spec.budget.targetReturn=null",

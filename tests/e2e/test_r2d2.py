@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_r2d2_trains_from_replay_with_an_evaluation_actor(tmp_path):
-    cmd = [sys.executable, "-m", "service.cli", "train", str(ROOT / "examples" /
+    cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(ROOT / "examples" /
            "cartpole-r2d2.yaml"), "--quiet", "--runs-dir", str(tmp_path),
            "--set", "metadata.name=r2d2", "--set", "spec.budget.maxEnvSteps=12000",
            "--set", "spec.budget.targetReturn=null", "--set", "spec.actors.replicas=3",

@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from actors.main import auto_index
-from common.config import parse_experiment
-from service import operator, reconcile
+from seedrl.actors.main import auto_index
+from seedrl.common.config import parse_experiment
+from seedrl.service.operator import handlers as operator, reconcile
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ RANDOM_RETURN = 22.0
 
 
 def train_cmd(runs_dir, name, *overrides, resume=False):
-    cmd = [sys.executable, "-m", "service.cli", "train", str(EXAMPLE), "--runs-dir",
+    cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(EXAMPLE), "--runs-dir",
            str(runs_dir), "--set", f"metadata.name={name}"]
     for o in overrides:
         cmd += ["--set", o]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import helm_python as helm_sdk
 import pytest
 
-from common import config
+from seedrl.common import config
 from support.charts import (EXPERIMENT_CHART, ROOT, lint, load_manifests, render, template,
                             validate_all, validate_experiment)
 

@@ -70,7 +70,7 @@ def _check_least_privilege(role):
     # The operator reads and patches Experiments; users create and delete them.
     assert rules[("seedrl.dev", "experiments")] == {"get", "list", "watch", "patch"}
     assert rules[("seedrl.dev", "experiments/status")] == {"get", "patch"}
-    # Exactly what service/operator.py does with the children (k8s/README.md, "The operator").
+    # Exactly what service/operator/handlers.py does with the children (k8s/README.md, "The operator").
     for child in [("batch", "jobs"), ("apps", "deployments"), ("", "services"),
                   ("", "configmaps"), ("networking.k8s.io", "networkpolicies")]:
         assert rules[child] == {"get", "create", "patch", "delete"}, child
@@ -103,7 +103,7 @@ def test_cluster_scope_binds_one_cluster_role():
                                         "namespace": "seedrl-system"}]
     (deployment,) = of_kind(manifests, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    # No --namespace: python -m service.operator then watches every namespace.
+    # No --namespace: python -m seedrl.service.operator then watches every namespace.
     assert args == ["--poll-seconds=10", "--liveness=http://0.0.0.0:8080/healthz",
                     "--metrics-port=8081"]
 
@@ -176,7 +176,7 @@ def test_operator_pod_is_locked_down():
     assert pod["securityContext"]["runAsUser"] > 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = pod["containers"]
-    assert container["command"] == ["python", "-m", "service.operator"]
+    assert container["command"] == ["python", "-m", "seedrl.service.operator"]
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["allowPrivilegeEscalation"] is False
@@ -198,7 +198,7 @@ def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     spec = monitor["spec"]
-    # The labels the operator puts on every learner and actor pod (service/reconcile.py).
+    # The labels the operator puts on every learner and actor pod (service/operator/reconcile.py).
     assert spec["selector"] == {"matchLabels": {"app.kubernetes.io/name": "seedrl",
                                                 "app.kubernetes.io/managed-by": "seedrl-operator"}}
     assert spec["namespaceSelector"] == {"any": True}
@@ -244,7 +244,7 @@ def test_pod_monitor_scrapes_the_operator_itself(tmp_path):
 
 
 def test_a_price_override_is_mounted_where_the_operator_reads_it(tmp_path):
-    from service import cost
+    from seedrl.service import cost
 
     values = VALUE_SETS["monitoring-and-overrides"]
     manifests = render(OPERATOR_CHART, release="op", values=values, tmp_path=tmp_path)
@@ -354,7 +354,7 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide
                                                                tmp_path, monkeypatch):
     # The rendered command line goes through the operator's own argument parsing, up to the
     # point where it would start kopf.
-    from service import operator
+    from seedrl.service.operator import handlers as operator
 
     started, served = [], []
 
@@ -378,7 +378,7 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide
     (deployment,) = of_kind(render(OPERATOR_CHART, values=VALUE_SETS[name], tmp_path=tmp_path),
                             "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["command"][-2:] == ["-m", "service.operator"]
+    assert container["command"][-2:] == ["-m", "seedrl.service.operator"]
     assert operator.main(container["args"]) == 0
     (kwargs,) = started
     assert kwargs["clusterwide"] is clusterwide

@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from common import config
+from seedrl.common import config
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = {
     # Dockerfile: (source packages it copies, requirement lists, entry module)
-    "Dockerfile.learner": ({"common", "learner"}, ["learner.txt"], "learner"),
-    "Dockerfile.actor": ({"common", "actors"}, ["actor.txt", "football.txt"], "actors"),
-    "Dockerfile.operator": ({"common", "service"}, ["operator.txt"], "service.operator"),
+    "Dockerfile.learner": ({"common", "learner"}, ["learner.txt"], "seedrl.learner"),
+    "Dockerfile.actor": ({"common", "actors"}, ["actor.txt", "football.txt"], "seedrl.actors"),
+    "Dockerfile.operator": ({"common", "service"}, ["operator.txt"], "seedrl.service.operator"),
 }
-UID = "1000"  # service/reconcile.py's RUN_AS and the operator chart's runAsUser
+UID = "1000"  # service/operator/reconcile.py's RUN_AS and the operator chart's runAsUser
 BUILD_TOOLS = re.compile(r"\b(build-essential|gcc|g\+\+|clang|cmake|make|[\w.+-]+-dev)\b")
 _PINNED_BASE = re.compile(r"^python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}$")
 
@@ -187,11 +187,14 @@ def test_dockerignore_sends_only_what_the_dockerfiles_copy():
 
 # --- what each image's code imports ---------------------------------------------------------
 
-_OURS = {"common", "learner", "actors", "service"}
 
 
 def _module_file(dotted: str) -> Path | None:
-    base = ROOT.joinpath(*dotted.split("."))
+    """The source file of one of our modules, named as installed (``seedrl.common.config``)."""
+    parts = dotted.split(".")
+    if parts[0] != "seedrl" or len(parts) < 2:
+        return None
+    base = ROOT.joinpath(*parts[1:])
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.exists():
             return candidate
@@ -205,7 +208,9 @@ def third_party_imports(entry_packages: set[str], entry_module: str) -> set[str]
     files: list[Path] = []
     for pkg in entry_packages - {"common"}:
         if pkg == "service":
-            files.append(_module_file(entry_module))
+            files += [_module_file(entry_module), _module_file(entry_module + ".__main__"),
+                      _module_file(entry_module + ".handlers")]
+            files = [f for f in files if f is not None]
         else:
             files += sorted((ROOT / pkg).rglob("*.py"))
     seen: set[Path] = set()
@@ -224,7 +229,7 @@ def third_party_imports(entry_packages: set[str], entry_module: str) -> set[str]
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             for name in names:
                 top = name.split(".")[0]
-                if top in _OURS:
+                if top == "seedrl":
                     target = _module_file(name)
                     if target is not None:
                         files.append(target)
@@ -277,8 +282,8 @@ def test_actor_path_never_imports_tensorflow():
     # Blocks tensorflow outright, then makes and steps the envs the way an actor does.
     code = (
         "import sys; sys.modules['tensorflow'] = None\n"
-        "from actors.main import make_env_batches\n"
-        "from common.config import parse_experiment\n"
+        "from seedrl.actors.main import make_env_batches\n"
+        "from seedrl.common.config import parse_experiment\n"
         "exp = parse_experiment({'metadata': {'name': 'x'}, 'spec': {'env': {'id': "
         "'CartPole-v1'}, 'actors': {'envsPerActor': 4, 'streamsPerActor': 2}}})\n"
         "batches = make_env_batches(exp, 0)\n"

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 _ACTOR = """
 import sys
 sys.modules["tensorflow"] = None  # actors must not need it
-from actors.main import make_env_batches
-from common.config import parse_experiment
-import actors.client, actors.process_envs
+from seedrl.actors.main import make_env_batches
+from seedrl.common.config import parse_experiment
+import seedrl.actors.client, seedrl.actors.process_envs
 for env in ["CartPole-v1", "ALE/Pong-v5", "HalfCheetah-v5"]:
     exp = parse_experiment({"metadata": {"name": "x"},
                             "spec": {"env": {"id": env}, "actors": {"envsPerActor": 2}}})
@@ -33,23 +33,26 @@ print("ok")
 """
 
 _LEARNER = """
-import pkgutil, importlib, learner
-for info in pkgutil.walk_packages(learner.__path__, "learner."):
+import pkgutil, importlib, seedrl.learner
+for info in pkgutil.walk_packages(seedrl.learner.__path__, "seedrl.learner."):
     if not info.name.endswith("__main__"):
         importlib.import_module(info.name)
 print("ok")
 """
 
 _OPERATOR = """
-import service.operator, service.reconcile, service.crd
+import seedrl.service.operator.handlers, seedrl.service.operator.reconcile
+import seedrl.service.operator.crd
 print("ok")
 """
 
 IMAGES = {
     # image: (requirement lists, extra requirements, source packages, smoke code, entry module)
-    "actor": (["actor.txt"], [], ["common", "actors"], _ACTOR, "actors"),
-    "learner": (["learner.txt"], ["tensorflow-cpu"], ["common", "learner"], _LEARNER, "learner"),
-    "operator": (["operator.txt"], [], ["common", "service"], _OPERATOR, "service.operator"),
+    "actor": (["actor.txt"], [], ["common", "actors"], _ACTOR, "seedrl.actors"),
+    "learner": (["learner.txt"], ["tensorflow-cpu"], ["common", "learner"], _LEARNER,
+                "seedrl.learner"),
+    "operator": (["operator.txt"], [], ["common", "service"], _OPERATOR,
+                 "seedrl.service.operator"),
 }
 
 
@@ -67,7 +70,8 @@ def test_requirement_list_alone_runs_the_image_code(image, tmp_path):
     assert install.returncode == 0, install.stderr[-3000:]
     app = tmp_path / "app"
     for package in packages:
-        shutil.copytree(ROOT / package, app / package,
+        # As the Dockerfiles copy them: under seedrl/, the name they are imported by.
+        shutil.copytree(ROOT / package, app / "seedrl" / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "PYTHONPATH": str(app),
            "HOME": str(tmp_path), "MUJOCO_GL": "disable", "KERAS_HOME": str(tmp_path / "keras")}

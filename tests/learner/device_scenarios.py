@@ -18,9 +18,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from common.config import DevicesConfig, parse_experiment  # noqa: E402
-from common.wire import EnvSpec  # noqa: E402
-from learner import devices  # noqa: E402
+from seedrl.common.config import DevicesConfig, parse_experiment
+from seedrl.common.wire import EnvSpec
+from seedrl.learner import devices
 
 CARTPOLE = EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2)
 PENDULUM = EnvSpec("Pendulum-v1", "float32", (3,), "float32", (1,), 0)
@@ -158,8 +158,8 @@ def _checkpoint_round_trip(name, exp, env_spec, agent, where, replicas, out_dir)
     which a fresh one-device agent restores. Returns the largest differences seen."""
     import tensorflow as tf
 
-    from learner.agents import build_agent
-    from learner.checkpoint import trackables
+    from seedrl.learner.agents import build_agent
+    from seedrl.learner.checkpoint import trackables
 
     def values(a):
         return [np.array(_numpy(v)) for v in _variables(a)]
@@ -188,7 +188,7 @@ def train(replicas: int, out_dir: str) -> dict:
     in ``out_dir`` (written by the first run, which must be the one-device one), under the
     placement of ``replicas``; writes each agent's parameters to ``out_dir`` and returns the
     metrics, whether the replicas' copies agree, and R2D2's new priorities."""
-    from learner.agents import build_agent
+    from seedrl.learner.agents import build_agent
 
     devices.configure_logical_cpus(LOGICAL_CPUS)
     where = placement(replicas)
@@ -223,9 +223,9 @@ def runtime() -> dict:
 
     from support.learner_harness import Stream, hello, step
 
-    from learner.agents import build_agent
+    from seedrl.learner.agents import build_agent
     from learner.runtime import LearnerRuntime
-    from learner.server import start_server
+    from seedrl.learner.server import start_server
 
     config = DevicesConfig(logical_cpu_devices=LOGICAL_CPUS, inference_devices=2,
                            training_devices=2)

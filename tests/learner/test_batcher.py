@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from learner.batcher import BatcherStopped, InferenceBatcher
+from seedrl.learner.batcher import BatcherStopped, InferenceBatcher
 
 
 class Recorder:

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.config import parse_experiment
-from common.storage import (LocalStore, ObjectStore, TransientStorageError, open_store)
-from common.wire import EnvSpec
-from learner.agents import build_agent
-from learner.checkpoint import (MANIFEST, CheckpointConflict, CheckpointError, Checkpointer)
+from seedrl.common.config import parse_experiment
+from seedrl.common.storage import LocalStore, ObjectStore, TransientStorageError, open_store
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents import build_agent
+from seedrl.learner.checkpoint import MANIFEST, CheckpointConflict, CheckpointError, Checkpointer
 from learner.runtime import LearnerRuntime
 
 SPEC = EnvSpec("Toy", "float32", (3,), "int32", (), 2)

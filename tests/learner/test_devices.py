@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from common.config import ConfigError, DevicesConfig, parse_experiment
-from learner import devices
+from seedrl.common.config import ConfigError, DevicesConfig, parse_experiment
+from seedrl.learner import devices
 
 SCENARIOS = os.path.join(os.path.dirname(__file__), "device_scenarios.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -182,7 +182,7 @@ def test_four_replicas_compute_the_one_device_parameters(trained):
         assert _check_equivalence(out, results, agent, 4), agent
 
 
-# Checkpoints go through learner.checkpoint.trackables, which lists every variable of each Keras
+# Checkpoints go through seedrl.learner.checkpoint.trackables, which lists every variable of each Keras
 # model: Keras 3 leaves list-held sub-layers (the torsos' layers) out of TensorFlow's object
 # graph, so R2D2's target torso was not saved before.
 @pytest.mark.parametrize("agent", AGENT_CASES)

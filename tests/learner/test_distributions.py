@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.wire import EnvSpec
-from learner import distributions
-from learner.distributions import Categorical, DiagGaussian
+from seedrl.common.wire import EnvSpec
+from seedrl.learner import distributions
+from seedrl.learner.distributions import Categorical, DiagGaussian
 
 
 def _np_log_softmax(x):

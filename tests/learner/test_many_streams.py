@@ -2,9 +2,9 @@
 
 import asyncio
 
-from actors.client import ActorClient, Backoff
-from actors.envs import EnvBatch
-from common.config import EnvConfig
+from seedrl.actors.client import ActorClient, Backoff
+from seedrl.actors.envs import EnvBatch
+from seedrl.common.config import EnvConfig
 
 STREAMS = 64
 STEPS = 40

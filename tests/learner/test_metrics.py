@@ -5,8 +5,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.metrics_http import MetricsServer
-from learner.metrics import LearnerMetrics, frames_per_step
+from seedrl.common.metrics_http import MetricsServer
+from seedrl.learner.metrics import LearnerMetrics, frames_per_step
 from support.learner_harness import Stream, hello, step
 
 
@@ -107,7 +107,7 @@ def test_an_unknown_path_is_404_and_no_status_without_a_callback():
 
 
 def test_metrics_addresses_from_the_flag():
-    from common.metrics_http import bind_address
+    from seedrl.common.metrics_http import bind_address
 
     assert bind_address(None, 9090) == ("0.0.0.0", 9090)
     assert bind_address("off", 9090) is None

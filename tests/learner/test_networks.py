@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.config import NetworkConfig
-from common.wire import EnvSpec
-from learner.distributions import Categorical, DiagGaussian
-from learner.networks import make_actor_critic
+from seedrl.common.config import NetworkConfig
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.distributions import Categorical, DiagGaussian
+from seedrl.learner.networks import make_actor_critic
 
 PONG = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
 SMM = EnvSpec("Football/academy_empty_goal_close", "uint8", (72, 96, 4), "int32", (), 19)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from learner.replay import PrioritizedReplay, SumTree
+from seedrl.learner.replay import PrioritizedReplay, SumTree
 
 FIELDS = {"obs": ((3, 2), np.dtype(np.uint8)), "reward": ((3,), np.dtype(np.float32))}
 

@@ -5,9 +5,9 @@ import time
 
 import numpy as np
 
-from common.config import parse_experiment
-from common.wire import EnvSpec
-from learner.agents.base import Agent
+from seedrl.common.config import parse_experiment
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.base import Agent
 from learner.runtime import LearnerRuntime, StepData
 
 SPEC = EnvSpec("Counting-v0", "float32", (1,), "int32", (), 2)

@@ -6,8 +6,8 @@ import grpc
 import numpy as np
 import pytest
 
-from common import seedrl_pb2
-from common.wire import EnvSpec, decode_array
+from seedrl.common import seedrl_pb2
+from seedrl.common.wire import EnvSpec, decode_array
 
 from support.learner_harness import Stream, hello, step
 

@@ -5,8 +5,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from common.storage import open_store, tensorboard_uri
-from learner.tensorboard import Summaries
+from seedrl.common.storage import open_store, tensorboard_uri
+from seedrl.learner.tensorboard import Summaries
 
 
 def _read_scalars(directory):

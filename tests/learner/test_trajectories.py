@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
+from seedrl.learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
 
 FIELDS = {"observation": ((3,), np.dtype(np.float32)), "action": ((), np.dtype(np.int32))}
 

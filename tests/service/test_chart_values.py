@@ -1,4 +1,4 @@
-"""The experiment chart's generated values.yaml and values.schema.json (service/chart_values.py)."""
+"""The experiment chart's generated values.yaml and values.schema.json (service/generate/chart_values.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import shutil
 import jsonschema
 import yaml
 
-from common import config
-from service import chart_values
+from seedrl.common import config
+from seedrl.service.generate import chart_values
 
 
 def _drop_nulls(node):

@@ -10,7 +10,8 @@ import kubernetes
 import pytest
 import yaml
 
-from service import cli, cluster, crd, reconcile
+from seedrl.service.cli import main as cli, cluster
+from seedrl.service.operator import crd, reconcile
 from support.operator_harness import OperatorHarness, wait_for
 
 ROOT = Path(__file__).parents[2]

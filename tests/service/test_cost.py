@@ -7,9 +7,9 @@ calling the code under test.
 import pytest
 from prometheus_client import CollectorRegistry
 
-from common.config import ConfigError
-from service import cost
-from service.cost import PodRecord, Resources
+from seedrl.common.config import ConfigError
+from seedrl.service import cost
+from seedrl.service.cost import PodRecord, Resources
 
 # Round rates so that the hand arithmetic stays readable.
 PRICES = cost.parse_prices({
@@ -297,7 +297,7 @@ def test_merging_observations_keeps_gone_pods_and_closes_them():
 # ---------------------------------------------------------------------------- Experiments
 
 def test_machine_types_of_an_experiment_are_what_its_pods_request():
-    from common.config import parse_experiment
+    from seedrl.common.config import parse_experiment
     exp = parse_experiment({"metadata": {"name": "m"}, "spec": {"actors": {
         "processesPerActor": 3, "resources": {"cpu": "4", "memory": "3Gi"}}}})
     learner, spot = cost.machine_for(exp, "learner")
@@ -324,7 +324,7 @@ def test_machine_types_read_cluster_fields_when_present():
 
 
 def test_frames_count_atari_frame_skip():
-    from common.config import parse_experiment
+    from seedrl.common.config import parse_experiment
     pong = parse_experiment({"metadata": {"name": "p"}, "spec": {"env": {"id": "ALE/Pong-v5"}}})
     assert cost.frames_per_env_step(pong) == 4
     assert cost.frames_per_env_step(parse_experiment({"metadata": {"name": "c"}})) == 1

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.config import parse_experiment
-from service import cost
-from service.cli import main
-from service.cost_cli import cluster_cost
-from service.local_cost import LocalCost, read_cost_file
-from service.processes import Child
+from seedrl.common.config import parse_experiment
+from seedrl.service import cost
+from seedrl.service.cli.main import main
+from seedrl.service.cli.cost import cluster_cost
+from seedrl.service.local.cost import LocalCost, read_cost_file
+from seedrl.service.local.processes import Child
 
 ROOT = Path(__file__).resolve().parents[2]
 PRICES = cost.parse_prices({
@@ -156,7 +156,7 @@ def test_seedrl_cost_reads_a_cluster_experiment_from_the_kubeconfig(api_server, 
         "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u",
                                                   "namespace": "team"}}]}))
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "service.cli", "cost", "exp1", "--runs-dir",
+    out = subprocess.run([sys.executable, "-m", "seedrl.service.cli", "cost", "exp1", "--runs-dir",
                           str(tmp_path / "runs")], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

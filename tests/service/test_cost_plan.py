@@ -5,10 +5,11 @@ import json
 import pytest
 import yaml
 
-from common.config import ConfigError
-from service import cost, cost_plan
-from service.cli import main
-from service.cost import Resources
+from seedrl.common.config import ConfigError
+from seedrl.service import cost
+from seedrl.service.cost import plan as cost_plan
+from seedrl.service.cli.main import main
+from seedrl.service.cost import Resources
 
 PRICES = cost.parse_prices({
     "version": "plan-1", "region": "r", "takenOn": "2026-11-01", "currency": "USD",
@@ -80,7 +81,7 @@ def test_a_run_summary_gives_seed_rates_and_needs_a_benchmark_for_impala(tmp_pat
     (run / "config.yaml").write_text(yaml.safe_dump({"metadata": {"name": "r1"},
                                                      "spec": {"actors": {"replicas": 3}}}))
     (tmp_path / "bench.json").write_text(json.dumps(BENCH))
-    from common.config import parse_experiment
+    from seedrl.common.config import parse_experiment
     exp = parse_experiment({"metadata": {"name": "other"}})
     t = cost_plan.read_throughput(str(run / "summary.json"), exp)
     assert t.seed_per_cpu == 1000.0 and t.impala_per_cpu is None  # 3,000 / 3 actors / 1 vCPU
@@ -91,7 +92,7 @@ def test_a_run_summary_gives_seed_rates_and_needs_a_benchmark_for_impala(tmp_pat
 
 
 def test_bad_throughput_files_name_the_file_and_the_figure(tmp_path):
-    from common.config import parse_experiment
+    from seedrl.common.config import parse_experiment
     exp = parse_experiment({"metadata": {"name": "x"}})
     bad = dict(BENCH, raw_steps_per_s=0)
     (tmp_path / "b.json").write_text(json.dumps(bad))

@@ -3,7 +3,7 @@ against a real Prometheus in tests/e2e/test_observability.py.)"""
 
 import json
 
-from service import dashboards
+from seedrl.service.generate import dashboards
 from support.charts import OPERATOR_CHART
 
 

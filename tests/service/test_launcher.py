@@ -5,8 +5,8 @@ import json
 import pytest
 import yaml
 
-from common.config import parse_experiment
-from service.launcher import RunDirError, learner_address, prepare_run_dir
+from seedrl.common.config import parse_experiment
+from seedrl.service.local.launcher import RunDirError, learner_address, prepare_run_dir
 
 
 def experiment(**spec):

@@ -1,4 +1,4 @@
-"""The operator (kopf, service/operator.py) against kmock's emulated Kubernetes API over HTTP,
+"""The operator (kopf, service/operator/handlers.py) against kmock's emulated Kubernetes API over HTTP,
 driven with the real ``kubernetes`` client. Nothing here sleeps: every step waits on a
 condition with a timeout."""
 
@@ -16,10 +16,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.config import parse_experiment
-from common.schema import to_json_schema
-from service import crd, reconcile
-from service.operator_metrics import OperatorMetrics
+from seedrl.common.config import parse_experiment
+from seedrl.common.schema import to_json_schema
+from seedrl.service.operator import crd, reconcile
+from seedrl.service.operator.metrics import OperatorMetrics
 from support.operator_harness import OperatorHarness, wait_for
 
 NS = "team-a"
@@ -261,10 +261,10 @@ def test_deletion_removes_every_child(k8s):
 
 
 # ------------------------------------------------------------------------------------------
-# Cost: the pods' requests x the time they ran, priced with service/prices.yaml
+# Cost: the pods' requests x the time they ran, priced with service/cost/prices.yaml
 # ------------------------------------------------------------------------------------------
 
-# Rates from service/prices.yaml (table gke-us-central1-2026-11-29), USD per hour.
+# Rates from service/cost/prices.yaml (table gke-us-central1-2026-11-29), USD per hour.
 CPU, CPU_SPOT = 0.0445, 0.0133            # per vCPU
 MEM, MEM_SPOT = 0.0049225, 0.0014767      # per GiB
 V5E = 1.20                                # per TPU v5e chip, on demand

@@ -2,8 +2,8 @@
 
 import io
 
-from common.config import BudgetConfig
-from service.progress import Progress, format_duration
+from seedrl.common.config import BudgetConfig
+from seedrl.service.local.progress import Progress, format_duration
 
 
 def test_line_shows_the_figures_of_a_status_snapshot():

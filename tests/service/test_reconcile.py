@@ -12,9 +12,9 @@ import kubernetes_validate.utils
 import pytest
 import yaml
 
-from common.config import ConfigError, load_yaml, parse_experiment, to_document
-from common.schema import to_json_schema
-from service import crd, reconcile
+from seedrl.common.config import ConfigError, load_yaml, parse_experiment, to_document
+from seedrl.common.schema import to_json_schema
+from seedrl.service.operator import crd, reconcile
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml")) + sorted(
@@ -52,7 +52,7 @@ def by_kind(objects):
 def test_checked_in_crds_are_up_to_date():
     text = crd.crd_text()
     for path in crd.CRD_PATHS:
-        assert path.read_text() == text, f"{path} is stale: run python -m service.crd --write"
+        assert path.read_text() == text, f"{path} is stale: run python -m seedrl.service.operator.crd --write"
     assert crd.main(["--check"]) == 0
 
 
@@ -101,7 +101,7 @@ BAD = [
 
 @pytest.mark.parametrize("dotted, value, field", BAD, ids=[b[0] for b in BAD])
 def test_bad_experiments_are_rejected_naming_the_field(dotted, value, field):
-    from common.config import set_path
+    from seedrl.common.config import set_path
     doc = load(ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml")
     set_path(doc, dotted, value)
     errors = list(crd_validator().iter_errors(doc))
@@ -154,11 +154,11 @@ def test_config_map_holds_the_resolved_experiment():
 def test_pods_run_the_entry_points_with_the_config():
     objs = by_kind(reconcile.render(exp_of(learner={"port": 7000})))
     learner = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
-    assert learner["command"][:5] == ["python", "-m", "learner", "--config",
+    assert learner["command"][:5] == ["python", "-m", "seedrl.learner", "--config",
                                       reconcile.CONFIG_FILE]
     assert "[::]:7000" in learner["command"]
     actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    assert actor["command"] == ["python", "-m", "actors", "--config", reconcile.CONFIG_FILE,
+    assert actor["command"] == ["python", "-m", "seedrl.actors", "--config", reconcile.CONFIG_FILE,
                                 "--learner", "exp-learner:7000", "--index", "auto"]
     for container in (learner, actor):
         assert {"name": "config", "mountPath": "/etc/seedrl", "readOnly": True} in \

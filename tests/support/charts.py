@@ -19,8 +19,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from common import config
-from common.schema import to_json_schema
+from seedrl.common import config
+from seedrl.common.schema import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_CHART = ROOT / "helm" / "seedrl-operator"

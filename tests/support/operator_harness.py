@@ -2,8 +2,8 @@
 
 :class:`OperatorHarness` starts, each in its own thread: the bridged kmock emulator (see
 :mod:`support.k8s_emulator`), a local HTTP server that plays the learners' ``GET /status``
-endpoints, ``kopf.operator`` with the handlers of ``service/operator.py``, and the operator's
-``/metrics`` endpoint (:class:`common.metrics_http.MetricsServer`, as ``main`` serves it). Tests talk to
+endpoints, ``kopf.operator`` with the handlers of ``service/operator/handlers.py``, and the operator's
+``/metrics`` endpoint (:class:`seedrl.common.metrics_http.MetricsServer`, as ``main`` serves it). Tests talk to
 the emulator with the official ``kubernetes`` client and wait on conditions with
 :func:`wait_for`, never on fixed sleeps.
 """
@@ -20,9 +20,9 @@ from typing import Any, Callable
 import kopf
 import kubernetes
 
-from common.metrics_http import MetricsServer
-from service import operator
-from service.operator_metrics import OperatorMetrics
+from seedrl.common.metrics_http import MetricsServer
+from seedrl.service.operator import handlers as operator
+from seedrl.service.operator.metrics import OperatorMetrics
 from support.k8s_emulator import EmulatedCluster
 
 

@@ -100,7 +100,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-The operator's arguments (python -m service.operator's flags), derived from watch and operator,
+The operator's arguments (python -m seedrl.service.operator's flags), derived from watch and operator,
 then operator.extraArgs. No --namespace means every namespace.
 */}}
 {{- define "seedrl-operator.args" -}}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from common.config import Experiment
-from common.wire import EnvSpec
-from learner.agents.ppo.learner import PPOAgent
-from learner.agents.ppo.networks import make_network
-from learner.devices import Placement, default_placement
-from learner.optimizers import make_optimizer
+from seedrl.common.config import Experiment
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.ppo.learner import PPOAgent
+from seedrl.learner.agents.ppo.networks import make_network
+from seedrl.learner.devices import Placement, default_placement
+from seedrl.learner.optimizers import make_optimizer
 
 
 def build(experiment: Experiment, env_spec: EnvSpec,

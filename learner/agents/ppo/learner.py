@@ -16,14 +16,14 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from common.config import PPOConfig
-from common.wire import EnvSpec
-from learner.agents.base import Agent
-from learner.agents.ppo import losses
-from learner.devices import Placement, default_placement
-from learner.networks import ActorCritic
-from learner.normalizers import RunningMeanStd
-from learner.optimizers import apply_gradients
+from seedrl.common.config import PPOConfig
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.base import Agent
+from seedrl.learner.agents.ppo import losses
+from seedrl.learner.devices import Placement, default_placement
+from seedrl.learner.networks import ActorCritic
+from seedrl.learner.normalizers import RunningMeanStd
+from seedrl.learner.optimizers import apply_gradients
 
 
 def discounted_returns(rewards: np.ndarray, done: np.ndarray, discount: float) -> np.ndarray:
@@ -44,7 +44,7 @@ class PPOAgent(Agent):
     """Proximal policy optimization with clipping and/or an adaptive KL penalty.
 
     Args:
-      network: the actor-critic (see :mod:`learner.networks`).
+      network: the actor-critic (see :mod:`seedrl.learner.networks`).
       optimizer: a Keras optimizer built on the network's variables.
       config: ``spec.agent.ppo``.
       env_spec: the actors' environment spec.

@@ -4,10 +4,10 @@ log-std."""
 
 from __future__ import annotations
 
-from common.config import NetworkConfig
-from common.wire import EnvSpec
-from learner import distributions
-from learner.networks import ActorCritic, make_actor_critic
+from seedrl.common.config import NetworkConfig
+from seedrl.common.wire import EnvSpec
+from seedrl.learner import distributions
+from seedrl.learner.networks import ActorCritic, make_actor_critic
 
 
 def make_network(config: NetworkConfig, env_spec: EnvSpec) -> ActorCritic:

@@ -15,14 +15,14 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from common.config import R2D2Config
-from common.wire import EnvSpec
-from learner.agents.base import ReplayAgent
-from learner.agents.r2d2 import losses
-from learner.devices import Placement, default_placement
-from learner.networks import DuelingQNetwork
-from learner.optimizers import apply_gradients
-from learner.replay import PrioritizedReplay
+from seedrl.common.config import R2D2Config
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.base import ReplayAgent
+from seedrl.learner.agents.r2d2 import losses
+from seedrl.learner.devices import Placement, default_placement
+from seedrl.learner.networks import DuelingQNetwork
+from seedrl.learner.optimizers import apply_gradients
+from seedrl.learner.replay import PrioritizedReplay
 
 
 def _time_major(x):

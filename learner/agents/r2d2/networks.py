@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from common.config import NetworkConfig
-from common.wire import EnvSpec
-from learner.networks import DuelingQNetwork, make_torso
+from seedrl.common.config import NetworkConfig
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.networks import DuelingQNetwork, make_torso
 
 
 def make_network(config: NetworkConfig, env_spec: EnvSpec, name: str = "q") -> DuelingQNetwork:

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from common.config import VTraceConfig
-from common.wire import EnvSpec
-from learner.agents.base import Agent
-from learner.agents.vtrace import losses
-from learner.devices import Placement, default_placement
-from learner.networks import ActorCritic
-from learner.optimizers import apply_gradients
+from seedrl.common.config import VTraceConfig
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.base import Agent
+from seedrl.learner.agents.vtrace import losses
+from seedrl.learner.devices import Placement, default_placement
+from seedrl.learner.networks import ActorCritic
+from seedrl.learner.optimizers import apply_gradients
 
 
 class VTraceAgent(Agent):
@@ -29,7 +29,7 @@ class VTraceAgent(Agent):
     state; training unrolls from the state stored at the start of each unroll.
 
     Args:
-      network: the actor-critic (see :mod:`learner.networks`).
+      network: the actor-critic (see :mod:`seedrl.learner.networks`).
       optimizer: a Keras optimizer (already built on the network's variables).
       config: the V-trace hyperparameters.
       env_spec: the actors' environment spec.

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from common.config import parse_experiment
-from common.wire import EnvSpec
-from learner.agents.ppo.builder import build
-from learner.agents.ppo.learner import discounted_returns
+from seedrl.common.config import parse_experiment
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.ppo.builder import build
+from seedrl.learner.agents.ppo.learner import discounted_returns
 
 DISCRETE = EnvSpec("Disc", "float32", (3,), "int32", (), 3)
 CONTINUOUS = EnvSpec("Cont", "float32", (3,), "float32", (2,), 0)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from learner.agents.ppo import losses
-from learner.normalizers import RunningMeanStd
+from seedrl.learner.agents.ppo import losses
+from seedrl.learner.normalizers import RunningMeanStd
 
 
 def np_gae(rewards, values, bootstrap, discounts, lam):

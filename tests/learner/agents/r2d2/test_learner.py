@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from common.config import parse_experiment
-from common.wire import EnvSpec
-from learner.agents.r2d2.builder import build
+from seedrl.common.config import parse_experiment
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.r2d2.builder import build
 
 SPEC = EnvSpec("Toy", "float32", (3,), "int32", (), 2)
 
@@ -135,7 +135,7 @@ def test_training_sets_the_priorities_of_the_sampled_sequences():
 
 
 def test_training_on_given_time_major_sequences_without_the_replay():
-    from learner.trajectories import stack_unrolls
+    from seedrl.learner.trajectories import stack_unrolls
 
     agent = _agent()
     rng = np.random.default_rng(5)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.agents.r2d2 import losses
+from seedrl.learner.agents.r2d2 import losses
 
 EPS = 1e-3
 

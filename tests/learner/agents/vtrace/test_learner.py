@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from common.config import parse_experiment
-from common.wire import EnvSpec
-from learner.agents.vtrace.builder import build
+from seedrl.common.config import parse_experiment
+from seedrl.common.wire import EnvSpec
+from seedrl.learner.agents.vtrace.builder import build
 
 
 def _agent(spec: EnvSpec, network: dict):

@@ -1,4 +1,4 @@
-"""Tests for learner.agents.vtrace.losses against a NumPy ground truth.
+"""Tests for seedrl.learner.agents.vtrace.losses against a NumPy ground truth.
 
 The ground truth evaluates the V-trace target with the explicit sum from
 the IMPALA paper (Espeholt et al. 2018, eq. 1),
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.agents.vtrace import losses
+from seedrl.learner.agents.vtrace import losses
 
 ATOL = 1e-5
 RTOL = 1e-5

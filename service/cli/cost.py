@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from common.config import ConfigError, load_experiment
+from seedrl.common.config import ConfigError, load_experiment
 
 #: The Experiment custom resource.
 GROUP, VERSION, PLURAL = "seedrl.dev", "v1alpha1", "experiments"
@@ -82,8 +82,8 @@ def cluster_cost(name: str, namespace: str | None = None,
 
 
 def _local_report(run_dir: str, prices_path: str | None) -> dict | None:
-    from service import cost
-    from service.local_cost import read_cost_file
+    from seedrl.service import cost
+    from seedrl.service.local.cost import read_cost_file
 
     data = read_cost_file(run_dir)
     if data is None:
@@ -101,7 +101,7 @@ def _local_report(run_dir: str, prices_path: str | None) -> dict | None:
 
 def cmd_report(args) -> int:
     """Prints the cost report of a local run, else of a cluster Experiment."""
-    from service import cost
+    from seedrl.service import cost
 
     run_dir = os.path.join(args.runs_dir, args.name)
     try:
@@ -129,7 +129,8 @@ def cmd_report(args) -> int:
 
 def cmd_plan(args) -> int:
     """Prints the planner's estimate for ``args.file``."""
-    from service import cost, cost_plan
+    from seedrl.service import cost
+    from seedrl.service.cost import plan as cost_plan
 
     if not args.file or args.frames is None or args.frames <= 0:
         print("error: usage: seedrl cost plan FILE --frames N (N > 0)", file=sys.stderr)
@@ -173,9 +174,9 @@ def cmd_cost(args) -> int:
 
 
 def train_cost(exp, run_dir: str):
-    """The :class:`service.local_cost.LocalCost` of a `seedrl train` run, or None (with the
+    """The :class:`seedrl.service.local.cost.LocalCost` of a `seedrl train` run, or None (with the
     reason on stderr) when the price table is invalid: training goes on without a cost."""
-    from service.local_cost import LocalCost
+    from seedrl.service.local.cost import LocalCost
 
     try:
         return LocalCost(exp, run_dir)

@@ -17,7 +17,7 @@ all price through :func:`compute_cost`:
   for in a cluster (:func:`machine_for`).
 
 Prices are hourly list prices per vCPU, per GiB of memory and per accelerator chip/GPU, on
-demand or Spot (``service/prices.yaml``, with its sources). That is how GKE Autopilot bills
+demand or Spot (``service/cost/prices.yaml``, with its sources). That is how GKE Autopilot bills
 pods; for GKE Standard it is each pod's share of its nodes.
 """
 
@@ -33,7 +33,7 @@ from decimal import Decimal, InvalidOperation
 from importlib import resources as importlib_resources
 from typing import Any
 
-from common.config import ConfigError, load_yaml
+from seedrl.common.config import ConfigError, load_yaml
 
 #: Roles a record can have; the report's breakdown is keyed by them.
 ROLES = ("learner", "actor")
@@ -114,7 +114,7 @@ class Rate:
 
 @dataclasses.dataclass(frozen=True)
 class PriceTable:
-    """A versioned table of hourly prices for one region (see ``service/prices.yaml``)."""
+    """A versioned table of hourly prices for one region (see ``service/cost/prices.yaml``)."""
 
     version: str
     region: str
@@ -139,8 +139,8 @@ class PriceTable:
 
 
 def _default_document() -> dict:
-    text = importlib_resources.files("service").joinpath(PRICES_FILE).read_text("utf-8")
-    return load_yaml(text, "service/prices.yaml")
+    text = importlib_resources.files("seedrl.service.cost").joinpath(PRICES_FILE).read_text("utf-8")
+    return load_yaml(text, "service/cost/prices.yaml")
 
 
 def _merge(base: Any, override: Any) -> Any:
@@ -428,7 +428,7 @@ def status_schema() -> dict:
         "totalUsd": num, "cpuUsd": num, "memoryUsd": num, "acceleratorUsd": num,
         "pods": {"type": "integer"}, "podHours": num}}
     text = {"type": "string"}
-    cost_schema = {"type": "object", "description": "Estimated cost so far (service/cost.py).",
+    cost_schema = {"type": "object", "description": "Estimated cost so far (service/cost/).",
                    "properties": {
                        "totalUsd": num, "usdPerHour": num,
                        "usdPerMillionFrames": {"type": "number",

@@ -2,7 +2,7 @@
 
   seedrl train FILE [--set path=value ...] [--resume] [--runs-dir DIR]
   seedrl validate FILE [--set path=value ...]
-  seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cost_cli.py)
+  seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cli/cost.py)
   seedrl submit FILE [--set path=value ...] [-n NAMESPACE] [--dry-run]
   seedrl status [-n NAMESPACE | -A]
 """
@@ -14,9 +14,9 @@ import logging
 import signal
 import sys
 
-from common.config import ConfigError, dump_experiment, load_experiment
-from common.storage import tensorboard_uri
-from service import cost_cli
+from seedrl.common.config import ConfigError, dump_experiment, load_experiment
+from seedrl.common.storage import tensorboard_uri
+from seedrl.service.cli import cost as cost_cli
 
 #: Exit codes of `seedrl train`.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_RUN_DIR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -90,9 +90,13 @@ def cmd_validate(args) -> int:
 
 def cmd_train(args) -> int:
     """Runs the Experiment locally until its budget, its target return or Ctrl-C."""
-    from service.launcher import (LocalRun, RunDirError, check_checkpoint_location,
-                                  prepare_run_dir)
-    from service.progress import Progress, format_duration
+    from seedrl.service.local.launcher import (
+        LocalRun,
+        RunDirError,
+        check_checkpoint_location,
+        prepare_run_dir,
+    )
+    from seedrl.service.local.progress import Progress, format_duration
 
     exp = _load(args)
     if exp is None:
@@ -140,7 +144,7 @@ def cmd_train(args) -> int:
           f"{summary.get('return_window', 0)} episodes: {mean_text}. Summary: "
           f"{run_dir}/summary.json", flush=True)
     if run.cost_status:
-        from service.cost import format_cost_line
+        from seedrl.service.cost import format_cost_line
         print(format_cost_line(run.cost_status), flush=True)
     if reason == "train_error":
         return EXIT_FAILED
@@ -151,8 +155,9 @@ def cmd_submit(args) -> int:
     """Validates an Experiment locally (every field, as the operator will), then applies it."""
     import yaml
 
-    from common.config import apply_overrides, load_yaml
-    from service import cluster, reconcile
+    from seedrl.common.config import apply_overrides, load_yaml
+    from seedrl.service.cli import cluster
+    from seedrl.service.operator import reconcile
 
     exp = _load(args)
     if exp is None:
@@ -193,7 +198,7 @@ def cmd_submit(args) -> int:
 
 def cmd_status(args) -> int:
     """Prints a table of the Experiments in a namespace (or all)."""
-    from service import cluster
+    from seedrl.service.cli import cluster
 
     namespace = None if args.all_namespaces else (
         args.namespace or cluster.default_namespace(args.kubeconfig, args.context))

@@ -3,15 +3,15 @@
 
 ``seedrl_experiment_phase{experiment, namespace, phase}`` is 1 for the current phase and 0 for
 the others (so ``count by (phase) (seedrl_experiment_phase == 1)`` counts Experiments by phase
-and an alert can match ``phase="Failed"``); the cost gauges are :class:`service.cost.CostGauges`.
+and an alert can match ``phase="Failed"``); the cost gauges are :class:`seedrl.service.cost.CostGauges`.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from service import cost
-from service.crd import PHASES
+from seedrl.service import cost
+from seedrl.service.operator.crd import PHASES
 
 
 class ExperimentGauges:

@@ -3,7 +3,7 @@
 - ``seedrl_operator_reconciles_total{trigger}``: handler runs, ``trigger`` ``change`` (create,
   update, resume) or ``poll`` (the periodic status refresh);
 - ``seedrl_operator_reconcile_errors_total{trigger}``: those that raised (kopf retries them);
-- per Experiment, :class:`service.experiment_metrics.ExperimentGauges`: the phase and the cost
+- per Experiment, :class:`seedrl.service.metrics.ExperimentGauges`: the phase and the cost
   so far, set from each computed status and pricing report, dropped on delete.
 
 Everything lives in one registry of its own (not prometheus_client's global one), so that
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter
 
-from service import cost
-from service.experiment_metrics import ExperimentGauges
+from seedrl.service import cost
+from seedrl.service.metrics import ExperimentGauges
 
 #: What started a reconcile.
 TRIGGERS = ("change", "poll")

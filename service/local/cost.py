@@ -2,7 +2,7 @@
 
 `seedrl train` runs one learner and N actors on this machine; a cluster would run the same
 processes as pods on the machine types the Experiment asks for. :class:`LocalCost` turns each
-process's wall-clock running time into a :class:`service.cost.PodRecord` with that machine type
+process's wall-clock running time into a :class:`seedrl.service.cost.PodRecord` with that machine type
 and writes ``runs/<name>/cost.json``: the report (the same mapping the operator writes as
 ``status.cost``) and the records it was priced from, so ``seedrl cost NAME`` can re-price them.
 A resumed run keeps the records of its earlier sessions: its cost is the whole run's.
@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from service import cost
+from seedrl.service import cost
 
 COST_FILE = "cost.json"
 
@@ -37,7 +37,7 @@ class LocalCost:
     Args:
       exp: the Experiment (machine types and frames per step).
       run_dir: the run directory.
-      prices: the price table (default: :func:`service.cost.load_prices`).
+      prices: the price table (default: :func:`seedrl.service.cost.load_prices`).
     """
 
     def __init__(self, exp: Any, run_dir: str, prices: cost.PriceTable | None = None):
@@ -46,7 +46,7 @@ class LocalCost:
         self.prices = prices or cost.load_prices()
         previous = read_cost_file(run_dir) or {}
         self.previous = [cost.record_from_dict(r) for r in previous.get("records", [])]
-        #: The latest pricing (a :class:`service.cost.CostReport`), for the cost gauges.
+        #: The latest pricing (a :class:`seedrl.service.cost.CostReport`), for the cost gauges.
         self.last_report: cost.CostReport | None = None
         self.session = 1 + max((int(r.name.rpartition("@")[2]) for r in self.previous
                                 if r.name.rpartition("@")[2].isdigit()), default=0)

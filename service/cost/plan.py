@@ -28,7 +28,7 @@ accelerator (SEED) and with inference on each actor's CPUs (IMPALA):
    1 / (1 / r_seed + c_inf)`` steps/s, so reaching the same rate takes ``K_i = ceil(K r_seed /
    r_impala)`` actors of the same machine type. The learner is the same machine (it still
    trains) and runs for the same ``T``. Cost: ``T x (learner hourly + K_i x actor hourly)``.
-4. Hourly prices come from the price table (:mod:`service.cost`): vCPUs, GiB and accelerator
+4. Hourly prices come from the price table (:mod:`seedrl.service.cost`): vCPUs, GiB and accelerator
    chips each pod requests, Spot rates for Spot pods.
 
 What it leaves out: the learner's own capacity unless given (a TPU learner serving thousands of
@@ -46,8 +46,8 @@ from typing import Any
 
 import yaml
 
-from common.config import ConfigError, parse_experiment
-from service import cost
+from seedrl.common.config import ConfigError, parse_experiment
+from seedrl.service import cost
 
 
 @dataclasses.dataclass(frozen=True)

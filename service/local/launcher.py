@@ -19,11 +19,17 @@ from collections.abc import Callable
 
 import yaml
 
-from common.config import Experiment, dump_experiment, to_document
-from common.storage import CHECKPOINT_MANIFEST, NotFound, StorageError, open_store, with_retries
-from common.metrics_http import MetricsServer
-from service.experiment_metrics import ExperimentGauges
-from service.processes import Child, child_env, python_module, stop_all
+from seedrl.common.config import Experiment, dump_experiment, to_document
+from seedrl.common.storage import (
+    CHECKPOINT_MANIFEST,
+    NotFound,
+    StorageError,
+    open_store,
+    with_retries,
+)
+from seedrl.common.metrics_http import MetricsServer
+from seedrl.service.metrics import ExperimentGauges
+from seedrl.service.local.processes import Child, child_env, python_module, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +177,7 @@ class LocalRun:
       run_dir: its prepared run directory (see :func:`prepare_run_dir`).
       on_status: called with each new status snapshot (progress display).
       learner_args: extra learner flags, e.g. ``--no-train`` for throughput measurements.
-      cost: prices the run's processes into ``cost.json`` (see :mod:`service.local_cost`);
+      cost: prices the run's processes into ``cost.json`` (see :mod:`seedrl.service.local.cost`);
         the final report is left in ``cost_status``.
     """
 
@@ -195,11 +201,11 @@ class LocalRun:
         self._metrics_server = MetricsServer(self.gauges.registry, host="127.0.0.1",
                                              port=self.metrics_ports[-1])
         self.learner = Child("learner", python_module(
-            "learner", "--config", config, "--run-dir", run_dir, "--listen", self.address,
+            "seedrl.learner", "--config", config, "--run-dir", run_dir, "--listen", self.address,
             "--metrics-address", f"127.0.0.1:{self.metrics_ports[0]}", *learner_args),
             os.path.join(run_dir, "learner.log"), env)
         self.actors = [Child(f"actor-{i}", python_module(
-            "actors", "--config", config, "--learner", self.address, "--index", str(i),
+            "seedrl.actors", "--config", config, "--learner", self.address, "--index", str(i),
             "--actor-id", f"{exp.metadata.name}-local-{i}",
             "--metrics-address", f"127.0.0.1:{self.metrics_ports[1 + i]}"),
             os.path.join(run_dir, f"actor-{i}.log"), env)

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 
 import kubernetes
 
-from service import crd
+from seedrl.service.operator import crd
 
 FIELD_MANAGER = "seedrl-cli"
 APPLY = "application/apply-patch+yaml"

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TextIO
 
-from common.config import BudgetConfig
+from seedrl.common.config import BudgetConfig
 
 
 def format_duration(seconds: float) -> str:

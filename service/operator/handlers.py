@@ -1,26 +1,26 @@
-"""The seedrl operator: thin kopf handlers over :mod:`service.reconcile`.
+"""The seedrl operator: thin kopf handlers over :mod:`seedrl.service.operator.reconcile`.
 
-Run it with ``python -m service.operator`` (in a cluster it logs in with the pod's service
+Run it with ``python -m seedrl.service.operator`` (in a cluster it logs in with the pod's service
 account; elsewhere with the current kubeconfig). For every Experiment it:
 
-- validates the spec with :func:`common.config.parse_experiment`; an invalid one gets phase
+- validates the spec with :func:`seedrl.common.config.parse_experiment`; an invalid one gets phase
   Failed, reason ValidationFailed and a message naming each field, and nothing else happens to
   it (no retries: a new spec is a new event). Other Experiments are unaffected;
 - refuses a change of an immutable field (``spec.env``, ``spec.agent``) by comparing with
   ``status.appliedImmutable``: condition SpecApplied=False, reason ImmutableFieldChanged, and
   the children keep running what they were made from;
-- otherwise applies what :func:`service.reconcile.render` returns (server-side apply, field
+- otherwise applies what :func:`seedrl.service.operator.reconcile.render` returns (server-side apply, field
   manager ``seedrl-operator``; the learner Job is created once and afterwards only its
   ``spec.suspend`` is changed, since a Job's pod template is immutable);
 - every ``poll_seconds`` reads the Job, the Deployment and the learner's ``GET /status``, and
   writes ``status`` (phase, conditions, progress and cost); it recreates a missing child and
   scales the actors to zero once the learner has finished;
-- prices the Experiment's pods at every status refresh (:func:`service.cost.price_pods`: the
+- prices the Experiment's pods at every status refresh (:func:`seedrl.service.cost.price_pods`: the
   resources each pod requested x the time it ran, learner and actors apart) into
   ``status.cost``, keeping every pod's record in ``status.costRecords`` so that a pod that is
   gone is still counted. Pricing never fails a reconcile: when the pods cannot be listed or
   priced the previous cost stays and the log says why;
-- exports its own metrics (:mod:`service.operator_metrics`): reconciles and errors by trigger,
+- exports its own metrics (:mod:`seedrl.service.operator.metrics`): reconciles and errors by trigger,
   each Experiment's phase and cost so far, served on ``--metrics-port``.
 
 Suspending (``spec.suspend: true``) sets the learner Job's ``spec.suspend``: the Job controller
@@ -47,10 +47,11 @@ from typing import Any, Callable, Mapping, Optional
 import kopf
 import kubernetes
 
-from common.config import ConfigError, Experiment
-from common.metrics_http import MetricsServer
-from service import cost, crd, reconcile
-from service.operator_metrics import OperatorMetrics
+from seedrl.common.config import ConfigError, Experiment
+from seedrl.common.metrics_http import MetricsServer
+from seedrl.service import cost
+from seedrl.service.operator import crd, reconcile
+from seedrl.service.operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class OperatorConfig:
       status_url: ``status_url(namespace, name, metrics_port) -> url`` of a learner's
         ``/status``; through its Service by default.
       prices: the price table pods are priced with (``main`` loads it with
-        :func:`service.cost.load_prices`, which honours ``$SEEDRL_PRICES``); the packaged
+        :func:`seedrl.service.cost.load_prices`, which honours ``$SEEDRL_PRICES``); the packaged
         table by default.
       metrics: the operator's Prometheus series (a fresh registry by default).
       connection: the API server kopf itself talks to; None: the same as ``api_client``'s
@@ -403,11 +404,11 @@ def serve_metrics(metrics: OperatorMetrics, port: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m service.operator [--namespace NS ...] [--poll-seconds S]
+    """``python -m seedrl.service.operator [--namespace NS ...] [--poll-seconds S]
     [--metrics-port P]``."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m service.operator",
+    p = argparse.ArgumentParser(prog="python -m seedrl.service.operator",
                                 description="Run the seedrl operator.")
     p.add_argument("--namespace", action="append", default=[],
                    help="watch only these namespaces (repeatable); default: all")

@@ -1,6 +1,6 @@
 """The Grafana dashboards, generated from code into the operator chart.
 
-``python -m service.dashboards --write`` writes ``helm/seedrl-operator/dashboards/*.json``; the
+``python -m seedrl.service.generate.dashboards --write`` writes ``helm/seedrl-operator/dashboards/*.json``; the
 chart turns each into a ConfigMap labelled for Grafana's dashboard sidecar. Two dashboards:
 
 - **seedrl / Experiments**: every Experiment at a glance (phase, throughput, learning, cost);
@@ -19,7 +19,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from service import generated
+from seedrl.service import generate as generated
 
 DASHBOARD_DIR = os.path.join("helm", "seedrl-operator", "dashboards")
 EXP = 'experiment=~"$experiment"'
@@ -240,9 +240,9 @@ def render_all() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m service.dashboards [--write | --check]``: the chart's dashboards."""
+    """``python -m seedrl.service.generate.dashboards [--write | --check]``: the chart's dashboards."""
     files = {generated.ROOT / DASHBOARD_DIR / name: text for name, text in render_all().items()}
-    return generated.main("python -m service.dashboards", __doc__.splitlines()[0], files, argv)
+    return generated.main("python -m seedrl.service.generate.dashboards", __doc__.splitlines()[0], files, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@
 
 :func:`compute_status` derives ``status`` (phase, Kubernetes-style conditions, progress) from
 what the operator observed: the Job, the Deployment and the learner's ``/status`` JSON, which
-:func:`parse_learner_status` reads. The operator (``service/operator.py``) only fetches, applies
+:func:`parse_learner_status` reads. The operator (``service/operator/handlers.py``) only fetches, applies
 and patches; every decision lives here, where tests can reach it without a cluster.
 """
 
@@ -29,7 +29,7 @@ import json
 import math
 from typing import Any, Mapping, Optional
 
-from common.config import (
+from seedrl.common.config import (
     API_VERSION,
     KIND,
     ConfigError,
@@ -328,7 +328,7 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "name": "learner",
         "image": learner.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "learner", "--config", CONFIG_FILE,
+        "command": ["python", "-m", "seedrl.learner", "--config", CONFIG_FILE,
                     "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR],
         "ports": [{"name": "grpc", "containerPort": learner.port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": learner.metrics_port,
@@ -395,7 +395,7 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
         "imagePullPolicy": "IfNotPresent",
         # A Deployment's pods have no ordinal: `--index auto` hashes the pod name into
         # [0, replicas) (see actors/main.py). Actors reconnect to a restarted learner.
-        "command": ["python", "-m", "actors", "--config", CONFIG_FILE,
+        "command": ["python", "-m", "seedrl.actors", "--config", CONFIG_FILE,
                     "--learner", f"{n.service}:{spec.learner.port}", "--index", "auto"],
         "ports": [{"name": "metrics", "containerPort": actors.metrics_port,
                    "protocol": "TCP"}],
