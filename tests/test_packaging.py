@@ -45,3 +45,23 @@ def test_a_clean_venv_gets_only_seedrl_in_site_packages(tmp_path):
     assert sorted(p.name for p in (site / "seedrl").iterdir()) == sorted(FOLDERS)
     assert (site / "seedrl" / "service" / "cost" / "prices.yaml").exists()
     assert (site / "seedrl" / "common" / "seedrl.proto").exists()
+
+
+def test_imports_of_our_packages_go_through_seedrl():
+    # `from learner.runtime import ...` resolves from a checkout's root (python -m puts the
+    # working directory on sys.path) but not in an image or an installed wheel, where only
+    # seedrl.* exists; it would also load a second copy of the module beside seedrl.learner's.
+    import ast
+
+    bad = []
+    files = sorted(p for top in (*FOLDERS, "tests", "bench") for p in (ROOT / top).rglob("*.py"))
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                    if n.split(".")[0] in FOLDERS]
+    assert not bad, "\n".join(bad)
