@@ -20,10 +20,11 @@ run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
 
 test: $(STAMP) football helm prometheus
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not images" $(PYTEST_ARGS)
 
+# Everything but the image builds, which have their own target (make test-images).
 test-all: $(STAMP) football helm prometheus
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not images" $(PYTEST_ARGS)
 
 bench: football bench-throughput bench-streams
 
@@ -63,7 +64,7 @@ install: $(STAMP)
 # reset/step and gfootball calls the old API. six is imported but not declared; psutil is
 # declared (only the build uses it).
 WHEEL_CACHE ?= $(HOME)/.cache/seedrl/wheels
-FOOTBALL := gfootball==2.10.2
+FOOTBALL_PACKAGE := gfootball==2.10.2
 FOOTBALL_BUILD := psutil==7.2.2 six==1.17.0 wheel==0.48.0
 FOOTBALL_RUNTIME := gym==0.23.1 six==1.17.0 psutil==7.2.2
 FOOTBALL_APT := build-essential cmake python3.11-dev libgl1-mesa-dev libegl-dev \
@@ -80,10 +81,10 @@ football: $(STAMP)
 	  $$SUDO apt-get install -y --no-install-recommends --no-upgrade $(FOOTBALL_APT); \
 	  $(PIP) install --quiet -c constraints.txt $(FOOTBALL_BUILD); \
 	  PATH="$(abspath $(VENV))/bin:$$PATH" $(PIP) wheel --no-deps --no-build-isolation \
-	    -w $(WHEEL_CACHE) $(FOOTBALL); \
+	    -w $(WHEEL_CACHE) $(FOOTBALL_PACKAGE); \
 	fi; \
 	$(PIP) install --quiet -c constraints.txt $(FOOTBALL_RUNTIME); \
-	$(PIP) install --quiet --no-deps --no-index --find-links $(WHEEL_CACHE) $(FOOTBALL); \
+	$(PIP) install --quiet --no-deps --no-index --find-links $(WHEEL_CACHE) $(FOOTBALL_PACKAGE); \
 	$(PY) -c "import gfootball.env"
 
 # helm for the chart tests (helm lint/template run the real binary). Helm's own downloads are
@@ -117,33 +118,66 @@ helm:
 	install -m 0755 "$$tmp/helm" $(HELM); \
 	$(HELM) version --short
 
-# Container images where a Docker engine runs (none does in CI): the learner (LEARNER_ACCELERATOR
-# cpu or tpu; a tpu build is tagged -tpu), the actors (FOOTBALL=1 adds Google Research Football
-# from the wheel `make football` caches) and the operator. The default tags are the ones
-# spec.learner.image, spec.actors.image and the operator chart use. The Dockerfiles need
-# BuildKit (RUN --mount, named build contexts): Docker 23+ with buildx.
-DOCKER ?= docker
+# Container images: the learner (LEARNER_ACCELERATOR cpu, gpu or tpu; gpu and tpu builds are
+# tagged -gpu and -tpu), the actors (FOOTBALL=1 adds Google Research Football from the wheel
+# `make football` caches) and the operator. The default tags are the ones spec.learner.image
+# (by accelerator), spec.actors.image and the operator chart use. The Dockerfiles use BuildKit
+# syntax (RUN --mount, a named build context) that both Docker 23+ with buildx and buildah
+# 1.28+ build: IMAGE_BUILDER=buildah builds with buildah where no Docker engine runs (it
+# still pulls PYTHON_IMAGE, the pinned upstream base, from its registry).
+IMAGE_BUILDER ?= docker
 IMAGE_REGISTRY ?= ghcr.io/seedrl
 IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 LEARNER_ACCELERATOR ?= cpu
 FOOTBALL ?= 0
-LEARNER_IMAGE := $(IMAGE_REGISTRY)/learner:$(IMAGE_TAG)$(if $(filter tpu,$(LEARNER_ACCELERATOR)),-tpu)
+LEARNER_IMAGE := $(IMAGE_REGISTRY)/learner:$(IMAGE_TAG)$(if $(filter-out cpu,$(LEARNER_ACCELERATOR)),-$(LEARNER_ACCELERATOR))
 ACTOR_IMAGE := $(IMAGE_REGISTRY)/actors:$(IMAGE_TAG)
 OPERATOR_IMAGE := $(IMAGE_REGISTRY)/operator:$(IMAGE_TAG)
+ifeq ($(IMAGE_BUILDER),buildah)
+BUILD_IMAGE := buildah bud --layers
+else
+BUILD_IMAGE := $(IMAGE_BUILDER) buildx build --load
+endif
 
 .PHONY: images
 images: $(if $(filter 1,$(FOOTBALL)),football)
-	@if ! $(DOCKER) info >/dev/null 2>&1; then \
-	  echo "make images: no Docker engine answers '$(DOCKER) info' here; run it where Docker runs" >&2; \
-	  exit 1; fi; \
-	if ! $(DOCKER) buildx version >/dev/null 2>&1; then \
+	@if [ "$(IMAGE_BUILDER)" = buildah ]; then \
+	  command -v buildah >/dev/null || { echo "make images: no buildah; make image-tools installs it" >&2; exit 1; }; \
+	elif ! $(IMAGE_BUILDER) info >/dev/null 2>&1; then \
+	  echo "make images: no Docker engine answers '$(IMAGE_BUILDER) info' here; run it where Docker runs, or IMAGE_BUILDER=buildah" >&2; \
+	  exit 1; \
+	elif ! $(IMAGE_BUILDER) buildx version >/dev/null 2>&1; then \
 	  echo "make images: the Dockerfiles need BuildKit; install Docker's buildx plugin" >&2; \
 	  exit 1; fi
-	$(DOCKER) buildx build --load -f Dockerfile.learner \
+	$(BUILD_IMAGE) -f Dockerfile.learner \
 	  --build-arg ACCELERATOR=$(LEARNER_ACCELERATOR) -t $(LEARNER_IMAGE) .
-	$(DOCKER) buildx build --load -f Dockerfile.actor --build-arg FOOTBALL=$(FOOTBALL) \
+	$(BUILD_IMAGE) -f Dockerfile.actor --build-arg FOOTBALL=$(FOOTBALL) \
 	  $(if $(filter 1,$(FOOTBALL)),--build-context wheels=$(WHEEL_CACHE)) -t $(ACTOR_IMAGE) .
-	$(DOCKER) buildx build --load -f Dockerfile.operator -t $(OPERATOR_IMAGE) .
+	$(BUILD_IMAGE) -f Dockerfile.operator -t $(OPERATOR_IMAGE) .
+
+# What building and running the images without Docker needs (Debian's packages): buildah,
+# mmdebstrap for the local base image, and uidmap and crun, which buildah runs with.
+IMAGE_APT := buildah mmdebstrap uidmap crun
+
+.PHONY: image-tools
+image-tools:
+	@if command -v buildah >/dev/null && command -v mmdebstrap >/dev/null; then exit 0; fi; \
+	set -ex; \
+	SUDO=; if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi; \
+	$$SUDO apt-get update; \
+	$$SUDO apt-get install -y --no-install-recommends $(IMAGE_APT); \
+	buildah --version
+
+# Builds the learner (cpu and tpu), actor and operator images with buildah from a local Debian
+# base (no registry is reachable from CI) and runs them as the operator renders their pods:
+# CartPole trained to its budget by the learner and actor images over loopback TCP, the
+# operator image reconciling an Experiment in the emulated cluster, the TPU image importing
+# TensorFlow and libtpu. The base image's tarball, buildah's store (its layers) and the
+# downloaded wheels are kept in SEEDRL_IMAGE_CACHE (default ~/.cache/seedrl/images), so a
+# second run rebuilds only what changed. Needs root (buildah's chroot isolation) and ~20 GB.
+.PHONY: test-images
+test-images: $(STAMP) image-tools
+	nice -n 10 $(PY) -m pytest -m images tests/images $(PYTEST_ARGS)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

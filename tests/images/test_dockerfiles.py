@@ -115,9 +115,10 @@ def test_base_images_are_pinned_by_tag_and_digest(dockerfile):
     names = {s.name for s in stages}
     for stage in stages:
         # Every stage starts from the pinned base or from an earlier stage of this file.
+        # (or, for a named context's default, scratch: an empty folder).
         base = stage.base
         assert base == "${PYTHON_IMAGE}" or base in names or \
-            re.sub(r"\$\{\w+\}", "0", base) in names, base
+            (base == "scratch" and not stage.instructions), base
     # All images share one base, so a refresh moves them together.
     bases = {parse(ROOT / d)[0]["PYTHON_IMAGE"] for d in IMAGES}
     assert len(bases) == 1
@@ -146,8 +147,10 @@ def test_multi_stage_with_no_build_tools_in_the_final_image(dockerfile):
     sources = {c.split()[0].rstrip("/") for c in copies if not c.startswith("--from=")}
     assert sources == IMAGES[dockerfile][0]
     chain = _final_chain(stages)
-    if dockerfile == "Dockerfile.actor":  # both Football variants of the runtime are checked
-        assert {"runtime-football-0", "runtime-football-1"} <= {s.name for s in chain}
+    if dockerfile == "Dockerfile.actor":  # Football's libraries only when asked for
+        runs = [rest for keyword, rest in final.instructions if keyword == "RUN"]
+        assert any(re.search(r'if \[ "\$\{FOOTBALL\}" = 1 \]; then\s+apt-get update;', r)
+                   for r in runs)
     for stage in chain:
         for keyword, rest in stage.instructions:
             if keyword == "RUN":
@@ -155,6 +158,22 @@ def test_multi_stage_with_no_build_tools_in_the_final_image(dockerfile):
                 if "apt-get install" in rest:
                     assert not BUILD_TOOLS.search(rest.split("apt-get install", 1)[1]), rest
                     assert "rm -rf /var/lib/apt/lists/*" in rest
+
+
+@pytest.mark.parametrize("dockerfile", IMAGES)
+def test_buildah_can_build_it(dockerfile):
+    # buildah 1.28 (Debian 12's, what make test-images builds with) skips a stage referenced
+    # through an argument (FROM stage-${ARG}) as unused and then cannot find it; the BuildKit
+    # features both support (RUN --mount, a named context overriding a stage) are fine.
+    _, stages = parse(ROOT / dockerfile)
+    for stage in stages:
+        assert "$" not in stage.base or stage.base == "${PYTHON_IMAGE}", stage.base
+        for keyword, rest in stage.instructions:
+            if keyword == "COPY" and rest.startswith("--from="):
+                assert "$" not in rest.split()[0], rest
+            if keyword == "RUN":
+                for source in re.findall(r"from=([^,\s]+)", rest):
+                    assert "$" not in source, rest
 
 
 @pytest.mark.parametrize("dockerfile", IMAGES)

@@ -1,0 +1,199 @@
+"""The images built for real (with buildah) and run as the operator renders their pods.
+
+``make test-images`` runs these (marker ``images``; ``make test`` leaves them out: they build
+TensorFlow-sized images). Each pod runs inside its image with ``buildah run`` as UID 1000, with
+the pod's volumes (the ConfigMap read-only, emptyDirs writable) over a read-only root, and with
+the command, arguments and environment :func:`seedrl.service.operator.reconcile.render` gives
+it; only the ports are chosen free, since the containers share this machine's network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seedrl.common.config import parse_experiment
+from seedrl.service.operator import reconcile
+from support.buildah import Pod
+
+pytestmark = [pytest.mark.images, pytest.mark.timeout(3600)]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on this machine now."""
+    sockets = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def cartpole(name: str, learner_image: str, actor_image: str, **learner) -> dict:
+    """A small CartPole Experiment whose ports are free here."""
+    port, metrics, actor_metrics = free_ports(3)
+    return {"apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"env": {"id": "CartPole-v1"},
+                     "learner": {"port": port, "metricsPort": metrics, "image": learner_image,
+                                 **learner},
+                     "actors": {"replicas": 1, "envsPerActor": 8, "image": actor_image,
+                                "metricsPort": actor_metrics},
+                     "budget": {"maxEnvSteps": 20_000}}}
+
+
+def wait_for(predicate, timeout: float, what: str, pods=()):
+    """Polls ``predicate`` until it returns something true; fails with the pods' output."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        for pod in pods:
+            if pod.process.poll() is not None:
+                pytest.fail(f"{pod.pod_name} exited {pod.process.returncode} while waiting "
+                            f"for {what}:\n{pod.output()[-4000:]}")
+        time.sleep(0.5)
+    logs = "\n".join(f"--- {p.pod_name}\n{p.output()[-3000:]}" for p in pods)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
+
+
+def _by_kind(objects, kind):
+    return next(o for o in objects if o["kind"] == kind)
+
+
+def test_images_run_as_uid_1000_with_their_entry_points(images, store):
+    expected = {"learner-cpu": "seedrl.learner", "actors": "seedrl.actors",
+                "operator": "seedrl.service.operator"}
+    for name, module in expected.items():
+        config = store.config(images(name))
+        assert config["User"] == "1000:1000"
+        assert config["Entrypoint"] == ["python", "-m", module]
+
+
+def test_the_root_is_read_only_and_the_volumes_writable_as_in_a_pod(images, store, tmp_path):
+    probe = ("import os, sys\n"
+             "for path in sys.argv[1:]:\n"
+             "    try:\n"
+             "        open(os.path.join(path, 'probe'), 'w').close(); print(path, 'writable')\n"
+             "    except OSError as exc:\n"
+             "        print(path, exc.strerror)\n"
+             "print('uid', os.getuid(), os.getgid())\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    os.chown(run, 1000, 1000)
+    with store.container(images("actors")) as container:
+        proc = container.run(["python", "-c", probe, "/home/seedrl", "/var/run/seedrl", "/tmp"],
+                             volumes=[(run, "/var/run/seedrl", False)])
+        assert proc.returncode == 0, proc.stderr
+        lines = set(proc.stdout.splitlines())
+        # The image's own home is the user's, yet read-only, as readOnlyRootFilesystem makes it.
+        assert lines == {"/home/seedrl Read-only file system", "/var/run/seedrl writable",
+                         "/tmp writable", "uid 1000 1000"}, proc.stdout
+        assert (run / "probe").exists()
+        writable = container.run(["python", "-c", probe, "/home/seedrl"],
+                                 read_only_root=False)
+        assert "/home/seedrl writable" in writable.stdout, writable.stdout + writable.stderr
+
+
+def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(images, store,
+                                                                           tmp_path):
+    learner_image, actor_image = images("learner-cpu"), images("actors")
+    exp = parse_experiment(cartpole("cartpole-images", learner_image, actor_image))
+    objects = reconcile.render(exp, namespace="default")
+    service = reconcile.names(exp.metadata.name).service
+    with Pod(store, learner_image, _by_kind(objects, "Job"), objects, tmp_path,
+             "cartpole-images-learner-x7k2p") as learner:
+        with Pod(store, actor_image, _by_kind(objects, "Deployment"), objects, tmp_path,
+                 "cartpole-images-actors-5d8f9-q2w3e", hosts={service: "127.0.0.1"}) as actor:
+            run_dir = learner.volume_dirs["run"]
+            summary_path = run_dir / "summary.json"
+            wait_for(summary_path.exists, 900, "the learner's summary.json",
+                     pods=[learner])
+            assert learner.wait(120) == 0, learner.output()[-4000:]
+            assert actor.wait(120) == 0, actor.output()[-4000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["stop_reason"] == "max_env_steps"
+    assert summary["env_steps"] >= 20_000
+    assert summary["learner_steps"] > 0 and summary["episodes"] > 0
+    # It checkpointed into the pod's run directory (an emptyDir: the root is read-only).
+    assert summary["last_checkpoint"], summary
+    assert "connected" in actor.output() or "done after" in actor.output()
+
+
+def test_operator_image_reconciles_an_experiment_in_the_emulated_cluster(images, store,
+                                                                         tmp_path):
+    import kubernetes
+
+    from support.k8s_emulator import EmulatedCluster
+
+    image = images("operator")
+    liveness, metrics = free_ports(2)
+    with EmulatedCluster() as cluster:
+        # The operator logs in with a kubeconfig (a Secret volume here) instead of a service
+        # account: the emulator speaks plain HTTP, which in-cluster config never does.
+        kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+                      "clusters": [{"name": "emulator", "cluster": {"server": cluster.url}}],
+                      "contexts": [{"name": "emulator",
+                                    "context": {"cluster": "emulator", "user": "operator"}}],
+                      "users": [{"name": "operator", "user": {}}]}
+        workload = {"spec": {"template": {"spec": {
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+            "volumes": [{"name": "tmp", "emptyDir": {}},
+                        {"name": "kubeconfig", "secret": {"secretName": "kubeconfig"}}],
+            "containers": [{
+                "name": "operator",
+                "command": ["python", "-m", "seedrl.service.operator",
+                            "--liveness", f"http://127.0.0.1:{liveness}/healthz",
+                            "--metrics-port", str(metrics), "--poll-seconds", "1"],
+                "env": [{"name": "KUBECONFIG", "value": "/etc/kube/config"},
+                        {"name": "HOME", "value": "/tmp"}],
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                 {"name": "kubeconfig", "mountPath": "/etc/kube",
+                                  "readOnly": True}],
+                "securityContext": {"readOnlyRootFilesystem": True}}]}}}}
+        secrets = {"kubeconfig": {"config": yaml.safe_dump(kubeconfig).encode()}}
+        custom = kubernetes.client.CustomObjectsApi(cluster.api_client())
+        core = kubernetes.client.CoreV1Api(cluster.api_client())
+        with Pod(store, image, workload, [], tmp_path, "seedrl-operator-6c9d7-abcde",
+                 secrets=secrets) as pod:
+            wait_for(lambda: _http_ok(f"http://127.0.0.1:{liveness}/healthz"), 180,
+                     "the operator's liveness endpoint", pods=[pod])
+            body = cartpole("reconciled", "ghcr.io/seedrl/learner:0.1.0",
+                            "ghcr.io/seedrl/actors:0.1.0")
+            custom.create_namespaced_custom_object("seedrl.dev", "v1alpha1", "default",
+                                                   "experiments", body)
+
+            def phase():
+                try:
+                    core.read_namespaced_config_map("reconciled-config", "default")
+                    obj = custom.get_namespaced_custom_object(
+                        "seedrl.dev", "v1alpha1", "default", "experiments", "reconciled")
+                except kubernetes.client.ApiException:
+                    return None
+                return (obj.get("status") or {}).get("phase")
+
+            assert wait_for(phase, 120, "the Experiment's children and status",
+                            pods=[pod]) == "Pending"
+            assert _http_ok(f"http://127.0.0.1:{metrics}/metrics")
+            assert pod.stop() == 0, pod.output()[-4000:]
+
+
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
