@@ -40,8 +40,51 @@ _QUANTITY_HINT = "a Kubernetes quantity such as 500m, 4 or 16Gi, written as a st
 _IMAGE = r"[a-z0-9][A-Za-z0-9._\-/:@]*"
 #: Accelerators the learner can ask for (``spec.learner.accelerator.kind``).
 ACCELERATORS = ("cpu", "gpu", "tpu")
-#: The chips of one TPU VM host: a single-host slice is the most one learner pod can hold.
-MAX_TPU_CHIPS_PER_HOST = 8
+#: Where seedrl's images are published, and the release whose images an Experiment runs unless
+#: it names its own (the Makefile's IMAGE_REGISTRY and pyproject.toml's version; a test checks
+#: that they agree).
+IMAGE_REGISTRY = "ghcr.io/seedrl"
+RELEASE = "0.1.0"
+#: The learner image of this release for each accelerator kind: Dockerfile.learner built with
+#: ACCELERATOR=cpu, gpu or tpu (TensorFlow for the CPU, with CUDA, with libtpu).
+LEARNER_IMAGES = {"cpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}",
+                  "gpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}-gpu",
+                  "tpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}-tpu"}
+#: The actor image of this release (Dockerfile.actor).
+ACTOR_IMAGE = f"{IMAGE_REGISTRY}/actors:{RELEASE}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TPUGeneration:
+    """One Cloud TPU generation as GKE schedules it.
+
+    Attributes:
+      name: the generation, e.g. ``v5e``.
+      chips_per_host: the most chips one TPU VM (one Kubernetes node) has.
+      single_host_topologies: the topologies of a slice that is one VM, hence one pod: the
+        only ones a single learner pod can be scheduled on.
+    """
+
+    name: str
+    chips_per_host: int
+    single_host_topologies: tuple[str, ...]
+
+
+#: The TPU generations a learner can run on, by GKE accelerator (the node label
+#: cloud.google.com/gke-tpu-accelerator, ``spec.learner.accelerator.tpu.type``), with their
+#: single-host topologies. From GKE's "Plan TPUs in GKE", the table of TPU versions, machine
+#: types and topologies (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus):
+#: v4 (ct4p-hightpu-4t) and v5p (ct5p-hightpu-4t) VMs hold 4 chips, so 2x2x1 is their one
+#: single-host topology and 2x2x2 already spans 2 VMs; v5e (ct5lp-hightpu-1t/4t/8t) and v6e
+#: (ct6e-standard-1t/4t/8t) VMs hold 1, 4 or 8 chips: 1x1, 2x2 and 2x4 are single-host, 4x4
+#: and larger span several. (v5e's serving-only tpu-v5-lite-device is left out.) A larger,
+#: multi-host slice is several pods, which one learner is not.
+TPU_GENERATIONS: dict[str, TPUGeneration] = {
+    "tpu-v4-podslice": TPUGeneration("v4", 4, ("2x2x1",)),
+    "tpu-v5-lite-podslice": TPUGeneration("v5e", 8, ("1x1", "2x2", "2x4")),
+    "tpu-v5p-slice": TPUGeneration("v5p", 4, ("2x2x1",)),
+    "tpu-v6e-slice": TPUGeneration("v6e", 8, ("1x1", "2x2", "2x4")),
+}
 
 
 class ConfigError(ValueError):
@@ -363,15 +406,16 @@ class TPUConfig:
     TPU VM host, selected by the node labels cloud.google.com/gke-tpu-accelerator and
     cloud.google.com/gke-tpu-topology."""
 
-    type: str = param("tpu-v5-lite-podslice", "GKE TPU accelerator, e.g. tpu-v5-lite-podslice "
-                                              "(v5e), tpu-v6e-slice, tpu-v5p-slice, "
-                                              "tpu-v4-podslice.",
+    type: str = param("tpu-v5-lite-podslice", "GKE TPU accelerator, one of: " +
+                      ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items()) +
+                      ".",
                       pattern=r"tpu-[a-z0-9-]+", pattern_hint="a GKE TPU accelerator name "
                                                             "such as tpu-v5-lite-podslice",
                       max_len=63)
-    topology: str = param("2x2", "Slice topology, e.g. 2x2 or 2x4 (v5e, v6e) or 2x2x1 (v4, "
-                                 "v5p); the learner requests its product in google.com/tpu "
-                                 f"chips, at most {MAX_TPU_CHIPS_PER_HOST} (one host).",
+    topology: str = param("2x2", "Slice topology: one host's, since the learner is one pod: "
+                                 + "; ".join(f"{g.name} " + ", ".join(g.single_host_topologies)
+                                             for g in TPU_GENERATIONS.values()) +
+                                 ". The learner requests its product in google.com/tpu chips.",
                           pattern=r"[1-9][0-9]*(x[1-9][0-9]*){1,2}",
                           pattern_hint="dimensions joined by x, e.g. 2x4", max_len=32)
 
@@ -423,9 +467,12 @@ class LearnerConfig:
                                     "progress, read by the operator).", ge=1, le=65535)
     accelerator: AcceleratorConfig = param(doc="The learner's accelerator in a cluster.",
                                            factory=AcceleratorConfig)
-    image: str = param("ghcr.io/seedrl/learner:0.1.0", "Container image of the learner in a "
-                                                       "cluster.", pattern=_IMAGE,
-                       pattern_hint="an image reference", max_len=512)
+    image: str = param(
+        "", "Container image of the learner in a cluster; empty: this release's learner image "
+            "for accelerator.kind (" + ", ".join(f"{kind} {image}" for kind, image in
+                                                 LEARNER_IMAGES.items()) + "), since only the "
+            "gpu and tpu builds reach those devices.", pattern=f"({_IMAGE})?",
+        pattern_hint="an image reference, or empty", max_len=512)
     resources: ResourcesConfig = param(
         doc="The learner container's resources in a cluster.",
         factory=lambda: ResourcesConfig(cpu="4", memory="16Gi"))
@@ -452,8 +499,8 @@ class ActorsConfig:
         0, "Worker processes that step each actor's environments in parallel, exchanging "
            "arrays through shared memory; 0 steps them inside the actor process (best for "
            "environments much cheaper than a process wake-up, like CartPole).", ge=0, le=256)
-    image: str = param("ghcr.io/seedrl/actors:0.1.0", "Container image of the actors in a "
-                                                      "cluster.", pattern=_IMAGE,
+    image: str = param(ACTOR_IMAGE, "Container image of the actors in a cluster.",
+                       pattern=_IMAGE,
                        pattern_hint="an image reference", max_len=512)
     resources: ResourcesConfig = param(doc="Each actor container's resources in a cluster.",
                                        factory=ResourcesConfig)
@@ -720,6 +767,71 @@ def _parse_dataclass(cls: type, value: Any, path: str,
     return cls(**kwargs) if ok else _INVALID
 
 
+def learner_image(learner: LearnerConfig) -> str:
+    """The learner's container image: ``spec.learner.image`` when set, else this release's
+    image for the accelerator it is scheduled on (:data:`LEARNER_IMAGES`)."""
+    return learner.image or LEARNER_IMAGES[learner.accelerator.kind]
+
+
+def tpu_problems(tpu: TPUConfig) -> list[tuple[str, str]]:
+    """Why a learner's TPU slice cannot be scheduled as one pod (empty if it can): an unknown
+    TPU accelerator, or a topology that is not single-host for its generation (see
+    :data:`TPU_GENERATIONS`). Each message lists the valid choices."""
+    generation = TPU_GENERATIONS.get(tpu.type)
+    if generation is None:
+        known = ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items())
+        return [("spec.learner.accelerator.tpu.type",
+                 f"unknown TPU accelerator {tpu.type!r}; one of: {known}")]
+    if tpu.topology in generation.single_host_topologies:
+        return []
+    valid = ", ".join(generation.single_host_topologies)
+    dims = len(generation.single_host_topologies[0].split("x"))
+    chips = tpu_chips(tpu.topology)
+    if len(tpu.topology.split("x")) != dims:
+        why = f"is not a {generation.name} slice shape ({dims} dimensions)"
+    elif chips > generation.chips_per_host:
+        hosts = -(-chips // generation.chips_per_host)
+        why = f"spans {hosts} hosts"
+    else:
+        why = "is not a single-host slice"
+    return [("spec.learner.accelerator.tpu.topology",
+             f"{generation.name} {tpu.topology} {why}; single-host {generation.name} "
+             f"topologies: {valid}")]
+
+
+def tpu_cel_rules() -> list[dict[str, str]]:
+    """The rules of :func:`tpu_problems` as CEL, for the CRD's ``x-kubernetes-validations`` on
+    ``spec.learner.accelerator``, so that the API server refuses what ``seedrl validate``
+    refuses (``kubectl apply`` included). One rule per generation: a CRD rule's message is
+    fixed text, and each lists that generation's valid topologies."""
+    def quoted(items):
+        return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+    guard = "!has(self.kind) || self.kind != 'tpu' || !has(self.tpu) || !has(self.tpu.type)"
+    known = ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items())
+    rules = [{"rule": f"{guard} || self.tpu.type in {quoted(TPU_GENERATIONS)}",
+              "message": f"unknown TPU accelerator in tpu.type; one of: {known}",
+              "fieldPath": ".tpu.type", "reason": "FieldValueInvalid"}]
+    for name, generation in TPU_GENERATIONS.items():
+        valid = generation.single_host_topologies
+        rules.append({
+            "rule": f"{guard} || self.tpu.type != '{name}' || !has(self.tpu.topology) || "
+                    f"self.tpu.topology in {quoted(valid)}",
+            "message": f"tpu.topology: a {name} learner must fit one {generation.name} host "
+                       f"({generation.chips_per_host} chips; larger slices span several "
+                       f"hosts); single-host {generation.name} topologies: "
+                       f"{', '.join(valid)}",
+            "fieldPath": ".tpu.topology", "reason": "FieldValueInvalid"})
+    return rules
+
+
+def cel_rules(cls: type) -> list[dict[str, str]]:
+    """The CEL rules (``x-kubernetes-validations``) the CRD carries on the section that
+    dataclass ``cls`` declares: the cross-field rules of :func:`parse_experiment` that the API
+    server can check too."""
+    return tpu_cel_rules() if cls is AcceleratorConfig else []
+
+
 def tpu_chips(topology: str) -> int:
     """The number of chips in a TPU topology such as ``2x4`` (the product of its dimensions)."""
     chips = 1
@@ -735,11 +847,7 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
         problems.append(("spec.learner.metricsPort",
                          f"must differ from spec.learner.port ({learner.port})"))
     if learner.accelerator.kind == "tpu":
-        chips = tpu_chips(learner.accelerator.tpu.topology)
-        if chips > MAX_TPU_CHIPS_PER_HOST:
-            problems.append(("spec.learner.accelerator.tpu.topology",
-                             f"must fit one TPU VM host (at most {MAX_TPU_CHIPS_PER_HOST} "
-                             f"chips), got {learner.accelerator.tpu.topology} = {chips} chips"))
+        problems.extend(tpu_problems(learner.accelerator.tpu))
     if (exp.spec.agent.name == "ppo"
             and exp.spec.learner.batch_size % exp.spec.agent.ppo.minibatches):
         problems.append(("spec.agent.ppo.minibatches",

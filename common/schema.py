@@ -133,6 +133,9 @@ def dataclass_schema(cls: type) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         out["required"] = required
+    rules = config.cel_rules(cls)
+    if rules:
+        out["x-kubernetes-validations"] = rules
     return out
 
 

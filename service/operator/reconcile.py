@@ -35,6 +35,7 @@ from seedrl.common.config import (
     ConfigError,
     Experiment,
     dump_experiment,
+    learner_image,
     parse_experiment,
     tpu_chips,
     to_document,
@@ -326,7 +327,7 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
     node_selector, tolerations, extra = _accelerator(exp)
     container = {
         "name": "learner",
-        "image": learner.image,
+        "image": learner_image(learner),
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "seedrl.learner", "--config", CONFIG_FILE,
                     "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR],

@@ -195,6 +195,15 @@ def test_tpu_requirements_pin_every_package_they_add():
     assert _constraints()["tensorflow-cpu"] == "2.21.0"
 
 
+def test_gpu_requirements_pin_tensorflow_with_cuda_at_the_cpu_version_and_every_cuda_wheel():
+    requirements = dict(r.split("==") for r in _requirements("learner-gpu.txt"))
+    # The same TensorFlow as the CPU image, so a checkpoint moves between them.
+    assert requirements.pop("tensorflow[and-cuda]") == _constraints()["tensorflow-cpu"]
+    assert requirements and all(name.startswith("nvidia-") and name.endswith("-cu12")
+                                for name in requirements), requirements
+    assert 'gpu) tf="-r learner-gpu.txt"' in (ROOT / "Dockerfile.learner").read_text()
+
+
 def test_dockerignore_sends_only_what_the_dockerfiles_copy():
     lines = [line for line in (ROOT / ".dockerignore").read_text().splitlines()
              if line and not line.startswith("#")]
@@ -316,13 +325,28 @@ def test_actor_path_never_imports_tensorflow():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok 2", proc.stderr
 
 
+def _make_images_tags(*variables: str) -> list[str]:
+    """The tags ``make images`` gives, read from its dry run."""
+    proc = subprocess.run(["make", "-n", "images", "IMAGE_BUILDER=buildah", *variables],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return re.findall(r"-t (\S+)", proc.stdout)
+
+
 def test_make_images_tags_what_the_experiment_and_chart_default_to():
     makefile = (ROOT / "Makefile").read_text()
     version = re.search(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
     registry = re.search(r"^IMAGE_REGISTRY \?= (\S+)", makefile, re.M)[1]
-    assert config.LearnerConfig().image == f"{registry}/learner:{version}"
-    assert config.ActorsConfig().image == f"{registry}/actors:{version}"
+    assert (config.IMAGE_REGISTRY, config.RELEASE) == (registry, version)
+    # The learner image an Experiment runs by default is the one make builds for its kind.
+    for kind in config.ACCELERATORS:
+        learner, actors, operator = _make_images_tags(f"LEARNER_ACCELERATOR={kind}")
+        exp = config.parse_experiment({"metadata": {"name": "x"}, "spec": {
+            "learner": {"accelerator": {"kind": kind}}}})
+        assert config.learner_image(exp.spec.learner) == learner
+        assert exp.spec.actors.image == actors
     chart = (ROOT / "helm" / "seedrl-operator" / "values.yaml").read_text()
     assert f"repository: {registry}/operator" in chart
+    assert operator == f"{registry}/operator:{version}"
     for dockerfile in IMAGES:
         assert f"-f {dockerfile}" in makefile

@@ -473,7 +473,15 @@ def test_crd_schema_follows_the_structural_rules():
                            "required", "default", "nullable", "enum", "minimum", "maximum",
                            "exclusiveMinimum", "pattern", "maxLength", "minItems", "format",
                            "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
-                           "x-kubernetes-list-map-keys"}, (path, key)
+                           "x-kubernetes-list-map-keys", "x-kubernetes-validations"}, \
+                (path, key)
+        for rule in node.get("x-kubernetes-validations", []):
+            # What a rule may hold (the reasons the API server accepts); the rules themselves
+            # run in a CEL runtime in tests/service/test_crd.py.
+            assert set(rule) <= {"rule", "message", "messageExpression", "fieldPath",
+                                 "reason", "optionalOldSelf"}, (path, rule)
+            assert rule["reason"] in ("FieldValueInvalid", "FieldValueForbidden",
+                                      "FieldValueRequired", "FieldValueDuplicate"), rule
 
 
 def test_strict_validation_does_reject_a_bad_manifest():
