@@ -293,7 +293,7 @@ def runtime() -> dict:
                 "training_devices": list(placement.plan.training),
                 "inference_batches": dict(placement.inference_batches),
                 "lane_batches": [b.batches for b in rt.batchers],
-                "status_batches": rt.status()["inference_batches"],
+                "status_batches": rt.status().inference_batches,
                 "answered": answered, "learner_steps": rt.learner_steps,
                 "train_error": repr(rt.train_error) if rt.train_error else None,
                 "replicas": agent.placement.replicas,
