@@ -37,6 +37,11 @@ class ExitCode(enum.IntEnum):
     #: The learner cannot use its checkpoint location: nothing there loads, or another learner
     #: publishes there.
     CHECKPOINT_LOCATION = 4
+    #: The learner was scheduled for an accelerator (``python -m seedrl.learner --accelerator
+    #: gpu|tpu``, as the operator starts it for ``spec.learner.accelerator.kind``) and finds
+    #: none: the image is not that accelerator's build, or the node lacks the device. Training
+    #: on the host's CPU instead would bill the accelerator for nothing.
+    NO_ACCELERATOR = 5
     #: Stopped before the Experiment finished (SIGTERM or SIGINT), after writing the final
     #: checkpoint: run again to go on; never counted as a failure. 75 is EX_TEMPFAIL of
     #: sysexits.h, "a temporary failure; the user is invited to retry".
@@ -61,6 +66,7 @@ _REASONS = {
     ExitCode.BAD_CONFIG: "InvalidConfiguration",
     ExitCode.REFUSED: "Refused",
     ExitCode.CHECKPOINT_LOCATION: "CheckpointLocationUnusable",
+    ExitCode.NO_ACCELERATOR: "AcceleratorMissing",
     ExitCode.STOPPED: "StoppedEarly",
     ExitCode.INTERRUPTED: "Interrupted",
 }
@@ -70,13 +76,15 @@ _DESCRIPTIONS = {
     ExitCode.BAD_CONFIG: "the experiment or its environment is invalid",
     ExitCode.REFUSED: "refused (by the learner, or the run directory is taken)",
     ExitCode.CHECKPOINT_LOCATION: "the checkpoint location cannot be used",
+    ExitCode.NO_ACCELERATOR: "the accelerator the learner was scheduled for is missing",
     ExitCode.STOPPED: "stopped before the budget, after its final checkpoint",
     ExitCode.INTERRUPTED: "interrupted",
 }
 
 #: Codes a restart would only repeat: the launchers do not restart a process that exits with
 #: one, and the learner Job's podFailurePolicy fails the Job at once (FailJob).
-PERMANENT = frozenset({ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION})
+PERMANENT = frozenset({ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION,
+                       ExitCode.NO_ACCELERATOR})
 #: Codes that are no failure of the run: restarted without counting (podFailurePolicy Ignore).
 RETRY_FREELY = frozenset({ExitCode.STOPPED})
 #: What a container killed by SIGKILL exits with (128 + 9): the kernel's OOM killer, or the

@@ -28,6 +28,7 @@ import collections
 import contextlib
 import dataclasses
 import glob
+import importlib.util
 import itertools
 import logging
 import threading
@@ -41,6 +42,52 @@ log = logging.getLogger(__name__)
 
 #: Device files a TPU VM exposes: /dev/accel* (v2-v4) or VFIO groups (v5e and later).
 TPU_DEVICE_GLOBS = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
+#: Device files of NVIDIA GPUs, which the device plugin puts into a pod granted nvidia.com/gpu.
+GPU_DEVICE_GLOBS = ("/dev/nvidia[0-9]*",)
+
+
+class AcceleratorMissing(RuntimeError):
+    """The learner was scheduled for an accelerator it does not find; the message says what
+    was looked for and what to check. The learner exits
+    :attr:`seedrl.common.exit_codes.ExitCode.NO_ACCELERATOR` on it."""
+
+
+def check_accelerator(expected: str | None, found: Mapping[str, Sequence[str]],
+                      device_files: Mapping[str, bool] | None = None) -> None:
+    """Fails when the learner was scheduled for a GPU or TPU and has none.
+
+    A learner that trained on the host's CPU instead would look healthy while the
+    accelerator it was given stays idle and billed, so this is an error, not a fallback.
+
+    Args:
+      expected: the accelerator kind it was scheduled for (``spec.learner.accelerator.kind``)
+        or None (``seedrl train``: whatever the machine has).
+      found: device names by type, as :func:`discover` lists them (an empty mapping when the
+        device files already tell).
+      device_files: whether each kind's device files exist (``tpu``, ``gpu``); looked up
+        when not given.
+
+    Raises:
+      AcceleratorMissing: naming what is missing and the likely causes.
+    """
+    if expected not in ("gpu", "tpu") or found.get(expected):
+        return
+    if device_files is None:
+        device_files = {"tpu": tpu_present(), "gpu": tpu_present(GPU_DEVICE_GLOBS)}
+    what = {"tpu": ("TPU", "/dev/accel* or /dev/vfio/*", "google.com/tpu", "-tpu"),
+            "gpu": ("GPU", "/dev/nvidia*", "nvidia.com/gpu", "-gpu")}[expected]
+    name, files, resource, suffix = what
+    others = ", ".join(f"{kind.upper()}: {len(found[kind])}" for kind in ("tpu", "gpu", "cpu")
+                       if found.get(kind)) or "nothing yet"
+    if not device_files.get(expected):
+        cause = (f"no {files} device files: the pod did not get a {name} (is the node a {name} "
+                 f"node, and was {resource} requested?)")
+    else:
+        cause = (f"the {files} device files exist but TensorFlow lists no {name}: is "
+                 f"spec.learner.image this release's {name} build (its tag ends in {suffix})?")
+    raise AcceleratorMissing(
+        f"scheduled for a {name} (spec.learner.accelerator.kind: {expected}) but found none: "
+        f"{cause}; TensorFlow found {others}. Not training on the host's CPU instead.")
 
 _FIELD = "spec.learner.devices"
 
@@ -224,11 +271,32 @@ def tpu_core_assignment(training: Sequence[str], cores: Sequence[tuple[str, obje
     return [[by_core[name.rsplit("/", 1)[-1]]] for name in training]
 
 
-def setup(config: DevicesConfig) -> "Placement":
+def setup(config: DevicesConfig, expected: str | None = None) -> "Placement":
     """Discovers the devices, chooses the split and strategy, logs a summary and returns the
     :class:`Placement` that agents are built with. Call it before anything runs a TensorFlow
-    op (logical CPU devices can only be configured before)."""
+    op (logical CPU devices can only be configured before).
+
+    Args:
+      config: ``spec.learner.devices``.
+      expected: the accelerator kind the learner was scheduled for, or None.
+
+    Raises:
+      AcceleratorMissing: scheduled for a GPU or TPU and none found (see
+        :func:`check_accelerator`); checked on the device files first, before TensorFlow
+        loads, so that it fails in seconds.
+      ConfigError: the devices config cannot be met by what was found.
+    """
+    if expected in ("gpu", "tpu"):
+        files = {"tpu": tpu_present(), "gpu": tpu_present(GPU_DEVICE_GLOBS)}
+        if not files[expected]:
+            check_accelerator(expected, {}, files)
     found, tpu = discover(config)
+    check_accelerator(expected, found)
+    if not found["tpu"] and importlib.util.find_spec("libtpu") is not None:
+        # The TPU build on a machine without a TPU (a test, a CPU node): say so, since the
+        # learner then runs on the CPU, as documented above.
+        log.warning("no TPU found (no %s device files): running on %s",
+                    " or ".join(TPU_DEVICE_GLOBS), "GPU" if found["gpu"] else "CPU")
     plan = plan_devices(config, found)
     log.info(plan.summary())
     return Placement(plan, _make_strategy(plan, tpu))

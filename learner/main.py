@@ -3,9 +3,10 @@
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
 checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
 final checkpoint). Exits with :class:`seedrl.common.exit_codes.ExitCode`: FAILED (1) if training
-fails, BAD_CONFIG (2) on a bad Experiment and CHECKPOINT_LOCATION (4) when the checkpoint location
-cannot be used (unreadable, or another learner publishes there): restarting would fail the same
-way.
+fails, BAD_CONFIG (2) on a bad Experiment, CHECKPOINT_LOCATION (4) when the checkpoint location
+cannot be used (unreadable, or another learner publishes there) and NO_ACCELERATOR (5) when it
+was started with ``--accelerator gpu|tpu`` and finds no such device: restarting would fail the
+same way.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ def parse_args(argv):
                                     "(default [::]:spec.learner.port)")
     p.add_argument("--no-train", action="store_true",
                    help="serve inference only (throughput measurements)")
+    p.add_argument("--accelerator", choices=("cpu", "gpu", "tpu"),
+                   help="the accelerator this learner was scheduled for (the operator passes "
+                        "spec.learner.accelerator.kind): with gpu or tpu, exit "
+                        "NO_ACCELERATOR (5) at once when none is found instead of training on "
+                        "the host's CPU; default: use whatever the machine has")
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument("--metrics-address",
@@ -91,7 +97,7 @@ async def serve(exp, args) -> int:
     from seedrl.common.metrics_http import MetricsServer, bind_address
     from seedrl.common.storage import StorageError
     from seedrl.learner.checkpoint import CheckpointError, checkpoint_uri, open_checkpointer
-    from seedrl.learner.devices import setup as setup_devices
+    from seedrl.learner.devices import AcceleratorMissing, setup as setup_devices
     from seedrl.learner.metrics import LearnerMetrics
     from seedrl.learner.run_files import RunFiles
     from seedrl.common.storage import tensorboard_uri
@@ -101,7 +107,10 @@ async def serve(exp, args) -> int:
 
     try:
         # First: logical CPU devices can only be configured before TensorFlow initialises.
-        placement = setup_devices(exp.spec.learner.devices)
+        placement = setup_devices(exp.spec.learner.devices, args.accelerator)
+    except AcceleratorMissing as exc:
+        log.error("devices: %s", exc)
+        return ExitCode.NO_ACCELERATOR
     except ConfigError as exc:
         log.error("devices: %s", exc)
         return ExitCode.BAD_CONFIG

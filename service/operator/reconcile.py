@@ -221,6 +221,12 @@ def _env(exp: Experiment) -> list[dict[str, Any]]:
             {"name": "PYTHONUNBUFFERED", "value": "1"}]
 
 
+def learner_accelerator_args(exp: Experiment) -> list[str]:
+    """The learner's arguments that say what it was scheduled on: with a GPU or TPU it exits
+    NO_ACCELERATOR at once if it finds none, instead of training on the node's CPU."""
+    return ["--accelerator", exp.spec.learner.accelerator.kind]
+
+
 def _accelerator(exp: Experiment) -> tuple[dict[str, str], list[dict[str, Any]], dict[str, Any]]:
     """Node selector, tolerations and extra resources for the learner's accelerator."""
     acc = exp.spec.learner.accelerator
@@ -316,7 +322,8 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "image": learner_image(learner),
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "seedrl.learner", "--config", CONFIG_FILE,
-                    "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR],
+                    "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR,
+                    *learner_accelerator_args(exp)],
         "ports": [{"name": "grpc", "containerPort": learner.port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": learner.metrics_port,
                    "protocol": "TCP"}],

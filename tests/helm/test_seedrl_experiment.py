@@ -20,7 +20,6 @@ TPU = {
         "learner": {"batchSize": 32, "inferenceBatchSize": 256,
                     "accelerator": {"kind": "tpu",
                                     "tpu": {"type": "tpu-v5-lite-podslice", "topology": "2x2"}},
-                    "image": "ghcr.io/seedrl/learner:0.1.0-tpu",
                     "resources": {"cpu": "20", "memory": "64Gi"},
                     "optimizer": {"learningRate": 6e-4, "epsilon": 1e-7}},
         "actors": {"replicas": 64, "envsPerActor": 32, "spot": True,
@@ -28,6 +27,13 @@ TPU = {
         "budget": {"maxEnvSteps": 200_000_000, "targetReturn": 20.0},
     },
 }
+
+
+#: A learner on two NVIDIA L4 GPUs.
+GPU = {"name": "pong-gpu",
+       "spec": {"env": {"id": "ALE/Pong-v5"},
+                "learner": {"accelerator": {"kind": "gpu",
+                                            "gpu": {"type": "nvidia-l4", "count": 2}}}}}
 
 
 def _example_values(path):
@@ -126,3 +132,31 @@ def test_helm_sdk_renders_the_same_experiment_and_the_notes():
     assert "learner on tpu" in notes
     assert "seedrl.dev/experiment=pong-tpu" in notes
     assert "helm uninstall r1 -n rl" in notes
+
+
+@pytest.mark.parametrize("values,image,resource,count,selector", [
+    (TPU, "ghcr.io/seedrl/learner:0.1.0-tpu", "google.com/tpu", "4",
+     {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+      "cloud.google.com/gke-tpu-topology": "2x2"}),
+    (GPU, "ghcr.io/seedrl/learner:0.1.0-gpu", "nvidia.com/gpu", "2",
+     {"cloud.google.com/gke-accelerator": "nvidia-l4"}),
+], ids=["tpu", "gpu"])
+def test_the_operator_runs_the_charts_accelerator_experiment_on_its_accelerator(
+        values, image, resource, count, selector, tmp_path):
+    # The chart's Experiment (no image given) as the operator renders its learner: the
+    # accelerator's build of the learner, the device requested, the node pool selected.
+    from seedrl.service.operator import reconcile
+
+    exp = _experiment(render(EXPERIMENT_CHART, release="r1", namespace="rl", values=values,
+                             tmp_path=tmp_path))
+    assert exp["spec"]["learner"]["image"] == ""
+    job = next(o for o in reconcile.render(reconcile.validate(exp)) if o["kind"] == "Job")
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == image
+    assert container["resources"]["requests"][resource] == \
+        container["resources"]["limits"][resource] == count
+    assert pod["nodeSelector"] == selector
+    assert {"key": resource, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert container["command"][-2:] == ["--accelerator", values["spec"]["learner"][
+        "accelerator"]["kind"]]

@@ -116,6 +116,46 @@ def test_tpu_presence_is_read_from_device_files(tmp_path):
     assert devices.tpu_present([str(tmp_path / "accel[0-9]*")])
 
 
+@pytest.mark.parametrize("expected,found,files,fragments", [
+    ("tpu", {"cpu": ["CPU:0"]}, {"tpu": False},
+     ["scheduled for a TPU (spec.learner.accelerator.kind: tpu)", "no /dev/accel*",
+      "was google.com/tpu requested", "CPU: 1", "Not training on the host's CPU"]),
+    ("tpu", {"cpu": ["CPU:0"]}, {"tpu": True},
+     ["device files exist but TensorFlow lists no TPU", "its tag ends in -tpu"]),
+    ("gpu", {"cpu": ["CPU:0"]}, {"gpu": False},
+     ["scheduled for a GPU", "no /dev/nvidia* device files", "nvidia.com/gpu"]),
+    ("gpu", {"cpu": ["CPU:0"]}, {"gpu": True}, ["its tag ends in -gpu"]),
+])
+def test_a_learner_scheduled_for_an_accelerator_it_lacks_fails_saying_why(expected, found,
+                                                                          files, fragments):
+    with pytest.raises(devices.AcceleratorMissing) as err:
+        devices.check_accelerator(expected, found, files)
+    for fragment in fragments:
+        assert fragment in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("expected,found", [
+    (None, {"cpu": ["CPU:0"]}), ("cpu", {"cpu": ["CPU:0"]}),
+    ("tpu", {"tpu": ["TPU:0"], "cpu": ["CPU:0"]}), ("gpu", {"gpu": ["GPU:0"]})])
+def test_a_learner_with_what_it_was_scheduled_for_goes_on(expected, found):
+    devices.check_accelerator(expected, found, {"tpu": False, "gpu": False})
+
+
+def test_the_learner_exits_no_accelerator_at_once_when_its_tpu_is_missing(tmp_path):
+    # This machine has no TPU: started as the operator starts a TPU learner, the learner
+    # exits with the documented code, from the device files, before serving anything.
+    from seedrl.common.exit_codes import ExitCode
+
+    config = tmp_path / "exp.yaml"
+    config.write_text("metadata: {name: x}\nspec: {learner: {accelerator: {kind: tpu}}}\n")
+    proc = subprocess.run([sys.executable, "-m", "seedrl.learner", "--config", str(config),
+                           "--accelerator", "tpu", "--run-dir", str(tmp_path / "run"),
+                           "--metrics-address", "off", "--listen", "127.0.0.1:0"],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == ExitCode.NO_ACCELERATOR, proc.stderr[-3000:]
+    assert "scheduled for a TPU" in proc.stderr and "serving" not in proc.stderr
+
+
 def test_shards_are_contiguous_and_even():
     assert devices.split_sizes(8, 4) == [2, 2, 2, 2]
     assert devices.split_sizes(7, 2) == [4, 3] or devices.split_sizes(7, 2) == [3, 4]

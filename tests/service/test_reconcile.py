@@ -203,6 +203,30 @@ def test_tpu_learner_gets_node_selectors_chips_and_toleration():
     assert res["requests"]["google.com/tpu"] == res["limits"]["google.com/tpu"] == "8"
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in \
         pod["tolerations"]
+    # The TPU build of this release's learner, told to fail rather than train on the CPU.
+    container = pod["containers"][0]
+    assert container["image"] == "ghcr.io/seedrl/learner:0.1.0-tpu"
+    assert container["command"][-2:] == ["--accelerator", "tpu"]
+
+
+@pytest.mark.parametrize("tpu_type,topology,chips", [
+    ("tpu-v4-podslice", "2x2x1", "4"), ("tpu-v5p-slice", "2x2x1", "4"),
+    ("tpu-v5-lite-podslice", "1x1", "1"), ("tpu-v5-lite-podslice", "2x2", "4"),
+    ("tpu-v5-lite-podslice", "2x4", "8"), ("tpu-v6e-slice", "2x2", "4")])
+def test_tpu_chips_requested_are_the_topologys(tpu_type, topology, chips):
+    exp = exp_of(learner={"accelerator": {"kind": "tpu", "tpu": {"type": tpu_type,
+                                                                   "topology": topology}}})
+    pod = by_kind(reconcile.render(exp))["Job"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["google.com/tpu"] == chips
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == topology
+
+
+def test_an_explicit_learner_image_wins_over_the_accelerators():
+    exp = exp_of(learner={"image": "europe-docker.pkg.dev/p/r/learner:mine",
+                          "accelerator": {"kind": "tpu"}})
+    container = by_kind(reconcile.render(exp))["Job"]["spec"]["template"]["spec"][
+        "containers"][0]
+    assert container["image"] == "europe-docker.pkg.dev/p/r/learner:mine"
 
 
 def test_gpu_and_cpu_learners():
@@ -211,7 +235,10 @@ def test_gpu_and_cpu_learners():
         "spec"]
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod["containers"][0]["image"] == "ghcr.io/seedrl/learner:0.1.0-gpu"
+    assert pod["containers"][0]["command"][-2:] == ["--accelerator", "gpu"]
     cpu = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["template"]["spec"]
+    assert cpu["containers"][0]["image"] == "ghcr.io/seedrl/learner:0.1.0"
     assert "nodeSelector" not in cpu and "tolerations" not in cpu
     assert cpu["containers"][0]["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"},
                                                  "limits": {"memory": "16Gi"}}
