@@ -78,7 +78,7 @@ def check_accelerator(expected: str | None, found: Mapping[str, Sequence[str]],
             "gpu": ("GPU", "/dev/nvidia*", "nvidia.com/gpu", "-gpu")}[expected]
     name, files, resource, suffix = what
     others = ", ".join(f"{kind.upper()}: {len(found[kind])}" for kind in ("tpu", "gpu", "cpu")
-                       if found.get(kind)) or "nothing yet"
+                       if found.get(kind))
     if not device_files.get(expected):
         cause = (f"no {files} device files: the pod did not get a {name} (is the node a {name} "
                  f"node, and was {resource} requested?)")
@@ -87,7 +87,8 @@ def check_accelerator(expected: str | None, found: Mapping[str, Sequence[str]],
                  f"spec.learner.image this release's {name} build (its tag ends in {suffix})?")
     raise AcceleratorMissing(
         f"scheduled for a {name} (spec.learner.accelerator.kind: {expected}) but found none: "
-        f"{cause}; TensorFlow found {others}. Not training on the host's CPU instead.")
+        f"{cause}" + (f"; TensorFlow found {others}" if others else "") +
+        ". Not training on the host's CPU instead.")
 
 _FIELD = "spec.learner.devices"
 

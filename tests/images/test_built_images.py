@@ -131,6 +131,49 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
     assert "connected" in actor.output() or "done after" in actor.output()
 
 
+#: No GCE metadata server answers here: libtpu would retry it for minutes at `import
+#: tensorflow` (a TPU VM's answers at once). Only this machine needs it; pods never set it.
+NO_METADATA_SERVER = {"TPU_SKIP_MDS_QUERY": "1"}
+
+
+def test_tpu_image_imports_tensorflow_and_libtpu(images, store):
+    code = ("import importlib.metadata as m, tensorflow as tf, libtpu\n"
+            "print('tensorflow', tf.__version__, 'libtpu', m.version('libtpu'))\n"
+            "print('tpu build', hasattr(tf.tpu.experimental, 'initialize_tpu_system'))\n")
+    with store.container(images("learner-tpu")) as container:
+        proc = container.run(["python", "-c", code], env={**NO_METADATA_SERVER, "HOME": "/tmp"},
+                             timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "tensorflow 2.20.0 libtpu 0.0.20" in proc.stdout, proc.stdout
+    assert "tpu build True" in proc.stdout
+
+
+def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
+    image = images("learner-tpu")
+    # Scheduled for a TPU (as the operator starts it), it exits at once with the documented
+    # code and says what is missing, instead of training on the host's CPU.
+    from seedrl.common.exit_codes import ExitCode
+
+    exp = parse_experiment(cartpole("tpu-learner", image, images("actors"),
+                                    accelerator={"kind": "tpu"}))
+    objects = reconcile.render(exp, namespace="default")
+    with Pod(store, image, _by_kind(objects, "Job"), objects, tmp_path / "tpu",
+             "tpu-learner-learner-h8j2k", extra_env=NO_METADATA_SERVER) as pod:
+        assert pod.wait(300) == ExitCode.NO_ACCELERATOR, pod.output()[-4000:]
+        assert "scheduled for a TPU (spec.learner.accelerator.kind: tpu) but found none" in \
+            pod.output()
+    # Not told it is on a TPU (a CPU Experiment), it reports that no TPU is present and runs
+    # on the CPU, as learner/devices.py documents.
+    exp = parse_experiment(cartpole("cpu-learner", image, images("actors")))
+    objects = reconcile.render(exp, namespace="default")
+    with Pod(store, image, _by_kind(objects, "Job"), objects, tmp_path / "cpu",
+             "cpu-learner-learner-p4m9x", extra_env=NO_METADATA_SERVER) as pod:
+        wait_for(lambda: "serving cpu-learner" in pod.output(), 600, "the learner serving",
+                 pods=[pod])
+        assert "no TPU found" in pod.output() and "running on CPU" in pod.output()
+        assert "devices: 1 CPU found" in pod.output()
+
+
 def test_operator_image_reconciles_an_experiment_in_the_emulated_cluster(images, store,
                                                                          tmp_path):
     import kubernetes

@@ -319,11 +319,13 @@ class Pod:
       pod_name: the pod's name (``metadata.name`` for the downward API).
       hosts: extra /etc/hosts entries, e.g. the learner Service's name -> 127.0.0.1.
       secrets: Secret name -> {key: bytes}, for Secret volumes.
+      extra_env: variables this machine needs on top of the rendered ones.
     """
 
     def __init__(self, store: Store, image: str, workload: Mapping, objects: Sequence[Mapping],
                  workdir: Path, pod_name: str, hosts: Mapping[str, str] | None = None,
-                 secrets: Mapping[str, Mapping[str, bytes]] | None = None):
+                 secrets: Mapping[str, Mapping[str, bytes]] | None = None,
+                 extra_env: Mapping[str, str] | None = None):
         self.store = store
         self.image = image
         self.pod_spec = workload["spec"]["template"]["spec"]
@@ -333,6 +335,7 @@ class Pod:
         self.pod_name = pod_name
         self.hosts = hosts or {}
         self.secrets = secrets or {}
+        self.extra_env = extra_env or {}
         self.log = self.workdir / f"{pod_name}.log"
         self.volume_dirs: dict[str, Path] = {}
         self.process: subprocess.Popen | None = None
@@ -384,6 +387,7 @@ class Pod:
             elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == \
                     "metadata.name":
                 env[item["name"]] = self.pod_name
+        env.update(self.extra_env)
         read_only = bool(self.spec_container.get("securityContext", {})
                          .get("readOnlyRootFilesystem"))
         container = self._stack.enter_context(self.store.container(self.image, self.hosts))
