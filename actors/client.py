@@ -62,16 +62,20 @@ class ActorClient:
       address: the learner, ``host:port`` or ``unix:PATH``.
       credentials: ``grpc.ssl_channel_credentials`` for TLS, or None for plaintext.
       actor_index: this actor's index among the replicas (agents may explore per index).
+      tls_server_name: the name the learner's certificate must carry when it differs from the
+        host of ``address`` (connecting by IP or through a tunnel); None: that host.
     """
 
     def __init__(self, envs, experiment: str, actor_id: str, address: str,
-                 credentials=None, backoff: Backoff | None = None, actor_index: int = 0):
+                 credentials=None, backoff: Backoff | None = None, actor_index: int = 0,
+                 tls_server_name: str | None = None):
         self.envs = envs
         self.actor_index = actor_index
         self.experiment = experiment
         self.actor_id = actor_id
         self.address = address
         self.credentials = credentials
+        self.tls_server_name = tls_server_name
         self.backoff = backoff or Backoff()
         self.env_steps = 0
         self.connections = 0
@@ -94,6 +98,8 @@ class ActorClient:
                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                    ("grpc.keepalive_time_ms", 20_000)]
         if self.credentials is not None:
+            if self.tls_server_name:
+                options.append(("grpc.ssl_target_name_override", self.tls_server_name))
             return grpc.aio.secure_channel(self.address, self.credentials, options=options)
         return grpc.aio.insecure_channel(self.address, options=options)
 

@@ -34,7 +34,11 @@ def parse_args(argv):
                    help="this actor's index among the replicas, or 'auto' to derive it from "
                         "the pod name (a Deployment's pods have no ordinal)")
     p.add_argument("--actor-id", help="stable id across reconnects (default: name-host-index)")
-    p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner")
+    p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner's "
+                                    "certificate, for the host of --learner")
+    p.add_argument("--tls-server-name",
+                   help="with --tls-ca: the name the learner's certificate must carry when "
+                        "--learner is another address for it (an IP, a tunnel)")
     p.add_argument("--metrics-address",
                    help="host:port of the HTTP endpoint with /metrics and /healthz (default "
                         "0.0.0.0:spec.actors.metricsPort); 'off' serves none")
@@ -172,7 +176,8 @@ def main(argv=None) -> int:
     # Several streams per actor: while the learner answers one, the actor steps another.
     clients = [ActorClient(envs, exp.metadata.name,
                            actor_id if len(batches) == 1 else f"{actor_id}/{j}",
-                           args.learner, credentials, actor_index=args.index)
+                           args.learner, credentials, actor_index=args.index,
+                           tls_server_name=args.tls_server_name)
                for j, envs in enumerate(batches)]
     http = serve_metrics(args, exp, clients)
     try:

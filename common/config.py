@@ -463,6 +463,19 @@ class AcceleratorConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class TLSConfig:
+    """TLS on the gRPC stream between actors and learner (``spec.learner.tls``), in a cluster.
+
+    The operator provisions the learner's certificate (a cert-manager Certificate where the
+    cluster has cert-manager, else a self-signed CA and leaf of its own in a Secret), mounts it
+    into the learner and the CA alone into the actors, which verify the learner's Service name.
+    ``seedrl train`` streams over a unix socket on one machine and uses no TLS."""
+
+    enabled: bool = param(True, "Serve the learner's gRPC port over TLS in a cluster; a "
+                                "plaintext actor is then refused.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LearnerConfig:
     """The central learner: batched inference and training (``spec.learner``)."""
 
@@ -488,6 +501,8 @@ class LearnerConfig:
                                     "progress, read by the operator).", ge=1, le=65535)
     accelerator: AcceleratorConfig = param(doc="The learner's accelerator in a cluster.",
                                            factory=AcceleratorConfig)
+    tls: TLSConfig = param(doc="TLS between actors and learner in a cluster.",
+                           factory=TLSConfig)
     image: str = param(
         "", "Container image of the learner in a cluster; empty: this release's learner image "
             "for accelerator.kind (" + ", ".join(f"{kind} {image}" for kind, image in

@@ -37,6 +37,7 @@ which the CRD's structural schema would prune.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import http.client
 import json
@@ -51,7 +52,7 @@ from seedrl.common.config import GROUP, PLURAL, VERSION, ConfigError, Experiment
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service import cost
-from seedrl.service.operator import reconcile
+from seedrl.service.operator import certificates, reconcile
 from seedrl.service.operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ _KINDS = {
     "NetworkPolicy": (kubernetes.client.NetworkingV1Api, "network_policy"),
     "Job": (kubernetes.client.BatchV1Api, "job"),
     "Deployment": (kubernetes.client.AppsV1Api, "deployment"),
+    "Secret": (kubernetes.client.CoreV1Api, "secret"),
 }
 
 def fetch_url(url: str, timeout: float = 3.0) -> str:
@@ -215,6 +217,7 @@ class Reconciler:
         """
         owner = reconcile.owner_reference(exp.metadata.name, uid)
         finished = reconcile.job_finished(job) or done_before
+        self.ensure_learner_certificate(exp, namespace, owner)
         for obj in reconcile.render(exp, owner, namespace, finished=finished):
             if obj["kind"] != "Job":
                 self.children.apply(obj)
@@ -321,7 +324,55 @@ class Reconciler:
                            ("ConfigMap", n.config)):
             if self.children.delete(kind, namespace, name):
                 gone.append(f"{kind}/{name}")
+        gone += self.delete_learner_certificate(body["metadata"]["name"], namespace)
         return gone
+
+    # -- the learner's TLS certificate ---------------------------------------------------------
+
+    def cert_manager_installed(self) -> bool:
+        """Whether the cluster serves cert-manager's API (read from API discovery, which every
+        authenticated client may read: no extra rights needed)."""
+        api = kubernetes.client.CustomObjectsApi(self.children.api_client)
+        try:
+            resources = api.get_api_resources(reconcile.CERT_MANAGER_GROUP, "v1")
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.name == "certificates" for r in resources.resources or [])
+
+    def ensure_learner_certificate(self, exp: Experiment, namespace: str,
+                                   owner: Mapping[str, Any]) -> None:
+        """Provisions the learner's certificate when ``spec.learner.tls.enabled``: a
+        cert-manager Issuer and Certificate where cert-manager runs (it writes and renews the
+        Secret), else a Secret with a self-signed CA and leaf made here, made again when
+        missing, for other names or near its end. The pods mount the Secret by name and wait
+        for it."""
+        if not exp.spec.learner.tls.enabled:
+            return
+        if self.cert_manager_installed():
+            api = kubernetes.client.CustomObjectsApi(self.children.api_client)
+            for obj in reconcile.render_certificate(exp, owner, namespace):
+                api.patch_namespaced_custom_object(
+                    reconcile.CERT_MANAGER_GROUP, "v1", namespace,
+                    obj["kind"].lower() + "s", obj["metadata"]["name"], obj,
+                    field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+            return
+        name = reconcile.tls_secret_name(exp.metadata.name)
+        current = self.children.read("Secret", namespace, name)
+        data = {k: base64.b64decode(v) for k, v in ((current or {}).get("data") or {}).items()}
+        dns_names = reconcile.learner_dns_names(exp.metadata.name, namespace)
+        if certificates.needs_new(data, dns_names):
+            log.info("Experiment %s/%s: making the learner's TLS certificate (%s)", namespace,
+                     exp.metadata.name, ", ".join(dns_names))
+            self.children.apply(reconcile.render_tls_secret(
+                exp, certificates.self_signed(dns_names), owner, namespace))
+
+    def delete_learner_certificate(self, experiment_name: str, namespace: str) -> list[str]:
+        """Deletes the learner's certificate Secret (cert-manager's objects go with their
+        owner); returns what was deleted."""
+        name = reconcile.tls_secret_name(experiment_name)
+        return [f"Secret/{name}"] if self.children.delete("Secret", namespace, name) else []
 
 
 def _write_status(patch: kopf.Patch, status: Mapping[str, Any],

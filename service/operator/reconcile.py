@@ -41,6 +41,12 @@ from seedrl.common.config import (
 from seedrl.common import resume
 from seedrl.common.learner_status import LearnerStatus
 
+#: Where the learner's TLS certificate is mounted (the learner: tls.crt and tls.key; the actors:
+#: ca.crt only).
+TLS_DIR = "/etc/seedrl-tls"
+#: cert-manager's API group: where a cluster serves it, the learner's certificate is a
+#: cert-manager Certificate; elsewhere the operator makes it (service/operator/certificates.py).
+CERT_MANAGER_GROUP = "cert-manager.io"
 CONFIG_DIR = "/etc/seedrl"
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 RUN_DIR = "/var/run/seedrl"
@@ -336,6 +342,7 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
                            "failureThreshold": 3},
     }
     pod_spec = _pod_spec(exp, container, "OnFailure", learner.termination_grace_period_seconds)
+    add_tls(exp, "learner", container, pod_spec)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if tolerations:
@@ -399,6 +406,7 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
         "securityContext": _security_context(),
     }
     pod_spec = _pod_spec(exp, container, "Always", SPOT_GRACE_SECONDS if actors.spot else 30)
+    add_tls(exp, "actor", container, pod_spec)
     if actors.spot:
         pod_spec["nodeSelector"] = {"cloud.google.com/gke-spot": "true"}
         pod_spec["tolerations"] = [{"key": "cloud.google.com/gke-spot", "operator": "Equal",
@@ -413,6 +421,76 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
                                   "rollingUpdate": {"maxSurge": "25%",
                                                     "maxUnavailable": "25%"}},
                      "template": {"metadata": template_meta, "spec": pod_spec}}}
+
+
+# --------------------------------------------------------------------------------------------
+# TLS between actors and learner
+# --------------------------------------------------------------------------------------------
+
+def tls_secret_name(experiment_name: str) -> str:
+    """The Secret holding the learner's certificate (``tls.crt``, ``tls.key``, ``ca.crt``)."""
+    return f"{experiment_name}-learner-tls"
+
+
+def learner_dns_names(experiment_name: str, namespace: str) -> list[str]:
+    """The names the learner's certificate is valid for: its Service's, short and qualified.
+    Actors connect to the short one (``<name>-learner``) and verify it."""
+    service = names(experiment_name).service
+    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
+            f"{service}.{namespace}.svc.cluster.local"]
+
+
+def add_tls(exp: Experiment, role: str, container: dict[str, Any],
+            pod_spec: dict[str, Any]) -> None:
+    """Mounts the learner's certificate into a pod and starts its process with TLS, when
+    ``spec.learner.tls.enabled``: the learner gets its certificate and key and serves only TLS;
+    an actor gets the CA alone (least privilege) and verifies the learner's Service name."""
+    if not exp.spec.learner.tls.enabled:
+        return
+    if role == "learner":
+        items, args = ["tls.crt", "tls.key"], ["--tls-cert", f"{TLS_DIR}/tls.crt",
+                                               "--tls-key", f"{TLS_DIR}/tls.key"]
+    else:
+        items, args = ["ca.crt"], ["--tls-ca", f"{TLS_DIR}/ca.crt"]
+    pod_spec["volumes"].append({"name": "tls", "secret": {
+        "secretName": tls_secret_name(exp.metadata.name),
+        "items": [{"key": key, "path": key} for key in items], "defaultMode": 0o440}})
+    container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+    container["command"] = [*container["command"], *args]
+
+
+def render_certificate(exp: Experiment, owner=None, namespace=None) -> list[dict[str, Any]]:
+    """The learner's certificate as cert-manager objects: a self-signed Issuer of this
+    Experiment's own and a Certificate for the learner's Service names, which cert-manager
+    writes (and renews) into :func:`tls_secret_name`'s Secret. Empty when TLS is off."""
+    if not exp.spec.learner.tls.enabled:
+        return []
+    name = tls_secret_name(exp.metadata.name)
+    ns = namespace or exp.metadata.namespace or "default"
+    issuer = {"apiVersion": f"{CERT_MANAGER_GROUP}/v1", "kind": "Issuer",
+              "metadata": _meta(exp, name, "learner", owner, namespace),
+              "spec": {"selfSigned": {}}}
+    certificate = {
+        "apiVersion": f"{CERT_MANAGER_GROUP}/v1", "kind": "Certificate",
+        "metadata": _meta(exp, name, "learner", owner, namespace),
+        "spec": {"secretName": name, "dnsNames": learner_dns_names(exp.metadata.name, ns),
+                 "duration": "8760h", "renewBefore": "720h",
+                 "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+                 "usages": ["server auth", "digital signature", "key encipherment"],
+                 "secretTemplate": {"labels": _labels(exp, "learner")},
+                 "issuerRef": {"group": CERT_MANAGER_GROUP, "kind": "Issuer", "name": name}}}
+    return [issuer, certificate]
+
+
+def render_tls_secret(exp: Experiment, data: Mapping[str, bytes], owner=None,
+                      namespace=None) -> dict[str, Any]:
+    """The learner's certificate as a Secret the operator writes itself (no cert-manager)."""
+    import base64
+
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": _meta(exp, tls_secret_name(exp.metadata.name), "learner", owner,
+                              namespace),
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
 
 
 def render(exp: Experiment, owner: Mapping[str, Any] | None = None,

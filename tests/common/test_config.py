@@ -868,7 +868,7 @@ def test_every_section_is_reached():
     names = {cls.__name__ for cls in _dataclasses_from(Experiment)}
     assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
                      "FootballConfig", "AgentConfig",
-                     "NetworkConfig", "VTraceConfig", "R2D2Config", "PPOConfig", "LearnerConfig", "OptimizerConfig",
+                     "NetworkConfig", "VTraceConfig", "R2D2Config", "PPOConfig", "LearnerConfig", "TLSConfig", "OptimizerConfig",
                      "DevicesConfig", "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
                      "AcceleratorConfig", "TPUConfig", "GPUConfig"}
 

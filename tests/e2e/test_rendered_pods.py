@@ -27,15 +27,31 @@ def free_port() -> int:
 
 
 def localize(command, tmp_path, service, port):
-    """The container's command with the pod's paths and Service mapped to this machine."""
+    """The container's command with the pod's paths and Service mapped to this machine. The
+    learner's certificate (which the operator puts in a Secret) is made as the operator makes
+    it; an actor that reaches the Service's address through 127.0.0.1 still verifies the
+    Service's name in it."""
     out = []
     for arg in command:
         arg = arg.replace(reconcile.CONFIG_FILE, str(tmp_path / "config.yaml"))
         arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
-        arg = arg.replace(f"{service}:{port}", f"127.0.0.1:{port}")
+        arg = arg.replace(reconcile.TLS_DIR, str(tmp_path / "tls"))
+        if arg == f"{service}:{port}":
+            out += [f"127.0.0.1:{port}", "--tls-server-name", service]
+            continue
         out.append(arg)
     assert out[0] == "python"
     return [sys.executable, *out[1:]]
+
+
+def write_certificate(tmp_path, experiment_name, namespace):
+    """The operator's self-signed certificate of the learner, where the pods mount it."""
+    from seedrl.service.operator import certificates
+
+    (tmp_path / "tls").mkdir()
+    for key, data in certificates.self_signed(
+            reconcile.learner_dns_names(experiment_name, namespace)).items():
+        (tmp_path / "tls" / key).write_bytes(data)
 
 
 def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
@@ -47,6 +63,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
         "budget": {"maxEnvSteps": 6000}}})
     objs = {o["kind"]: o for o in reconcile.render(exp)}
     (tmp_path / "config.yaml").write_text(objs["ConfigMap"]["data"]["config.yaml"])
+    write_certificate(tmp_path, "pods", "ml")
     service = objs["Service"]["metadata"]["name"]
     learner = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
     actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]

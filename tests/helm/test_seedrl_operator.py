@@ -66,7 +66,11 @@ def _check_least_privilege(role):
     rules = _rules(role)
     for (group, res), verbs in rules.items():
         assert "*" not in verbs and group != "*" and res != "*", (group, res)
-    assert ("", "secrets") not in rules
+    # Secrets: only the learner's certificate, by name (spec.learner.tls): never listed or
+    # watched, so the operator cannot enumerate what else a namespace keeps.
+    assert rules[("", "secrets")] == {"get", "create", "patch", "delete"}
+    assert rules[("cert-manager.io", "issuers")] == rules[("cert-manager.io", "certificates")] \
+        == {"get", "create", "patch", "delete"}
     # The operator reads and patches Experiments; users create and delete them.
     assert rules[("seedrl.dev", "experiments")] == {"get", "list", "watch", "patch"}
     assert rules[("seedrl.dev", "experiments/status")] == {"get", "patch"}
@@ -81,7 +85,8 @@ def _check_least_privilege(role):
                           ("seedrl.dev", "experiments/finalizers"), ("batch", "jobs"),
                           ("apps", "deployments"), ("", "services"), ("", "configmaps"),
                           ("networking.k8s.io", "networkpolicies"), ("", "events"),
-                          ("", "pods")}
+                          ("", "pods"), ("", "secrets"), ("cert-manager.io", "issuers"),
+                          ("cert-manager.io", "certificates")}
     return rules
 
 

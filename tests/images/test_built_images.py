@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from seedrl.common.config import parse_experiment
-from seedrl.service.operator import reconcile
+from seedrl.service.operator import certificates, reconcile
 from support.buildah import Pod
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(3600)]
@@ -68,6 +68,12 @@ def wait_for(predicate, timeout: float, what: str, pods=()):
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
 
 
+def _certificate(exp) -> dict:
+    """The learner's certificate Secret as the operator makes it, for :class:`Pod`."""
+    return {reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
+        reconcile.learner_dns_names(exp.metadata.name, "default"))}
+
+
 def _by_kind(objects, kind):
     return next(o for o in objects if o["kind"] == kind)
 
@@ -112,10 +118,15 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
     exp = parse_experiment(cartpole("cartpole-images", learner_image, actor_image))
     objects = reconcile.render(exp, namespace="default")
     service = reconcile.names(exp.metadata.name).service
+    # TLS as in a cluster: the certificate the operator would make for the learner's Service;
+    # the actor reaches the Service's name (an /etc/hosts entry) and verifies it.
+    secrets = {reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
+        reconcile.learner_dns_names(exp.metadata.name, "default"))}
     with Pod(store, learner_image, _by_kind(objects, "Job"), objects, tmp_path,
-             "cartpole-images-learner-x7k2p") as learner:
+             "cartpole-images-learner-x7k2p", secrets=secrets) as learner:
         with Pod(store, actor_image, _by_kind(objects, "Deployment"), objects, tmp_path,
-                 "cartpole-images-actors-5d8f9-q2w3e", hosts={service: "127.0.0.1"}) as actor:
+                 "cartpole-images-actors-5d8f9-q2w3e", hosts={service: "127.0.0.1"},
+                 secrets=secrets) as actor:
             run_dir = learner.volume_dirs["run"]
             summary_path = run_dir / "summary.json"
             wait_for(summary_path.exists, 900, "the learner's summary.json",
@@ -128,7 +139,8 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
     assert summary["learner_steps"] > 0 and summary["episodes"] > 0
     # It checkpointed into the pod's run directory (an emptyDir: the root is read-only).
     assert summary["last_checkpoint"], summary
-    assert "connected" in actor.output() or "done after" in actor.output()
+    assert f"connected to {service}:" in actor.output(), actor.output()[-3000:]
+    assert "--tls-ca" in actor.command() and "--tls-cert" in learner.command()
 
 
 #: No GCE metadata server answers here: libtpu would retry it for minutes at `import
@@ -158,7 +170,8 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
                                     accelerator={"kind": "tpu"}))
     objects = reconcile.render(exp, namespace="default")
     with Pod(store, image, _by_kind(objects, "Job"), objects, tmp_path / "tpu",
-             "tpu-learner-learner-h8j2k", extra_env=NO_METADATA_SERVER) as pod:
+             "tpu-learner-learner-h8j2k", extra_env=NO_METADATA_SERVER,
+             secrets=_certificate(exp)) as pod:
         assert pod.wait(300) == ExitCode.NO_ACCELERATOR, pod.output()[-4000:]
         assert "scheduled for a TPU (spec.learner.accelerator.kind: tpu) but found none" in \
             pod.output()
@@ -167,7 +180,8 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
     exp = parse_experiment(cartpole("cpu-learner", image, images("actors")))
     objects = reconcile.render(exp, namespace="default")
     with Pod(store, image, _by_kind(objects, "Job"), objects, tmp_path / "cpu",
-             "cpu-learner-learner-p4m9x", extra_env=NO_METADATA_SERVER) as pod:
+             "cpu-learner-learner-p4m9x", extra_env=NO_METADATA_SERVER,
+             secrets=_certificate(exp)) as pod:
         wait_for(lambda: "serving cpu-learner" in pod.output(), 600, "the learner serving",
                  pods=[pod])
         assert "no TPU found" in pod.output() and "running on CPU" in pod.output()

@@ -160,7 +160,8 @@ def test_pods_run_the_entry_points_with_the_config():
     assert "[::]:7000" in learner["command"]
     actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert actor["command"] == ["python", "-m", "seedrl.actors", "--config", reconcile.CONFIG_FILE,
-                                "--learner", "exp-learner:7000", "--index", "auto"]
+                                "--learner", "exp-learner:7000", "--index", "auto",
+                                "--tls-ca", f"{reconcile.TLS_DIR}/ca.crt"]
     for container in (learner, actor):
         assert {"name": "config", "mountPath": "/etc/seedrl", "readOnly": True} in \
             container["volumeMounts"]
@@ -193,6 +194,51 @@ def test_learner_job_restarts_in_place_and_has_time_to_checkpoint():
     assert job["spec"]["suspend"] is False
 
 
+def _arg(container, flag):
+    """The value of ``flag`` in a container's command."""
+    command = container["command"]
+    return command[command.index(flag) + 1]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_tls_mounts_the_learners_key_into_the_learner_and_only_the_ca_into_actors(enabled):
+    objs = by_kind(reconcile.render(exp_of(learner={"tls": {"enabled": enabled}})))
+    learner = objs["Job"]["spec"]["template"]["spec"]
+    actor = objs["Deployment"]["spec"]["template"]["spec"]
+    secrets = {role: [(v["secret"]["secretName"], [i["key"] for i in v["secret"]["items"]])
+                      for v in pod["volumes"] if "secret" in v]
+               for role, pod in (("learner", learner), ("actor", actor))}
+    if not enabled:
+        assert secrets == {"learner": [], "actor": []}
+        assert "--tls-cert" not in learner["containers"][0]["command"]
+        assert "--tls-ca" not in actor["containers"][0]["command"]
+        return
+    assert secrets == {"learner": [("exp-learner-tls", ["tls.crt", "tls.key"])],
+                       "actor": [("exp-learner-tls", ["ca.crt"])]}
+    assert _arg(learner["containers"][0], "--tls-cert") == f"{reconcile.TLS_DIR}/tls.crt"
+    assert _arg(learner["containers"][0], "--tls-key") == f"{reconcile.TLS_DIR}/tls.key"
+    assert _arg(actor["containers"][0], "--tls-ca") == f"{reconcile.TLS_DIR}/ca.crt"
+    # The actors verify the name they connect to, which the certificate carries.
+    assert _arg(actor["containers"][0], "--learner").split(":")[0] in \
+        reconcile.learner_dns_names("exp", "default")
+    for pod in (learner, actor):
+        assert {"name": "tls", "mountPath": reconcile.TLS_DIR, "readOnly": True} in \
+            pod["containers"][0]["volumeMounts"]
+
+
+def test_cert_manager_gets_an_issuer_and_a_certificate_for_the_service_names():
+    exp = exp_of()
+    issuer, certificate = reconcile.render_certificate(exp, namespace="rl")
+    assert (issuer["kind"], issuer["spec"]) == ("Issuer", {"selfSigned": {}})
+    assert certificate["spec"]["secretName"] == "exp-learner-tls"
+    assert certificate["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer",
+                                                "name": "exp-learner-tls"}
+    assert certificate["spec"]["dnsNames"] == ["exp-learner", "exp-learner.rl",
+                                               "exp-learner.rl.svc",
+                                               "exp-learner.rl.svc.cluster.local"]
+    assert reconcile.render_certificate(exp_of(learner={"tls": {"enabled": False}})) == []
+
+
 def test_tpu_learner_gets_node_selectors_chips_and_toleration():
     exp = exp_of(learner={"accelerator": {"kind": "tpu", "tpu": {"type": "tpu-v6e-slice",
                                                                    "topology": "2x4"}}})
@@ -206,7 +252,7 @@ def test_tpu_learner_gets_node_selectors_chips_and_toleration():
     # The TPU build of this release's learner, told to fail rather than train on the CPU.
     container = pod["containers"][0]
     assert container["image"] == "ghcr.io/seedrl/learner:0.1.0-tpu"
-    assert container["command"][-2:] == ["--accelerator", "tpu"]
+    assert _arg(container, "--accelerator") == "tpu"
 
 
 @pytest.mark.parametrize("tpu_type,topology,chips", [
@@ -236,7 +282,7 @@ def test_gpu_and_cpu_learners():
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert pod["containers"][0]["image"] == "ghcr.io/seedrl/learner:0.1.0-gpu"
-    assert pod["containers"][0]["command"][-2:] == ["--accelerator", "gpu"]
+    assert _arg(pod["containers"][0], "--accelerator") == "gpu"
     cpu = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["template"]["spec"]
     assert cpu["containers"][0]["image"] == "ghcr.io/seedrl/learner:0.1.0"
     assert "nodeSelector" not in cpu and "tolerations" not in cpu

@@ -49,13 +49,15 @@ import kubernetes
 from kmock._internal import enums
 
 #: plural -> kind of the resources the tests touch (kmock guesses kinds badly).
-KINDS = {"experiments": "Experiment", "configmaps": "ConfigMap", "services": "Service",
+KINDS = {"experiments": "Experiment", "configmaps": "ConfigMap", "secrets": "Secret",
+         "services": "Service",
          "networkpolicies": "NetworkPolicy", "jobs": "Job", "deployments": "Deployment",
          "events": "Event", "namespaces": "Namespace", "pods": "Pod"}
 RESOURCES = {
     "seedrl.dev/v1alpha1/experiments": dict(kind="Experiment", namespaced=True,
                                             subresources={"status", "scale"}),
     "v1/configmaps": dict(kind="ConfigMap", namespaced=True),
+    "v1/secrets": dict(kind="Secret", namespaced=True),
     "v1/services": dict(kind="Service", namespaced=True),
     "v1/events": dict(kind="Event", namespaced=True),
     "v1/pods": dict(kind="Pod", namespaced=True, subresources={"status"}),

@@ -149,6 +149,16 @@ Experiments and the objects it renders for each, plus kopf's events.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create", "patch", "delete"]
+# The learner's TLS certificate (spec.learner.tls): where the cluster has no cert-manager, a
+# Secret the operator makes (read, create, server-side-apply, delete by name; never listed).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "patch", "delete"]
+# Where it has cert-manager: a self-signed Issuer and a Certificate per Experiment, which
+# cert-manager turns into that Secret.
+- apiGroups: ["cert-manager.io"]
+  resources: ["issuers", "certificates"]
+  verbs: ["get", "create", "patch", "delete"]
 # Cost: each poll lists an Experiment's pods (label seedrl.dev/experiment) to price what they
 # requested for as long as they ran. Read only: the operator never creates, changes or deletes
 # a pod.
