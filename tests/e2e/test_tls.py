@@ -155,3 +155,34 @@ def test_actors_stream_over_tls_with_the_operators_certificate(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] >= 4000 and summary["stop_reason"] == "max_env_steps"
     assert "connected to tls-learner" in logs[1] or "connected to 127.0.0.1" in logs[1], logs[1]
+
+
+def _kubectl() -> str | None:
+    import shutil
+
+    local = ROOT / ".venv" / "bin" / "kubectl"  # make kubectl
+    return str(local) if local.exists() else shutil.which("kubectl")
+
+
+def test_kubectl_get_secret_shows_the_learners_certificate():
+    import pytest
+
+    kubectl = _kubectl()
+    if kubectl is None:
+        pytest.skip("no kubectl here (make kubectl installs it)")
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment",
+            "metadata": {"name": "tls", "namespace": "ml"}, "spec": {}}
+    with OperatorHarness() as h:
+        kubernetes.client.CustomObjectsApi(h.api).create_namespaced_custom_object(
+            GROUP, VERSION, "ml", PLURAL, body)
+
+        def listed():
+            proc = subprocess.run([kubectl, "--server", h.cluster.url, "get", "secret", "-n",
+                                   "ml", "-o", "jsonpath={range .items[*]}{.metadata.name} "
+                                   "{.type} {.metadata.ownerReferences[0].kind}{end}"],
+                                  capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            return proc.stdout
+
+        assert wait_for(listed, 30, "the Secret listed by kubectl") == \
+            "tls-learner-tls kubernetes.io/tls Experiment"
