@@ -40,10 +40,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("SEEDRL_IMAGE_CACHE") or Path.home() / ".cache" / "seedrl" / "images")
 #: The machine's CA bundle, mounted read-only into every build step (see the module doc).
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
-#: What the local base image is made of: the Debian suite and the packages on top of minbase
-#: (python-is-python3: the Dockerfiles run ``python``, as in the upstream python image).
+#: What the local base image is made of: the Debian suite and the packages on top of minbase,
+#: as close to the upstream python image as Debian gets: python-is-python3 (the Dockerfiles run
+#: ``python``) and libpython3.11 (upstream Python is built shared; Google Research Football's
+#: engine links libpython3.11.so.1.0).
 BASE_SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
+BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "libpython3.11",
+                 "ca-certificates")
 #: Host paths never bound read-only over the container's root: the kernel's and the runtime's
 #: own, and /tmp, an emptyDir in the pods.
 _NOT_READ_ONLY = {"proc", "sys", "dev", "run", "tmp", "var"}
