@@ -2,7 +2,8 @@
 
 Steps ``spec.actors.envsPerActor`` environments and streams them to the learner until it says
 the run is finished (exit 0). Exits 2 on a bad Experiment or environment, 3 if the learner
-refuses this actor, and 0 on SIGTERM/SIGINT.
+refuses this actor, and 75 (STOPPED) on SIGTERM/SIGINT: the run is not finished, so a launcher
+runs it again (:class:`seedrl.common.exit_codes.ExitCode`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import grpc
 import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
+from seedrl.common.exit_codes import ExitCode
 
 log = logging.getLogger("actors")
 
@@ -100,7 +102,9 @@ def make_env_batches(exp, index: int) -> list:
     return batches
 
 
-async def _run(clients) -> None:
+async def _run(clients) -> bool:
+    """Streams every client until the learner says finished (True) or a signal stops them
+    (False)."""
     tasks = [asyncio.ensure_future(c.run()) for c in clients]
     loop = asyncio.get_running_loop()
 
@@ -120,6 +124,8 @@ async def _run(clients) -> None:
         await asyncio.gather(*tasks)
     except asyncio.CancelledError:
         log.info("stopped by signal after %d env steps", sum(c.env_steps for c in clients))
+        return False
+    return True
 
 
 def serve_metrics(args, exp, clients):
@@ -149,7 +155,7 @@ def main(argv=None) -> int:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
     if args.index == "auto":
         args.index = auto_index(os.environ.get("POD_NAME") or socket.gethostname(),
                                 exp.spec.actors.replicas)
@@ -161,7 +167,7 @@ def main(argv=None) -> int:
         batches = make_env_batches(exp, args.index)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
     credentials = None
     if args.tls_ca:
         with open(args.tls_ca, "rb") as fh:
@@ -174,15 +180,15 @@ def main(argv=None) -> int:
                for j, envs in enumerate(batches)]
     http = serve_metrics(args, exp, clients)
     try:
-        asyncio.run(_run(clients))
+        finished = asyncio.run(_run(clients))
     except ActorRefused as exc:
         log.error("the learner refused this actor: %s", exc)
-        return 3
+        return ExitCode.REFUSED
     finally:
         if http:
             http.stop()
         for envs in batches:
             envs.close()
-    log.info("done after %d env steps (pid %d)", sum(c.env_steps for c in clients),
-             os.getpid())
-    return 0
+    log.info("%s after %d env steps (pid %d)", "done" if finished else "stopped",
+             sum(c.env_steps for c in clients), os.getpid())
+    return ExitCode.FINISHED if finished else ExitCode.STOPPED

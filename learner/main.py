@@ -1,10 +1,12 @@
 """Learner entry point: ``python -m seedrl.learner --config experiment.yaml``.
 
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
-checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
-final checkpoint). Exits 1 if training fails, 2 on a bad Experiment and 4 when the checkpoint
-location cannot be used (unreadable, or another learner publishes there): restarting would
-fail the same way.
+checkpoints and a summary. Exit codes (:class:`seedrl.common.exit_codes.ExitCode`): 0 only when
+the Experiment is finished (budget or target return reached); 75 (STOPPED) when SIGTERM or
+SIGINT stopped it earlier and the final checkpoint is written, so that it is run again; 1 if
+training fails or that final checkpoint could not be written; 2 on a bad Experiment and 4 when
+the checkpoint location cannot be used (unreadable, or another learner publishes there):
+restarting would fail the same way.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import time
 import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
+from seedrl.common.exit_codes import ExitCode, describe as describe_exit
 
 log = logging.getLogger("learner")
 
 STATUS_EVERY_S = 0.5
-#: Exit code when the checkpoint location cannot be used; the launchers do not restart on it.
-EXIT_CHECKPOINT = 4
+#: Why the learner stopped early when a signal stopped it (``runtime.stop_reason``).
+SIGNAL_REASONS = ("terminated", "interrupted")
 METRICS_EVERY_S = 2.0
 
 
@@ -94,7 +97,7 @@ async def serve(exp, args) -> int:
     from seedrl.learner.run_files import RunFiles
     from seedrl.common.storage import tensorboard_uri
     from seedrl.learner.tensorboard import Summaries
-    from learner.runtime import LearnerRuntime
+    from seedrl.learner.runtime import LearnerRuntime
     from seedrl.learner.server import server_credentials, start_server
 
     try:
@@ -102,7 +105,7 @@ async def serve(exp, args) -> int:
         placement = setup_devices(exp.spec.learner.devices)
     except ConfigError as exc:
         log.error("devices: %s", exc)
-        return 2
+        return ExitCode.CONFIG
     checkpointer = None
 
     def on_agent_built(agent):
@@ -141,10 +144,10 @@ async def serve(exp, args) -> int:
             found = checkpointer.open()
         except CheckpointError as exc:
             log.error("cannot use the checkpoints at %s: %s", uri, exc)
-            return EXIT_CHECKPOINT
+            return ExitCode.CHECKPOINT
         except StorageError as exc:
             log.error("checkpoint store %s unavailable: %s", uri, exc)
-            return 1
+            return ExitCode.FAILED
         if found:
             log.info("will resume from learner step %d (%d env steps) in %s",
                      found["learner_steps"], found["env_steps"], uri)
@@ -169,7 +172,7 @@ async def serve(exp, args) -> int:
              address if address.startswith("unix:") else f"port {port}")
 
     loop = asyncio.get_running_loop()
-    for signum, reason in ((signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")):
+    for signum, reason in zip((signal.SIGTERM, signal.SIGINT), SIGNAL_REASONS):
         loop.add_signal_handler(signum, runtime.finish, reason)
 
     last_metrics = 0.0
@@ -224,16 +227,33 @@ async def serve(exp, args) -> int:
     if http:
         http.stop()
     await server.stop(grace=1.0)
-    if checkpointer and checkpointer.conflict is not None:
-        return EXIT_CHECKPOINT
+    code = exit_code(runtime.stop_reason, runtime.train_error is not None, final_failed,
+                     checkpointer is not None and checkpointer.conflict is not None)
+    log.info("exiting with %s", describe_exit(code))
     if final_failed:
-        # Preempted without a final checkpoint: fail, so that the pod is restarted and the
-        # run resumes from the previous checkpoint. Once the budget is reached the run is
-        # done either way. os._exit: a hung upload thread would hold up a normal exit.
-        code = 1 if runtime.stop_reason in ("terminated", "interrupted") else 0
+        # os._exit: a hung upload thread would hold up a normal exit.
         logging.shutdown()
         os._exit(code)
-    return 1 if runtime.train_error is not None else 0
+    return code
+
+
+def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_failed: bool,
+              checkpoint_conflict: bool) -> ExitCode:
+    """The learner's exit code once it has stopped.
+
+    0 only when the Experiment is finished (a budget or the target return was reached): a
+    learner stopped by a signal exits STOPPED, so that a drained, preempted or suspended pod is
+    run again instead of ending the run. A stop whose final checkpoint failed is a crash (the
+    run resumes from the previous checkpoint, counted against the restart limit), unless the
+    budget was reached anyway.
+    """
+    if checkpoint_conflict:
+        return ExitCode.CHECKPOINT
+    if train_failed:
+        return ExitCode.FAILED
+    if stop_reason in SIGNAL_REASONS or stop_reason is None:
+        return ExitCode.FAILED if final_checkpoint_failed else ExitCode.STOPPED
+    return ExitCode.FINISHED
 
 
 def main(argv=None) -> int:
@@ -245,6 +265,6 @@ def main(argv=None) -> int:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return asyncio.run(serve(exp, args))
+    return int(asyncio.run(serve(exp, args)))

@@ -20,7 +20,7 @@ import numpy as np
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec, WireError, decode_array, encode_array
 from seedrl.learner.batcher import BatcherStopped
-from learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
+from seedrl.learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
 
 log = logging.getLogger(__name__)
 
