@@ -139,7 +139,9 @@ def serve_metrics(args, exp, clients):
         return None
     host, port = bind
     metrics = ActorMetrics(exp.metadata.name, args.index, clients)
-    http = MetricsServer(metrics.registry, host=host, port=port)
+    # Ready while at least one stream is connected to the learner.
+    http = MetricsServer(metrics.registry, host=host, port=port,
+                         ready=lambda: any(c.connected for c in clients))
     try:
         log.info("metrics on http://%s:%d/metrics", host, http.start())
     except OSError as exc:

@@ -18,6 +18,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -112,6 +113,7 @@ async def serve(exp, args) -> int:
         if checkpointer is not None:
             checkpointer.attach(agent)  # restores the latest checkpoint, if any
 
+    serving = threading.Event()
     runtime = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement),
                              train=not args.no_train, on_agent_built=on_agent_built,
                              inference_lanes=len(placement.inference_devices) or 1)
@@ -127,7 +129,9 @@ async def serve(exp, args) -> int:
     http = None
     bind = bind_address(args.metrics_address, exp.spec.learner.metrics_port)
     if bind:
-        http = MetricsServer(metrics.registry, current_status, host=bind[0], port=bind[1])
+        # Ready once the gRPC server is up (the checkpoint is restored before it starts).
+        http = MetricsServer(metrics.registry, current_status, host=bind[0], port=bind[1],
+                             ready=lambda: serving.is_set() and not runtime.finished)
         try:
             log.info("metrics on http://%s:%d/metrics, status on /status", bind[0],
                      http.start())
@@ -168,6 +172,7 @@ async def serve(exp, args) -> int:
     address = args.listen or f"[::]:{exp.spec.learner.port}"
     server, port = await start_server(runtime, address,
                                       server_credentials(args.tls_cert, args.tls_key))
+    serving.set()
     log.info("serving %s on %s", exp.metadata.name,
              address if address.startswith("unix:") else f"port {port}")
 
