@@ -523,10 +523,21 @@ def render_run_volume(exp: Experiment, owner=None, namespace=None) -> dict[str, 
                      "resources": {"requests": {"storage": exp.spec.checkpoint.volume_size}}}}
 
 
-def actor_replicas(exp: Experiment, finished: bool = False) -> int:
-    """Actor pods to run: none while suspended or once the learner Job has finished (they
-    would only retry a learner that is gone)."""
-    return 0 if exp.spec.suspend or finished else exp.spec.actors.replicas
+def actor_replicas(exp: Experiment, finished: bool = False, admitted: bool = True) -> int:
+    """Actor pods to run: none while suspended, while the learner waits for Kueue's admission
+    (they would run outside the quota, with no learner to stream to), or once the learner Job
+    has finished (they would only retry a learner that is gone)."""
+    if exp.spec.suspend or finished or not admitted:
+        return 0
+    return exp.spec.actors.replicas
+
+
+def admitted(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
+    """Whether a queued Experiment's learner is admitted: Kueue admits a Job by unsuspending
+    it. An Experiment without ``spec.queueName`` needs no admission."""
+    if not exp.spec.queue_name:
+        return True
+    return job is not None and not bool((job.get("spec") or {}).get("suspend"))
 
 
 def finished_before(previous_status: Mapping[str, Any] | None) -> bool:
@@ -595,7 +606,7 @@ def failure_reason(failed: Mapping[str, Any],
 
 
 def render_actors(exp: Experiment, owner=None, namespace=None,
-                  finished: bool = False) -> dict[str, Any]:
+                  finished: bool = False, admitted: bool = True) -> dict[str, Any]:
     """The actors: a Deployment whose pods derive their index from their pod name."""
     spec = exp.spec
     actors = spec.actors
@@ -623,9 +634,15 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
         pod_spec["tolerations"] = [_SPOT_TOLERATION]
     template_meta = {"labels": _labels(exp, "actor"),
                      "annotations": {ANNOTATION_CONFIG_HASH: actor_hash(exp)}}
+    meta = _meta(exp, n.actors, "actor", owner, namespace)
+    if spec.queue_name:
+        # Kueue's Deployment integration admits each actor pod in the same queue, so that the
+        # actors' resources count against the quota as the learner's do.
+        meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
+        template_meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
     return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": _meta(exp, n.actors, "actor", owner, namespace),
-            "spec": {"replicas": actor_replicas(exp, finished),
+            "metadata": meta,
+            "spec": {"replicas": actor_replicas(exp, finished, admitted),
                      "selector": {"matchLabels": selector_labels(exp.metadata.name, "actor")},
                      "strategy": {"type": "RollingUpdate",
                                   "rollingUpdate": {"maxSurge": "25%",
@@ -634,7 +651,8 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
 
 
 def render(exp: Experiment, owner: Mapping[str, Any] | None = None,
-           namespace: str | None = None, finished: bool = False) -> list[dict[str, Any]]:
+           namespace: str | None = None, finished: bool = False,
+           admitted: bool = True) -> list[dict[str, Any]]:
     """Every object that runs ``exp``, in the order to create them (config first).
 
     Args:
@@ -642,12 +660,13 @@ def render(exp: Experiment, owner: Mapping[str, Any] | None = None,
       owner: an owner reference (see :func:`owner_reference`) put on every object.
       namespace: put in every object's metadata when given (else ``exp.metadata.namespace``).
       finished: the learner Job has completed or failed: no actors are rendered to run.
+      admitted: whether Kueue admitted the learner (see :func:`admitted`); no actors before.
     """
     ns = namespace or exp.metadata.namespace
     volume = [render_run_volume(exp, owner, ns)] if needs_run_volume(exp) else []
     return [render_config_map(exp, owner, ns), *volume, render_service(exp, owner, ns),
             render_network_policy(exp, owner, ns), render_disruption_budget(exp, owner, ns),
-            render_learner_job(exp, owner, ns), render_actors(exp, owner, ns, finished)]
+            render_learner_job(exp, owner, ns), render_actors(exp, owner, ns, finished, admitted)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -829,7 +848,9 @@ def compute_status(exp: Experiment, *, generation: int | None,
     complete = _job_condition(job, "Complete")
     failed = _job_condition(job, "Failed")
     cleaned_up = job is None and finished_before(prev)
-    desired = actor_replicas(exp, bool(complete or failed or cleaned_up))
+    queued = job is not None and not admitted(exp, job) and not exp.spec.suspend
+    desired = actor_replicas(exp, bool(complete or failed or cleaned_up),
+                             job is None or not queued)
     ready_actors = int(dep_status.get("readyReplicas") or 0)
     learner_ready = int(job_status.get("ready") or 0) >= 1
 
@@ -858,9 +879,11 @@ def compute_status(exp: Experiment, *, generation: int | None,
     else:
         active = int(job_status.get("active") or 0)
         set_condition(conditions, "LearnerReady", False,
-                      "Suspended" if exp.spec.suspend else
+                      "Suspended" if exp.spec.suspend else "Queued" if queued else
                       ("PodNotReady" if active else "NoPod"),
                       "The learner is suspended." if exp.spec.suspend else
+                      f"Waiting for Kueue to admit the learner in queue "
+                      f"{exp.spec.queue_name}; the actors start once it is." if queued else
                       (f"{active} learner pod(s), none ready." if active else
                        "No learner pod is running."), generation, now)
     if desired == 0:
