@@ -477,3 +477,23 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
                                 {"trigger": "poll"}) == 1
     assert reg.get_sample_value("seedrl_operator_reconcile_errors_total",
                                 {"trigger": "change"}) == 0
+
+
+def test_only_the_live_peer_of_the_highest_priority_is_active():
+    import datetime as dt
+
+    from seedrl.service.operator.handlers import is_active_peer
+
+    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+    fresh = (now - dt.timedelta(seconds=10)).isoformat()
+    stale = (now - dt.timedelta(seconds=120)).isoformat()
+    peers = {"a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
+             "b": {"priority": 9, "lifetime": 60, "lastseen": fresh}}
+    assert is_active_peer(peers, "b", 9, now) and not is_active_peer(peers, "a", 5, now)
+    # The leader stopped renewing its record: the other takes over once it expires.
+    peers["b"]["lastseen"] = stale
+    assert is_active_peer(peers, "a", 5, now)
+    # A tie never leaves two active.
+    tie = {"a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
+           "b": {"priority": 5, "lifetime": 60, "lastseen": fresh}}
+    assert is_active_peer(tie, "a", 5, now) != is_active_peer(tie, "b", 5, now)
