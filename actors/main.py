@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import logging
 import os
 import signal
@@ -31,8 +30,9 @@ def parse_args(argv):
     p.add_argument("--config", required=True, help="the Experiment YAML file")
     p.add_argument("--learner", required=True, help="learner address: host:port or unix:PATH")
     p.add_argument("--index", type=_index, default=0,
-                   help="this actor's index among the replicas, or 'auto' to derive it from "
-                        "the pod name (a Deployment's pods have no ordinal)")
+                   help="this actor's index among the replicas, or 'auto' to be granted one "
+                        "by the learner (unique among live actors: a Deployment's pods have "
+                        "no ordinal)")
     p.add_argument("--actor-id", help="stable id across reconnects (default: name-host-index)")
     p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner")
     p.add_argument("--metrics-address",
@@ -55,16 +55,18 @@ def _index(text: str) -> int | str:
     return value
 
 
-def auto_index(pod_name: str, replicas: int) -> int:
-    """An index in [0, replicas) for an actor pod of a Deployment, from its name.
-
-    Deployment pods have random names and no ordinal, so the index is a stable hash of the name:
-    the same pod keeps its index across container restarts, and indexes spread evenly over the
-    range. Two pods may share an index; that only repeats an exploration setting (R2D2's
-    per-actor epsilon, its evaluation actors), it never breaks the run.
-    """
-    digest = hashlib.sha256(pod_name.encode()).digest()
-    return int.from_bytes(digest[:8], "big") % max(1, replicas)
+def _until_signal(coroutine):
+    """Runs ``coroutine`` to its result, or None once SIGTERM or SIGINT stops it."""
+    async def run():
+        task = asyncio.ensure_future(coroutine)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return None
+    return asyncio.run(run())
 
 
 def env_seeds(seed: int, index: int, num_envs: int) -> list[int]:
@@ -158,22 +160,38 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return ExitCode.CONFIG
+    from seedrl.actors.client import ActorClient, ActorRefused, request_index
+
+    credentials = None
+    if args.tls_ca:
+        with open(args.tls_ca, "rb") as fh:
+            credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
     if args.index == "auto":
-        args.index = auto_index(os.environ.get("POD_NAME") or socket.gethostname(),
-                                exp.spec.actors.replicas)
+        logging.basicConfig(level=args.log_level.upper(),
+                            format="%(asctime)s actor-? %(levelname)s %(message)s")
+        pod = os.environ.get("POD_NAME") or socket.gethostname()
+        args.actor_id = args.actor_id or f"{exp.metadata.name}-{pod}"
+        try:
+            index = _until_signal(request_index(args.learner, exp.metadata.name,
+                                                args.actor_id, credentials))
+        except ActorRefused as exc:
+            log.error("the learner refused this actor: %s", exc)
+            return ExitCode.REFUSED
+        if index is None:
+            return ExitCode.STOPPED
+        args.index = index
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(logging.Formatter(
+                f"%(asctime)s actor-{args.index} %(levelname)s %(message)s"))
+        log.info("the learner granted index %d", args.index)
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
-    from seedrl.actors.client import ActorClient, ActorRefused
 
     try:
         batches = make_env_batches(exp, args.index)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
         return ExitCode.CONFIG
-    credentials = None
-    if args.tls_ca:
-        with open(args.tls_ca, "rb") as fh:
-            credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
     actor_id = args.actor_id or f"{exp.metadata.name}-{socket.gethostname()}-{args.index}"
     # Several streams per actor: while the learner answers one, the actor steps another.
     clients = [ActorClient(envs, exp.metadata.name,

@@ -32,6 +32,8 @@ STATUS_EVERY_S = 0.5
 #: Why the learner stopped early when a signal stopped it (``runtime.stop_reason``).
 SIGNAL_REASONS = ("terminated", "interrupted")
 METRICS_EVERY_S = 2.0
+#: After resuming, how long no new actor index is granted (see learner/actor_indices.py).
+RECLAIM_SECONDS = 15.0
 
 
 def parse_args(argv):
@@ -99,6 +101,7 @@ async def serve(exp, args) -> int:
     from seedrl.common.storage import tensorboard_uri
     from seedrl.learner.tensorboard import Summaries
     from seedrl.learner.runtime import LearnerRuntime
+    from seedrl.learner.actor_indices import ActorIndices
     from seedrl.learner.server import server_credentials, start_server
 
     try:
@@ -108,6 +111,7 @@ async def serve(exp, args) -> int:
         log.error("devices: %s", exc)
         return ExitCode.CONFIG
     checkpointer = None
+    resumed = False
 
     def on_agent_built(agent):
         if checkpointer is not None:
@@ -152,6 +156,7 @@ async def serve(exp, args) -> int:
         except StorageError as exc:
             log.error("checkpoint store %s unavailable: %s", uri, exc)
             return ExitCode.FAILED
+        resumed = bool(found)
         if found:
             log.info("will resume from learner step %d (%d env steps) in %s",
                      found["learner_steps"], found["env_steps"], uri)
@@ -170,8 +175,11 @@ async def serve(exp, args) -> int:
             log.error("no TensorBoard summaries: %s", exc)
 
     address = args.listen or f"[::]:{exp.spec.learner.port}"
+    # Resumed: the actors that were streaming reclaim their indices before new ones are
+    # granted (their reconnect backoff is at most 10 s).
+    indices = ActorIndices(reclaim_seconds=RECLAIM_SECONDS if resumed else 0.0)
     server, port = await start_server(runtime, address,
-                                      server_credentials(args.tls_cert, args.tls_key))
+                                      server_credentials(args.tls_cert, args.tls_key), indices)
     serving.set()
     log.info("serving %s on %s", exp.metadata.name,
              address if address.startswith("unix:") else f"port {port}")

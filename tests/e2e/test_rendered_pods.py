@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from seedrl.actors.main import auto_index
+import re
+
 from seedrl.common.config import parse_experiment
 from seedrl.service.operator import handlers as operator, reconcile
 
@@ -84,7 +85,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     assert any(s.state == "running" and s.env_steps > 0 for s in seen), seen[-3:]
     assert any(s.episodes > 0 and s.mean_return is not None and s.actors >= 1
                for s in seen), seen[-3:]
-    # Each actor derived its index from its pod name.
-    for log, pod in zip(logs[1:], ("pods-actors-5d8c9b7f4-x2k9q",
-                                   "pods-actors-5d8c9b7f4-m7w4z")):
-        assert f"actor-{auto_index(pod, 2)} " in log, log
+    # The learner granted the two actors distinct indices (`--index auto`).
+    granted = [int(m.group(1)) for log in logs[1:]
+               for m in [re.search(r"the learner granted index (\d+)", log)] if m]
+    assert sorted(granted) == [0, 1], logs[1:]
