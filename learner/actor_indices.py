@@ -5,6 +5,9 @@ A Deployment's pods have no ordinal, and an index is what an actor's exploration
 the table: an actor with no index of its own asks once (``AssignIndex``) and gets the lowest
 index no live actor holds; it says that index in the Hello of every stream it opens, and the
 learner confirms it in the Welcome, or names another one if a different live actor holds it.
+While no more actors than ``spec.actors.replicas`` are live, every index stays below it: a
+replacement pod takes over the index of an actor whose streams are all closed (preempted,
+deleted) rather than a new one past the end.
 
 An index stays with its actor while any of its streams is open and for ``hold_seconds`` after
 the last one closes (a reconnect keeps it), and for ``hold_seconds`` after it was granted to an
@@ -41,14 +44,17 @@ class ActorIndices:
     """The table of which actor holds which index (thread-safe).
 
     Args:
+      limit: the indices the actors should use, ``[0, limit)`` (``spec.actors.replicas``);
+        past it only when more actors than that are live.
       hold_seconds: how long an index stays with an actor that has no open stream.
       reclaim_seconds: how long after creation no index is granted (a resumed learner's
         actors reclaim theirs first).
       clock: the monotonic clock (tests pass their own).
     """
 
-    def __init__(self, hold_seconds: float = 60.0, reclaim_seconds: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, limit: int = 0, hold_seconds: float = 60.0,
+                 reclaim_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic):
+        self.limit = limit
         self.hold_seconds = hold_seconds
         self._clock = clock
         self._open_from = clock() + reclaim_seconds
@@ -90,6 +96,12 @@ class ActorIndices:
                 raise NotYet("the learner has just resumed; its actors reclaim their indices "
                              "first")
             index = self._lowest_free()
+            if index >= self.limit:
+                # Every index below the limit is held: take over the lowest one whose actor
+                # has no open stream (gone, or between reconnects: it is told in its Welcome).
+                index = next((i for i in range(self.limit)
+                              if (h := self._holder(i)) is not None and h.streams == 0),
+                             index)
             self._held[index] = _Holder(actor, until=self._clock() + self.hold_seconds)
             return index
 

@@ -177,7 +177,8 @@ async def serve(exp, args) -> int:
     address = args.listen or f"[::]:{exp.spec.learner.port}"
     # Resumed: the actors that were streaming reclaim their indices before new ones are
     # granted (their reconnect backoff is at most 10 s).
-    indices = ActorIndices(reclaim_seconds=RECLAIM_SECONDS if resumed else 0.0)
+    indices = ActorIndices(limit=exp.spec.actors.replicas,
+                           reclaim_seconds=RECLAIM_SECONDS if resumed else 0.0)
     server, port = await start_server(runtime, address,
                                       server_credentials(args.tls_cert, args.tls_key), indices)
     serving.set()

@@ -63,3 +63,17 @@ def test_a_resumed_learner_lets_its_actors_reclaim_first():
 
 def test_streams_of_one_actor_belong_to_it():
     assert actor_of("exp-pod-x/3") == "exp-pod-x" and actor_of("exp-pod-x") == "exp-pod-x"
+
+
+def test_a_replacement_takes_a_gone_actors_index_rather_than_one_past_the_replicas():
+    clock = Clock()
+    table = ActorIndices(limit=2, hold_seconds=60, clock=clock)
+    for actor in ("pod-a", "pod-b"):
+        table.connect(actor, table.assign(actor))
+    table.disconnect("pod-b", 1)  # preempted: its streams closed
+    assert table.assign("pod-c") == 1  # within [0, replicas): R2D2's schedule stays exact
+    table.connect("pod-c", 1)
+    # Were pod-b only between reconnects, it is told another index in its Welcome.
+    assert table.connect("pod-b", 1) == 2
+    # More live actors than replicas (scaled up): past the end, still unique.
+    assert table.assign("pod-d") == 3
