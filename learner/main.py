@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import math
 import os
@@ -47,6 +48,10 @@ def parse_args(argv):
                    help="serve inference only (throughput measurements)")
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--termination-log",
+                   help="write the final status here as JSON on the way out (a pod's "
+                        "terminationMessagePath: the operator reads it once the learner is "
+                        "gone)")
     p.add_argument("--metrics-address",
                    help="host:port of the HTTP endpoint with /metrics (Prometheus), /status "
                         "and /healthz (default 0.0.0.0:spec.learner.metricsPort); 'off' "
@@ -244,11 +249,38 @@ async def serve(exp, args) -> int:
     code = exit_code(runtime.stop_reason, runtime.train_error is not None, final_failed,
                      checkpointer is not None and checkpointer.conflict is not None)
     log.info("exiting with %s", describe_exit(code))
+    if args.termination_log:
+        write_termination_log(args.termination_log, {
+            **runtime.status(), **(checkpointer.status() if checkpointer else {}),
+            "state": "finished", "exit_code": int(code)})
     if final_failed:
         # os._exit: a hung upload thread would hold up a normal exit.
         logging.shutdown()
         os._exit(code)
     return code
+
+
+#: The most a kubelet keeps of a termination message.
+TERMINATION_LOG_BYTES = 4096
+#: The final status keys the termination message keeps (the operator's LearnerStatus).
+TERMINATION_KEYS = ("state", "env_steps", "learner_steps", "episodes", "mean_return",
+                    "eval_mean_return", "last_checkpoint", "stop_reason", "exit_code")
+
+
+def write_termination_log(path: str, status: dict) -> None:
+    """Writes the final status as compact JSON, within the kubelet's 4096 bytes: what the
+    operator reports once the learner pod has stopped and its /status is gone."""
+    final = {k: status.get(k) for k in TERMINATION_KEYS if k in status}
+    final["actors"] = 0
+    text = json.dumps(final, separators=(",", ":"), default=str)
+    if len(text.encode()) > TERMINATION_LOG_BYTES:
+        final.pop("last_checkpoint", None)
+        text = json.dumps(final, separators=(",", ":"), default=str)
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        log.warning("cannot write the termination log %s: %s", path, exc)
 
 
 def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_failed: bool,

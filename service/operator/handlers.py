@@ -374,6 +374,9 @@ class Reconciler:
         learner_pods = [p for p in pods or []
                         if (p["metadata"].get("labels") or {}).get(reconcile.LABEL_ROLE)
                         == "learner"]
+        if learner is None and job is not None and reconcile.job_finished(job):
+            # The learner is gone: its final status is in its pod's termination message.
+            learner = reconcile.final_learner_status(learner_pods) or learner
         status = reconcile.compute_status(
             exp, generation=body["metadata"].get("generation"), previous=body.get("status"),
             job=job, deployment=deployment, learner=learner, learner_error=why, refused=refused,

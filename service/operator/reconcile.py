@@ -52,6 +52,8 @@ from seedrl.common.config import (
 CONFIG_DIR = "/etc/seedrl"
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 RUN_DIR = "/var/run/seedrl"
+#: Where the learner writes its final status (the container's terminationMessagePath).
+TERMINATION_LOG = "/dev/termination-log"
 #: UID/GID the containers run as (the images create this user; any non-root id works).
 RUN_AS = 1000
 #: Fields that cannot change once the children exist: a learner's checkpoints are only
@@ -455,7 +457,8 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "image": learner.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "seedrl.learner", "--config", CONFIG_FILE,
-                    "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR],
+                    "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR,
+                    "--termination-log", TERMINATION_LOG],
         "ports": [{"name": "grpc", "containerPort": learner.port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": learner.metrics_port,
                    "protocol": "TCP"}],
@@ -465,7 +468,9 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "securityContext": _security_context(),
         # Ready once it serves the actors' streams (after restoring its checkpoint).
         **_probes("metrics", "/readyz"),
-        # The end of the log says why a learner failed: it becomes the Experiment's message.
+        # The learner's final status once it stops (its /status is then gone); when it wrote
+        # none (an early failure), the end of its log, which says why.
+        "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_spec = _pod_spec(exp, container, "Never", learner.termination_grace_period_seconds,
@@ -571,6 +576,19 @@ def _terminated(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def final_learner_status(pods: list[Mapping[str, Any]] | tuple) -> LearnerStatus | None:
+    """The final status the last stopped learner pod left in its termination message (the
+    learner writes it there on the way out), or None when there is none to read."""
+    ended = [(t, p) for p in pods if (t := _terminated(p)) is not None]
+    if not ended:
+        return None
+    term, _ = max(ended, key=lambda tp: tp[0].get("finishedAt") or "")
+    try:
+        return parse_learner_status(term.get("message") or "")
+    except ValueError:
+        return None
+
+
 def failure_reason(failed: Mapping[str, Any],
                    pods: list[Mapping[str, Any]] | tuple = ()) -> tuple[str, str]:
     """The reason and message of a failed learner Job's Experiment.
@@ -600,7 +618,7 @@ def failure_reason(failed: Mapping[str, Any],
     if term.get("reason") not in (None, "Error", "Completed"):
         detail += f", reason {term['reason']}"
     last = (term.get("message") or "").strip()
-    if last:
+    if last and final_learner_status([pod]) is None:  # the end of its log, not its status
         detail += f"; its last words: {last[-600:]}"
     return reason, f"{message} {detail}"
 

@@ -32,6 +32,7 @@ def localize(command, tmp_path, service, port):
     for arg in command:
         arg = arg.replace(reconcile.CONFIG_FILE, str(tmp_path / "config.yaml"))
         arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
+        arg = arg.replace(reconcile.TERMINATION_LOG, str(tmp_path / "termination-log"))
         arg = arg.replace(f"{service}:{port}", f"127.0.0.1:{port}")
         out.append(arg)
     assert out[0] == "python"
@@ -89,3 +90,9 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     granted = [int(m.group(1)) for log in logs[1:]
                for m in [re.search(r"the learner granted index (\d+)", log)] if m]
     assert sorted(granted) == [0, 1], logs[1:]
+    # The learner left its final status where the kubelet reads a termination message.
+    final = reconcile.final_learner_status([{"metadata": {"name": "l"}, "status": {
+        "containerStatuses": [{"name": "learner", "state": {"terminated": {
+            "exitCode": 0, "message": (tmp_path / "termination-log").read_text()}}}]}}])
+    assert final.state == "finished" and final.stop_reason == "max_env_steps"
+    assert final.env_steps == summary["env_steps"]

@@ -1244,9 +1244,10 @@ def _pb_object_meta(data: bytes) -> dict:
 
 
 def decode_protobuf(raw: bytes) -> dict:
-    """A Secret or ConfigMap sent in Kubernetes' protobuf encoding (as client-go's typed
-    clients, helm's release storage among them, send them): the ``k8s\\0`` magic, a
-    runtime.Unknown envelope, and the object's generated.proto message."""
+    """A Secret, ConfigMap, Namespace or Eviction sent in Kubernetes' protobuf encoding (as
+    client-go's typed clients send them: helm's release storage, kubectl create namespace,
+    kubectl drain): the ``k8s\\0`` magic, a runtime.Unknown envelope, and the object's
+    generated.proto message."""
     if not raw.startswith(b"k8s\x00"):
         raise ApiError(400, "BadRequest", "not a Kubernetes protobuf body")
     envelope = _pb_parse(raw[4:])
@@ -1268,6 +1269,16 @@ def decode_protobuf(raw: bytes) -> dict:
             obj["data"] = _pb_map(body[2])
         if body.get(3):
             obj["binaryData"] = _pb_map(body[3], text=False)
+    elif kind == "Namespace":
+        pass  # metadata is all kubectl create namespace sends
+    elif kind == "Eviction":
+        options = _pb_parse(body.get(2, [b""])[0])
+        if options.get(1):
+            grace = options[1][0]
+            obj["deleteOptions"] = {"gracePeriodSeconds": grace - (1 << 64)
+                                    if grace >= 1 << 63 else grace}
+        if options.get(4):
+            obj.setdefault("deleteOptions", {})["propagationPolicy"] = options[4][0].decode()
     else:
         raise ApiError(415, "UnsupportedMediaType", f"protobuf {kind} is not decoded here: "
                                                     f"send JSON")

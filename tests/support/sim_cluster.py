@@ -91,9 +91,10 @@ class SimulatedCluster:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        runner = web.AppRunner(self.api.app, access_log=None, handler_cancellation=True)
+        runner = web.AppRunner(self.api.app, access_log=None, handler_cancellation=True,
+                               shutdown_timeout=1)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, shutdown_timeout=1)
+        site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"

@@ -26,8 +26,10 @@ Containers", "Node Shutdowns", "Determine the Reason for Pod Failure"):
 - exit: ``restartPolicy`` Always and OnFailure restart the container with the crash-loop
   backoff (10 s doubling to 5 min) and ``restartCount``; Never leaves the pod Succeeded (all
   exited 0) or Failed. The terminated state carries the exit code (128 + signal when killed),
-  the reason (Completed, Error, OOMKilled) and, with ``terminationMessagePolicy:
-  FallbackToLogsOnError``, the end of the log (80 lines or 2048 bytes) as the message;
+  the reason (Completed, Error, OOMKilled) and the message: what the container wrote to its
+  ``terminationMessagePath`` (a file the kubelet mounts there, at most 4096 bytes), else, with
+  ``terminationMessagePolicy: FallbackToLogsOnError`` and a failure, the end of the log (80
+  lines or 2048 bytes);
 - memory limits: the process group's resident memory is read twice a second; over
   ``limits.memory`` it is killed with SIGKILL and the reason is OOMKilled, as the kernel's
   cgroup OOM killer does;
@@ -271,9 +273,12 @@ class PodRun:
         container = pod["spec"]["containers"][0]
         self.dir.mkdir(parents=True, exist_ok=True)
         volumes = self._volumes(pod)
-        mounts = sorted(((m["mountPath"], volumes[m["name"]])
-                         for m in container.get("volumeMounts") or [] if m["name"] in volumes),
-                        key=lambda m: -len(m[0]))
+        # The kubelet mounts a file at terminationMessagePath and reads it after the exit.
+        message_file = self.dir / "termination-log"
+        message_path = container.get("terminationMessagePath", "/dev/termination-log")
+        mounts = sorted([(m["mountPath"], volumes[m["name"]])
+                         for m in container.get("volumeMounts") or [] if m["name"] in volumes]
+                        + [(message_path, message_file)], key=lambda m: -len(m[0]))
         argv = [self._services(self._map(a, mounts))
                 for a in [*(container.get("command") or []), *(container.get("args") or [])]]
         if argv and argv[0] in ("python", "python3"):
@@ -304,7 +309,10 @@ class PodRun:
             code, reason, started, finished = await self._once(argv, env, log_path, limit,
                                                                container)
             message = ""
-            if code != 0 and container.get("terminationMessagePolicy") == \
+            if message_file.exists():
+                message = message_file.read_bytes()[:4096].decode(errors="replace")
+                message_file.unlink()
+            if not message and code != 0 and container.get("terminationMessagePolicy") == \
                     "FallbackToLogsOnError":
                 message = _tail(log_path)
             terminated = {"exitCode": code, "reason": reason, "startedAt": started,
