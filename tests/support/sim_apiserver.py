@@ -536,7 +536,10 @@ class ApiServer:
                                                 request.content_type, sub, request.query))
         if method == "DELETE":
             raw = await request.read()
-            options = json.loads(raw) if raw.strip() else {}
+            if request.content_type == "application/vnd.kubernetes.protobuf" and raw:
+                options = decode_protobuf(raw)
+            else:
+                options = json.loads(raw) if raw.strip() else {}
             return web.json_response(self.delete(resource, ns, name, options, request.query))
         raise ApiError(405, "MethodNotAllowed", method)
 
@@ -1243,6 +1246,18 @@ def _pb_object_meta(data: bytes) -> dict:
     return meta
 
 
+def _pb_delete_options(data: bytes) -> dict:
+    """DeleteOptions: gracePeriodSeconds = 1 (int64), propagationPolicy = 4."""
+    options = _pb_parse(data)
+    out: dict[str, Any] = {}
+    if options.get(1):
+        grace = options[1][0]
+        out["gracePeriodSeconds"] = grace - (1 << 64) if grace >= 1 << 63 else grace
+    if options.get(4):
+        out["propagationPolicy"] = options[4][0].decode()
+    return out
+
+
 def decode_protobuf(raw: bytes) -> dict:
     """A Secret, ConfigMap, Namespace or Eviction sent in Kubernetes' protobuf encoding (as
     client-go's typed clients send them: helm's release storage, kubectl create namespace,
@@ -1254,9 +1269,13 @@ def decode_protobuf(raw: bytes) -> dict:
     type_meta = _pb_parse(envelope.get(1, [b""])[0])
     api_version = type_meta.get(1, [b""])[0].decode()
     kind = type_meta.get(2, [b""])[0].decode()
+    if kind == "DeleteOptions":
+        return {"apiVersion": api_version, "kind": kind,
+                **_pb_delete_options(envelope.get(2, [b""])[0])}
     body = _pb_parse(envelope.get(2, [b""])[0])
+    meta = body.get(1, [b""])[0]
     obj: dict[str, Any] = {"apiVersion": api_version, "kind": kind,
-                           "metadata": _pb_object_meta(body.get(1, [b""])[0])}
+                           "metadata": _pb_object_meta(meta if isinstance(meta, bytes) else b"")}
     if kind == "Secret":
         if body.get(2):
             obj["data"] = _pb_map(body[2], text=False)
@@ -1272,13 +1291,7 @@ def decode_protobuf(raw: bytes) -> dict:
     elif kind == "Namespace":
         pass  # metadata is all kubectl create namespace sends
     elif kind == "Eviction":
-        options = _pb_parse(body.get(2, [b""])[0])
-        if options.get(1):
-            grace = options[1][0]
-            obj["deleteOptions"] = {"gracePeriodSeconds": grace - (1 << 64)
-                                    if grace >= 1 << 63 else grace}
-        if options.get(4):
-            obj.setdefault("deleteOptions", {})["propagationPolicy"] = options[4][0].decode()
+        obj["deleteOptions"] = _pb_delete_options(body.get(2, [b""])[0])
     else:
         raise ApiError(415, "UnsupportedMediaType", f"protobuf {kind} is not decoded here: "
                                                     f"send JSON")
