@@ -1057,11 +1057,18 @@ class ApiServer:
             for (key, ns, name), obj in list(self.store.objects.items()):
                 refs = obj["metadata"].get("ownerReferences") or []
                 if refs and not any(r.get("uid") in uids for r in refs) and \
-                        not obj["metadata"].get("deletionTimestamp"):
-                    self.delete(self.store.resources[key], ns, name,
-                                {"propagationPolicy": "Background"})
+                        not obj["metadata"].get("deletionTimestamp") and \
+                        self.store.objects.get((key, ns, name)) is obj:
+                    try:
+                        self.delete(self.store.resources[key], ns, name,
+                                    {"propagationPolicy": "Background"})
+                    except ApiError as exc:
+                        if exc.code != 404:
+                            raise
                     changed = True
             for (key, ns, name), obj in list(self.store.objects.items()):
+                if self.store.objects.get((key, ns, name)) is not obj:
+                    continue
                 meta = obj["metadata"]
                 if "foregroundDeletion" in (meta.get("finalizers") or []) and \
                         not self._dependents(meta["uid"]):
@@ -1074,9 +1081,13 @@ class ApiServer:
                 elif "foregroundDeletion" in (meta.get("finalizers") or []):
                     for resource, dep in self._dependents(meta["uid"]):
                         if not dep["metadata"].get("deletionTimestamp"):
-                            self.delete(resource, dep["metadata"].get("namespace", ""),
-                                        dep["metadata"]["name"],
-                                        {"propagationPolicy": "Foreground"})
+                            try:
+                                self.delete(resource, dep["metadata"].get("namespace", ""),
+                                            dep["metadata"]["name"],
+                                            {"propagationPolicy": "Foreground"})
+                            except ApiError as exc:
+                                if exc.code != 404:
+                                    raise
                             changed = True
             if not changed:
                 return

@@ -218,10 +218,29 @@ class Controllers:
 
     def jobs(self) -> None:
         pods = self._all("Pod")
+        jobs = {j["metadata"]["uid"] for j in self._all("Job")}
+        for pod in pods:
+            # An orphan (its Job is gone): the finalizer goes once the pod has finished.
+            refs = pod["metadata"].get("ownerReferences") or []
+            if JOB_TRACKING in (pod["metadata"].get("finalizers") or []) and terminal(pod) \
+                    and not any(r.get("uid") in jobs for r in refs):
+                new = copy.deepcopy(pod)
+                new["metadata"]["finalizers"] = [f for f in new["metadata"]["finalizers"]
+                                                 if f != JOB_TRACKING]
+                self._write("Pod", pod, new)
         for job in self._all("Job"):
+            owned = [p for p in pods if owned_by(p, job)]
             if job["metadata"].get("deletionTimestamp"):
+                # A Job on its way out makes no pods, but still lets its finished pods go.
+                for pod in owned:
+                    if terminal(pod) and JOB_TRACKING in (pod["metadata"].get("finalizers")
+                                                          or []):
+                        new = copy.deepcopy(pod)
+                        new["metadata"]["finalizers"] = [
+                            f for f in new["metadata"]["finalizers"] if f != JOB_TRACKING]
+                        self._write("Pod", pod, new)
                 continue
-            self._job(job, [p for p in pods if owned_by(p, job)])
+            self._job(job, owned)
 
     def _job(self, job: dict, pods: list[dict]) -> None:
         spec = job["spec"]
