@@ -262,6 +262,8 @@ def test_pod_monitor_scrapes_the_operator_itself(tmp_path):
     assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in \
         pod["spec"]["containers"][0]["ports"]
     assert endpoint["relabelings"] == [{"targetLabel": "seedrl_role", "replacement": "operator"}]
+    # Its series carry each Experiment's namespace: Prometheus must keep that label.
+    assert endpoint["honorLabels"] is True
     # metricsPort 0: no endpoint, so nothing to scrape.
     manifests = render(OPERATOR_CHART, sets=["metrics.podMonitor.enabled=true",
                                              "operator.metricsPort=0"])

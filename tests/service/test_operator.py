@@ -497,3 +497,39 @@ def test_only_the_live_peer_of_the_highest_priority_is_active():
     tie = {"a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
            "b": {"priority": 5, "lifetime": 60, "lastseen": fresh}}
     assert is_active_peer(tie, "a", 5, now) != is_active_peer(tie, "b", 5, now)
+
+
+def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(k8s):
+    k8s.create("queued", queueName="team-a-queue")
+    wait_for(lambda: all(k8s.children("queued").values()), what="children")
+    job = k8s.child("Job", "queued-learner")
+    assert job["spec"]["suspend"] is True  # Kueue admits it by unsuspending it
+    # Not admitted yet: no actor runs outside the quota, and the status says why.
+    assert k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0
+    deployment = k8s.child("Deployment", "queued-actors")
+    assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    wait_for(lambda: k8s.condition("queued", "LearnerReady").get("reason") == "Queued",
+             what="LearnerReady Queued")
+    # Kueue makes a Workload for the Job and admits it: it unsuspends the Job.
+    k8s.custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", NS, "workloads", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "metadata": {"name": "job-queued-learner-abcde",
+                     "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]}},
+        "spec": {"active": True, "queueName": "team-a-queue", "podSets": []}})
+    k8s.batch.patch_namespaced_job("queued-learner", NS, {"spec": {"suspend": False}})
+    wait_for(lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 4,
+             what="actors once admitted")
+    # Suspend: the operator deactivates the Workload (Kueue then suspends the Job) and never
+    # writes the Job's spec.suspend, which Kueue owns: no patch fight.
+    k8s.patch_spec("queued", {"suspend": True})
+
+    def workload_active():
+        return k8s.custom.get_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta1", NS, "workloads",
+            "job-queued-learner-abcde")["spec"]["active"]
+    wait_for(lambda: workload_active() is False, what="Workload deactivated")
+    wait_for(lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0,
+             what="actors scaled to zero")
+    assert k8s.child("Job", "queued-learner")["spec"]["suspend"] is False
+    k8s.patch_spec("queued", {"suspend": False})
+    wait_for(lambda: workload_active() is True, what="Workload active again")

@@ -51,7 +51,9 @@ from kmock._internal import enums
 #: plural -> kind of the resources the tests touch (kmock guesses kinds badly).
 KINDS = {"experiments": "Experiment", "configmaps": "ConfigMap", "services": "Service",
          "networkpolicies": "NetworkPolicy", "jobs": "Job", "deployments": "Deployment",
-         "events": "Event", "namespaces": "Namespace", "pods": "Pod"}
+         "events": "Event", "namespaces": "Namespace", "pods": "Pod",
+         "persistentvolumeclaims": "PersistentVolumeClaim",
+         "poddisruptionbudgets": "PodDisruptionBudget", "workloads": "Workload"}
 RESOURCES = {
     "seedrl.dev/v1alpha1/experiments": dict(kind="Experiment", namespaced=True,
                                             subresources={"status", "scale"}),
@@ -64,6 +66,10 @@ RESOURCES = {
     "batch/v1/jobs": dict(kind="Job", namespaced=True, subresources={"status"}),
     "apps/v1/deployments": dict(kind="Deployment", namespaced=True,
                                 subresources={"status", "scale"}),
+    "v1/persistentvolumeclaims": dict(kind="PersistentVolumeClaim", namespaced=True),
+    "policy/v1/poddisruptionbudgets": dict(kind="PodDisruptionBudget", namespaced=True),
+    "kueue.x-k8s.io/v1beta1/workloads": dict(kind="Workload", namespaced=True,
+                                             subresources={"status"}),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
