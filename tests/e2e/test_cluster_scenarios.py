@@ -340,7 +340,10 @@ def test_suspend_checkpoints_and_resume_continues(cluster, tmp_path):
     wait_until(lambda: status(cluster, ns, name).get("phase") == "Running" and
                (status(cluster, ns, name).get("envFrames") or 0) > frames + 2000, 240,
                "resumed training", cluster)
-    assert "resumed from" in cluster.pod_log(learner_pods(cluster, ns, name)[-1])
+    pods = learner_pods(cluster, ns, name)
+    assert len(pods) == 1, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
+    wait_until(lambda: "resumed from" in cluster.pod_log(pods[0]), 60,
+               f"the new learner to say it resumed:\n{logs(cluster, pods)}", cluster)
     job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
     assert (job["status"].get("failed") or 0) == 0
     cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")
