@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
-        return ExitCode.CONFIG
+        return ExitCode.BAD_CONFIG
     from seedrl.actors.client import ActorClient, ActorRefused, request_index
 
     credentials = None
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
         batches = make_env_batches(exp, args.index)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
-        return ExitCode.CONFIG
+        return ExitCode.BAD_CONFIG
     actor_id = args.actor_id or f"{exp.metadata.name}-{socket.gethostname()}-{args.index}"
     # Several streams per actor: while the learner answers one, the actor steps another.
     clients = [ActorClient(envs, exp.metadata.name,
@@ -211,4 +211,4 @@ def main(argv=None) -> int:
             envs.close()
     log.info("%s after %d env steps (pid %d)", "done" if finished else "stopped",
              sum(c.env_steps for c in clients), os.getpid())
-    return ExitCode.FINISHED if finished else ExitCode.STOPPED
+    return ExitCode.OK if finished else ExitCode.STOPPED

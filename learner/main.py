@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -26,6 +27,7 @@ import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
 from seedrl.common.exit_codes import ExitCode, describe as describe_exit
+from seedrl.common.learner_status import LearnerStatus
 
 log = logging.getLogger("learner")
 
@@ -80,17 +82,17 @@ def _summary(runtime, checkpointer) -> dict:
     }
 
 
-def _scalars(status: dict, metrics) -> dict:
+def _scalars(status: LearnerStatus, metrics) -> dict:
     """What goes into TensorBoard: returns, throughput, learner progress, every loss term."""
-    elapsed = status.get("elapsed") or 0.0
-    return {"return/mean": status.get("mean_return"),
-            "return/eval_mean": status.get("eval_mean_return"),
+    elapsed = status.elapsed
+    return {"return/mean": status.mean_return,
+            "return/eval_mean": status.eval_mean_return,
             "throughput/env_frames_per_s": metrics.frames_per_second(),
             "throughput/learner_steps_per_s":
-                status["learner_steps"] / elapsed if elapsed else None,
-            "learner/steps": status["learner_steps"],
-            "learner/inference_batch": status.get("mean_inference_batch"),
-            **{k: v for k, v in (status.get("metrics") or {}).items()}}
+                status.learner_steps / elapsed if elapsed else None,
+            "learner/steps": status.learner_steps,
+            "learner/inference_batch": status.mean_inference_batch,
+            **status.metrics}
 
 
 async def serve(exp, args) -> int:
@@ -114,7 +116,7 @@ async def serve(exp, args) -> int:
         placement = setup_devices(exp.spec.learner.devices)
     except ConfigError as exc:
         log.error("devices: %s", exc)
-        return ExitCode.CONFIG
+        return ExitCode.BAD_CONFIG
     checkpointer = None
     resumed = False
 
@@ -127,10 +129,10 @@ async def serve(exp, args) -> int:
                              train=not args.no_train, on_agent_built=on_agent_built,
                              inference_lanes=len(placement.inference_devices) or 1)
 
-    def current_status() -> dict:
+    def current_status() -> LearnerStatus:
         status = runtime.status()
         if checkpointer:
-            status.update(checkpointer.status())
+            status = dataclasses.replace(status, **checkpointer.status())
         return status
 
     metrics = LearnerMetrics(runtime)
@@ -139,7 +141,8 @@ async def serve(exp, args) -> int:
     bind = bind_address(args.metrics_address, exp.spec.learner.metrics_port)
     if bind:
         # Ready once the gRPC server is up (the checkpoint is restored before it starts).
-        http = MetricsServer(metrics.registry, current_status, host=bind[0], port=bind[1],
+        http = MetricsServer(metrics.registry, lambda: current_status().to_json(),
+                             host=bind[0], port=bind[1],
                              ready=lambda: serving.is_set() and not runtime.finished)
         try:
             log.info("metrics on http://%s:%d/metrics, status on /status", bind[0],
@@ -157,7 +160,7 @@ async def serve(exp, args) -> int:
             found = checkpointer.open()
         except CheckpointError as exc:
             log.error("cannot use the checkpoints at %s: %s", uri, exc)
-            return ExitCode.CHECKPOINT
+            return ExitCode.CHECKPOINT_LOCATION
         except StorageError as exc:
             log.error("checkpoint store %s unavailable: %s", uri, exc)
             return ExitCode.FAILED
@@ -235,8 +238,7 @@ async def serve(exp, args) -> int:
                 log.exception("final checkpoint failed")
     summary = _summary(runtime, checkpointer)
     if files:
-        files.write_status({**runtime.status(),
-                            **(checkpointer.status() if checkpointer else {})})
+        files.write_status(current_status())
         files.append_metrics(runtime.status())
         files.write_summary(summary)
     log.info("finished: %s", summary)
@@ -250,9 +252,8 @@ async def serve(exp, args) -> int:
                      checkpointer is not None and checkpointer.conflict is not None)
     log.info("exiting with %s", describe_exit(code))
     if args.termination_log:
-        write_termination_log(args.termination_log, {
-            **runtime.status(), **(checkpointer.status() if checkpointer else {}),
-            "state": "finished", "exit_code": int(code)})
+        write_termination_log(args.termination_log, dataclasses.replace(
+            current_status(), state="finished"))
     if final_failed:
         # os._exit: a hung upload thread would hold up a normal exit.
         logging.shutdown()
@@ -262,16 +263,18 @@ async def serve(exp, args) -> int:
 
 #: The most a kubelet keeps of a termination message.
 TERMINATION_LOG_BYTES = 4096
-#: The final status keys the termination message keeps (the operator's LearnerStatus).
-TERMINATION_KEYS = ("state", "env_steps", "learner_steps", "episodes", "mean_return",
-                    "eval_mean_return", "last_checkpoint", "stop_reason", "exit_code")
+#: The fields of the final status the termination message keeps (what the operator reports).
+TERMINATION_FIELDS = ("state", "experiment", "run_id", "env_steps", "learner_steps",
+                      "episodes", "mean_return", "return_window", "elapsed", "eval_episodes",
+                      "eval_mean_return", "stop_reason", "last_checkpoint")
 
 
-def write_termination_log(path: str, status: dict) -> None:
-    """Writes the final status as compact JSON, within the kubelet's 4096 bytes: what the
-    operator reports once the learner pod has stopped and its /status is gone."""
-    final = {k: status.get(k) for k in TERMINATION_KEYS if k in status}
-    final["actors"] = 0
+def write_termination_log(path: str, status: LearnerStatus) -> None:
+    """Writes the final status as compact JSON (:meth:`LearnerStatus.to_json`, the fields
+    the operator reports), within the kubelet's 4096 bytes: what the operator reads once the
+    learner pod has stopped and its /status is gone."""
+    data = status.to_json()
+    final = {k: data[k] for k in TERMINATION_FIELDS if k in data}
     text = json.dumps(final, separators=(",", ":"), default=str)
     if len(text.encode()) > TERMINATION_LOG_BYTES:
         final.pop("last_checkpoint", None)
@@ -294,12 +297,12 @@ def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_fail
     budget was reached anyway.
     """
     if checkpoint_conflict:
-        return ExitCode.CHECKPOINT
+        return ExitCode.CHECKPOINT_LOCATION
     if train_failed:
         return ExitCode.FAILED
     if stop_reason in SIGNAL_REASONS or stop_reason is None:
         return ExitCode.FAILED if final_checkpoint_failed else ExitCode.STOPPED
-    return ExitCode.FINISHED
+    return ExitCode.OK
 
 
 def main(argv=None) -> int:
@@ -311,6 +314,6 @@ def main(argv=None) -> int:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
-        return ExitCode.CONFIG
+        return ExitCode.BAD_CONFIG
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return int(asyncio.run(serve(exp, args)))

@@ -25,6 +25,8 @@ import yaml
 
 from seedrl.common.config import Experiment, dump_experiment, to_document
 from seedrl.common.exit_codes import PERMANENT, RETRY_FREELY, ExitCode, describe
+from seedrl.common.learner_status import LearnerStatus
+from seedrl.common.resume import bound_changes
 from seedrl.common.storage import (
     CHECKPOINT_MANIFEST,
     NotFound,
@@ -42,8 +44,6 @@ log = logging.getLogger(__name__)
 #: from outside, exit STOPPED, is restarted without counting).
 MAX_ACTOR_RESTARTS = 20
 MAX_LEARNER_RESTARTS = 3
-#: Fields a resumed run must keep: the checkpoint only fits the same env, agent and network.
-IMMUTABLE_ON_RESUME = ("env", "agent")
 #: The namespace label of a local run's phase series (no Kubernetes namespace here).
 LOCAL_NAMESPACE = "local"
 #: Seconds between rewrites of cost.json while the run goes on.
@@ -71,12 +71,12 @@ def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
         if os.path.exists(config_path):
             with open(config_path, encoding="utf-8") as fh:
                 old = yaml.safe_load(fh) or {}
-            new = to_document(exp)
-            for key in IMMUTABLE_ON_RESUME:
-                if old.get("spec", {}).get(key) != new["spec"][key]:
-                    raise RunDirError(
-                        f"spec.{key} differs from the run being resumed ({config_path}); "
-                        f"its checkpoints only fit the original — start a new run instead")
+            changed = bound_changes(old.get("spec") or {}, to_document(exp.spec))
+            if changed:
+                raise RunDirError(
+                    f"{'.'.join(changed[0].split('.')[:2])} differs from the run being "
+                    f"resumed ({config_path}); its checkpoints only fit the original — start "
+                    f"a new run instead")
         for stale in ("summary.json", "status.json"):
             path = os.path.join(run_dir, stale)
             if os.path.exists(path):
@@ -134,6 +134,15 @@ def read_json(path: str) -> dict | None:
         return None
 
 
+def read_status(path: str) -> LearnerStatus | None:
+    """The learner's ``status.json``, or None if it is missing, being replaced or unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            return LearnerStatus.from_json(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports free on loopback now (held open together while choosing)."""
     sockets = []
@@ -185,7 +194,7 @@ class LocalRun:
     """
 
     def __init__(self, exp: Experiment, run_dir: str,
-                 on_status: Callable[[dict], None] | None = None,
+                 on_status: Callable[[LearnerStatus], None] | None = None,
                  learner_args: tuple[str, ...] = (), cost=None):
         self.exp = exp
         self.cost = cost
@@ -246,10 +255,10 @@ class LocalRun:
                         break
                 if not forwarded:
                     self._restart_crashed_actors()
-                status = read_json(status_path)
-                if status and status.get("time") != last_status_time:
-                    last_status_time = status.get("time")
-                    env_steps = status.get("env_steps", env_steps)
+                status = read_status(status_path)
+                if status and status.time != last_status_time:
+                    last_status_time = status.time
+                    env_steps = status.env_steps
                     if self.on_status:
                         self.on_status(status)
                 if self.cost and time.monotonic() - last_cost >= COST_EVERY_S:
@@ -298,7 +307,7 @@ class LocalRun:
                         f"restarting it ({child.restarts}/{limit})")
             child.start()
             return True
-        if code != ExitCode.FINISHED:
+        if code != ExitCode.OK:
             log.warning("%s exited with %s; not restarting it", child.name, describe(code))
         return False
 
@@ -307,6 +316,6 @@ def should_restart(code: int, restarts: int, limit: int) -> bool:
     """Whether a process that exited with ``code`` is run again, as the learner Job's
     podFailurePolicy decides in a cluster: never once finished (0) or for a permanent code;
     always when stopped from outside (STOPPED); after a crash while under ``limit`` restarts."""
-    if code == ExitCode.FINISHED or code in PERMANENT:
+    if code == ExitCode.OK or code in PERMANENT:
         return False
     return code in RETRY_FREELY or restarts < limit

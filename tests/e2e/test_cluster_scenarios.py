@@ -140,7 +140,7 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
     assert "Running" in [p for p, _ in phases.seen]
     (pod,) = learner_pods(cluster, ns, name)
     term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert term["exitCode"] == ExitCode.FINISHED and term["reason"] == "Completed"
+    assert term["exitCode"] == ExitCode.OK and term["reason"] == "Completed"
     # The actors were granted distinct indices by the learner.
     assert "the learner granted index" in logs(cluster, actor_pods(cluster, ns, name)) or \
         final["actors"]["desired"] == 0
@@ -223,7 +223,7 @@ def test_an_unusable_checkpoint_location_fails_at_once_with_the_reason(cluster, 
     pods = learner_pods(cluster, ns, name)
     assert len(pods) == 1
     assert pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == \
-        ExitCode.CHECKPOINT
+        ExitCode.CHECKPOINT_LOCATION
     job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
     assert any(c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
                for c in job["status"]["conditions"])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import re
 
+from seedrl.common.learner_status import STATES, LearnerStatus
 from seedrl.common.config import parse_experiment
 from seedrl.service.operator import handlers as operator, reconcile
 
@@ -66,7 +67,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     deadline = time.monotonic() + 240
     while procs[0].poll() is None and time.monotonic() < deadline:
         try:
-            seen.append(reconcile.parse_learner_status(operator.fetch_url(url, timeout=1.0)))
+            seen.append(LearnerStatus.from_json(operator.fetch_url(url, timeout=1.0)))
         except OSError:
             pass  # not serving yet, or already gone
         time.sleep(0.05)
@@ -82,7 +83,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] >= 6000 and summary["stop_reason"] == "max_env_steps", summary
     assert seen, "the learner's /status never answered"
-    assert {s.state for s in seen} <= set(reconcile.LEARNER_STATES)
+    assert {s.state for s in seen} <= set(STATES)
     assert any(s.state == "running" and s.env_steps > 0 for s in seen), seen[-3:]
     assert any(s.episodes > 0 and s.mean_return is not None and s.actors >= 1
                for s in seen), seen[-3:]

@@ -8,9 +8,9 @@ from seedrl.learner.main import exit_code
 
 @pytest.mark.parametrize("reason", ["max_env_steps", "max_seconds", "target_return"])
 def test_zero_only_when_the_experiment_is_finished(reason):
-    assert exit_code(reason, False, False, False) == ExitCode.FINISHED
+    assert exit_code(reason, False, False, False) == ExitCode.OK
     # The budget was reached: a failed final checkpoint does not make it run again.
-    assert exit_code(reason, False, True, False) == ExitCode.FINISHED
+    assert exit_code(reason, False, True, False) == ExitCode.OK
 
 
 @pytest.mark.parametrize("reason", ["terminated", "interrupted"])
@@ -22,4 +22,4 @@ def test_a_signal_before_the_budget_is_stopped_not_finished(reason):
 
 def test_training_failures_and_checkpoint_conflicts():
     assert exit_code("train_error", True, False, False) == ExitCode.FAILED
-    assert exit_code("terminated", False, False, True) == ExitCode.CHECKPOINT
+    assert exit_code("terminated", False, False, True) == ExitCode.CHECKPOINT_LOCATION

@@ -53,8 +53,8 @@ def test_restarts_follow_the_exit_codes_as_the_job_does():
     from seedrl.common.exit_codes import ExitCode
     from seedrl.service.local.launcher import should_restart
 
-    assert not should_restart(ExitCode.FINISHED, 0, 3)
-    for code in (ExitCode.CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT):
+    assert not should_restart(ExitCode.OK, 0, 3)
+    for code in (ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION):
         assert not should_restart(code, 0, 3)
     # Stopped from outside: always run again, however often it happened.
     assert should_restart(ExitCode.STOPPED, 3, 3)
