@@ -30,8 +30,9 @@ account; elsewhere with the current kubeconfig). For every Experiment it:
   ``spec.suspend``, which Kueue owns;
 - prices the Experiment's pods at every status refresh (:func:`seedrl.service.cost.price_pods`: the
   resources each pod requested x the time it ran, learner and actors apart) into
-  ``status.cost``, keeping every pod's record in ``status.costRecords`` so that a pod that is
-  gone is still counted. Pricing never fails a reconcile: when the pods cannot be listed or
+  ``status.cost``, keeping the pods' records in ``status.costRecords`` so that a pod that is
+  gone is still counted (beyond the 50 most recent, gone pods fold into one record per role
+  and machine: :func:`seedrl.service.cost.compact_records`, so the object stays bounded). Pricing never fails a reconcile: when the pods cannot be listed or
   priced the previous cost stays and the log says why;
 - exports its own metrics (:mod:`seedrl.service.operator.metrics`): reconciles and errors by trigger,
   each Experiment's phase and cost so far, served on ``--metrics-port``.
