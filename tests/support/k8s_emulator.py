@@ -26,8 +26,9 @@ Bridged for kmock 0.8 (pinned in pyproject.toml; re-check these when it moves):
 
 Not bridged (the tests do not need them): controllers (nothing makes pods; tests write Job and
 Deployment status themselves, as the Job and Deployment controllers would), owner-reference
-garbage collection (the operator deletes its children itself), PUT, CRD schema validation
-(tested apart with jsonschema), field pruning.
+garbage collection, PUT, CRD schema validation (tested apart with jsonschema), field pruning.
+The simulated cluster (:mod:`support.sim_cluster`) has all of these, and runs the pods: the
+scenario tests use it.
 
 Use :class:`EmulatedCluster` as a context manager: it runs the emulator on its own event loop
 in a thread and gives the URL and a ``kubernetes`` client configuration for it.
