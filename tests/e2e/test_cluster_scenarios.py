@@ -94,6 +94,17 @@ def actor_pods(cluster, namespace: str, name: str) -> list[dict]:
             and not p["metadata"].get("deletionTimestamp")]
 
 
+def wait_for_pod(cluster, namespace: str, name: str, old: dict) -> bool:
+    """Waits for a learner pod other than ``old``; fails with a diagnosis."""
+    try:
+        wait_until(lambda: [p for p in learner_pods(cluster, namespace, name)
+                            if p["metadata"]["uid"] != old["metadata"]["uid"]],
+                   180, "a new learner pod", cluster)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{diagnosis(cluster, namespace, name)}") from None
+    return True
+
+
 class PhaseRecorder:
     """Records every phase and envFrames an Experiment's status shows, from a thread."""
 
@@ -117,6 +128,15 @@ class PhaseRecorder:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join(5)
+
+
+def diagnosis(cluster, namespace: str, name: str) -> str:
+    """What to look at when a scenario times out: the Job, the learner pods and their logs."""
+    job = cluster.get("batch", "v1", "jobs", namespace, f"{name}-learner") or {}
+    pods = learner_pods(cluster, namespace, name)
+    return (f"\nJob status: {json.dumps(job.get('status'))}\nExperiment status phase: "
+            f"{status(cluster, namespace, name).get('phase')}\nlearner pods: "
+            f"{[(p['metadata']['name'], p['status']) for p in pods]}\n{logs(cluster, pods)}")
 
 
 def logs(cluster, pods) -> str:
@@ -184,12 +204,12 @@ def test_draining_the_learners_node_resumes_it_elsewhere_and_never_reads_succeed
         before = status(cluster, ns, name)["envFrames"]
         cluster.kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
                         "--disable-eviction", "--force", "--timeout=90s", timeout=150)
-        second = wait_until(lambda: [p for p in learner_pods(cluster, ns, name)
-                                     if p["metadata"]["uid"] != first["metadata"]["uid"]],
-                            120, "a new learner pod", cluster)[0]
+        wait_for_pod(cluster, ns, name, first)
+        second = [p for p in learner_pods(cluster, ns, name)
+                  if p["metadata"]["uid"] != first["metadata"]["uid"]][0]
         assert second["spec"]["nodeName"] != node
         wait_until(lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
-                   300, "the experiment to finish", cluster)
+                   300, f"the experiment to finish{diagnosis(cluster, ns, name)}", cluster)
     final = status(cluster, ns, name)
     pods = learner_pods(cluster, ns, name)
     assert final["phase"] == "Succeeded", (final, logs(cluster, pods))

@@ -978,6 +978,8 @@ class ApiServer:
         policy = options.get("propagationPolicy") or query.get("propagationPolicy") or (
             "Background")
         grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        if grace is not None and int(grace) < 0:
+            grace = None  # negative: the object's own default (kubectl's -1)
         if query.get("dryRun") or options.get("dryRun"):
             return old
         obj = copy.deepcopy(old)

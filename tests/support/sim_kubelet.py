@@ -139,6 +139,10 @@ def _group_rss(pgid: int) -> int:
     return total
 
 
+class MountPending(Exception):
+    """A volume's source does not exist (yet): the pod waits, as ContainerCreating."""
+
+
 class PodRun:
     """One pod's containers as processes (the pods here have one container each)."""
 
@@ -188,7 +192,7 @@ class PodRun:
                 cm = store.get(store.resource("", "v1", "configmaps"), self.namespace,
                                volume["configMap"]["name"])
                 if cm is None:
-                    raise RuntimeError(f'configmap "{volume["configMap"]["name"]}" not found')
+                    raise MountPending(f'configmap "{volume["configMap"]["name"]}" not found')
                 for key, text in (cm.get("data") or {}).items():
                     (path / key).write_text(text)
             elif "persistentVolumeClaim" in volume:
@@ -196,7 +200,7 @@ class PodRun:
                 pvc = store.get(store.resource("", "v1", "persistentvolumeclaims"),
                                 self.namespace, claim)
                 if pvc is None:
-                    raise RuntimeError(f'persistentvolumeclaim "{claim}" not found')
+                    raise MountPending(f'persistentvolumeclaim "{claim}" not found')
                 path = self.kubelet.root / "volumes" / pvc["metadata"]["uid"]
                 path.mkdir(parents=True, exist_ok=True)
             else:  # emptyDir and anything else: a fresh directory for this pod
@@ -272,7 +276,29 @@ class PodRun:
             return
         container = pod["spec"]["containers"][0]
         self.dir.mkdir(parents=True, exist_ok=True)
-        volumes = self._volumes(pod)
+        while True:
+            try:
+                volumes = self._volumes(pod)
+                break
+            except MountPending as exc:
+                # FailedMount: the kubelet keeps trying while the pod waits in
+                # ContainerCreating; a pod deleted meanwhile just goes.
+                def waiting(p: dict, why: str = str(exc)) -> None:
+                    p["status"]["containerStatuses"] = [{
+                        "name": container["name"], "ready": False, "restartCount": 0,
+                        "image": container.get("image", ""), "imageID": "",
+                        "state": {"waiting": {"reason": "ContainerCreating",
+                                              "message": f"MountVolume.SetUp failed: {why}"}}}]
+                self.update(waiting)
+                try:
+                    await asyncio.wait_for(self.stopping.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    continue
+                self.update(lambda p: p["status"].update(phase="Failed"))
+                current = self.current()
+                if current is not None:
+                    self.kubelet.api.finish_pod(current)
+                return
         # The kubelet mounts a file at terminationMessagePath and reads it after the exit.
         message_file = self.dir / "termination-log"
         message_path = container.get("terminationMessagePath", "/dev/termination-log")
