@@ -209,7 +209,8 @@ def test_draining_the_learners_node_resumes_it_elsewhere_and_never_reads_succeed
                   if p["metadata"]["uid"] != first["metadata"]["uid"]][0]
         assert second["spec"]["nodeName"] != node
         wait_until(lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
-                   300, f"the experiment to finish{diagnosis(cluster, ns, name)}", cluster)
+                   300, lambda: f"the experiment to finish{diagnosis(cluster, ns, name)}",
+                   cluster)
     final = status(cluster, ns, name)
     pods = learner_pods(cluster, ns, name)
     assert final["phase"] == "Succeeded", (final, logs(cluster, pods))

@@ -262,10 +262,11 @@ class SimulatedCluster:
         return list(self.kubelet.errors) if self.kubelet else []
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str],
                cluster: SimulatedCluster | None = None) -> Any:
     """Polls ``predicate`` until it returns something truthy; fails after ``timeout`` with
-    ``what`` (and the cluster's internal errors, if any)."""
+    ``what`` (a callable is asked then, so it can describe the state at the timeout) and the
+    cluster's internal errors, if any."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -273,6 +274,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
             return value
         time.sleep(0.2)
     extra = f"; cluster errors: {cluster.errors()}" if cluster and cluster.errors() else ""
+    what = what() if callable(what) else what
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
 
 
