@@ -34,7 +34,6 @@ pruning of custom resources, managedFields in responses, protobuf.
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import dataclasses
 import datetime
@@ -52,6 +51,7 @@ import yaml
 from aiohttp import web
 
 from seedrl.common.schema import to_json_schema
+from support.sim_protobuf import ProtobufError, decode_protobuf, pb_field, pb_string
 
 KUBE_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "gitCommit": "sim",
                 "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
@@ -537,7 +537,7 @@ class ApiServer:
         if method == "DELETE":
             raw = await request.read()
             if request.content_type == "application/vnd.kubernetes.protobuf" and raw:
-                options = decode_protobuf(raw)
+                options = _decode_protobuf(raw)
             else:
                 options = json.loads(raw) if raw.strip() else {}
             return web.json_response(self.delete(resource, ns, name, options, request.query))
@@ -546,7 +546,7 @@ class ApiServer:
     async def _body(self, request: web.Request) -> dict:
         raw = await request.read()
         if request.content_type == "application/vnd.kubernetes.protobuf":
-            return decode_protobuf(raw)
+            return _decode_protobuf(raw)
         try:
             body = load_yaml(raw) if "yaml" in request.content_type else json.loads(raw)
         except (ValueError, yaml.YAMLError) as exc:
@@ -633,8 +633,8 @@ class ApiServer:
             # openapi_v2.Document: swagger = 1, info = 2 with title = 1, version = 2). It
             # declares no types, so a client validating against it checks nothing: the
             # server validates (fieldValidation, custom resources' schemas).
-            info = _pb_string(1, "sim") + _pb_string(2, "v1")
-            document = _pb_string(1, "2.0") + _pb_field(2, info)
+            info = pb_string(1, "sim") + pb_string(2, "v1")
+            document = pb_string(1, "2.0") + pb_field(2, info)
             return web.Response(body=document, content_type=(
                 "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"))
         raise ApiError(404, "NotFound", "no such OpenAPI document")
@@ -1182,133 +1182,11 @@ class ApiServer:
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _pb_field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _pb_string(number: int, text: str) -> bytes:
-    return _pb_field(number, text.encode())
-
-
-def _pb_parse(data: bytes) -> dict[int, list]:
-    """A protobuf message's fields: number -> values (varints as ints, the rest as bytes)."""
-    out: dict[int, list] = {}
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = value = 0
-        while True:
-            byte = data[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return value
-
-    while i < len(data):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value: Any = varint()
-        elif wire == 2:
-            length = varint()
-            value, i = data[i:i + length], i + length
-        elif wire == 1:
-            value, i = data[i:i + 8], i + 8
-        elif wire == 5:
-            value, i = data[i:i + 4], i + 4
-        else:
-            raise ApiError(400, "BadRequest", f"protobuf wire type {wire} not supported")
-        out.setdefault(number, []).append(value)
-    return out
-
-
-def _pb_map(entries: list[bytes], text: bool = True) -> dict:
-    out = {}
-    for entry in entries:
-        fields = _pb_parse(entry)
-        key = fields.get(1, [b""])[0].decode()
-        value = fields.get(2, [b""])[0]
-        out[key] = value.decode() if text else base64.b64encode(value).decode()
-    return out
-
-
-def _pb_object_meta(data: bytes) -> dict:
-    f = _pb_parse(data)
-    meta: dict[str, Any] = {}
-    for number, key in ((1, "name"), (2, "generateName"), (3, "namespace"), (5, "uid"),
-                        (6, "resourceVersion")):
-        if f.get(number) and f[number][0]:
-            meta[key] = f[number][0].decode()
-    if f.get(11):
-        meta["labels"] = _pb_map(f[11])
-    if f.get(12):
-        meta["annotations"] = _pb_map(f[12])
-    if f.get(14):
-        meta["finalizers"] = [v.decode() for v in f[14]]
-    return meta
-
-
-def _pb_delete_options(data: bytes) -> dict:
-    """DeleteOptions: gracePeriodSeconds = 1 (int64), propagationPolicy = 4."""
-    options = _pb_parse(data)
-    out: dict[str, Any] = {}
-    if options.get(1):
-        grace = options[1][0]
-        out["gracePeriodSeconds"] = grace - (1 << 64) if grace >= 1 << 63 else grace
-    if options.get(4):
-        out["propagationPolicy"] = options[4][0].decode()
-    return out
-
-
-def decode_protobuf(raw: bytes) -> dict:
-    """A Secret, ConfigMap, Namespace or Eviction sent in Kubernetes' protobuf encoding (as
-    client-go's typed clients send them: helm's release storage, kubectl create namespace,
-    kubectl drain): the ``k8s\\0`` magic, a runtime.Unknown envelope, and the object's
-    generated.proto message."""
-    if not raw.startswith(b"k8s\x00"):
-        raise ApiError(400, "BadRequest", "not a Kubernetes protobuf body")
-    envelope = _pb_parse(raw[4:])
-    type_meta = _pb_parse(envelope.get(1, [b""])[0])
-    api_version = type_meta.get(1, [b""])[0].decode()
-    kind = type_meta.get(2, [b""])[0].decode()
-    if kind == "DeleteOptions":
-        return {"apiVersion": api_version, "kind": kind,
-                **_pb_delete_options(envelope.get(2, [b""])[0])}
-    body = _pb_parse(envelope.get(2, [b""])[0])
-    meta = body.get(1, [b""])[0]
-    obj: dict[str, Any] = {"apiVersion": api_version, "kind": kind,
-                           "metadata": _pb_object_meta(meta if isinstance(meta, bytes) else b"")}
-    if kind == "Secret":
-        if body.get(2):
-            obj["data"] = _pb_map(body[2], text=False)
-        if body.get(3):
-            obj["type"] = body[3][0].decode()
-        if body.get(4):
-            obj["stringData"] = _pb_map(body[4])
-    elif kind == "ConfigMap":
-        if body.get(2):
-            obj["data"] = _pb_map(body[2])
-        if body.get(3):
-            obj["binaryData"] = _pb_map(body[3], text=False)
-    elif kind == "Namespace":
-        pass  # metadata is all kubectl create namespace sends
-    elif kind == "Eviction":
-        obj["deleteOptions"] = _pb_delete_options(body.get(2, [b""])[0])
-    else:
-        raise ApiError(415, "UnsupportedMediaType", f"protobuf {kind} is not decoded here: "
-                                                    f"send JSON")
-    return obj
+def _decode_protobuf(raw: bytes) -> dict:
+    try:
+        return decode_protobuf(raw)
+    except ProtobufError as exc:
+        raise ApiError(415, "UnsupportedMediaType", str(exc)) from None
 
 
 def _content(obj: dict) -> dict:
