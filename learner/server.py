@@ -130,8 +130,10 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                 if msg is None:
                     return
                 if runtime.finished:
-                    yield seedrl_pb2.LearnerMessage(finished=True)
-                    return
+                    if runtime.experiment_finished:
+                        yield seedrl_pb2.LearnerMessage(finished=True)
+                        return
+                    await _stopping_early(context, runtime)
                 if msg.WhichOneof("kind") != "step":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                         "expected a step after the hello")
@@ -144,14 +146,25 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                 try:
                     actions = await asyncio.wrap_future(runtime.submit(stream, step, episodes))
                 except BatcherStopped:
-                    yield seedrl_pb2.LearnerMessage(finished=True)
-                    return
+                    if runtime.experiment_finished:
+                        yield seedrl_pb2.LearnerMessage(finished=True)
+                        return
+                    await _stopping_early(context, runtime)
                 yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
                     env_ids=range(stream.num_envs), actions=encode_array(actions)))
         finally:
             runtime.close_stream(stream)
             self.indices.disconnect(stream_id, index)
             log.info("actor %s disconnected", stream.actor_id)
+
+
+async def _stopping_early(context, runtime: LearnerRuntime) -> None:
+    """Ends a stream while the learner stops before the Experiment is finished (a signal, a
+    training failure): UNAVAILABLE, which actors retry, so that they stream to the learner that
+    resumes, instead of exiting as if the run were over."""
+    await context.abort(grpc.StatusCode.UNAVAILABLE,
+                        f"the learner is stopping ({runtime.stop_reason}) before the experiment "
+                        f"is finished; reconnect")
 
 
 async def _next_message(request_iterator):

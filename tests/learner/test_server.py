@@ -152,6 +152,21 @@ def test_streams_are_told_when_the_run_is_finished(learner):
     s.close()
 
 
+def test_a_learner_stopping_early_sends_its_actors_to_reconnect_not_home(learner):
+    s = connect(learner)
+    s.send(step())
+    actions_of(s.recv())
+    # A signal (drain, preemption, suspend): the run is not finished, so the actors must not
+    # exit as if it were; UNAVAILABLE is what they retry until the next learner serves.
+    learner.runtime.finish("terminated")
+    s.send(step())
+    with pytest.raises(grpc.RpcError) as err:
+        s.recv()
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "before the experiment is finished" in err.value.details()
+    s.close()
+
+
 def test_assign_index_grants_unique_indices_and_the_welcome_confirms_them(learner):
     stub_channel = grpc.insecure_channel(learner.address)
     from seedrl.common import seedrl_pb2_grpc
