@@ -9,7 +9,7 @@ chart turns each into a ConfigMap labelled for Grafana's dashboard sidecar. Two 
 
 Both have a ``datasource`` variable (any Prometheus) and an ``experiment`` variable filled from
 the metrics. Every query is tested against a real Prometheus scraping real runs
-(``tests/service/test_dashboards.py``).
+(``tests/service/generate/test_dashboards.py``).
 """
 
 from __future__ import annotations

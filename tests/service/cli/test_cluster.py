@@ -16,7 +16,7 @@ from seedrl.service.cli import main as cli, cluster
 from seedrl.service.operator import reconcile
 from support.operator_harness import OperatorHarness, wait_for
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 EXAMPLE = ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml"
 
 

@@ -23,7 +23,7 @@ from seedrl.service.operator.metrics import OperatorMetrics
 from support.operator_harness import OperatorHarness, wait_for
 
 NS = "team-a"
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 CARTPOLE = yaml.safe_load((ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml").read_text())
 MERGE = "application/merge-patch+json"
 CHILDREN = [("ConfigMap", "{}-config"), ("Service", "{}-learner"),

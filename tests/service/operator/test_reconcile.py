@@ -17,7 +17,7 @@ from seedrl.common.config import ConfigError, load_yaml, parse_experiment, to_do
 from seedrl.common.schema import to_json_schema
 from seedrl.service.operator import crd, reconcile
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml")) + sorted(
     (ROOT / "k8s" / "examples").glob("*.yaml"))
 K8S_VERSIONS = ("1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0")
