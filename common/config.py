@@ -18,11 +18,13 @@ import difflib
 import re
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import yaml
 
 from seedrl.common.quantity import QUANTITY
+
+T = TypeVar("T")
 
 #: The Experiment custom resource's coordinates in the Kubernetes API: the CRD, the operator's
 #: watches, ``seedrl submit``/``status``/``cost`` and the documents' ``apiVersion`` use these.
@@ -807,6 +809,32 @@ def parse_experiment(document: Any) -> Experiment:
     if problems:
         raise ConfigError(problems)
     return exp
+
+
+def parse_section(cls: type[T], value: Any, path: str,
+                  problems: list[tuple[str, str]]) -> T | None:
+    """Parses ``value`` into ``cls``, any dataclass whose fields are declared with
+    :func:`param` (an Experiment section, or another document such as the price table), with
+    the Experiment's rules: camelCase keys, unknown keys refused, types and constraints checked.
+
+    Appends ``(field path, reason)`` to ``problems`` rather than raising, so that a caller can
+    add checks of its own before reporting everything at once; returns None when invalid.
+    """
+    out = _parse_dataclass(cls, value, path, problems)
+    return None if out is _INVALID else out
+
+
+def parse_document(cls: type[T], value: Any, path: str = "") -> T:
+    """:func:`parse_section` that raises.
+
+    Raises:
+      ConfigError: naming every problem's field path.
+    """
+    problems: list[tuple[str, str]] = []
+    out = parse_section(cls, value, path, problems)
+    if problems or out is None:
+        raise ConfigError(problems or [(path or "<document>", "invalid")])
+    return out
 
 
 class _Loader(yaml.SafeLoader):

@@ -136,6 +136,16 @@ def dataclass_schema(cls: type) -> dict[str, Any]:
     return out
 
 
+def without_defaults(schema: Any) -> Any:
+    """A copy of a schema with every ``default`` left out: for documents that only a program
+    writes (an object's ``status``), where the API server should not fill anything in."""
+    if isinstance(schema, dict):
+        return {k: without_defaults(v) for k, v in schema.items() if k != "default"}
+    if isinstance(schema, list):
+        return [without_defaults(v) for v in schema]
+    return schema
+
+
 def spec_schema() -> dict[str, Any]:
     """The structural OpenAPI v3 schema of an Experiment's ``spec``, with its defaults."""
     out = dataclass_schema(config.Spec)

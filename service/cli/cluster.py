@@ -1,8 +1,7 @@
 """Experiments in a cluster, for the ``seedrl status`` and ``seedrl submit`` commands.
 
-Everything goes through the official ``kubernetes`` client: a kubeconfig (``--kubeconfig``,
-``$KUBECONFIG`` or ``~/.kube/config``, optionally a ``--context``) or, inside a pod, its service
-account.
+Everything goes through the official ``kubernetes`` client, from
+:func:`seedrl.service.kube.api_client` (its docstring says which credentials win).
 """
 
 from __future__ import annotations
@@ -19,31 +18,6 @@ from seedrl.common.learner_status import LearnerStatus
 
 FIELD_MANAGER = "seedrl-cli"
 APPLY = "application/apply-patch+yaml"
-
-
-def api_client(kubeconfig: str | None = None, context: str | None = None
-               ) -> kubernetes.client.ApiClient:
-    """A client for the cluster the kubeconfig (or, with none, the pod's account) points at."""
-    if kubeconfig is None and context is None:
-        try:
-            kubernetes.config.load_incluster_config()
-            return kubernetes.client.ApiClient()
-        except kubernetes.config.ConfigException:
-            pass
-    cfg = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=kubeconfig, context=context,
-                                       client_configuration=cfg)
-    return kubernetes.client.ApiClient(cfg)
-
-
-def default_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
-    """The namespace of the kubeconfig's current (or given) context; ``default`` if none."""
-    try:
-        contexts, current = kubernetes.config.list_kube_config_contexts(kubeconfig)
-    except (kubernetes.config.ConfigException, OSError):
-        return "default"
-    chosen = next((c for c in contexts if c["name"] == context), None) if context else current
-    return ((chosen or {}).get("context") or {}).get("namespace") or "default"
 
 
 def list_experiments(client: kubernetes.client.ApiClient, namespace: str | None

@@ -28,8 +28,9 @@ accelerator (SEED) and with inference on each actor's CPUs (IMPALA):
    1 / (1 / r_seed + c_inf)`` steps/s, so reaching the same rate takes ``K_i = ceil(K r_seed /
    r_impala)`` actors of the same machine type. The learner is the same machine (it still
    trains) and runs for the same ``T``. Cost: ``T x (learner hourly + K_i x actor hourly)``.
-4. Hourly prices come from the price table (:mod:`seedrl.service.cost`): vCPUs, GiB and accelerator
-   chips each pod requests, Spot rates for Spot pods.
+4. Hourly prices come from the price table (:mod:`seedrl.service.cost.prices`): vCPUs, GiB
+   and accelerator chips each pod requests (the pods the operator would render), Spot rates for
+   Spot pods.
 
 What it leaves out: the learner's own capacity unless given (a TPU learner serving thousands of
 actors is SEED's premise, not a measurement here), the IMPALA actors' parameter downloads,
@@ -47,7 +48,10 @@ from typing import Any
 import yaml
 
 from seedrl.common.config import ConfigError, parse_experiment
-from seedrl.service import cost
+from seedrl.service.cost.prices import PriceTable
+from seedrl.service.cost.pricing import hourly
+from seedrl.service.cost.records import Resources, rendered_machines
+from seedrl.service.cost.report import format_duration
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +142,7 @@ def read_throughput(path: str, plan_exp: Any, inference_from: str | None = None)
     rate = _positive(summary, "env_steps_per_s", path)
     run_exp = _run_experiment(path, plan_exp)
     replicas = data.get("replicas") or run_exp.spec.actors.replicas
-    actor_cpu = cost.machine_for(run_exp, "actor")[0].cpu
+    actor_cpu = rendered_machines(run_exp)["actor"][0].cpu
     c_inf = None
     if inference_from:
         bench = _read_json(inference_from)
@@ -148,15 +152,6 @@ def read_throughput(path: str, plan_exp: Any, inference_from: str | None = None)
         c_inf = benchmark_rates(bench, inference_from)[1]
     return Throughput(rate / replicas / actor_cpu, c_inf,
                       f"{path} (run, {replicas} actors x {actor_cpu:g} vCPU)")
-
-
-def hourly(resources: cost.Resources, spot: bool, prices: cost.PriceTable) -> float:
-    """USD per hour of one pod with these requests."""
-    usd = resources.cpu * prices.cpu.get(spot) + resources.memory_gib * prices.memory.get(spot)
-    if resources.accelerator and resources.accelerator_count:
-        usd += resources.accelerator_count * prices.accelerator_rate(
-            resources.accelerator, resources.accelerator_type, spot)
-    return usd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,8 +193,8 @@ class Plan:
 
 
 def plan(frames: int, frames_per_step: int, replicas: int,
-         learner: tuple[cost.Resources, bool], actor: tuple[cost.Resources, bool],
-         throughput: Throughput, prices: cost.PriceTable,
+         learner: tuple[Resources, bool], actor: tuple[Resources, bool],
+         throughput: Throughput, prices: PriceTable,
          learner_steps_per_s: float | None = None) -> Plan:
     """Estimates time and cost to ``frames`` env frames (see the module docstring).
 
@@ -257,7 +252,7 @@ def format_plan(p: Plan) -> str:
         if row is None:
             continue
         lines.append(f"{row.layout:<34} {row.actors:>6} {row.frames_per_s:>10,.0f} "
-                     f"{cost.format_duration(row.seconds):>10} {row.learner_usd:>11,.4f} "
+                     f"{format_duration(row.seconds):>10} {row.learner_usd:>11,.4f} "
                      f"{row.actors_usd:>11,.4f} {row.total_usd:>11,.4f} "
                      f"{row.total_usd / (p.frames / 1e6):>12,.4f}")
     saving = p.seed_saving

@@ -1,7 +1,7 @@
 """The seedrl operator: thin kopf handlers over :mod:`seedrl.service.operator.reconcile`.
 
 Run it with ``python -m seedrl.service.operator`` (in a cluster it logs in with the pod's service
-account; elsewhere with the current kubeconfig). For every Experiment it:
+account; elsewhere with the current kubeconfig: :mod:`seedrl.service.kube`). For every Experiment it:
 
 - validates the spec with :func:`seedrl.common.config.parse_experiment`; an invalid one gets phase
   Failed, reason ValidationFailed and a message naming each field, and nothing else happens to
@@ -51,6 +51,7 @@ from seedrl.common.config import GROUP, PLURAL, VERSION, ConfigError, Experiment
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service import cost
+from seedrl.service.kube import api_client
 from seedrl.service.operator import reconcile
 from seedrl.service.operator.metrics import OperatorMetrics
 
@@ -382,15 +383,6 @@ def build_registry(config: OperatorConfig,
     return registry
 
 
-def default_api_client() -> kubernetes.client.ApiClient:
-    """A kubernetes client from the in-cluster service account, else the local kubeconfig."""
-    try:
-        kubernetes.config.load_incluster_config()
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
-    return kubernetes.client.ApiClient()
-
-
 def serve_metrics(metrics: OperatorMetrics, port: int,
                   host: str = "0.0.0.0") -> MetricsServer | None:
     """Starts serving the operator's registry on ``/metrics`` (and ``/healthz``); port 0
@@ -428,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         p.error(f"the price table ({cost.PRICES_ENV}): {exc}")
     log.info("pricing pods with table %s (%s)", prices.version, prices.region)
-    config = OperatorConfig(api_client=default_api_client(), poll_seconds=args.poll_seconds,
+    config = OperatorConfig(api_client=api_client(), poll_seconds=args.poll_seconds,
                             prices=prices)
     server = serve_metrics(config.metrics, args.metrics_port)
     try:

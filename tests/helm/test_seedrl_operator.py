@@ -373,7 +373,7 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide
 
     monkeypatch.setattr(operator, "MetricsServer", Server)
     monkeypatch.delenv("SEEDRL_PRICES", raising=False)
-    monkeypatch.setattr(operator, "default_api_client", lambda: None)
+    monkeypatch.setattr(operator, "api_client", lambda: None)
     monkeypatch.setattr(operator.kopf, "run", lambda **kwargs: started.append(kwargs))
     (deployment,) = of_kind(render(OPERATOR_CHART, values=VALUE_SETS[name], tmp_path=tmp_path),
                             "Deployment")
