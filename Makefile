@@ -158,18 +158,6 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 bench-devices: $(STAMP)
 	$(PY) bench/devices.py --devices 1 2 4 --json bench-devices.json
 
-# Regenerates the gRPC/protobuf stubs from common/seedrl.proto (they are committed). protoc runs
-# on a copy at seedrl/common/, the import path the package installs under.
-proto: $(STAMP)
-	rm -rf build/proto && mkdir -p build/proto/seedrl/common
-	cp common/seedrl.proto build/proto/seedrl/common/
-	cd build/proto && $(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
-	  --grpc_python_out=. seedrl/common/seedrl.proto
-	cp build/proto/seedrl/common/seedrl_pb2.py build/proto/seedrl/common/seedrl_pb2.pyi \
-	  build/proto/seedrl/common/seedrl_pb2_grpc.py common/
-
-# Regenerates the Experiment CRD from the dataclasses of common/config.py, into k8s/crd/ and the
-# operator chart's crds/ (a test fails while either is out of date).
 # Prometheus and promtool (Debian's package): the observability tests run a real Prometheus
 # against real runs and unit-test the alert rules with promtool. Installed only if missing.
 .PHONY: prometheus
@@ -181,19 +169,32 @@ prometheus:
 	$$SUDO apt-get install -y --no-install-recommends prometheus; \
 	prometheus --version
 
-# Regenerates the Grafana dashboards of the operator chart from service/generate/dashboards.py.
-.PHONY: dashboards
-dashboards: $(STAMP)
-	$(PY) -m seedrl.service.generate.dashboards --write
+# Files generated from code (a test fails while any is out of date): the Experiment CRD (k8s/crd/
+# and the operator chart's crds/) and the experiment chart's values.yaml and values.schema.json
+# from the dataclasses of common/config.py, the Grafana dashboards of the operator chart, and the
+# gRPC stubs of common/seedrl.proto (committed). `make generate` rewrites them all after a change
+# to their source; `make check-generated` fails naming the stale ones. The old per-file targets
+# remain as shorthands.
+GENERATE := $(PY) -m seedrl.service.generate
+
+.PHONY: generate check-generated crd chart-values dashboards
+generate: $(STAMP)
+	$(GENERATE) --write
+
+check-generated: $(STAMP)
+	$(GENERATE) --check
 
 crd: $(STAMP)
 	$(PY) -m seedrl.service.operator.crd --write
 
-# Regenerates the experiment chart's values.yaml and values.schema.json from common/config.py
-# (after a change to the Experiment's fields; a test fails while they are out of date).
-.PHONY: chart-values
 chart-values: $(STAMP)
 	$(PY) -m seedrl.service.generate.chart_values --write
+
+dashboards: $(STAMP)
+	$(PY) -m seedrl.service.generate.dashboards --write
+
+proto: $(STAMP)
+	$(PY) -m seedrl.service.generate.proto --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,7 +1,8 @@
 """The Grafana dashboards, generated from code into the operator chart.
 
-``python -m seedrl.service.generate.dashboards --write`` writes ``helm/seedrl-operator/dashboards/*.json``; the
-chart turns each into a ConfigMap labelled for Grafana's dashboard sidecar. Two dashboards:
+``python -m seedrl.service.generate.dashboards --write`` writes
+``helm/seedrl-operator/dashboards/*.json``; the chart turns each into a ConfigMap labelled for
+Grafana's dashboard sidecar. Two dashboards:
 
 - **seedrl / Experiments**: every Experiment at a glance (phase, throughput, learning, cost);
 - **seedrl / Experiment**: one Experiment in depth (throughput, inference batching and latency,
@@ -15,13 +16,13 @@ the metrics. Every query is tested against a real Prometheus scraping real runs
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 
 from seedrl.service import generate as generated
 
-DASHBOARD_DIR = os.path.join("helm", "seedrl-operator", "dashboards")
+#: Where the dashboards are checked in, relative to the repository root.
+DASHBOARD_DIR = "helm/seedrl-operator/dashboards"
 EXP = 'experiment=~"$experiment"'
 RATE = "$__rate_interval"
 
@@ -239,10 +240,15 @@ def render_all() -> dict[str, str]:
             for uid in DASHBOARDS}
 
 
+def outputs() -> dict[str, str]:
+    """Each dashboard file (relative to the repository root) and its JSON text."""
+    return {f"{DASHBOARD_DIR}/{name}": text for name, text in render_all().items()}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m seedrl.service.generate.dashboards [--write | --check]``: the chart's dashboards."""
-    files = {generated.ROOT / DASHBOARD_DIR / name: text for name, text in render_all().items()}
-    return generated.main("python -m seedrl.service.generate.dashboards", __doc__.splitlines()[0], files, argv)
+    """``python -m seedrl.service.generate.dashboards [--write | --check] [--root DIR]``."""
+    return generated.main("python -m seedrl.service.generate.dashboards",
+                          __doc__.splitlines()[0], outputs, argv)
 
 
 if __name__ == "__main__":
