@@ -17,10 +17,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
 from seedrl.common.config import load_experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def curve(rows: list[dict], points: int, skip: int) -> list[dict]:

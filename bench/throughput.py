@@ -21,10 +21,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
 from seedrl.common.config import load_experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _raw_worker(env_cfg, num_envs, seconds, index, out):
@@ -111,7 +110,8 @@ def baseline_steps_per_second(exp, vector: str, num_envs: int, seconds: float) -
             break
         except queue.Empty:
             if not proc.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the {vector} baseline failed (exit code {proc.exitcode})")
+                raise RuntimeError(f"the {vector} baseline failed (exit code "
+                                   f"{proc.exitcode})") from None
     proc.join()
     return rate
 

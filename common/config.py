@@ -657,7 +657,7 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
         if value is None:
             return None
         return _parse_value(inner[0], value, path, problems)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _parse_dataclass(tp, value, path, problems)
     if tp is bool:
         if isinstance(value, bool):
@@ -856,7 +856,7 @@ _Loader.add_implicit_resolver(
 
 
 def _yaml_load_all(text: str) -> list[Any]:
-    return list(yaml.load_all(text, Loader=_Loader))  # noqa: S506 - a SafeLoader subclass
+    return list(yaml.load_all(text, Loader=_Loader))  # a SafeLoader subclass
 
 
 def load_yaml(text: str, source: str = "<string>") -> Any:

@@ -54,7 +54,7 @@ class MetricsServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server API
+            def do_GET(self):  # the http.server API
                 path = self.path.split("?", 1)[0]
                 try:
                     if path == "/metrics":
@@ -66,7 +66,7 @@ class MetricsServer:
                         self._send(200, "text/plain", b"ok\n")
                     else:
                         self._send(404, "text/plain", b"not found\n")
-                except Exception:  # noqa: BLE001 - one bad scrape must not kill the server
+                except Exception:  # one bad scrape must not kill the server
                     log.exception("serving %s failed", path)
                     self._send(500, "text/plain", b"internal error\n")
 

@@ -29,6 +29,7 @@ No pickle anywhere: TensorFlow's format, ``np.load(allow_pickle=False)``, YAML a
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -184,7 +185,7 @@ def _download_verified(store: ObjectStore, entry: dict) -> _Downloaded:
                 raise CheckpointError(f"{name}: bad file name {file!r}")
             local = os.path.join(directory, file)
             try:
-                with_retries(lambda: store.download_file(f"{name}/{file}", local),
+                with_retries(functools.partial(store.download_file, f"{name}/{file}", local),
                              what=f"downloading {name}/{file}")
             except NotFound:
                 raise CheckpointError(f"{name}/{file} is missing") from None
@@ -225,7 +226,7 @@ class Checkpointer:
         self.interval_steps = interval_steps
         self.interval_seconds = interval_seconds
         self._sleep = sleep
-        window = runtime.returns.maxlen
+        window = runtime.returns.maxlen or 0
         self._counters = {
             "learner_steps": tf.Variable(0, dtype=tf.int64),
             "env_steps": tf.Variable(0, dtype=tf.int64),
@@ -353,7 +354,8 @@ class Checkpointer:
                 entry = self._write_local(stage)
                 for file in entry["files"]:
                     path = os.path.join(stage, file)
-                    with_retries(lambda: self.store.upload_file(f"{entry['name']}/{file}", path),
+                    with_retries(functools.partial(self.store.upload_file,
+                                                   f"{entry['name']}/{file}", path),
                                  what=f"uploading {entry['name']}/{file}", sleep=self._sleep)
                 dropped = self._publish(entry)
             finally:
@@ -378,7 +380,7 @@ class Checkpointer:
         recent = list(r.returns)
         for key, value in snap.items():
             c[key].assign(value)
-        returns = np.zeros(r.returns.maxlen)
+        returns = np.zeros(r.returns.maxlen or 0)
         returns[:len(recent)] = recent
         c["returns"].assign(returns)
         c["returns_count"].assign(len(recent))
@@ -437,7 +439,7 @@ class Checkpointer:
 
     def _delete_unlisted(self, dropped: list[dict]) -> None:
         """Removes dropped checkpoints and orphans of interrupted uploads (best effort)."""
-        listed = {e["name"] for e in self._manifest["checkpoints"]}
+        listed = {e["name"] for e in (self._manifest or {}).get("checkpoints", [])}
         try:
             names = self.store.list("ckpt-")
         except StorageError as exc:

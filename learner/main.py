@@ -123,7 +123,7 @@ async def serve(exp, args) -> int:
 
     metrics = LearnerMetrics(runtime)
     runtime.observer = metrics
-    http = None
+    http: MetricsServer | None = None
     bind = bind_address(args.metrics_address, exp.spec.learner.metrics_port)
     if bind:
         http = MetricsServer(metrics.registry, lambda: current_status().to_json(),
@@ -172,8 +172,8 @@ async def serve(exp, args) -> int:
              address if address.startswith("unix:") else f"port {port}")
 
     loop = asyncio.get_running_loop()
-    for signum, reason in ((signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")):
-        loop.add_signal_handler(signum, runtime.finish, reason)
+    for signum, why in ((signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")):
+        loop.add_signal_handler(signum, runtime.finish, why)
 
     last_metrics = 0.0
     while not runtime.finished:
@@ -206,7 +206,7 @@ async def serve(exp, args) -> int:
             path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save),
                                           timeout)
             log.info("final checkpoint %s", path)
-        except Exception as exc:  # noqa: BLE001 - the summary still gets written
+        except Exception as exc:  # the summary still gets written
             final_failed = True
             checkpointer.failures += 1
             if isinstance(exc, asyncio.TimeoutError):

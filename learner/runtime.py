@@ -21,7 +21,8 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +115,7 @@ class LearnerRuntime:
             maxlen=spec.budget.return_window)
         self.last_metrics: dict[str, float] = {}
         #: Receives episodes and inference batches as they happen (``seedrl.learner.metrics``).
-        self.observer = None
+        self.observer: Any = None
         self.started = time.monotonic()
         self.batchers = [
             InferenceBatcher(self._infer, spec.learner.inference_batch_size,
@@ -277,7 +278,7 @@ class LearnerRuntime:
                 self._train_from_replay()
             else:
                 self._train_on_fresh_unrolls()
-        except BaseException as exc:  # noqa: BLE001 - reported and ends the run
+        except BaseException as exc:  # reported and ends the run
             log.exception("training failed")
             self.train_error = exc
             self.finish("train_error")
@@ -299,7 +300,7 @@ class LearnerRuntime:
         """On-policy: every batch is the next ``batchSize`` unrolls, each used once."""
         batch_size = self.experiment.spec.learner.batch_size
         while not self.stop_event.is_set():
-            unrolls = []
+            unrolls: list[Mapping[str, object]] = []
             while len(unrolls) < batch_size and not self.stop_event.is_set():
                 try:
                     unrolls.append(self._unrolls.get(timeout=0.1))

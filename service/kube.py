@@ -16,8 +16,9 @@ from __future__ import annotations
 import kubernetes
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None
-               ) -> kubernetes.client.ApiClient:
+def api_client(
+    kubeconfig: str | None = None, context: str | None = None
+) -> kubernetes.client.ApiClient:
     """A client for the cluster the precedence above picks.
 
     Raises:
@@ -30,8 +31,9 @@ def api_client(kubeconfig: str | None = None, context: str | None = None
         except kubernetes.config.ConfigException:
             pass
     cfg = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=kubeconfig, context=context,
-                                       client_configuration=cfg)
+    kubernetes.config.load_kube_config(
+        config_file=kubeconfig, context=context, client_configuration=cfg
+    )
     return kubernetes.client.ApiClient(cfg)
 
 

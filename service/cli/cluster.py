@@ -9,7 +9,8 @@ from __future__ import annotations
 import copy
 import datetime
 import json
-from typing import Any, Mapping, Optional
+from collections.abc import Sequence
+from typing import Any, Mapping, Optional, cast
 
 import kubernetes
 
@@ -30,7 +31,7 @@ def list_experiments(client: kubernetes.client.ApiClient, namespace: str | None
     else:
         response = api.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                      PLURAL, _preload_content=False)
-    items = json.loads(response.data).get("items") or []
+    items = json.loads(cast(Any, response).data).get("items") or []
     return sorted(items, key=lambda o: (o["metadata"].get("namespace") or "",
                                         o["metadata"]["name"]))
 
@@ -55,7 +56,7 @@ def apply_experiment(client: kubernetes.client.ApiClient, document: Mapping[str,
         GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"], body,
         field_manager=FIELD_MANAGER, force=force_conflicts, _content_type=APPLY,
         _preload_content=False)
-    return json.loads(response.data)
+    return json.loads(cast(Any, response).data)
 
 
 def _age(created: str | None, now: datetime.datetime) -> str:
@@ -82,7 +83,7 @@ def _count(value: Optional[int]) -> str:
     return str(value)
 
 
-def status_rows(items: list[Mapping[str, Any]], now: datetime.datetime | None = None,
+def status_rows(items: Sequence[Mapping[str, Any]], now: datetime.datetime | None = None,
                 with_namespace: bool = False) -> list[list[str]]:
     """The table ``seedrl status`` prints: a header row, then one row per Experiment."""
     now = now or datetime.datetime.now(datetime.timezone.utc)

@@ -71,7 +71,7 @@ def cluster_cost(name: str, namespace: str | None = None,
         api_client = kube.api_client()
         namespace = namespace or kube.default_namespace()
     namespace = namespace or "default"
-    obj = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+    obj: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name)
     return namespace, ((obj or {}).get("status") or {}).get("cost")
 

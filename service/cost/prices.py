@@ -43,18 +43,26 @@ class Rate:
 class PriceTable:
     """A versioned table of hourly prices for one region."""
 
-    version: str = param(doc="Names the table in every report it prices.", pattern=_NON_EMPTY,
-                         pattern_hint=_NON_EMPTY_HINT)
-    region: str = param(doc="The region the prices are for.", pattern=_NON_EMPTY,
-                        pattern_hint=_NON_EMPTY_HINT)
-    taken_on: str = param(doc="When the prices were looked up (a date).", pattern=_NON_EMPTY,
-                          pattern_hint=_NON_EMPTY_HINT)
+    version: str = param(
+        doc="Names the table in every report it prices.",
+        pattern=_NON_EMPTY,
+        pattern_hint=_NON_EMPTY_HINT,
+    )
+    region: str = param(
+        doc="The region the prices are for.", pattern=_NON_EMPTY, pattern_hint=_NON_EMPTY_HINT
+    )
+    taken_on: str = param(
+        doc="When the prices were looked up (a date).",
+        pattern=_NON_EMPTY,
+        pattern_hint=_NON_EMPTY_HINT,
+    )
     currency: str = param(doc="The currency of every rate.", choices=("USD",))
     cpu: Rate = param(doc="Per vCPU a pod requests.")
     memory: Rate = param(doc="Per GiB of memory a pod requests.")
     tpu: dict[str, Rate] = param(doc="Per TPU chip, by type (v5e, ...).", factory=dict)
-    gpu: dict[str, Rate] = param(doc="Per GPU, by GKE accelerator name (nvidia-l4, ...).",
-                                 factory=dict)
+    gpu: dict[str, Rate] = param(
+        doc="Per GPU, by GKE accelerator name (nvidia-l4, ...).", factory=dict
+    )
 
     def accelerator_rate(self, kind: str, type_: str, spot: bool) -> float:
         """Price per chip/GPU-hour of an accelerator.
@@ -64,14 +72,15 @@ class PriceTable:
         """
         table = self.tpu if kind == "tpu" else self.gpu
         if type_ not in table:
-            raise KeyError(f"the price table {self.version} has no {kind} {type_!r} (known: "
-                           f"{', '.join(sorted(table))}); add it with --prices FILE")
+            raise KeyError(
+                f"the price table {self.version} has no {kind} {type_!r} (known: "
+                f"{', '.join(sorted(table))}); add it with --prices FILE"
+            )
         return table[type_].get(spot)
 
 
 def _default_document() -> dict:
-    text = importlib_resources.files("seedrl.service.cost").joinpath(PRICES_FILE).read_text(
-        "utf-8")
+    text = importlib_resources.files("seedrl.service.cost").joinpath(PRICES_FILE).read_text("utf-8")
     return load_yaml(text, "service/cost/prices.yaml")
 
 
@@ -96,10 +105,11 @@ def _spot_above_on_demand(document: Mapping[str, Any], source: str) -> list[tupl
         if not isinstance(rate, Mapping):
             continue
         on_demand, spot = rate.get("onDemand"), rate.get("spot")
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool)
-               for v in (on_demand, spot)) and spot > on_demand:
-            out.append((f"{path}.spot", f"must not exceed onDemand ({on_demand:g}), got "
-                                        f"{spot:g}"))
+        numbers = [
+            v for v in (on_demand, spot) if isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
+        if len(numbers) == 2 and numbers[1] > numbers[0]:
+            out.append((f"{path}.spot", f"must not exceed onDemand ({on_demand:g}), got {spot:g}"))
     return out
 
 
@@ -110,8 +120,9 @@ def parse_prices(document: Any, source: str = "prices") -> PriceTable:
       ConfigError: naming each problem's field path, e.g. ``prices.gpu.nvidia-l4.spot: must
         be a number, got str 'cheap'``.
     """
-    if isinstance(document, Mapping) and isinstance(document.get("takenOn"),
-                                                    (dt.date, dt.datetime)):
+    if isinstance(document, Mapping) and isinstance(
+        document.get("takenOn"), (dt.date, dt.datetime)
+    ):
         # YAML reads an unquoted 2026-11-29 as a date.
         document = {**document, "takenOn": document["takenOn"].isoformat()}
     problems: list[tuple[str, str]] = []
@@ -149,7 +160,14 @@ def load_prices(path: str | None = None, environ: Mapping[str, str] | None = Non
     if not isinstance(override, dict):
         raise ConfigError([("prices", f"{path} must hold a mapping, got {override!r}")])
     if "version" not in override:
-        raise ConfigError([("prices.version", f"an override ({path}) must name its own "
-                                              f"version, so reports say which table priced "
-                                              f"them")])
+        raise ConfigError(
+            [
+                (
+                    "prices.version",
+                    f"an override ({path}) must name its own "
+                    f"version, so reports say which table priced "
+                    f"them",
+                )
+            ]
+        )
     return parse_prices(_merge(document, override))

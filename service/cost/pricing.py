@@ -48,11 +48,14 @@ class RoleCost:
 
     def to_status(self) -> RoleStatus:
         """The role's part of the written report."""
-        return RoleStatus(total_usd=round(self.total_usd, _DIGITS),
-                          cpu_usd=round(self.cpu_usd, _DIGITS),
-                          memory_usd=round(self.memory_usd, _DIGITS),
-                          accelerator_usd=round(self.accelerator_usd, _DIGITS),
-                          pods=self.pods, pod_hours=round(self.pod_hours, _DIGITS))
+        return RoleStatus(
+            total_usd=round(self.total_usd, _DIGITS),
+            cpu_usd=round(self.cpu_usd, _DIGITS),
+            memory_usd=round(self.memory_usd, _DIGITS),
+            accelerator_usd=round(self.accelerator_usd, _DIGITS),
+            pods=self.pods,
+            pod_hours=round(self.pod_hours, _DIGITS),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,14 +77,21 @@ class CostReport:
         """The camelCase mapping written as ``status.cost`` and into ``cost.json``
         (:class:`seedrl.service.cost.report.CostStatus`)."""
         per_million = self.usd_per_million_frames
-        return to_document(CostStatus(
-            total_usd=round(self.total_usd, _DIGITS),
-            usd_per_million_frames=None if per_million is None else round(per_million, _DIGITS),
-            usd_per_hour=round(self.usd_per_hour, _DIGITS),
-            env_frames=self.env_frames, price_table=self.price_table, region=self.region,
-            prices_taken_on=self.taken_on, currency="USD", as_of=_iso(self.as_of),
-            description=self.description,
-            breakdown=Breakdown(**{role: self.roles[role].to_status() for role in ROLES})))
+        return to_document(
+            CostStatus(
+                total_usd=round(self.total_usd, _DIGITS),
+                usd_per_million_frames=None if per_million is None else round(per_million, _DIGITS),
+                usd_per_hour=round(self.usd_per_hour, _DIGITS),
+                env_frames=self.env_frames,
+                price_table=self.price_table,
+                region=self.region,
+                prices_taken_on=self.taken_on,
+                currency="USD",
+                as_of=_iso(self.as_of),
+                description=self.description,
+                breakdown=Breakdown(**{role: self.roles[role].to_status() for role in ROLES}),
+            )
+        )
 
 
 def _iso(ts: float) -> str:
@@ -93,12 +103,18 @@ def hourly(resources: Resources, spot: bool, prices: PriceTable) -> float:
     rate = resources.cpu * prices.cpu.get(spot) + resources.memory_gib * prices.memory.get(spot)
     if resources.accelerator and resources.accelerator_count:
         rate += resources.accelerator_count * prices.accelerator_rate(
-            resources.accelerator, resources.accelerator_type, spot)
+            resources.accelerator, resources.accelerator_type, spot
+        )
     return rate
 
 
-def compute_cost(records: Iterable[PodRecord], prices: PriceTable, env_frames: int = 0,
-                 now: float | None = None, description: str = "") -> CostReport:
+def compute_cost(
+    records: Iterable[PodRecord],
+    prices: PriceTable,
+    env_frames: int = 0,
+    now: float | None = None,
+    description: str = "",
+) -> CostReport:
     """Prices pod records: for each, the hours it ran x (its vCPUs x the vCPU rate + its GiB x
     the GiB rate + its chips x the chip rate), Spot rates for Spot pods; summed per role.
 
@@ -121,8 +137,9 @@ def compute_cost(records: Iterable[PodRecord], prices: PriceTable, env_frames: i
     per_hour = 0.0
     for rec in records:
         if rec.role not in ROLES:
-            raise ValueError(f"pod {rec.name}: role must be one of {', '.join(ROLES)}, "
-                             f"got {rec.role!r}")
+            raise ValueError(
+                f"pod {rec.name}: role must be one of {', '.join(ROLES)}, got {rec.role!r}"
+            )
         hours = union_seconds(rec.intervals, now) / _SECONDS_PER_HOUR
         r = rec.resources
         row = acc[rec.role]
@@ -131,22 +148,37 @@ def compute_cost(records: Iterable[PodRecord], prices: PriceTable, env_frames: i
         row[2] += hours * r.cpu * prices.cpu.get(rec.spot)
         row[3] += hours * r.memory_gib * prices.memory.get(rec.spot)
         if r.accelerator and r.accelerator_count:
-            row[4] += hours * r.accelerator_count * prices.accelerator_rate(
-                r.accelerator, r.accelerator_type, rec.spot)
+            row[4] += (
+                hours
+                * r.accelerator_count
+                * prices.accelerator_rate(r.accelerator, r.accelerator_type, rec.spot)
+            )
         if any(e is None for _, e in rec.intervals):
             per_hour += hourly(r, rec.spot, prices)
     roles = {role: RoleCost(int(v[0]), v[1], v[2], v[3], v[4]) for role, v in acc.items()}
     total = sum(c.total_usd for c in roles.values())
     per_million = total / (env_frames / 1e6) if env_frames > 0 else None
-    return CostReport(total_usd=total, usd_per_million_frames=per_million,
-                      env_frames=int(env_frames), roles=roles, price_table=prices.version,
-                      region=prices.region, taken_on=prices.taken_on, as_of=now,
-                      description=description, usd_per_hour=per_hour)
+    return CostReport(
+        total_usd=total,
+        usd_per_million_frames=per_million,
+        env_frames=int(env_frames),
+        roles=roles,
+        price_table=prices.version,
+        region=prices.region,
+        taken_on=prices.taken_on,
+        as_of=now,
+        description=description,
+        usd_per_hour=per_hour,
+    )
 
 
-def price_pods(previous: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
-               prices: PriceTable, env_frames: int = 0,
-               now: float | None = None) -> tuple[list[dict], CostReport]:
+def price_pods(
+    previous: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    prices: PriceTable,
+    env_frames: int = 0,
+    now: float | None = None,
+) -> tuple[list[dict], CostReport]:
     """One pricing step of the operator: its stored history plus the pods it sees now.
 
     Args:
@@ -163,8 +195,10 @@ def price_pods(previous: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
       ``status.cost``; :meth:`seedrl.service.metrics.CostGauges.update` takes the report).
     """
     now = dt.datetime.now(dt.timezone.utc).timestamp() if now is None else now
-    records = merge_records((record_from_dict(r) for r in previous),
-                            (pod_record(p) for p in pods), now=now)
-    report = compute_cost(records, prices, env_frames=env_frames, now=now,
-                          description=describe_records(records, now))
+    records = merge_records(
+        (record_from_dict(r) for r in previous), (pod_record(p) for p in pods), now=now
+    )
+    report = compute_cost(
+        records, prices, env_frames=env_frames, now=now, description=describe_records(records, now)
+    )
     return [r.to_dict() for r in records], report

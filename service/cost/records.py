@@ -29,8 +29,11 @@ from seedrl.service.operator import reconcile
 ROLES = ("learner", "actor")
 #: GKE's TPU node-label values -> price-table keys.
 TPU_ACCELERATORS = {
-    "tpu-v4-podslice": "v4", "tpu-v5-lite-podslice": "v5e", "tpu-v5-lite-device": "v5e",
-    "tpu-v5p-slice": "v5p", "tpu-v6e-slice": "v6e",
+    "tpu-v4-podslice": "v4",
+    "tpu-v5-lite-podslice": "v5e",
+    "tpu-v5-lite-device": "v5e",
+    "tpu-v5p-slice": "v5p",
+    "tpu-v6e-slice": "v6e",
 }
 TPU_LABEL = "cloud.google.com/gke-tpu-accelerator"
 GPU_LABEL = "cloud.google.com/gke-accelerator"
@@ -61,8 +64,7 @@ class Resources:
         """``"8 x tpu v5e, 4 vCPU/16 GiB"``."""
         parts = []
         if self.accelerator and self.accelerator_count:
-            parts.append(f"{self.accelerator_count} x {self.accelerator} "
-                         f"{self.accelerator_type}, ")
+            parts.append(f"{self.accelerator_count} x {self.accelerator} {self.accelerator_type}, ")
         else:
             parts.append("cpu ")
         parts.append(f"{self.cpu:g} vCPU/{self.memory_gib:g} GiB")
@@ -82,8 +84,9 @@ class StoredRecord:
     accelerator_type: str = param("", "The price-table key of the accelerator (v5e, ...).")
     accelerator_count: int = param(0, "Chips or GPUs requested.", ge=0)
     intervals: list[list[Optional[float]]] = param(
-        doc="[start, end] in Unix seconds of each interval the pod ran; end null while it "
-            "runs.", factory=list)
+        doc="[start, end] in Unix seconds of each interval the pod ran; end null while it runs.",
+        factory=list,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +105,19 @@ class PodRecord:
     def to_dict(self) -> dict:
         """Plain data (for status fields and cost.json); :func:`record_from_dict` reverses it."""
         r = self.resources
-        return to_document(StoredRecord(
-            name=self.name, role=self.role, spot=self.spot, cpu=r.cpu, memory_gib=r.memory_gib,
-            accelerator=r.accelerator, accelerator_type=r.accelerator_type,
-            accelerator_count=r.accelerator_count,
-            intervals=[[s, e] for s, e in self.intervals]))
+        return to_document(
+            StoredRecord(
+                name=self.name,
+                role=self.role,
+                spot=self.spot,
+                cpu=r.cpu,
+                memory_gib=r.memory_gib,
+                accelerator=r.accelerator,
+                accelerator_type=r.accelerator_type,
+                accelerator_count=r.accelerator_count,
+                intervals=[[s, e] for s, e in self.intervals],
+            )
+        )
 
 
 def record_from_dict(data: Mapping[str, Any]) -> PodRecord:
@@ -117,16 +128,27 @@ def record_from_dict(data: Mapping[str, Any]) -> PodRecord:
     """
     doc = parse_document(StoredRecord, dict(data), "record")
     return PodRecord(
-        name=doc.name, role=doc.role, spot=doc.spot,
-        resources=Resources(cpu=doc.cpu, memory_gib=doc.memory_gib,
-                            accelerator=doc.accelerator, accelerator_type=doc.accelerator_type,
-                            accelerator_count=doc.accelerator_count),
-        intervals=tuple((float(s), None if e is None else float(e))
-                        for s, e, *_ in doc.intervals))
+        name=doc.name,
+        role=doc.role,
+        spot=doc.spot,
+        resources=Resources(
+            cpu=doc.cpu,
+            memory_gib=doc.memory_gib,
+            accelerator=doc.accelerator,
+            accelerator_type=doc.accelerator_type,
+            accelerator_count=doc.accelerator_count,
+        ),
+        intervals=tuple(
+            (float(s), None if e is None else float(e))
+            for s, e, *_ in doc.intervals
+            if s is not None
+        ),
+    )
 
 
-def merge_records(previous: Iterable[PodRecord], current: Iterable[PodRecord],
-                  now: float | None = None) -> list[PodRecord]:
+def merge_records(
+    previous: Iterable[PodRecord], current: Iterable[PodRecord], now: float | None = None
+) -> list[PodRecord]:
     """The history after a new observation of an Experiment's pods.
 
     A pod in ``current`` replaces its earlier record (its intervals are newer). A pod only in
@@ -138,8 +160,9 @@ def merge_records(previous: Iterable[PodRecord], current: Iterable[PodRecord],
     live = {r.name: r for r in current}
     for name, record in by_name.items():
         if name not in live and now is not None and any(e is None for _, e in record.intervals):
-            by_name[name] = dataclasses.replace(record, intervals=tuple(
-                (s, now if e is None else e) for s, e in record.intervals))
+            by_name[name] = dataclasses.replace(
+                record, intervals=tuple((s, now if e is None else e) for s, e in record.intervals)
+            )
     by_name.update(live)
     return list(by_name.values())
 
@@ -166,6 +189,7 @@ def union_seconds(intervals: Sequence[tuple[float, float | None]], now: float) -
 # Kubernetes pods -> records
 # --------------------------------------------------------------------------------------------
 
+
 def _parse_time(value: Any) -> float | None:
     if value is None:
         return None
@@ -179,8 +203,9 @@ def _parse_time(value: Any) -> float | None:
 def _node_labels(spec: Mapping[str, Any]) -> dict[str, list[str]]:
     """nodeSelector entries and required node-affinity ``In`` terms, as label -> values."""
     labels = {k: [str(v)] for k, v in (spec.get("nodeSelector") or {}).items()}
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     for term in required.get("nodeSelectorTerms") or []:
         for expr in term.get("matchExpressions") or []:
             if expr.get("operator") == "In":
@@ -199,10 +224,14 @@ def _requests(container: Mapping[str, Any]) -> dict[str, Any]:
 def _pod_requests(spec: Mapping[str, Any], name: str, convert: Callable[[Any], float]) -> float:
     """The pod's request of one resource: the larger of the sum over its containers and the
     largest init container (init containers run before the others, one at a time)."""
-    total = sum(convert(_requests(c)[name]) for c in spec.get("containers") or []
-                if name in _requests(c))
-    init = [convert(_requests(c)[name]) for c in spec.get("initContainers") or []
-            if name in _requests(c)]
+    total = sum(
+        convert(_requests(c)[name]) for c in spec.get("containers") or [] if name in _requests(c)
+    )
+    init = [
+        convert(_requests(c)[name])
+        for c in spec.get("initContainers") or []
+        if name in _requests(c)
+    ]
     return max([total, *init])
 
 
@@ -223,22 +252,27 @@ def machine_of(spec: Mapping[str, Any], pod: str = "pod") -> tuple[Resources, bo
     chips = _pod_requests(spec, reconcile.TPU_RESOURCE, parse_quantity)
     gpus = _pod_requests(spec, reconcile.GPU_RESOURCE, parse_quantity)
     if chips:
-        label = (node.get(TPU_LABEL) or [None])[0]
+        label = next(iter(node.get(TPU_LABEL) or []), None)
         if label is None:
-            raise ValueError(f"pod {pod}: requests {reconcile.TPU_RESOURCE} without a "
-                             f"{TPU_LABEL} node selector")
+            raise ValueError(
+                f"pod {pod}: requests {reconcile.TPU_RESOURCE} without a {TPU_LABEL} node selector"
+            )
         accelerator, acc_type, count = "tpu", TPU_ACCELERATORS.get(label, label), int(chips)
     elif gpus:
-        label = (node.get(GPU_LABEL) or [None])[0]
+        label = next(iter(node.get(GPU_LABEL) or []), None)
         if label is None:
-            raise ValueError(f"pod {pod}: requests {reconcile.GPU_RESOURCE} without a "
-                             f"{GPU_LABEL} node selector")
+            raise ValueError(
+                f"pod {pod}: requests {reconcile.GPU_RESOURCE} without a {GPU_LABEL} node selector"
+            )
         accelerator, acc_type, count = "gpu", label, int(gpus)
     spot = any("true" in [v.lower() for v in node.get(k, [])] for k in SPOT_LABELS)
-    resources = Resources(cpu=_pod_requests(spec, "cpu", cpu_cores),
-                          memory_gib=_pod_requests(spec, "memory", memory_gib),
-                          accelerator=accelerator, accelerator_type=acc_type,
-                          accelerator_count=count)
+    resources = Resources(
+        cpu=_pod_requests(spec, "cpu", cpu_cores),
+        memory_gib=_pod_requests(spec, "memory", memory_gib),
+        accelerator=accelerator,
+        accelerator_type=acc_type,
+        accelerator_count=count,
+    )
     return resources, spot
 
 
@@ -266,17 +300,20 @@ def pod_record(pod: Mapping[str, Any], role: str | None = None) -> PodRecord:
         role = next((labels[k] for k in ROLE_LABELS if k in labels), None)
     role = "actor" if role == "actors" else role
     if role not in ROLES:
-        raise ValueError(f"pod {meta.get('name')}: cannot tell its role (learner or actor) "
-                         f"from labels {', '.join(ROLE_LABELS)}; got {role!r}")
+        raise ValueError(
+            f"pod {meta.get('name')}: cannot tell its role (learner or actor) "
+            f"from labels {', '.join(ROLE_LABELS)}; got {role!r}"
+        )
     resources, spot = machine_of(spec, meta.get("name") or name)
     start = _parse_time(status.get("startTime"))
     intervals: tuple[tuple[float, float | None], ...] = ()
     if start is not None:
         end = None
         if status.get("phase") in ("Succeeded", "Failed"):
-            finished = [_parse_time(((cs.get("state") or {}).get("terminated") or {})
-                                    .get("finishedAt"))
-                        for cs in status.get("containerStatuses") or []]
+            finished = [
+                _parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                for cs in status.get("containerStatuses") or []
+            ]
             ends = [f for f in finished if f is not None]
             end = max(ends) if ends else start
         elif meta.get("deletionTimestamp"):
@@ -298,9 +335,10 @@ def rendered_machines(exp: Experiment) -> dict[str, tuple[Resources, bool]]:
     return out
 
 
-def local_records(exp: Experiment,
-                  processes: Iterable[tuple[str, str, Sequence[tuple[float, float]]]],
-                  ) -> list[PodRecord]:
+def local_records(
+    exp: Experiment,
+    processes: Iterable[tuple[str, str, Sequence[tuple[float, float]]]],
+) -> list[PodRecord]:
     """Records for local processes priced as the cluster pods they stand for.
 
     Args:
@@ -308,6 +346,13 @@ def local_records(exp: Experiment,
       processes: ``(name, role, intervals)`` per process, intervals in Unix seconds.
     """
     machines = rendered_machines(exp)
-    return [PodRecord(name=name, role=role, resources=machines[role][0],
-                      spot=machines[role][1], intervals=tuple(intervals))
-            for name, role, intervals in processes]
+    return [
+        PodRecord(
+            name=name,
+            role=role,
+            resources=machines[role][0],
+            spot=machines[role][1],
+            intervals=tuple(intervals),
+        )
+        for name, role, intervals in processes
+    ]

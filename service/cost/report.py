@@ -44,8 +44,9 @@ class CostStatus:
     table's rates (service/cost/)."""
 
     total_usd: float = param(0.0, "USD so far.")
-    usd_per_million_frames: Optional[float] = param(None, "USD per million environment frames "
-                                                          "(null before the first frame).")
+    usd_per_million_frames: Optional[float] = param(
+        None, "USD per million environment frames (null before the first frame)."
+    )
     usd_per_hour: float = param(0.0, "What the pods running now cost per hour.")
     env_frames: int = param(0, "Environment frames the cost is divided by.")
     price_table: str = param("", "Version of the price table that priced it.")
@@ -62,10 +63,13 @@ def status_schema() -> dict:
     (``status.costRecords`` or wherever the operator keeps them): ``{"cost": ..., "records":
     ...}``."""
     # Written by the operator only: the API server has nothing to fill in.
-    return {"cost": {"description": " ".join((CostStatus.__doc__ or "").split()),
-                     **without_defaults(dataclass_schema(CostStatus))},
-            "records": {"type": "array",
-                        "items": without_defaults(dataclass_schema(StoredRecord))}}
+    return {
+        "cost": {
+            "description": " ".join((CostStatus.__doc__ or "").split()),
+            **without_defaults(dataclass_schema(CostStatus)),
+        },
+        "records": {"type": "array", "items": without_defaults(dataclass_schema(StoredRecord))},
+    }
 
 
 def format_duration(seconds: float) -> str:
@@ -94,28 +98,38 @@ def format_cost_line(status: Mapping[str, Any]) -> str:
     """The one line `seedrl train` ends with, from a ``status.cost`` mapping."""
     per = status.get("usdPerMillionFrames")
     per_text = "n/a" if per is None else f"${per:,.4f}"
-    return (f"cost: ${status['totalUsd']:,.4f} estimated ({status.get('description', '')}) = "
-            f"{per_text} per million frames [prices {status.get('region')} "
-            f"{status.get('pricesTakenOn')}, table {status.get('priceTable')}]")
+    return (
+        f"cost: ${status['totalUsd']:,.4f} estimated ({status.get('description', '')}) = "
+        f"{per_text} per million frames [prices {status.get('region')} "
+        f"{status.get('pricesTakenOn')}, table {status.get('priceTable')}]"
+    )
 
 
 def format_report(status: Mapping[str, Any]) -> str:
     """A multi-line report of a ``status.cost`` mapping (cluster or local)."""
     per = status.get("usdPerMillionFrames")
-    lines = [f"total:      ${status.get('totalUsd', 0):,.4f} {status.get('currency', 'USD')} "
-             f"as of {status.get('asOf', '?')}",
-             f"per 1M env frames: {'n/a' if per is None else f'${per:,.4f}'} "
-             f"({status.get('envFrames', 0):,} frames)"]
+    lines = [
+        f"total:      ${status.get('totalUsd', 0):,.4f} {status.get('currency', 'USD')} "
+        f"as of {status.get('asOf', '?')}",
+        f"per 1M env frames: {'n/a' if per is None else f'${per:,.4f}'} "
+        f"({status.get('envFrames', 0):,} frames)",
+    ]
     if status.get("usdPerHour"):
         lines.append(f"now:        ${status['usdPerHour']:,.4f} per hour for the pods running")
     if status.get("description"):
         lines.append(f"ran:        {status['description']}")
-    lines.append(f"{'role':<9} {'pods':>5} {'pod-hours':>10} {'vCPU $':>10} {'memory $':>10} "
-                 f"{'accel $':>10} {'total $':>10}")
+    lines.append(
+        f"{'role':<9} {'pods':>5} {'pod-hours':>10} {'vCPU $':>10} {'memory $':>10} "
+        f"{'accel $':>10} {'total $':>10}"
+    )
     for role, b in (status.get("breakdown") or {}).items():
-        lines.append(f"{role:<9} {b.get('pods', 0):>5} {b.get('podHours', 0):>10.3f} "
-                     f"{b.get('cpuUsd', 0):>10.4f} {b.get('memoryUsd', 0):>10.4f} "
-                     f"{b.get('acceleratorUsd', 0):>10.4f} {b.get('totalUsd', 0):>10.4f}")
-    lines.append(f"prices:     {status.get('priceTable')} ({status.get('region')}, taken "
-                 f"{status.get('pricesTakenOn')})")
+        lines.append(
+            f"{role:<9} {b.get('pods', 0):>5} {b.get('podHours', 0):>10.3f} "
+            f"{b.get('cpuUsd', 0):>10.4f} {b.get('memoryUsd', 0):>10.4f} "
+            f"{b.get('acceleratorUsd', 0):>10.4f} {b.get('totalUsd', 0):>10.4f}"
+        )
+    lines.append(
+        f"prices:     {status.get('priceTable')} ({status.get('region')}, taken "
+        f"{status.get('pricesTakenOn')})"
+    )
     return "\n".join(lines)

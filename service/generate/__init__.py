@@ -19,8 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 #: Every generator, by module name.
-GENERATORS = ("seedrl.service.operator.crd", "seedrl.service.generate.chart_values",
-              "seedrl.service.generate.dashboards", "seedrl.service.generate.proto")
+GENERATORS = (
+    "seedrl.service.operator.crd",
+    "seedrl.service.generate.chart_values",
+    "seedrl.service.generate.dashboards",
+    "seedrl.service.generate.proto",
+)
 
 
 def outputs(generators: Sequence[str] = GENERATORS) -> dict[str, str]:
@@ -33,8 +37,11 @@ def outputs(generators: Sequence[str] = GENERATORS) -> dict[str, str]:
 
 def stale(root: Path, files: Mapping[str, str]) -> list[str]:
     """The files under ``root`` that are missing or differ from what is generated now."""
-    return [path for path, text in files.items()
-            if not (root / path).exists() or (root / path).read_text(encoding="utf-8") != text]
+    return [
+        path
+        for path, text in files.items()
+        if not (root / path).exists() or (root / path).read_text(encoding="utf-8") != text
+    ]
 
 
 def write(root: Path, files: Mapping[str, str]) -> None:
@@ -44,15 +51,23 @@ def write(root: Path, files: Mapping[str, str]) -> None:
         (root / path).write_text(text, encoding="utf-8")
 
 
-def main(prog: str, description: str, files: Callable[[], Mapping[str, str]],
-         argv: Sequence[str] | None = None) -> int:
+def main(
+    prog: str,
+    description: str,
+    files: Callable[[], Mapping[str, str]],
+    argv: Sequence[str] | None = None,
+) -> int:
     """Writes, checks or prints what ``files()`` generates; returns the exit code."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the checked-in files")
     mode.add_argument("--check", action="store_true", help="exit 1 if a file is out of date")
-    p.add_argument("--root", type=Path, default=Path("."),
-                   help="the repository root the paths are relative to (default: .)")
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=Path("."),
+        help="the repository root the paths are relative to (default: .)",
+    )
     args = p.parse_args(argv)
     generated = files()
     if args.write:

@@ -4,5 +4,6 @@ import sys
 
 from seedrl.service import generate
 
-sys.exit(generate.main("python -m seedrl.service.generate", __doc__.splitlines()[0],
-                       generate.outputs))
+sys.exit(
+    generate.main("python -m seedrl.service.generate", __doc__.splitlines()[0], generate.outputs)
+)

@@ -1,10 +1,10 @@
 """The seedrl-experiment chart's ``values.yaml`` and ``values.schema.json``, generated.
 
-Both come from the config dataclasses in :mod:`seedrl.common.config`, like the CRD, so every Experiment
-field is still declared once: ``values.yaml`` carries every ``spec`` field with its docstring as
-a comment and its default as the value, and ``values.schema.json`` is the Experiment's own schema
-(:func:`seedrl.common.schema.spec_schema`) in JSON Schema form, closed to unknown keys, so that
-``helm install`` rejects a bad value with its path before anything reaches the cluster.
+Both come from the config dataclasses in :mod:`seedrl.common.config`, like the CRD, so every
+Experiment field is still declared once: ``values.yaml`` carries every ``spec`` field with its
+docstring as a comment and its default as the value, and ``values.schema.json`` is the Experiment's
+own schema (:func:`seedrl.common.schema.spec_schema`) in JSON Schema form, closed to unknown keys,
+so that ``helm install`` rejects a bad value with its path before anything reaches the cluster.
 
     python -m seedrl.service.generate.chart_values --write  # both files in helm/seedrl-experiment/
     python -m seedrl.service.generate.chart_values --check  # exit 1 if either is out of date

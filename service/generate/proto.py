@@ -27,27 +27,36 @@ def outputs() -> dict[str, str]:
     try:
         from grpc_tools import protoc
     except ImportError:
-        raise RuntimeError("the gRPC stubs need grpc_tools: install the dev extra "
-                           "(make install)") from None
+        raise RuntimeError(
+            "the gRPC stubs need grpc_tools: install the dev extra (make install)"
+        ) from None
     proto = resources.files("seedrl.common").joinpath("seedrl.proto").read_text("utf-8")
     with tempfile.TemporaryDirectory() as tmp:
         package = Path(tmp) / "seedrl" / "common"
         package.mkdir(parents=True)
         (package / "seedrl.proto").write_text(proto, encoding="utf-8")
         include = resources.files("grpc_tools").joinpath("_proto")
-        code = protoc.main(["protoc", f"-I{tmp}", f"-I{include}", f"--python_out={tmp}",
-                            f"--pyi_out={tmp}", f"--grpc_python_out={tmp}",
-                            str(package / "seedrl.proto")])
+        code = protoc.main(
+            [
+                "protoc",
+                f"-I{tmp}",
+                f"-I{include}",
+                f"--python_out={tmp}",
+                f"--pyi_out={tmp}",
+                f"--grpc_python_out={tmp}",
+                str(package / "seedrl.proto"),
+            ]
+        )
         if code != 0:
             raise RuntimeError(f"protoc failed on common/seedrl.proto (exit {code})")
-        return {f"common/{name}": (package / name).read_text(encoding="utf-8")
-                for name in STUBS}
+        return {f"common/{name}": (package / name).read_text(encoding="utf-8") for name in STUBS}
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m seedrl.service.generate.proto [--write | --check] [--root DIR]``."""
-    return generated.main("python -m seedrl.service.generate.proto", __doc__.splitlines()[0],
-                          outputs, argv)
+    return generated.main(
+        "python -m seedrl.service.generate.proto", __doc__.splitlines()[0], outputs, argv
+    )
 
 
 if __name__ == "__main__":

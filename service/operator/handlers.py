@@ -1,7 +1,8 @@
 """The seedrl operator: thin kopf handlers over :mod:`seedrl.service.operator.reconcile`.
 
 Run it with ``python -m seedrl.service.operator`` (in a cluster it logs in with the pod's service
-account; elsewhere with the current kubeconfig: :mod:`seedrl.service.kube`). For every Experiment it:
+account; elsewhere with the current kubeconfig: :mod:`seedrl.service.kube`). For every
+Experiment it:
 
 - validates the spec with :func:`seedrl.common.config.parse_experiment`; an invalid one gets phase
   Failed, reason ValidationFailed and a message naming each field, and nothing else happens to
@@ -9,8 +10,8 @@ account; elsewhere with the current kubeconfig: :mod:`seedrl.service.kube`). For
 - refuses a change of an immutable field (``spec.env``, ``spec.agent``) by comparing with
   ``status.appliedImmutable``: condition SpecApplied=False, reason ImmutableFieldChanged, and
   the children keep running what they were made from;
-- otherwise applies what :func:`seedrl.service.operator.reconcile.render` returns (server-side apply, field
-  manager ``seedrl-operator``; the learner Job is created once and afterwards only its
+- otherwise applies what :func:`seedrl.service.operator.reconcile.render` returns (server-side
+  apply, field manager ``seedrl-operator``; the learner Job is created once and afterwards only its
   ``spec.suspend`` is changed, since a Job's pod template is immutable);
 - every ``poll_seconds`` reads the Job, the Deployment and the learner's ``GET /status``, and
   writes ``status`` (phase, conditions, progress and cost); it recreates a missing child and
@@ -20,8 +21,8 @@ account; elsewhere with the current kubeconfig: :mod:`seedrl.service.kube`). For
   ``status.cost``, keeping every pod's record in ``status.costRecords`` so that a pod that is
   gone is still counted. Pricing never fails a reconcile: when the pods cannot be listed or
   priced the previous cost stays and the log says why;
-- exports its own metrics (:mod:`seedrl.service.operator.metrics`): reconciles and errors by trigger,
-  each Experiment's phase and cost so far, served on ``--metrics-port``.
+- exports its own metrics (:mod:`seedrl.service.operator.metrics`): reconciles and errors by
+  trigger, each Experiment's phase and cost so far, served on ``--metrics-port``.
 
 Suspending (``spec.suspend: true``) sets the learner Job's ``spec.suspend``: the Job controller
 deletes the learner pod gracefully, the learner gets SIGTERM and writes a final checkpoint

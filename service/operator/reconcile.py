@@ -16,8 +16,9 @@
 
 :func:`compute_status` derives ``status`` (phase, Kubernetes-style conditions, progress) from
 what the operator observed: the Job, the Deployment and the learner's ``/status`` JSON (a
-:class:`seedrl.common.learner_status.LearnerStatus`). The operator (``service/operator/handlers.py``) only fetches, applies
-and patches; every decision lives here, where tests can reach it without a cluster.
+:class:`seedrl.common.learner_status.LearnerStatus`). The operator
+(``service/operator/handlers.py``) only fetches, applies and patches; every decision lives here,
+where tests can reach it without a cluster.
 """
 
 from __future__ import annotations

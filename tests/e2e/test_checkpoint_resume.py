@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
@@ -26,7 +27,7 @@ def _status(run_dir):
 
 def _learner_pid(run_dir):
     pids = processes_mentioning(f"-m seedrl.learner --config {run_dir}/config.yaml")
-    assert len(pids) == 1, [open(f"/proc/{p}/cmdline").read() for p in pids]
+    assert len(pids) == 1, [Path(f"/proc/{p}/cmdline").read_text() for p in pids]
     return pids[0]
 
 

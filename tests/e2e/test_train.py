@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cartpole-vtrace.yaml"

@@ -12,6 +12,8 @@ import yaml
 from support.charts import (CRD_FILE, OPERATOR_CHART, lint, load_manifests, of_kind, render,
                             run_helm, template, validate_all, validate_builtin)
 
+pytestmark = pytest.mark.helm
+
 #: Value sets every test of the chart's validity runs over.
 VALUE_SETS = {
     "defaults": {},
@@ -70,7 +72,8 @@ def _check_least_privilege(role):
     # The operator reads and patches Experiments; users create and delete them.
     assert rules[("seedrl.dev", "experiments")] == {"get", "list", "watch", "patch"}
     assert rules[("seedrl.dev", "experiments/status")] == {"get", "patch"}
-    # Exactly what service/operator/handlers.py does with the children (k8s/README.md, "The operator").
+    # Exactly what service/operator/handlers.py does with the children (k8s/README.md, "The
+    # operator").
     for child in [("batch", "jobs"), ("apps", "deployments"), ("", "services"),
                   ("", "configmaps"), ("networking.k8s.io", "networkpolicies")]:
         assert rules[child] == {"get", "create", "patch", "delete"}, child

@@ -211,8 +211,8 @@ def test_four_replicas_compute_the_one_device_parameters(trained):
         assert _check_equivalence(out, results, agent, 4), agent
 
 
-# Checkpoints go through seedrl.learner.checkpoint.trackables, which lists every variable of each Keras
-# model: Keras 3 leaves list-held sub-layers (the torsos' layers) out of TensorFlow's object
+# Checkpoints go through seedrl.learner.checkpoint.trackables, which lists every variable of each
+# Keras model: Keras 3 leaves list-held sub-layers (the torsos' layers) out of TensorFlow's object
 # graph, so R2D2's target torso was not saved before.
 @pytest.mark.parametrize("agent", AGENT_CASES)
 def test_checkpoints_move_between_device_counts(trained, agent):

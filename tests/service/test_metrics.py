@@ -12,8 +12,10 @@ from support.cost_data import ACTOR, H, PRICES, T0, TPU_LEARNER
 def test_gauges_carry_each_role_and_the_total():
     registry = CollectorRegistry()
     gauges = CostGauges(registry)
-    records = [PodRecord("l", "learner", TPU_LEARNER, False, ((T0, T0 + H),)),
-               PodRecord("a", "actor", ACTOR, True, ((T0, T0 + H),))]
+    records = [
+        PodRecord("l", "learner", TPU_LEARNER, False, ((T0, T0 + H),)),
+        PodRecord("a", "actor", ACTOR, True, ((T0, T0 + H),)),
+    ]
     gauges.update("exp", "rl", cost.compute_cost(records, PRICES, env_frames=10**6, now=T0 + H))
 
     def value(name, **labels):
@@ -25,9 +27,10 @@ def test_gauges_carry_each_role_and_the_total():
     assert usd("learner") == pytest.approx(5.28)
     assert usd("actor") == pytest.approx(0.024)
     assert usd("total") == pytest.approx(5.304)
-    assert value("seedrl_experiment_cost_usd_per_million_frames", experiment="exp",
-                 namespace="rl") == \
-        pytest.approx(5.304)
+    assert value(
+        "seedrl_experiment_cost_usd_per_million_frames", experiment="exp", namespace="rl"
+    ) == pytest.approx(5.304)
     gauges.remove("exp", "rl")
-    assert value("seedrl_experiment_cost_usd", experiment="exp", namespace="rl",
-                 role="total") is None
+    assert (
+        value("seedrl_experiment_cost_usd", experiment="exp", namespace="rl", role="total") is None
+    )

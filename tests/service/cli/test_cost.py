@@ -96,7 +96,7 @@ class ExperimentServer(BaseHTTPRequestHandler):
 
     obj: dict = {}
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
+    def do_GET(self):  # http.server's naming
         meta = self.obj["metadata"]
         path = (f"/apis/seedrl.dev/v1alpha1/namespaces/{meta['namespace']}/experiments/"
                 f"{meta['name']}")

@@ -11,16 +11,23 @@ def test_the_packaged_table_prices_every_documented_accelerator():
     assert prices.region == "us-central1" and prices.currency == "USD"
     assert prices.taken_on and prices.version
     assert set(prices.tpu) >= {"v4", "v5e", "v5p", "v6e"}
-    assert set(prices.gpu) >= {"nvidia-tesla-t4", "nvidia-l4", "nvidia-tesla-a100",
-                               "nvidia-a100-80gb", "nvidia-h100-80gb"}
+    assert set(prices.gpu) >= {
+        "nvidia-tesla-t4",
+        "nvidia-l4",
+        "nvidia-tesla-a100",
+        "nvidia-a100-80gb",
+        "nvidia-h100-80gb",
+    }
     for rate in [prices.cpu, prices.memory, *prices.tpu.values(), *prices.gpu.values()]:
         assert 0 < rate.spot < rate.on_demand
 
 
 def test_an_override_file_replaces_only_what_it_names(tmp_path):
-    (tmp_path / "p.yaml").write_text("version: mine-1\ntakenOn: 2026-12-01\n"
-                                     "gpu:\n  nvidia-l4: {spot: 0.1}\n"
-                                     "tpu:\n  v7: {onDemand: 9, spot: 3}\n")
+    (tmp_path / "p.yaml").write_text(
+        "version: mine-1\ntakenOn: 2026-12-01\n"
+        "gpu:\n  nvidia-l4: {spot: 0.1}\n"
+        "tpu:\n  v7: {onDemand: 9, spot: 3}\n"
+    )
     default = cost.load_prices(environ={})
     prices = cost.load_prices(str(tmp_path / "p.yaml"), environ={})
     assert prices.version == "mine-1" and prices.taken_on == "2026-12-01"  # a YAML date
@@ -45,10 +52,13 @@ def problems_of(tmp_path, text):
 
 
 def test_bad_overrides_name_each_field_path(tmp_path):
-    problems = problems_of(tmp_path, "version: x\ncpus: {}\ngpu:\n  nvidia-l4: {spot: cheap}\n"
-                                     "  nvidia-t4: {onDemand: 0.1, spot: 0.3}\n"
-                                     "memory: {onDemand: -1, spot: 0, perMonth: 3}\n"
-                                     "currency: EUR\n")
+    problems = problems_of(
+        tmp_path,
+        "version: x\ncpus: {}\ngpu:\n  nvidia-l4: {spot: cheap}\n"
+        "  nvidia-t4: {onDemand: 0.1, spot: 0.3}\n"
+        "memory: {onDemand: -1, spot: 0, perMonth: 3}\n"
+        "currency: EUR\n",
+    )
     assert "unknown field" in problems["prices.cpus"]
     assert problems["prices.gpu.nvidia-l4.spot"] == "must be a number, got str 'cheap'"
     assert problems["prices.gpu.nvidia-t4.spot"] == "must not exceed onDemand (0.1), got 0.3"
@@ -60,8 +70,9 @@ def test_bad_overrides_name_each_field_path(tmp_path):
 def test_a_missing_version_or_rate_and_bad_yaml_are_refused(tmp_path):
     problems = problems_of(tmp_path, "version: x\ngpu:\n  nvidia-new: {onDemand: 0.1}\n")
     assert problems["prices.gpu.nvidia-new.spot"] == "required field is missing"
-    assert "own version" in problems_of(tmp_path, "cpu: {onDemand: 1, spot: 0.5}\n")[
-        "prices.version"]
+    assert (
+        "own version" in problems_of(tmp_path, "cpu: {onDemand: 1, spot: 0.5}\n")["prices.version"]
+    )
     assert "not valid YAML" in next(iter(problems_of(tmp_path, "version: [\n").values()))
     with pytest.raises(ConfigError, match="cannot read"):
         cost.load_prices(str(tmp_path / "missing.yaml"), environ={})

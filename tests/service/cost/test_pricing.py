@@ -5,13 +5,14 @@ import pytest
 
 from seedrl.service import cost
 from seedrl.service.cost import PodRecord, Resources
-from support.cost_data import ACTOR, H, PRICES, T0, TPU_LEARNER, iso, tpu_pod
+from support.cost_data import ACTOR, H, PRICES, T0, TPU_LEARNER, tpu_pod
 
 
 def test_a_tpu_learner_and_spot_actors_for_two_hours():
     records = [PodRecord("learner", "learner", TPU_LEARNER, False, ((T0, T0 + 2 * H),))]
-    records += [PodRecord(f"actor-{i}", "actor", ACTOR, True, ((T0, T0 + 2 * H),))
-                for i in range(3)]
+    records += [
+        PodRecord(f"actor-{i}", "actor", ACTOR, True, ((T0, T0 + 2 * H),)) for i in range(3)
+    ]
     report = cost.compute_cost(records, PRICES, env_frames=50_000_000, now=T0 + 2 * H)
     # learner: 2 h x (4 chips x 1.2 + 8 vCPU x 0.04 + 32 GiB x 0.005) = 2 x 5.28
     assert report.roles["learner"].accelerator_usd == pytest.approx(9.6)
@@ -31,9 +32,10 @@ def test_a_tpu_learner_and_spot_actors_for_two_hours():
 
 def test_a_restarted_learner_is_priced_for_each_pod_and_not_for_the_gap():
     # Pod A failed after 1 h; its replacement B was scheduled 5 minutes later and ran 1 h.
-    records = [PodRecord("learner-a", "learner", TPU_LEARNER, False, ((T0, T0 + H),)),
-               PodRecord("learner-b", "learner", TPU_LEARNER, False,
-                         ((T0 + H + 300, T0 + 2 * H + 300),))]
+    records = [
+        PodRecord("learner-a", "learner", TPU_LEARNER, False, ((T0, T0 + H),)),
+        PodRecord("learner-b", "learner", TPU_LEARNER, False, ((T0 + H + 300, T0 + 2 * H + 300),)),
+    ]
     report = cost.compute_cost(records, PRICES, now=T0 + 3 * H)
     assert report.roles["learner"].total_usd == pytest.approx(2 * 5.28)
     assert report.roles["learner"].pods == 2
@@ -42,10 +44,12 @@ def test_a_restarted_learner_is_priced_for_each_pod_and_not_for_the_gap():
 
 def test_a_suspended_interval_costs_nothing():
     # Ran 30 min, suspended (no pods) for 1 h, resumed and still running 30 min later.
-    records = [PodRecord("learner-1", "learner", TPU_LEARNER, False, ((T0, T0 + 1800),)),
-               PodRecord("actor-1", "actor", ACTOR, False, ((T0, T0 + 1800),)),
-               PodRecord("learner-2", "learner", TPU_LEARNER, False, ((T0 + 5400, None),)),
-               PodRecord("actor-2", "actor", ACTOR, False, ((T0 + 5400, None),))]
+    records = [
+        PodRecord("learner-1", "learner", TPU_LEARNER, False, ((T0, T0 + 1800),)),
+        PodRecord("actor-1", "actor", ACTOR, False, ((T0, T0 + 1800),)),
+        PodRecord("learner-2", "learner", TPU_LEARNER, False, ((T0 + 5400, None),)),
+        PodRecord("actor-2", "actor", ACTOR, False, ((T0 + 5400, None),)),
+    ]
     report = cost.compute_cost(records, PRICES, env_frames=2_000_000, now=T0 + 7200)
     # 1 h of each: learner 5.28; actor on demand 2 x 0.04 + 4 x 0.005 = 0.10
     assert report.total_usd == pytest.approx(5.38)
@@ -54,8 +58,9 @@ def test_a_suspended_interval_costs_nothing():
 
 
 def test_overlapping_intervals_of_one_pod_count_once_and_gpu_spot_rates_apply():
-    gpu = Resources(cpu=4, memory_gib=16, accelerator="gpu", accelerator_type="nvidia-l4",
-                    accelerator_count=2)
+    gpu = Resources(
+        cpu=4, memory_gib=16, accelerator="gpu", accelerator_type="nvidia-l4", accelerator_count=2
+    )
     record = PodRecord("g", "learner", gpu, True, ((T0, T0 + H), (T0 + 1800, T0 + 2 * H)))
     report = cost.compute_cost([record], PRICES, now=T0 + 5 * H)
     # 2 h x (2 x 0.2 + 4 x 0.01 + 16 x 0.001) = 2 x 0.456
@@ -63,25 +68,27 @@ def test_overlapping_intervals_of_one_pod_count_once_and_gpu_spot_rates_apply():
 
 
 def test_an_unpriced_accelerator_and_an_unknown_role_are_errors():
-    odd = Resources(cpu=1, memory_gib=1, accelerator="tpu", accelerator_type="v9",
-                    accelerator_count=1)
+    odd = Resources(
+        cpu=1, memory_gib=1, accelerator="tpu", accelerator_type="v9", accelerator_count=1
+    )
     with pytest.raises(KeyError, match="no tpu 'v9'"):
-        cost.compute_cost([PodRecord("x", "learner", odd, False, ((T0, T0 + 1),))], PRICES,
-                          now=T0 + 1)
+        cost.compute_cost(
+            [PodRecord("x", "learner", odd, False, ((T0, T0 + 1),))], PRICES, now=T0 + 1
+        )
     with pytest.raises(ValueError, match="role"):
         cost.compute_cost([PodRecord("x", "evaluator", ACTOR, False, ())], PRICES, now=T0)
 
 
 def test_the_operator_step_stores_records_and_prices_the_whole_history():
     # First observation: learner pod a running for 1 h so far.
-    stored, report = cost.price_pods([], [tpu_pod("a", T0)], PRICES, env_frames=10**6,
-                                     now=T0 + H)
+    stored, report = cost.price_pods([], [tpu_pod("a", T0)], PRICES, env_frames=10**6, now=T0 + H)
     assert report.total_usd == pytest.approx(5.28)
     # Pod a crashed at 1 h 30 min and is gone; its replacement b runs since 2 h.
     final_a = tpu_pod("a", T0, phase="Failed", finished=T0 + 1.5 * H)
     stored, report = cost.price_pods(stored, [final_a], PRICES, now=T0 + 1.6 * H)
-    stored, report = cost.price_pods(stored, [tpu_pod("b", T0 + 2 * H)], PRICES,
-                                     env_frames=4 * 10**6, now=T0 + 3 * H)
+    stored, report = cost.price_pods(
+        stored, [tpu_pod("b", T0 + 2 * H)], PRICES, env_frames=4 * 10**6, now=T0 + 3 * H
+    )
     assert sorted(r["name"] for r in stored) == ["a", "b"]
     # 1.5 h + 1 h at 5.28 $/h; per million of 4M frames
     assert report.total_usd == pytest.approx(2.5 * 5.28)

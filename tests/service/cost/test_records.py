@@ -5,7 +5,7 @@ import pytest
 
 from seedrl.service import cost
 from seedrl.service.cost import PodRecord, Resources
-from support.cost_data import ACTOR, H, PRICES, T0, TPU_LEARNER, iso, tpu_pod
+from support.cost_data import H, PRICES, T0, TPU_LEARNER, iso, tpu_pod
 
 
 def test_records_round_trip_through_plain_data():
@@ -36,21 +36,46 @@ def test_gpu_and_spot_come_from_node_affinity_and_actors_from_the_component_labe
     pod = {
         "metadata": {"name": "exp-actors-x", "labels": {"app.kubernetes.io/component": "actors"}},
         "spec": {
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": "cloud.google.com/gke-spot", "operator": "In", "values": ["true"]},
-                    {"key": "cloud.google.com/gke-accelerator", "operator": "In",
-                     "values": ["nvidia-l4"]}]}]}}},
-            "containers": [{"name": "actor", "resources": {
-                "limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1}}}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "cloud.google.com/gke-spot",
+                                        "operator": "In",
+                                        "values": ["true"],
+                                    },
+                                    {
+                                        "key": "cloud.google.com/gke-accelerator",
+                                        "operator": "In",
+                                        "values": ["nvidia-l4"],
+                                    },
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "containers": [
+                {
+                    "name": "actor",
+                    "resources": {"limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1}},
+                }
+            ],
         },
-        "status": {"phase": "Succeeded", "startTime": iso(T0), "containerStatuses": [
-            {"state": {"terminated": {"finishedAt": iso(T0 + 1800)}}}]},
+        "status": {
+            "phase": "Succeeded",
+            "startTime": iso(T0),
+            "containerStatuses": [{"state": {"terminated": {"finishedAt": iso(T0 + 1800)}}}],
+        },
     }
     record = cost.pod_record(pod)
     assert record.role == "actor" and record.spot and record.name == "exp-actors-x"
-    assert record.resources == Resources(cpu=2, memory_gib=4, accelerator="gpu",
-                                         accelerator_type="nvidia-l4", accelerator_count=1)
+    assert record.resources == Resources(
+        cpu=2, memory_gib=4, accelerator="gpu", accelerator_type="nvidia-l4", accelerator_count=1
+    )
     report = cost.compute_cost([record], PRICES, now=T0 + H)
     # 0.5 h x (0.2 + 2 x 0.01 + 4 x 0.001)
     assert report.total_usd == pytest.approx(0.112)
@@ -83,43 +108,64 @@ def test_merging_observations_keeps_gone_pods_and_closes_them():
     history = cost.merge_records(first, [], now=T0 + H)
     assert history[0].intervals == ((T0, T0 + H),)
     # Resumed: pod b runs; a's closed record is kept.
-    history = cost.merge_records(history, [cost.pod_record(tpu_pod("b", T0 + 3 * H))],
-                                 now=T0 + 4 * H)
+    history = cost.merge_records(
+        history, [cost.pod_record(tpu_pod("b", T0 + 3 * H))], now=T0 + 4 * H
+    )
     report = cost.compute_cost(history, PRICES, now=T0 + 4 * H)
     assert report.total_usd == pytest.approx(2 * 5.28)
 
 
 # ---------------------------------------------------------------------------- Experiments
 
+
 def experiment(**spec):
     from seedrl.common.config import parse_experiment
+
     return parse_experiment({"metadata": {"name": "m"}, "spec": spec})
 
 
 def test_an_experiment_is_priced_as_the_pods_the_operator_renders():
-    machines = cost.rendered_machines(experiment(actors={
-        "processesPerActor": 3, "resources": {"cpu": "4", "memory": "3Gi"}}))
+    machines = cost.rendered_machines(
+        experiment(actors={"processesPerActor": 3, "resources": {"cpu": "4", "memory": "3Gi"}})
+    )
     # The learner section's defaults: 4 CPUs and 16Gi on CPU.
     assert machines["learner"] == (Resources(cpu=4, memory_gib=16), False)
     assert machines["actor"] == (Resources(cpu=4, memory_gib=3), False)
 
 
-@pytest.mark.parametrize("accelerator, expected", [
-    ({"kind": "cpu"}, Resources(cpu=6, memory_gib=24)),
-    ({"kind": "tpu", "tpu": {"type": "tpu-v6e-slice", "topology": "2x4"}},
-     Resources(cpu=6, memory_gib=24, accelerator="tpu", accelerator_type="v6e",
-               accelerator_count=8)),
-    ({"kind": "tpu", "tpu": {"type": "tpu-v5p-slice", "topology": "2x2x1"}},
-     Resources(cpu=6, memory_gib=24, accelerator="tpu", accelerator_type="v5p",
-               accelerator_count=4)),
-    ({"kind": "gpu", "gpu": {"type": "nvidia-tesla-a100", "count": 2}},
-     Resources(cpu=6, memory_gib=24, accelerator="gpu", accelerator_type="nvidia-tesla-a100",
-               accelerator_count=2)),
-])
+@pytest.mark.parametrize(
+    "accelerator, expected",
+    [
+        ({"kind": "cpu"}, Resources(cpu=6, memory_gib=24)),
+        (
+            {"kind": "tpu", "tpu": {"type": "tpu-v6e-slice", "topology": "2x4"}},
+            Resources(
+                cpu=6, memory_gib=24, accelerator="tpu", accelerator_type="v6e", accelerator_count=8
+            ),
+        ),
+        (
+            {"kind": "tpu", "tpu": {"type": "tpu-v5p-slice", "topology": "2x2x1"}},
+            Resources(
+                cpu=6, memory_gib=24, accelerator="tpu", accelerator_type="v5p", accelerator_count=4
+            ),
+        ),
+        (
+            {"kind": "gpu", "gpu": {"type": "nvidia-tesla-a100", "count": 2}},
+            Resources(
+                cpu=6,
+                memory_gib=24,
+                accelerator="gpu",
+                accelerator_type="nvidia-tesla-a100",
+                accelerator_count=2,
+            ),
+        ),
+    ],
+)
 def test_the_learner_accelerator_is_read_from_the_rendered_pod(accelerator, expected):
-    exp = experiment(learner={"accelerator": accelerator,
-                              "resources": {"cpu": "6", "memory": "24Gi"}},
-                     actors={"spot": True, "resources": {"cpu": "1500m", "memory": "3Gi"}})
+    exp = experiment(
+        learner={"accelerator": accelerator, "resources": {"cpu": "6", "memory": "24Gi"}},
+        actors={"spot": True, "resources": {"cpu": "1500m", "memory": "3Gi"}},
+    )
     machines = cost.rendered_machines(exp)
     assert machines["learner"] == (expected, False)
     assert machines["actor"] == (Resources(cpu=1.5, memory_gib=3), True)
@@ -127,7 +173,8 @@ def test_the_learner_accelerator_is_read_from_the_rendered_pod(accelerator, expe
 
 def test_local_processes_are_priced_as_the_rendered_pods():
     exp = experiment(actors={"spot": True})
-    records = cost.local_records(exp, [("learner@1", "learner", [(T0, T0 + H)]),
-                                       ("actor-0@1", "actor", [(T0, T0 + H)])])
+    records = cost.local_records(
+        exp, [("learner@1", "learner", [(T0, T0 + H)]), ("actor-0@1", "actor", [(T0, T0 + H)])]
+    )
     machines = cost.rendered_machines(exp)
     assert [(r.resources, r.spot) for r in records] == [machines["learner"], machines["actor"]]

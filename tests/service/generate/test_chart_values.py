@@ -1,4 +1,5 @@
-"""The experiment chart's generated values.yaml and values.schema.json (service/generate/chart_values.py)."""
+"""The experiment chart's generated values.yaml and values.schema.json
+(service/generate/chart_values.py)."""
 
 from __future__ import annotations
 

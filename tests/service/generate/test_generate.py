@@ -11,17 +11,22 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_checked_in_generated_file_is_up_to_date(capsys):
-    assert generate.main("generate", "", generate.outputs, ["--check", "--root", str(ROOT)]) \
-        == 0, capsys.readouterr().err
+    assert generate.main("generate", "", generate.outputs, ["--check", "--root", str(ROOT)]) == 0, (
+        capsys.readouterr().err
+    )
 
 
 def test_the_generators_cover_the_crd_values_dashboards_and_stubs():
     paths = set(generate.outputs())
-    assert {"k8s/crd/experiments.seedrl.dev.yaml",
-            "helm/seedrl-operator/crds/experiments.seedrl.dev.yaml",
-            "helm/seedrl-experiment/values.yaml", "helm/seedrl-experiment/values.schema.json",
-            "common/seedrl_pb2.py", "common/seedrl_pb2.pyi",
-            "common/seedrl_pb2_grpc.py"} <= paths
+    assert {
+        "k8s/crd/experiments.seedrl.dev.yaml",
+        "helm/seedrl-operator/crds/experiments.seedrl.dev.yaml",
+        "helm/seedrl-experiment/values.yaml",
+        "helm/seedrl-experiment/values.schema.json",
+        "common/seedrl_pb2.py",
+        "common/seedrl_pb2.pyi",
+        "common/seedrl_pb2_grpc.py",
+    } <= paths
     assert any(p.startswith("helm/seedrl-operator/dashboards/") for p in paths)
     assert all((ROOT / p).exists() for p in paths)
 
