@@ -7,6 +7,8 @@ installs under, so protoc runs on a copy of the proto at that path.
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
 import sys
 import tempfile
 from importlib import resources
@@ -21,34 +23,37 @@ STUBS = ("seedrl_pb2.py", "seedrl_pb2.pyi", "seedrl_pb2_grpc.py")
 def outputs() -> dict[str, str]:
     """``common/seedrl_pb2*.py[i]`` -> their text, generated from the installed proto.
 
+    protoc runs in a process of its own: grpc_tools' compiler and the protobuf runtime already
+    loaded here (by TensorFlow, say) may not share one process (it crashes).
+
     Raises:
       RuntimeError: protoc failed, or grpc_tools is not installed (``pip install .[dev]``).
     """
-    try:
-        from grpc_tools import protoc
-    except ImportError:
-        raise RuntimeError(
-            "the gRPC stubs need grpc_tools: install the dev extra (make install)"
-        ) from None
+    if importlib.util.find_spec("grpc_tools") is None:
+        raise RuntimeError("the gRPC stubs need grpc_tools: install the dev extra (make install)")
     proto = resources.files("seedrl.common").joinpath("seedrl.proto").read_text("utf-8")
     with tempfile.TemporaryDirectory() as tmp:
         package = Path(tmp) / "seedrl" / "common"
         package.mkdir(parents=True)
         (package / "seedrl.proto").write_text(proto, encoding="utf-8")
-        include = resources.files("grpc_tools").joinpath("_proto")
-        code = protoc.main(
+        done = subprocess.run(
             [
-                "protoc",
-                f"-I{tmp}",
-                f"-I{include}",
-                f"--python_out={tmp}",
-                f"--pyi_out={tmp}",
-                f"--grpc_python_out={tmp}",
-                str(package / "seedrl.proto"),
-            ]
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                "-I.",
+                "--python_out=.",
+                "--pyi_out=.",
+                "--grpc_python_out=.",
+                "seedrl/common/seedrl.proto",
+            ],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
-        if code != 0:
-            raise RuntimeError(f"protoc failed on common/seedrl.proto (exit {code})")
+        if done.returncode != 0:
+            raise RuntimeError(f"protoc failed on common/seedrl.proto: {done.stderr.strip()}")
         return {f"common/{name}": (package / name).read_text(encoding="utf-8") for name in STUBS}
 
 
