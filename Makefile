@@ -37,7 +37,7 @@ test-unit: $(STAMP)
 # import hook mypy cannot follow, so a tree of links in build/lint mirrors the installed layout.
 # FORMAT_CHECKED lists the files already in `ruff format`'s style; once the whole tree has been
 # formatted (`ruff format .`, one commit), it becomes `.`.
-FORMAT_CHECKED := common/exit_codes.py common/quantity.py common/resume.py service/cost \
+FORMAT_CHECKED := common/exit_codes.py common/quantity.py common/resume.py learner/app.py service/cost \
 	service/kube.py service/generate/__init__.py service/generate/__main__.py \
 	service/generate/proto.py tests/common/test_exit_codes.py tests/common/test_quantity.py \
 	tests/common/test_resume.py tests/common/test_learner_status.py tests/service/cost \

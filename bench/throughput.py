@@ -68,7 +68,8 @@ def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> No
     import tensorflow as tf
 
     from seedrl.actors.envs import make_env, spec_of
-    from seedrl.learner.agents.vtrace.networks import make_network
+    from seedrl.learner import distributions
+    from seedrl.learner.networks import make_actor_critic
 
     make = [lambda: make_env(exp.spec.env)] * num_envs
     envs = (gym.vector.AsyncVectorEnv(make) if vector == "async" else
@@ -78,7 +79,7 @@ def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> No
     probe.close()
     obs, _ = envs.reset(seed=0)
     # The very network the learner would build for this Experiment.
-    net = make_network(exp.spec.agent.network, spec)
+    net = make_actor_critic(exp.spec.agent.network, spec, distributions.for_env(spec))
     dist = net.distribution
     rng = tf.random.Generator.from_seed(0)
 

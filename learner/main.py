@@ -1,5 +1,7 @@
 """Learner entry point: ``python -m seedrl.learner --config experiment.yaml``.
 
+The command line and the exit code; the process itself is :class:`seedrl.learner.app.LearnerApp`.
+
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
 checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
 final checkpoint). Exits with :class:`seedrl.common.exit_codes.ExitCode`: FAILED (1) if training
@@ -11,25 +13,14 @@ way.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import dataclasses
 import logging
-import math
 import os
-import signal
 import sys
-import time
-
-import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
 from seedrl.common.exit_codes import ExitCode
-from seedrl.common.learner_status import LearnerStatus
 
 log = logging.getLogger("learner")
-
-STATUS_EVERY_S = 0.5
-METRICS_EVERY_S = 2.0
 
 
 def parse_args(argv):
@@ -51,194 +42,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def _summary(runtime, checkpointer) -> dict:
-    mean = runtime.mean_return
-    elapsed = runtime.elapsed
-    return {
-        "experiment": runtime.experiment.metadata.name,
-        "env_steps": runtime.env_steps,
-        "learner_steps": runtime.learner_steps,
-        "episodes": runtime.episodes,
-        "seconds": round(elapsed, 3),
-        "env_steps_per_s": runtime.env_steps / elapsed if elapsed > 0 else 0.0,
-        "mean_return_100": None if math.isnan(mean) else mean,
-        "return_window": len(runtime.returns),
-        "stop_reason": runtime.stop_reason,
-        **(checkpointer.status() if checkpointer else {"last_checkpoint": None}),
-        **({"eval_episodes": runtime.eval_episodes,
-            "eval_mean_return_100": float(np.mean(runtime.eval_returns))}
-           if runtime.eval_returns else {}),
-    }
-
-
-def _scalars(status: LearnerStatus, metrics) -> dict:
-    """What goes into TensorBoard: returns, throughput, learner progress, every loss term."""
-    elapsed = status.elapsed
-    return {"return/mean": status.mean_return,
-            "return/eval_mean": status.eval_mean_return,
-            "throughput/env_frames_per_s": metrics.frames_per_second(),
-            "throughput/learner_steps_per_s":
-                status.learner_steps / elapsed if elapsed else None,
-            "learner/steps": status.learner_steps,
-            "learner/inference_batch": status.mean_inference_batch,
-            **status.metrics}
-
-
-async def serve(exp, args) -> int:
-    """Runs the learner until the budget, a signal or a training failure; returns the exit code."""
-    # Imported here so that `--help` and config errors answer without loading TensorFlow.
-    from seedrl.learner.agents import build_agent
-    from seedrl.common.metrics_http import MetricsServer, bind_address
-    from seedrl.common.storage import StorageError
-    from seedrl.learner.checkpoint import CheckpointError, checkpoint_uri, open_checkpointer
-    from seedrl.learner.devices import setup as setup_devices
-    from seedrl.learner.metrics import LearnerMetrics
-    from seedrl.learner.run_files import RunFiles
-    from seedrl.common.storage import tensorboard_uri
-    from seedrl.learner.tensorboard import Summaries
-    from seedrl.learner.runtime import LearnerRuntime
-    from seedrl.learner.server import server_credentials, start_server
-
-    try:
-        # First: logical CPU devices can only be configured before TensorFlow initialises.
-        placement = setup_devices(exp.spec.learner.devices)
-    except ConfigError as exc:
-        log.error("devices: %s", exc)
-        return ExitCode.BAD_CONFIG
-    checkpointer = None
-
-    def on_agent_built(agent):
-        if checkpointer is not None:
-            checkpointer.attach(agent)  # restores the latest checkpoint, if any
-
-    runtime = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement),
-                             train=not args.no_train, on_agent_built=on_agent_built,
-                             inference_lanes=len(placement.inference_devices) or 1)
-
-    def current_status() -> LearnerStatus:
-        status = runtime.status()
-        if checkpointer:
-            status = dataclasses.replace(status, **checkpointer.status())
-        return status
-
-    metrics = LearnerMetrics(runtime)
-    runtime.observer = metrics
-    http: MetricsServer | None = None
-    bind = bind_address(args.metrics_address, exp.spec.learner.metrics_port)
-    if bind:
-        http = MetricsServer(metrics.registry, lambda: current_status().to_json(),
-                             host=bind[0], port=bind[1])
-        try:
-            log.info("metrics on http://%s:%d/metrics, status on /status", bind[0],
-                     http.start())
-        except OSError as exc:  # training matters more than its metrics
-            log.error("cannot serve metrics on %s:%d: %s", bind[0], bind[1], exc)
-            http = None
-    ckpt_cfg = exp.spec.checkpoint
-    uri = checkpoint_uri(ckpt_cfg.uri, args.run_dir)
-    if uri and not args.no_train:
-        checkpointer = open_checkpointer(uri, runtime, ckpt_cfg.keep, ckpt_cfg.interval_steps,
-                                         ckpt_cfg.interval_seconds)
-        # Before serving: a run that cannot resume fails now, not when the first actor comes.
-        try:
-            found = checkpointer.open()
-        except CheckpointError as exc:
-            log.error("cannot use the checkpoints at %s: %s", uri, exc)
-            return ExitCode.CHECKPOINT_LOCATION
-        except StorageError as exc:
-            log.error("checkpoint store %s unavailable: %s", uri, exc)
-            return ExitCode.FAILED
-        if found:
-            log.info("will resume from learner step %d (%d env steps) in %s",
-                     found["learner_steps"], found["env_steps"], uri)
-        runtime.add_train_hook(checkpointer.maybe_save)
-        metrics.checkpointer = checkpointer
-    elif not args.no_train:
-        log.warning("no spec.checkpoint.uri and no run directory: this run keeps no checkpoints")
-    files = RunFiles(args.run_dir) if args.run_dir else None
-    summaries = None
-    tb_uri = tensorboard_uri(ckpt_cfg.uri, args.run_dir)
-    if tb_uri and not args.no_train:
-        try:
-            summaries = Summaries(tb_uri)
-            log.info("TensorBoard summaries in %s", tb_uri)
-        except (StorageError, OSError, ValueError) as exc:
-            log.error("no TensorBoard summaries: %s", exc)
-
-    address = args.listen or f"[::]:{exp.spec.learner.port}"
-    server, port = await start_server(runtime, address,
-                                      server_credentials(args.tls_cert, args.tls_key))
-    log.info("serving %s on %s", exp.metadata.name,
-             address if address.startswith("unix:") else f"port {port}")
-
-    loop = asyncio.get_running_loop()
-    for signum, why in ((signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")):
-        loop.add_signal_handler(signum, runtime.finish, why)
-
-    last_metrics = 0.0
-    while not runtime.finished:
-        reason = runtime.check_budget()
-        if reason:
-            runtime.finish(reason)
-            break
-        metrics.tick()
-        status = current_status()
-        if files:
-            files.write_status(status)
-        if time.monotonic() - last_metrics >= METRICS_EVERY_S:
-            last_metrics = time.monotonic()
-            if files:
-                files.append_metrics(status)
-            if summaries and runtime.learner_steps:
-                summaries.write(metrics.env_frames, _scalars(status, metrics))
-        await asyncio.sleep(STATUS_EVERY_S if files else 0.1)
-
-    # Let actors see `finished` on their next step before the server goes away.
-    deadline = time.monotonic() + 3.0
-    while runtime.connected_actors and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    await loop.run_in_executor(None, runtime.shutdown)
-    final_failed = False
-    if checkpointer and runtime.learner_steps and runtime.train_error is None \
-            and checkpointer.conflict is None:
-        timeout = exp.spec.learner.termination_grace_period_seconds - 5
-        try:
-            path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save),
-                                          timeout)
-            log.info("final checkpoint %s", path)
-        except Exception as exc:  # the summary still gets written
-            final_failed = True
-            checkpointer.failures += 1
-            if isinstance(exc, asyncio.TimeoutError):
-                log.error("final checkpoint not published within %.0f s; the run will resume "
-                          "from %s", timeout, checkpointer.last_checkpoint or "the start")
-            else:
-                log.exception("final checkpoint failed")
-    summary = _summary(runtime, checkpointer)
-    if files:
-        files.write_status(current_status())
-        files.append_metrics(runtime.status())
-        files.write_summary(summary)
-    log.info("finished: %s", summary)
-    if summaries:
-        summaries.write(metrics.env_frames, _scalars(current_status(), metrics))
-        summaries.close()
-    if http:
-        http.stop()
-    await server.stop(grace=1.0)
-    if checkpointer and checkpointer.conflict is not None:
-        return ExitCode.CHECKPOINT_LOCATION
-    if final_failed:
-        # Preempted without a final checkpoint: fail, so that the pod is restarted and the
-        # run resumes from the previous checkpoint. Once the budget is reached the run is
-        # done either way. os._exit: a hung upload thread would hold up a normal exit.
-        code = ExitCode.FAILED if runtime.stop_reason in ("terminated", "interrupted") \
-            else ExitCode.OK
-        logging.shutdown()
-        os._exit(code)
-    return ExitCode.FAILED if runtime.train_error is not None else ExitCode.OK
-
-
 def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -250,4 +53,15 @@ def main(argv=None) -> int:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return asyncio.run(serve(exp, args))
+    # Imported here so that `--help` and config errors answer without loading TensorFlow.
+    from seedrl.learner.app import SetupError, build
+
+    try:
+        app = build(exp, args)
+    except SetupError as exc:
+        log.error("%s", exc)
+        return exc.code
+    try:
+        return app.run()
+    finally:
+        app.close()
