@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, cast
 
 import kubernetes
 
-from seedrl.common.config import GROUP, PLURAL, VERSION
+from seedrl.common.config import GROUP, PLURAL, VERSION, AgentConfig, EnvConfig
 from seedrl.common.learner_status import LearnerStatus
 
 FIELD_MANAGER = "seedrl-cli"
@@ -108,8 +108,9 @@ def status_rows(items: Sequence[Mapping[str, Any]], now: datetime.datetime | Non
                       if c.get("type") == "Valid"), None)
         if valid and valid.get("status") == "False":
             phase = f"{phase} ({valid.get('reason')})"
-        row = [meta.get("name", "?"), phase, (spec.get("agent") or {}).get("name", "vtrace"),
-               (spec.get("env") or {}).get("id", "CartPole-v1"),
+        row = [meta.get("name", "?"), phase,
+               (spec.get("agent") or {}).get("name", AgentConfig().name),
+               (spec.get("env") or {}).get("id", EnvConfig().id),
                f"{actors.get('ready', 0)}/{desired}",
                _count(learner.env_steps) if learner else "-",
                "-" if mean is None else f"{mean:.1f}",
