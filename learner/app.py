@@ -83,6 +83,8 @@ class LearnerApp:
         self.summaries: Summaries | None = None
         #: The final checkpoint could not be published.
         self.final_checkpoint_failed = False
+        #: Set once the gRPC server listens (for whoever runs the app in a thread).
+        self.serving = threading.Event()
         # The process must end at once (see run()).
         self._exit_now = False
         try:
@@ -252,6 +254,7 @@ class LearnerApp:
         server, port = await start_server(
             runtime, address, server_credentials(args.tls_cert, args.tls_key)
         )
+        self.serving.set()
         log.info(
             "serving %s on %s",
             exp.metadata.name,

@@ -38,11 +38,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_app_serves_and_trains_to_its_budget_then_leaves_its_files(tmp_path):
-    app = build(experiment(), arguments(tmp_path))
+def started(app):
+    """Runs ``app`` in a thread; returns the thread and the list its exit code goes to, once
+    the app's server listens."""
     codes = []
     runner = threading.Thread(target=lambda: codes.append(app.run()))
     runner.start()
+    assert app.serving.wait(120), "the learner never started serving"
+    return runner, codes
+
+
+def test_the_app_serves_and_trains_to_its_budget_then_leaves_its_files(tmp_path):
+    app = build(experiment(), arguments(tmp_path))
+    runner, codes = started(app)
     stream = None
     try:
         stream = Stream(f"unix:{tmp_path}/l.sock")
@@ -58,6 +66,7 @@ def test_the_app_serves_and_trains_to_its_budget_then_leaves_its_files(tmp_path)
     finally:
         if stream is not None:
             stream.close()
+        app.stop("interrupted")  # a no-op once the budget has ended the run
         runner.join(120)
         app.close()
     assert codes == [ExitCode.OK]
@@ -85,9 +94,7 @@ def test_an_unusable_checkpoint_location_stops_it_before_it_serves(tmp_path):
 
 def test_stop_ends_the_run_with_a_final_checkpoint(tmp_path):
     app = build(experiment(max_env_steps=0), arguments(tmp_path))
-    codes = []
-    runner = threading.Thread(target=lambda: codes.append(app.run()))
-    runner.start()
+    runner, codes = started(app)
     stream = Stream(f"unix:{tmp_path}/l.sock")
     try:
         stream.send(hello(num_envs=2))
@@ -95,8 +102,8 @@ def test_stop_ends_the_run_with_a_final_checkpoint(tmp_path):
         while app.runtime.learner_steps < 1:
             stream.send(step(2))
             stream.recv()
-        app.stop("terminated")
     finally:
+        app.stop("terminated")
         stream.close()
         runner.join(120)
         app.close()

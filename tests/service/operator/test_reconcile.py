@@ -237,7 +237,9 @@ def test_network_policy_admits_only_this_experiments_actors_to_grpc():
     policy = objs["NetworkPolicy"]["spec"]
     learner_labels = objs["Job"]["spec"]["template"]["metadata"]["labels"]
     actor_labels = objs["Deployment"]["spec"]["template"]["metadata"]["labels"]
-    selects = lambda sel, labels: all(labels.get(k) == v for k, v in sel.items())  # noqa: E731
+    def selects(selector, labels):
+        return all(labels.get(k) == v for k, v in selector.items())
+
     assert selects(policy["podSelector"]["matchLabels"], learner_labels)
     assert not selects(policy["podSelector"]["matchLabels"], actor_labels)
     grpc_rule, metrics_rule = policy["ingress"]
