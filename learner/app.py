@@ -27,9 +27,11 @@ import numpy as np
 
 from seedrl.common.config import ConfigError, Experiment
 from seedrl.common.exit_codes import ExitCode
+from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.metrics_http import MetricsServer, bind_address
 from seedrl.common.storage import StorageError, tensorboard_uri
+from seedrl.learner.actor_indices import ActorIndices
 from seedrl.learner.agents import build_agent
 from seedrl.learner.checkpoint import (
     Checkpointer,
@@ -38,6 +40,7 @@ from seedrl.learner.checkpoint import (
     open_checkpointer,
 )
 from seedrl.learner.devices import setup as setup_devices
+from seedrl.learner.main import SIGNAL_REASONS, exit_code, write_termination_log
 from seedrl.learner.metrics import LearnerMetrics
 from seedrl.learner.run_files import RunFiles
 from seedrl.learner.runtime import LearnerRuntime
@@ -52,6 +55,8 @@ STATUS_EVERY_S = 0.5
 METRICS_EVERY_S = 2.0
 #: Seconds the actors get to see ``finished`` before the server goes away.
 ACTORS_DRAIN_S = 3.0
+#: After resuming, how long no new actor index is granted (see learner/actor_indices.py).
+RECLAIM_SECONDS = 15.0
 
 
 class SetupError(Exception):
@@ -85,6 +90,8 @@ class LearnerApp:
         self.final_checkpoint_failed = False
         #: Set once the gRPC server listens (for whoever runs the app in a thread).
         self.serving = threading.Event()
+        #: Whether a checkpoint was found to resume from.
+        self.resumed = False
         # The process must end at once (see run()).
         self._exit_now = False
         try:
@@ -121,8 +128,13 @@ class LearnerApp:
         bind = bind_address(self.args.metrics_address, self.exp.spec.learner.metrics_port)
         if not bind:
             return None
+        # Ready once the gRPC server is up (the checkpoint is restored before it starts).
         http = MetricsServer(
-            self.metrics.registry, lambda: self.status().to_json(), host=bind[0], port=bind[1]
+            self.metrics.registry,
+            lambda: self.status().to_json(),
+            host=bind[0],
+            port=bind[1],
+            ready=lambda: self.serving.is_set() and not self.runtime.finished,
         )
         try:
             log.info("metrics on http://%s:%d/metrics, status on /status", bind[0], http.start())
@@ -156,6 +168,7 @@ class LearnerApp:
             raise SetupError(
                 ExitCode.FAILED, f"checkpoint store {uri} unavailable: {exc}"
             ) from None
+        self.resumed = bool(found)
         if found:
             log.info(
                 "will resume from learner step %d (%d env steps) in %s",
@@ -234,12 +247,12 @@ class LearnerApp:
         self.runtime.finish(reason)
 
     def run(self) -> int:
-        """Serves until the budget, a signal or a training failure; returns the exit code.
+        """Serves until the budget, a signal or a training failure; returns the exit code
+        (:func:`seedrl.learner.main.exit_code`: OK only when the Experiment is finished, STOPPED
+        when a signal stopped it after its final checkpoint).
 
-        A run stopped by a signal whose final checkpoint could not be published exits FAILED
-        at once (``os._exit``): a restart resumes from the previous checkpoint, and a hung
-        upload thread would hold up a normal exit. Once the budget is reached it exits OK
-        either way.
+        When that final checkpoint could not be published the process ends at once
+        (``os._exit``) with the code: a hung upload thread would hold up a normal exit.
         """
         code = asyncio.run(self._serve())
         if self._exit_now:
@@ -251,8 +264,14 @@ class LearnerApp:
     async def _serve(self) -> int:
         exp, args, runtime = self.exp, self.args, self.runtime
         address = args.listen or f"[::]:{exp.spec.learner.port}"
+        # Resumed: the actors that were streaming reclaim their indices before new ones are
+        # granted (their reconnect backoff is at most 10 s).
+        indices = ActorIndices(
+            limit=exp.spec.actors.replicas,
+            reclaim_seconds=RECLAIM_SECONDS if self.resumed else 0.0,
+        )
         server, port = await start_server(
-            runtime, address, server_credentials(args.tls_cert, args.tls_key)
+            runtime, address, server_credentials(args.tls_cert, args.tls_key), indices
         )
         self.serving.set()
         log.info(
@@ -262,7 +281,7 @@ class LearnerApp:
         )
         loop = asyncio.get_running_loop()
         if threading.current_thread() is threading.main_thread():  # signals reach only it
-            for signum, why in ((signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")):
+            for signum, why in zip((signal.SIGTERM, signal.SIGINT), SIGNAL_REASONS):
                 loop.add_signal_handler(signum, runtime.finish, why)
         await self._until_finished()
         # Let actors see `finished` on their next step before the server goes away.
@@ -273,14 +292,20 @@ class LearnerApp:
         await self._final_checkpoint(loop)
         self._write_final_files()
         await server.stop(grace=1.0)
-        if self.checkpointer and self.checkpointer.conflict is not None:
-            return ExitCode.CHECKPOINT_LOCATION
-        if self.final_checkpoint_failed:
-            self._exit_now = True
-            if runtime.stop_reason in ("terminated", "interrupted"):
-                return ExitCode.FAILED
-            return ExitCode.OK
-        return ExitCode.FAILED if runtime.train_error is not None else ExitCode.OK
+        code = exit_code(
+            runtime.stop_reason,
+            runtime.train_error is not None,
+            self.final_checkpoint_failed,
+            self.checkpointer is not None and self.checkpointer.conflict is not None,
+        )
+        log.info("exiting with %s", describe_exit(code))
+        if args.termination_log:
+            write_termination_log(
+                args.termination_log, dataclasses.replace(self.status(), state="finished")
+            )
+        # A hung upload thread would hold up a normal exit (see run()).
+        self._exit_now = self.final_checkpoint_failed
+        return code
 
     async def _until_finished(self) -> None:
         """Checks the budget, refreshes status, metrics and TensorBoard until the run ends."""

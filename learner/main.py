@@ -1,26 +1,33 @@
 """Learner entry point: ``python -m seedrl.learner --config experiment.yaml``.
 
-The command line and the exit code; the process itself is :class:`seedrl.learner.app.LearnerApp`.
-
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
-checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
-final checkpoint). Exits with :class:`seedrl.common.exit_codes.ExitCode`: FAILED (1) if training
-fails, BAD_CONFIG (2) on a bad Experiment and CHECKPOINT_LOCATION (4) when the checkpoint location
-cannot be used (unreadable, or another learner publishes there): restarting would fail the same
-way.
+checkpoints and a summary. Exit codes (:class:`seedrl.common.exit_codes.ExitCode`): 0 only when
+the Experiment is finished (budget or target return reached); 75 (STOPPED) when SIGTERM or
+SIGINT stopped it earlier and the final checkpoint is written, so that it is run again; 1 if
+training fails or that final checkpoint could not be written; 2 on a bad Experiment and 4 when
+the checkpoint location cannot be used (unreadable, or another learner publishes there):
+restarting would fail the same way.
+
+The command line, the exit code and the termination message; the process itself is
+:class:`seedrl.learner.app.LearnerApp`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 
 from seedrl.common.config import ConfigError, load_experiment
 from seedrl.common.exit_codes import ExitCode
+from seedrl.common.learner_status import LearnerStatus
 
 log = logging.getLogger("learner")
+
+#: Why the learner stopped early when a signal stopped it (``runtime.stop_reason``).
+SIGNAL_REASONS = ("terminated", "interrupted")
 
 
 def parse_args(argv):
@@ -34,12 +41,60 @@ def parse_args(argv):
                    help="serve inference only (throughput measurements)")
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--termination-log",
+                   help="write the final status here as JSON on the way out (a pod's "
+                        "terminationMessagePath: the operator reads it once the learner is "
+                        "gone)")
     p.add_argument("--metrics-address",
                    help="host:port of the HTTP endpoint with /metrics (Prometheus), /status "
                         "and /healthz (default 0.0.0.0:spec.learner.metricsPort); 'off' "
                         "serves none")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
+
+
+#: The most a kubelet keeps of a termination message.
+TERMINATION_LOG_BYTES = 4096
+#: The fields of the final status the termination message keeps (what the operator reports).
+TERMINATION_FIELDS = ("state", "experiment", "run_id", "env_steps", "learner_steps",
+                      "episodes", "mean_return", "return_window", "elapsed", "eval_episodes",
+                      "eval_mean_return", "stop_reason", "last_checkpoint")
+
+
+def write_termination_log(path: str, status: LearnerStatus) -> None:
+    """Writes the final status as compact JSON (:meth:`LearnerStatus.to_json`, the fields
+    the operator reports), within the kubelet's 4096 bytes: what the operator reads once the
+    learner pod has stopped and its /status is gone."""
+    data = status.to_json()
+    final = {k: data[k] for k in TERMINATION_FIELDS if k in data}
+    text = json.dumps(final, separators=(",", ":"), default=str)
+    if len(text.encode()) > TERMINATION_LOG_BYTES:
+        final.pop("last_checkpoint", None)
+        text = json.dumps(final, separators=(",", ":"), default=str)
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        log.warning("cannot write the termination log %s: %s", path, exc)
+
+
+def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_failed: bool,
+              checkpoint_conflict: bool) -> ExitCode:
+    """The learner's exit code once it has stopped.
+
+    0 only when the Experiment is finished (a budget or the target return was reached): a
+    learner stopped by a signal exits STOPPED, so that a drained, preempted or suspended pod is
+    run again instead of ending the run. A stop whose final checkpoint failed is a crash (the
+    run resumes from the previous checkpoint, counted against the restart limit), unless the
+    budget was reached anyway.
+    """
+    if checkpoint_conflict:
+        return ExitCode.CHECKPOINT_LOCATION
+    if train_failed:
+        return ExitCode.FAILED
+    if stop_reason in SIGNAL_REASONS or stop_reason is None:
+        return ExitCode.FAILED if final_checkpoint_failed else ExitCode.STOPPED
+    return ExitCode.OK
 
 
 def main(argv=None) -> int:
@@ -60,8 +115,8 @@ def main(argv=None) -> int:
         app = build(exp, args)
     except SetupError as exc:
         log.error("%s", exc)
-        return exc.code
+        return int(exc.code)
     try:
-        return app.run()
+        return int(app.run())
     finally:
         app.close()

@@ -23,10 +23,12 @@ from seedrl.service.cost.prices import (
 )
 from seedrl.service.cost.pricing import CostReport, RoleCost, compute_cost, hourly, price_pods
 from seedrl.service.cost.records import (
+    KEEP_GONE_RECORDS,
     ROLES,
     PodRecord,
     Resources,
     StoredRecord,
+    compact_records,
     local_records,
     machine_of,
     merge_records,
@@ -44,6 +46,8 @@ from seedrl.service.cost.report import (
 )
 
 __all__ = [
+    "KEEP_GONE_RECORDS",
+    "compact_records",
     "PRICES_ENV",
     "PRICES_FILE",
     "ROLES",

@@ -19,6 +19,7 @@ from seedrl.service.cost.records import (
     ROLES,
     PodRecord,
     Resources,
+    compact_records,
     merge_records,
     pod_record,
     record_from_dict,
@@ -140,10 +141,10 @@ def compute_cost(
             raise ValueError(
                 f"pod {rec.name}: role must be one of {', '.join(ROLES)}, got {rec.role!r}"
             )
-        hours = union_seconds(rec.intervals, now) / _SECONDS_PER_HOUR
+        hours = (union_seconds(rec.intervals, now) + rec.seconds) / _SECONDS_PER_HOUR
         r = rec.resources
         row = acc[rec.role]
-        row[0] += 1
+        row[0] += rec.pods
         row[1] += hours
         row[2] += hours * r.cpu * prices.cpu.get(rec.spot)
         row[3] += hours * r.memory_gib * prices.memory.get(rec.spot)
@@ -195,8 +196,10 @@ def price_pods(
       ``status.cost``; :meth:`seedrl.service.metrics.CostGauges.update` takes the report).
     """
     now = dt.datetime.now(dt.timezone.utc).timestamp() if now is None else now
-    records = merge_records(
-        (record_from_dict(r) for r in previous), (pod_record(p) for p in pods), now=now
+    current = [pod_record(p) for p in pods]
+    records = compact_records(
+        merge_records((record_from_dict(r) for r in previous), current, now=now),
+        (r.name for r in current),
     )
     report = compute_cost(
         records, prices, env_frames=env_frames, now=now, description=describe_records(records, now)

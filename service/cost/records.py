@@ -87,6 +87,8 @@ class StoredRecord:
         doc="[start, end] in Unix seconds of each interval the pod ran; end null while it runs.",
         factory=list,
     )
+    pods: int = param(1, "Pods a compacted record stands for.", ge=0)
+    seconds: float = param(0.0, "Their summed running time.", ge=0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +104,17 @@ class PodRecord:
     spot: bool
     intervals: tuple[tuple[float, float | None], ...]
 
+    #: A compacted record (:func:`compact_records`) stands for this many pods that are gone...
+    pods: int = 1
+    #: ...which ran this many seconds together (besides ``intervals``).
+    seconds: float = 0.0
+
     def to_dict(self) -> dict:
-        """Plain data (for status fields and cost.json); :func:`record_from_dict` reverses it."""
+        """Plain data (for status fields and cost.json); :func:`record_from_dict` reverses it.
+        A record of one pod leaves out ``pods`` and ``seconds`` (the stored history stays
+        small)."""
         r = self.resources
-        return to_document(
+        out = to_document(
             StoredRecord(
                 name=self.name,
                 role=self.role,
@@ -116,8 +125,13 @@ class PodRecord:
                 accelerator_type=r.accelerator_type,
                 accelerator_count=r.accelerator_count,
                 intervals=[[s, e] for s, e in self.intervals],
+                pods=self.pods,
+                seconds=self.seconds,
             )
         )
+        if self.pods == 1 and not self.seconds:
+            del out["pods"], out["seconds"]
+        return out
 
 
 def record_from_dict(data: Mapping[str, Any]) -> PodRecord:
@@ -143,7 +157,70 @@ def record_from_dict(data: Mapping[str, Any]) -> PodRecord:
             for s, e, *_ in doc.intervals
             if s is not None
         ),
+        pods=doc.pods,
+        seconds=doc.seconds,
     )
+
+
+#: Records of pods that are gone kept one by one (the most recent); older ones are folded into
+#: one record per role and machine (:func:`compact_records`), so that the stored history stays
+#: bounded however many pods an Experiment goes through (an Experiment object is limited to
+#: 1.5 MiB by etcd).
+KEEP_GONE_RECORDS = 50
+#: Name prefix of a compacted record.
+COMPACTED = "gone:"
+
+
+def compact_records(
+    records: Sequence[PodRecord], listed: Iterable[str], keep: int = KEEP_GONE_RECORDS
+) -> list[PodRecord]:
+    """Folds the records of pods that are gone into one record per role, Spot and machine:
+    the pods' count and summed running time, which price the same.
+
+    A record is folded only when its pod is no longer listed (``listed``: the names of the pods
+    seen now; a listed pod's record is rewritten at every observation) and every interval of
+    it is closed; the ``keep`` most recently ended ones stay as they are.
+    """
+    listed = set(listed)
+    gone = [
+        r
+        for r in records
+        if not r.name.startswith(COMPACTED)
+        and r.name not in listed
+        and r.intervals
+        and all(e is not None for _, e in r.intervals)
+    ]
+    gone.sort(key=lambda r: max(e or 0.0 for _, e in r.intervals), reverse=True)
+    fold = {id(r) for r in gone[keep:]}
+    if not fold:
+        return list(records)
+    out: list[PodRecord] = []
+    folded: dict[str, PodRecord] = {}
+    for rec in records:
+        if id(rec) not in fold and not rec.name.startswith(COMPACTED):
+            out.append(rec)
+            continue
+        res = rec.resources
+        key = (
+            f"{COMPACTED}{rec.role}:{'spot' if rec.spot else 'on-demand'}:{res.cpu:g}:"
+            f"{res.memory_gib:g}:{res.accelerator or ''}:{res.accelerator_type}:"
+            f"{res.accelerator_count}"
+        )
+        seconds = rec.seconds + union_seconds(rec.intervals, 0.0)
+        pods = rec.pods
+        if key in folded:
+            seconds += folded[key].seconds
+            pods += folded[key].pods
+        folded[key] = PodRecord(
+            name=key,
+            role=rec.role,
+            resources=res,
+            spot=rec.spot,
+            intervals=(),
+            pods=pods,
+            seconds=seconds,
+        )
+    return out + list(folded.values())
 
 
 def merge_records(

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from seedrl.common.config import param
 from seedrl.common.schema import dataclass_schema, without_defaults
-from seedrl.service.cost.records import ROLES, PodRecord, StoredRecord, union_seconds
+from seedrl.service.cost.records import COMPACTED, ROLES, PodRecord, StoredRecord, union_seconds
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -87,10 +87,11 @@ def describe_records(records: Sequence[PodRecord], now: float) -> str:
         if not recs:
             continue
         machines = sorted({r.resources.describe() + (" spot" if r.spot else "") for r in recs})
-        seconds = sum(union_seconds(r.intervals, now) for r in recs)
-        names = {r.name.split("@")[0] for r in recs}
+        seconds = sum(union_seconds(r.intervals, now) + r.seconds for r in recs)
+        names = {r.name.split("@")[0] for r in recs if not r.name.startswith(COMPACTED)}
+        count = len(names) + sum(r.pods for r in recs if r.name.startswith(COMPACTED))
         label = "learner" if role == "learner" else "actors"
-        parts.append(f"{label} {len(names)} x {' + '.join(machines)} {format_duration(seconds)}")
+        parts.append(f"{label} {count} x {' + '.join(machines)} {format_duration(seconds)}")
     return ", ".join(parts)
 
 
