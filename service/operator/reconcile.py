@@ -593,9 +593,9 @@ def failure_reason(failed: Mapping[str, Any],
     if not ended:
         return reason, message
     term, pod = max(ended, key=lambda tp: tp[0].get("finishedAt") or "")
-    code = term.get("exitCode")
+    code: Any = term.get("exitCode")
     try:
-        known = ExitCode(int(code))
+        known = ExitCode(code)
     except (ValueError, TypeError):
         known = None
     if term.get("reason") == "OOMKilled":
