@@ -4,7 +4,6 @@ before it serves, with that exit code and nothing left running."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import threading
@@ -16,6 +15,7 @@ from seedrl.common.config import parse_experiment
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.learner.app import SetupError, build
+from seedrl.learner.main import parse_args
 from support.learner_harness import Stream, hello, step
 
 
@@ -27,9 +27,10 @@ def experiment(max_env_steps=300):
 
 
 def arguments(tmp_path, metrics_address="off"):
-    return argparse.Namespace(run_dir=str(tmp_path / "run"), listen=f"unix:{tmp_path}/l.sock",
-                              no_train=False, tls_cert=None, tls_key=None,
-                              metrics_address=metrics_address)
+    """The learner's own command line (the config file is not read: build() takes exp)."""
+    return parse_args(["--config", "unused.yaml", "--run-dir", str(tmp_path / "run"),
+                       "--listen", f"unix:{tmp_path}/l.sock", "--metrics-address",
+                       metrics_address, "--termination-log", str(tmp_path / "termination")])
 
 
 def free_port() -> int:
@@ -77,6 +78,8 @@ def test_the_app_serves_and_trains_to_its_budget_then_leaves_its_files(tmp_path)
     assert status.state == "finished" and status.env_steps == summary["env_steps"]
     assert status.last_checkpoint and status.learner_steps == summary["learner_steps"] >= 1
     assert app.status().last_checkpoint == status.last_checkpoint
+    final = LearnerStatus.from_json((tmp_path / "termination").read_text())  # for the operator
+    assert final.state == "finished" and final.stop_reason == "max_env_steps"
 
 
 def test_an_unusable_checkpoint_location_stops_it_before_it_serves(tmp_path):
