@@ -61,8 +61,8 @@ def overview_rows() -> list[Row]:
             ('count by (phase) (seedrl_experiment_phase{%s} == 1)' % EXP, "{{phase}}")],
             kind="stat", width=6, description="From the operator (or seedrl train)."),
         Panel("Env frames per second", [
-            (f"sum by (experiment) (rate(seedrl_learner_env_frames_total{{{EXP}}}[{RATE}]))",
-             "{{experiment}}")], width=9),
+            (f"sum by (experiment) (rate(seedrl_learner_env_frames_total"
+             f"{{{EXP}}}[{RATE}]))", "{{experiment}}")], width=9),
         Panel("Mean return", [
             (f"max by (experiment) (seedrl_learner_mean_return{{{EXP}}})", "{{experiment}}")],
             width=9, description="Mean of the last returnWindow training episodes."),
@@ -70,8 +70,8 @@ def overview_rows() -> list[Row]:
             ('max by (experiment) (seedrl_experiment_cost_usd{%s, role="total"})' % EXP,
              "{{experiment}}")], unit="currencyUSD", width=8),
         Panel("USD per million frames", [
-            (f"max by (experiment) (seedrl_experiment_cost_usd_per_million_frames{{{EXP}}})",
-             "{{experiment}}")], unit="currencyUSD", width=8),
+            (f"max by (experiment) (seedrl_experiment_cost_usd_per_million_frames"
+             f"{{{EXP}}})", "{{experiment}}")], unit="currencyUSD", width=8),
         Panel("Connected actor streams", [
             (f"sum by (experiment) (seedrl_learner_connected_actors{{{EXP}}})",
              "{{experiment}}")], width=8),
@@ -95,7 +95,8 @@ def experiment_rows() -> list[Row]:
         Row("Inference", [
             Panel("Inference batch size (env steps)", [
                 (_quantile(0.5, "seedrl_learner_inference_batch_size"), "p50"),
-                (f"sum(rate(seedrl_learner_inference_batch_size_sum{{{EXP}}}[{RATE}])) / "
+                (f"sum(rate(seedrl_learner_inference_batch_size_sum{{{EXP}}}[{RATE}]))"
+                 " / "
                  f"sum(rate(seedrl_learner_inference_batch_size_count{{{EXP}}}[{RATE}]))",
                  "mean")]),
             Panel("Inference latency", [
@@ -109,7 +110,8 @@ def experiment_rows() -> list[Row]:
                 (_quantile(0.5, "seedrl_learner_episode_return", "kind"), "median, {{kind}}")]),
             Panel("Episode length (steps)", [
                 (f"sum by (kind) (rate(seedrl_learner_episode_length_steps_sum{{{EXP}}}"
-                 f"[{RATE}])) / sum by (kind) (rate(seedrl_learner_episode_length_steps_count"
+                 f"[{RATE}])) / "
+                 "sum by (kind) (rate(seedrl_learner_episode_length_steps_count"
                  f"{{{EXP}}}[{RATE}]))", "mean, {{kind}}")]),
             Panel("Episodes per second", [
                 (f"sum by (kind) (rate(seedrl_learner_episodes_total{{{EXP}}}[{RATE}]))",
