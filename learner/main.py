@@ -2,9 +2,14 @@
 
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
 checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
-final checkpoint). Exits 1 if training fails, 2 on a bad Experiment and 4 when the checkpoint
-location cannot be used (unreadable, or another learner publishes there): restarting would
-fail the same way.
+final checkpoint). Exits 1 if training fails (after a final checkpoint too, when the variables
+are sound), 2 on a bad Experiment or env spec and 4 when the checkpoint location cannot be used
+(unreadable, another learner publishes there, or its checkpoints were trained on another env
+spec): restarting would fail the same way.
+
+The env spec comes from ``--env-spec`` (the launcher derives it from the Experiment by making
+the env once), else from the checkpoint being resumed; the agent is built and restored before
+the first actor is served, and every actor's Hello is checked against it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ def parse_args(argv):
                                      "checkpoints")
     p.add_argument("--listen", help="address to serve: host:port or unix:PATH "
                                     "(default [::]:spec.learner.port)")
+    p.add_argument("--env-spec",
+                   help="JSON env spec derived from the Experiment (python -m seedrl.actors "
+                        "--env-spec-out FILE): the agent is built for it before serving and "
+                        "every actor's hello must match it; without it, the checkpoint's, "
+                        "else the first actor naming spec.env.id decides")
     p.add_argument("--no-train", action="store_true",
                    help="serve inference only (throughput measurements)")
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
@@ -62,6 +72,8 @@ def _summary(runtime, checkpointer) -> dict:
         "mean_return_100": None if math.isnan(mean) else mean,
         "return_window": len(runtime.returns),
         "stop_reason": runtime.stop_reason,
+        "skipped_updates": runtime.skipped_updates,
+        "refused_streams": runtime.refused_streams,
         **(checkpointer.status() if checkpointer else {"last_checkpoint": None}),
         **({"eval_episodes": runtime.eval_episodes,
             "eval_mean_return_100": float(np.mean(runtime.eval_returns))}
@@ -94,7 +106,7 @@ async def serve(exp, args) -> int:
     from seedrl.learner.run_files import RunFiles
     from seedrl.common.storage import tensorboard_uri
     from seedrl.learner.tensorboard import Summaries
-    from learner.runtime import LearnerRuntime
+    from seedrl.learner.runtime import LearnerRuntime
     from seedrl.learner.server import server_credentials, start_server
 
     try:
@@ -152,6 +164,9 @@ async def serve(exp, args) -> int:
         metrics.checkpointer = checkpointer
     elif not args.no_train:
         log.warning("no spec.checkpoint.uri and no run directory: this run keeps no checkpoints")
+    code = await _build_agent_before_serving(exp, args, runtime, checkpointer)
+    if code:
+        return code
     files = RunFiles(args.run_dir) if args.run_dir else None
     summaries = None
     tb_uri = tensorboard_uri(ckpt_cfg.uri, args.run_dir)
@@ -196,8 +211,9 @@ async def serve(exp, args) -> int:
         await asyncio.sleep(0.05)
     await loop.run_in_executor(None, runtime.shutdown)
     final_failed = False
-    if checkpointer and runtime.learner_steps and runtime.train_error is None \
-            and checkpointer.conflict is None:
+    # After a training failure too: the variables are those of the last good step (a
+    # checkpoint of non-finite ones is refused, and the previous one stays the newest).
+    if checkpointer and runtime.learner_steps and checkpointer.conflict is None:
         timeout = exp.spec.learner.termination_grace_period_seconds - 5
         try:
             path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save),
@@ -234,6 +250,41 @@ async def serve(exp, args) -> int:
         logging.shutdown()
         os._exit(code)
     return 1 if runtime.train_error is not None else 0
+
+
+async def _build_agent_before_serving(exp, args, runtime, checkpointer) -> int:
+    """Builds (and restores) the agent for the env spec of ``--env-spec`` or the checkpoint;
+    returns an exit code, 0 when serving may start."""
+    from seedrl.common.wire import EnvSpec, WireError
+    from seedrl.learner.checkpoint import CheckpointError
+
+    spec = None
+    if args.env_spec:
+        try:
+            spec = EnvSpec.read(args.env_spec)
+        except (OSError, WireError) as exc:
+            log.error("--env-spec %s: %s", args.env_spec, exc)
+            return 2
+        if spec.env_id != exp.spec.env.id:
+            log.error("--env-spec %s describes %r, but spec.env.id is %r", args.env_spec,
+                      spec.env_id, exp.spec.env.id)
+            return 2
+    elif checkpointer is not None and checkpointer.env_spec is not None:
+        spec = checkpointer.env_spec
+        log.info("env spec from the checkpoint: %s", spec.describe())
+    else:
+        log.warning("no --env-spec and no checkpoint to resume: the first actor naming %s "
+                    "decides the env spec", exp.spec.env.id)
+        return 0
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, runtime.build, spec)
+    except CheckpointError as exc:
+        log.error("cannot resume: %s", exc)
+        return EXIT_CHECKPOINT
+    except ValueError as exc:
+        log.error("cannot build the agent for %s: %s", spec.describe(), exc)
+        return 2
+    return 0
 
 
 def main(argv=None) -> int:

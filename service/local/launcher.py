@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import yaml
 
+from seedrl.common import finite_json
 from seedrl.common.config import Experiment, dump_experiment, to_document
 from seedrl.common.storage import (
     CHECKPOINT_MANIFEST,
@@ -164,7 +165,7 @@ def write_prometheus_targets(run_dir: str, experiment: str, ports: list[int]) ->
     path = os.path.join(run_dir, PROMETHEUS_TARGETS)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(groups, fh, indent=1)
+        finite_json.dump(groups, fh, indent=1)
     os.replace(tmp, path)
     return path
 
@@ -270,7 +271,7 @@ class LocalRun:
                        "learner_exit_code": self.learner.poll(),
                        "log": self.learner.log_path}
             with open(summary_path, "w", encoding="utf-8") as fh:
-                json.dump(summary, fh, indent=1)
+                finite_json.dump(summary, fh, indent=1)
         if self.cost:
             self.cost_status = self.cost.update([self.learner, *self.actors],
                                                 summary.get("env_steps", env_steps),

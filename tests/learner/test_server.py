@@ -9,7 +9,7 @@ import pytest
 from seedrl.common import seedrl_pb2
 from seedrl.common.wire import EnvSpec, decode_array
 
-from support.learner_harness import Stream, hello, step
+from support.learner_harness import CARTPOLE, Stream, hello, start_learner, step, stop_learner
 
 
 def connect(learner, **kw):
@@ -46,7 +46,8 @@ def test_the_hello_carries_the_actor_index_to_the_stream(learner):
     s = connect(learner, actor_id="seventh", actor_index=7)
     s.send(step(2))
     actions_of(s.recv())
-    (stream,) = [st for st in learner.runtime._streams.values() if st.actor_id == "seventh"]
+    (stream,) = [st for st in learner.runtime._streams.values()
+                 if st is not None and st.actor_id == "seventh"]
     assert stream.actor_index == 7
     s.close()
 
@@ -105,8 +106,16 @@ def test_a_malformed_message_fails_only_its_own_stream(learner, case):
     ({"version": 99}, grpc.StatusCode.FAILED_PRECONDITION, "protocol version 99"),
     ({"experiment": "other"}, grpc.StatusCode.FAILED_PRECONDITION, "serves experiment"),
     ({"num_envs": 0}, grpc.StatusCode.INVALID_ARGUMENT, "num_envs"),
+    ({"num_envs": 4097}, grpc.StatusCode.INVALID_ARGUMENT, "spec.learner.maxEnvsPerActor"),
+    ({"num_envs": 2 ** 32 - 1}, grpc.StatusCode.INVALID_ARGUMENT, "got 4294967295"),
     ({"spec": EnvSpec("X", "float32", (4,), "float32", (2, 3), 0)},
-     grpc.StatusCode.FAILED_PRECONDITION, "must be a vector"),
+     grpc.StatusCode.FAILED_PRECONDITION, "env_id: learner has 'CartPole-v1', actor has 'X'"),
+    ({"spec": EnvSpec("CartPole-v1", "float32", (2 ** 40,), "int32", (), 2)},
+     grpc.StatusCode.FAILED_PRECONDITION, "observation_shape"),
+    ({"spec": EnvSpec("CartPole-v1", "float32", (1,) * 9, "int32", (), 2)},
+     grpc.StatusCode.INVALID_ARGUMENT, "at most 8 dimensions"),
+    ({"actor_id": ""}, grpc.StatusCode.INVALID_ARGUMENT, "hello.actor_id"),
+    ({"actor_id": "x" * 257}, grpc.StatusCode.INVALID_ARGUMENT, "hello.actor_id"),
 ])
 def test_bad_handshakes_are_refused_with_a_reason(learner, kwargs, code, reason):
     s = Stream(learner.address)
@@ -116,6 +125,42 @@ def test_bad_handshakes_are_refused_with_a_reason(learner, kwargs, code, reason)
     assert err.value.code() == code
     assert reason in err.value.details()
     s.close()
+    # Counted in the status with the reason, and nothing was kept for the refused stream.
+    status = learner.runtime.status()
+    assert status["refused_streams"] == 1
+    assert reason in status["last_refusal"]["reason"]
+    assert status["actors"] == 0
+
+
+def test_the_agent_is_built_before_any_actor_says_hello(learner):
+    assert learner.runtime.agent is not None
+    assert learner.runtime.env_spec == CARTPOLE
+    assert learner.runtime.status()["state"] == "waiting_for_actors"
+
+
+def test_without_a_spec_the_first_hello_naming_the_experiments_env_decides(tmp_path):
+    running = start_learner(f"unix:{tmp_path}/fallback.sock", env_spec=None)
+    try:
+        for spec, reason in [
+                (EnvSpec("Pong", "float32", (4,), "int32", (), 2), "env_id: learner has"),
+                (EnvSpec("CartPole-v1", "float32", (4,), "float32", (2, 3), 0),
+                 "must be a vector"),
+                (EnvSpec("CartPole-v1", "float32", (2 ** 40,), "int32", (), 2),
+                 "exceeds the 67108864-byte message limit")]:
+            s = Stream(running.address)
+            s.send(hello(spec=spec))
+            with pytest.raises(grpc.RpcError) as err:
+                s.recv()
+            assert reason in err.value.details()
+            s.close()
+        assert running.runtime.agent is None
+        s = Stream(running.address)
+        s.send(hello())
+        assert s.recv().WhichOneof("kind") == "welcome"
+        assert running.runtime.env_spec == CARTPOLE
+        s.close()
+    finally:
+        stop_learner(running)
 
 
 def test_an_actor_with_a_different_env_spec_is_refused(learner):

@@ -13,7 +13,7 @@ from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.config import parse_experiment
 from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec, encode_array
 from seedrl.learner.agents import build_agent
-from learner.runtime import LearnerRuntime
+from seedrl.learner.runtime import LearnerRuntime
 from seedrl.learner.server import start_server
 
 CARTPOLE = EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2)
@@ -36,9 +36,12 @@ class RunningLearner:
         self.server = server
 
 
-def start_learner(address: str, credentials=None) -> RunningLearner:
-    """Starts a learner for a small V-trace experiment (training on) on ``address``."""
-    runtime = LearnerRuntime(small_experiment(), build_agent, train=True)
+def start_learner(address: str, credentials=None, env_spec: EnvSpec | None = CARTPOLE,
+                  experiment=None) -> RunningLearner:
+    """Starts a learner for a small V-trace experiment (training on) on ``address``, with its
+    agent built for ``env_spec`` before serving (None: the first hello decides)."""
+    runtime = LearnerRuntime(experiment or small_experiment(), build_agent, train=True,
+                             env_spec=env_spec)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
