@@ -3,6 +3,10 @@
 Steps ``spec.actors.envsPerActor`` environments and streams them to the learner until it says
 the run is finished (exit 0). Exits 2 on a bad Experiment or environment, 3 if the learner
 refuses this actor, and 0 on SIGTERM/SIGINT.
+
+``--env-spec-out FILE`` instead makes one environment, writes its wire spec as JSON and exits
+(0, or 2 with the reason when the env cannot be made): the learner serves that spec, derived
+from the Experiment by the very code the actors step with.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ log = logging.getLogger("actors")
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="actors", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="the Experiment YAML file")
-    p.add_argument("--learner", required=True, help="learner address: host:port or unix:PATH")
+    p.add_argument("--learner", help="learner address: host:port or unix:PATH (required "
+                                      "unless --env-spec-out)")
+    p.add_argument("--env-spec-out", metavar="FILE",
+                   help="make one env, write its spec as JSON to FILE ('-': stdout) and exit")
     p.add_argument("--index", type=_index, default=0,
                    help="this actor's index among the replicas, or 'auto' to derive it from "
                         "the pod name (a Deployment's pods have no ordinal)")
@@ -37,7 +44,10 @@ def parse_args(argv):
                    help="host:port of the HTTP endpoint with /metrics and /healthz (default "
                         "0.0.0.0:spec.actors.metricsPort); 'off' serves none")
     p.add_argument("--log-level", default="INFO")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.learner and not args.env_spec_out:
+        p.error("--learner is required (unless --env-spec-out)")
+    return args
 
 
 def _index(text: str) -> int | str:
@@ -142,6 +152,29 @@ def serve_metrics(args, exp, clients):
     return http
 
 
+def write_env_spec(exp, path: str) -> int:
+    """Writes the env spec of ``spec.env`` as JSON to ``path`` ('-': stdout); returns the exit
+    code (2, with the reason on stderr, when the env cannot be made)."""
+    import json
+
+    from seedrl.actors.envs import probe_spec
+
+    try:
+        spec = probe_spec(exp.spec.env)
+    except ValueError as exc:
+        print(f"cannot make environments: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(spec.to_json(), sort_keys=True) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    return 0
+
+
 def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -150,6 +183,8 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return 2
+    if args.env_spec_out:
+        return write_env_spec(exp, args.env_spec_out)
     if args.index == "auto":
         args.index = auto_index(os.environ.get("POD_NAME") or socket.gethostname(),
                                 exp.spec.actors.replicas)

@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check an Experiment and print it resolved")
     with_overrides(validate)
+    validate.add_argument("--no-env-check", action="store_true",
+                          help="skip making one env of spec.env (to check that its id is "
+                               "registered, after spec.env.imports): for a machine without "
+                               "the env's packages")
     cost_cli.add_parser(sub)
 
     def with_cluster(sp):
@@ -80,12 +84,39 @@ def _load(args):
 
 
 def cmd_validate(args) -> int:
-    """Prints the resolved Experiment, or the problems with it."""
+    """Prints the resolved Experiment, or the problems with it; then checks that spec.env can
+    be made here (its id registered after spec.env.imports) and says so."""
     exp = _load(args)
     if exp is None:
         return EXIT_BAD_CONFIG
     sys.stdout.write(dump_experiment(exp))
+    if args.no_env_check:
+        return EXIT_OK
+    problem, spec = check_env(exp)
+    if problem:
+        print(f"error: invalid experiment {args.file}:\n  {problem}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    print(f"spec.env.id: {exp.spec.env.id} is registered: {spec.describe()}", file=sys.stderr)
     return EXIT_OK
+
+
+def check_env(exp):
+    """Makes one env of ``spec.env`` with the actors' own code, in a child process (the CLI
+    does not import the actors); returns (None, its EnvSpec) or (the reason, None)."""
+    import os
+    import tempfile
+
+    from seedrl.common.wire import EnvSpec
+    from seedrl.service.local.launcher import derive_env_spec
+    from seedrl.service.local.processes import child_env
+
+    with tempfile.TemporaryDirectory(prefix="seedrl-validate-") as tmp:
+        config = os.path.join(tmp, "config.yaml")
+        with open(config, "w", encoding="utf-8") as fh:
+            fh.write(dump_experiment(exp))
+        out = os.path.join(tmp, "env_spec.json")
+        problem = derive_env_spec(config, out, child_env())
+        return (problem, None) if problem else (None, EnvSpec.read(out))
 
 
 def cmd_train(args) -> int:
@@ -135,6 +166,9 @@ def cmd_train(args) -> int:
     if reason == "learner_failed":
         print(f"error: the learner failed (exit code {summary.get('learner_exit_code')}); "
               f"see {summary.get('log')}", file=sys.stderr)
+        return EXIT_FAILED
+    if reason == "no_progress":
+        print(f"error: {summary.get('error')} (logs in {run_dir})", file=sys.stderr)
         return EXIT_FAILED
     mean = summary.get("mean_return_100")
     mean_text = "n/a" if mean is None else f"{mean:.1f}"
