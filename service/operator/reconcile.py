@@ -454,6 +454,11 @@ class LearnerStatus:
     actors: int = 0
     last_checkpoint: Optional[str] = None
     stop_reason: Optional[str] = None
+    #: Seconds since an env step last arrived (None from a learner that does not say).
+    seconds_without_env_steps: Optional[float] = None
+    #: Actor streams the learner refused for what they sent, and the latest reason.
+    refused_streams: int = 0
+    last_refusal: Optional[str] = None
 
 
 LEARNER_STATES = ("waiting_for_actors", "running", "finished")
@@ -501,12 +506,20 @@ def parse_learner_status(text: str | bytes) -> LearnerStatus:
             raise ValueError(f"learner status: {key} must be a string or null, got {value!r}")
         return value
 
+    refusal = data.get("last_refusal")
+    if refusal is not None and not (isinstance(refusal, dict)
+                                    and isinstance(refusal.get("reason"), str)):
+        raise ValueError(f"learner status: last_refusal must be an object with a reason, got "
+                         f"{refusal!r}")
     return LearnerStatus(state=state, env_steps=count("env_steps"),
                          learner_steps=count("learner_steps"), episodes=count("episodes"),
                          mean_return=number("mean_return"),
                          eval_mean_return=number("eval_mean_return"), actors=count("actors"),
                          last_checkpoint=text_or_none("last_checkpoint"),
-                         stop_reason=text_or_none("stop_reason"))
+                         stop_reason=text_or_none("stop_reason"),
+                         seconds_without_env_steps=number("seconds_without_env_steps"),
+                         refused_streams=count("refused_streams"),
+                         last_refusal=refusal["reason"][:500] if refusal else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -648,7 +661,18 @@ def compute_status(exp: Experiment, *, generation: int | None,
                       "AllReady" if actors_ok else "NotAllReady",
                       f"{ready_actors} of {desired} actor pods ready.", generation, now)
 
-    if learner is not None and learner.state == "running":
+    idle = learner.seconds_without_env_steps if learner is not None else None
+    limit = exp.spec.budget.no_progress_seconds
+    if (learner is not None and learner.state != "finished" and limit and idle is not None
+            and idle >= limit):
+        # The same condition `seedrl train` fails a local run on (spec.budget.noProgressSeconds).
+        refused = (f" {learner.refused_streams} actor stream(s) refused, the last: "
+                   f"{learner.last_refusal}" if learner.refused_streams else
+                   " No actor stream was refused: are the actor pods running?")
+        set_condition(conditions, "Progressing", False, "NoProgress",
+                      f"No env steps for {idle:.0f} s (spec.budget.noProgressSeconds = "
+                      f"{limit:g}).{refused}", generation, now)
+    elif learner is not None and learner.state == "running":
         set_condition(conditions, "Progressing", True, "Training",
                       f"{learner.env_steps} env steps, {learner.learner_steps} learner steps "
                       f"with {learner.actors} actor stream(s).", generation, now)
