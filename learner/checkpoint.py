@@ -116,8 +116,8 @@ class NonFiniteVariables(CheckpointError):
 
 
 def non_finite_variables(objects: dict[str, object]) -> list[str]:
-    """Names of the floating variables of ``objects`` (as :func:`trackables` returns them)
-    that hold NaN or infinity."""
+    """Names of the floating variables of ``objects`` (an agent's checkpointables: Keras
+    layers, optimizers, modules, variables) that hold NaN or infinity."""
     bad = []
     for name, obj in objects.items():
         if isinstance(obj, tf.Variable):
@@ -125,8 +125,10 @@ def non_finite_variables(objects: dict[str, object]) -> list[str]:
         else:
             variables = list(getattr(obj, "variables", None) or [])
         for v in variables:
-            if v.dtype.is_floating and not bool(tf.reduce_all(tf.math.is_finite(v))):
-                bad.append(f"{name}/{v.name}")
+            # Keras 3 variables name their dtype as a string.
+            if tf.as_dtype(v.dtype).is_floating and \
+                    not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v)))):
+                bad.append(f"{name}/{getattr(v, 'path', None) or v.name}")
     return bad
 
 
@@ -348,8 +350,8 @@ class Checkpointer:
                 "; ".join(self.env_spec.differences(self.runtime.env_spec, "checkpoint",
                                                     "this run")))
         self._agent = agent
-        self._objects = trackables(agent)
-        self._checkpoint = tf.train.Checkpoint(**self._objects, **self._counters)
+        self._objects = agent.checkpointables()
+        self._checkpoint = tf.train.Checkpoint(**trackables(agent), **self._counters)
         got, self._resume_from = self._resume_from, None
         if got is None:
             return
