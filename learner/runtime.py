@@ -334,6 +334,9 @@ class LearnerRuntime:
         state = [np.concatenate(parts) for parts in zip(*states_before)] if states_before[0] \
             else []
         outputs, new_state = agent.inference(observations, state)
+        # Before the unrolls store them: a stored action outside the space would fail the
+        # training step that reads it, as surely as a sent one would fail the actor's env.
+        outputs["action"] = self._legal_actions(outputs["action"])
         results, offset = [], 0
         for i, (stream, step) in enumerate(items):
             k = stream.num_envs
@@ -348,28 +351,26 @@ class LearnerRuntime:
                 if unroll is not None:
                     self._enqueue(unroll, stream.actor_id)
             results.append(part["action"])
-        return self._legal_actions(results)
+        return results
 
-    def _legal_actions(self, results: list[np.ndarray]) -> list[np.ndarray]:
-        """The actions with any outside the action space replaced, so that an actor is never
-        sent one its env would refuse (a network gone non-finite samples out of range)."""
+    def _legal_actions(self, actions: np.ndarray) -> np.ndarray:
+        """The batch's actions with any outside the action space replaced, so that an actor
+        is never sent one its env would refuse, nor an unroll one its training step would
+        (a network gone non-finite samples out of range)."""
         spec = self.env_spec
-        actions = np.concatenate(results) if len(results) > 1 else results[0]
         if spec.discrete:
             bad = (actions < 0) | (actions >= spec.num_actions)
         elif np.issubdtype(actions.dtype, np.floating):
             bad = ~np.isfinite(actions)
         else:
-            return results
+            return actions
         if not bad.any():  # the usual case: one vectorised test per batch
-            return results
+            return actions
         count = int(bad.sum())
         self.invalid_actions += count
-        log.error("inference produced %d action(s) outside the action space (%s); sending "
-                  "%s instead", count, spec.describe(),
-                  "action 0" if spec.discrete else "0.0")
-        fixed = np.where(bad, np.zeros((), actions.dtype), actions)
-        return np.split(fixed, np.cumsum([len(r) for r in results])[:-1])
+        log.error("inference produced %d action(s) outside the action space (%s); using %s "
+                  "instead", count, spec.describe(), "action 0" if spec.discrete else "0.0")
+        return np.where(bad, np.zeros((), actions.dtype), actions)
 
     def _enqueue(self, unroll: dict, actor_id: str) -> None:
         for single in split_unroll(unroll):
