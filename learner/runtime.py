@@ -131,6 +131,8 @@ class LearnerRuntime:
         self.skipped_updates = 0
         #: Actions the agent produced outside the action space, replaced before sending.
         self.invalid_actions = 0
+        #: Episodes reported that began before their stream: not counted (see the server).
+        self.unverified_episodes = 0
         #: Streams refused or failed for what they sent, and the latest reason.
         self.refused_streams = 0
         self.last_refusal: dict | None = None
@@ -536,6 +538,7 @@ class LearnerRuntime:
             "last_refusal": self.last_refusal,
             "skipped_updates": self.skipped_updates,
             "invalid_actions": self.invalid_actions,
+            "unverified_episodes": self.unverified_episodes,
             "mean_inference_batch": (sum(b.items for b in self.batchers) /
                                      max(1, sum(b.batches for b in self.batchers))),
             "inference_batches": sum(b.batches for b in self.batchers),

@@ -15,11 +15,13 @@ reason. No message is ever unpickled: arrays are raw bytes with dtype and shape.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import math
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.wire import (
@@ -49,9 +51,15 @@ class StepChecker:
 
     Every check is a handful of vectorised numpy operations per message, whatever K is:
     observations finite (floating dtypes), rewards finite and within ``spec.env.maxAbsReward``.
-    An episode that this stream saw from its first step must match the tally exactly (length)
-    and to float32 rounding (return); one that began before the stream (a reconnect) must be
-    finite, at least as long as what the stream saw, and within ``maxAbsReward`` x length.
+
+    Episodes: every reported one must be finite, at least one step long and within
+    ``maxAbsReward`` x length, and (but on a stream's first Step, which may repeat episodes
+    that ended as a previous connection broke) belong to an env whose episode ended in that
+    Step. An episode this stream saw whole (its length is the number of outcomes the stream
+    sent since the env's previous episode ended, or since the stream began) must add up to
+    the rewards sent, to float32 rounding; only such verified episodes are counted. One that
+    began before the stream (a reconnect, a learner restart) cannot be verified: it is
+    dropped, not counted (``unverified``), so no actor can make up the mean return.
 
     Args:
       num_envs: K, from the Hello.
@@ -71,14 +79,14 @@ class StepChecker:
                                                           else "isfinite")
         self._shape = (num_envs,) + spec.observation_shape
         self.steps = 0
+        #: Episodes reported but not counted: they began before this stream.
+        self.unverified = 0
         self.ep_return = np.zeros(num_envs)
         self.ep_abs = np.zeros(num_envs)
         self.ep_length = np.zeros(num_envs, np.int64)
-        #: Whether the stream saw the episode under way from its start.
-        self.ep_whole = np.zeros(num_envs, bool)
 
     def decode(self, msg: seedrl_pb2.Step) -> tuple[StepData, list[tuple[float, int]]]:
-        """Checks a Step; returns its arrays in env-id order and its episodes.
+        """Checks a Step; returns its arrays in env-id order and its verified episodes.
 
         Raises:
           WireError: naming the offending field.
@@ -120,20 +128,20 @@ class StepChecker:
             obs, rewards = obs[order], rewards[order]
             terminated, truncated = terminated[order], truncated[order]
         done = terminated | truncated
-        if self.steps:  # the first Step of a stream carries no outcome
+        first = self.steps == 0
+        if not first:  # the first Step of a stream carries no outcome
             self.ep_return += rewards
             self.ep_abs += np.abs(rewards)
             self.ep_length += 1
-        episodes = self._episodes(msg.episodes, done) if msg.episodes else []
-        if self.steps and done.any():
+        episodes = self._episodes(msg.episodes, done, first) if msg.episodes else []
+        if not first and done.any():
             self.ep_return[done] = 0.0
             self.ep_abs[done] = 0.0
             self.ep_length[done] = 0
-            self.ep_whole[done] = True
         self.steps += 1
         return StepData(obs, rewards, terminated, truncated), episodes
 
-    def _episodes(self, messages, done: np.ndarray) -> list[tuple[float, int]]:
+    def _episodes(self, messages, done: np.ndarray, first: bool) -> list[tuple[float, int]]:
         k = self.num_envs
         if len(messages) > k:
             raise WireError(f"step.episodes: {len(messages)} episodes from {k} envs in one "
@@ -156,19 +164,22 @@ class StepChecker:
                 raise WireError(f"{what}.episode_return: {ret:g} over {length} steps is "
                                 f"beyond spec.env.maxAbsReward ({self.max_abs_reward:g}) "
                                 f"per step")
-            if done[i] and self.steps:
-                seen_length = int(self.ep_length[i])
-                if self.ep_whole[i]:
-                    tally = float(self.ep_return[i])
-                    if length != seen_length:
-                        raise WireError(f"{what}.length: {length}, but this stream sent "
-                                        f"{seen_length} steps of that episode")
-                    if abs(ret - tally) > RETURN_RTOL * (float(self.ep_abs[i]) + 1.0):
-                        raise WireError(f"{what}.episode_return: {ret:g}, but the rewards "
-                                        f"this stream sent for it add up to {tally:g}")
-                elif length < seen_length:
-                    raise WireError(f"{what}.length: {length}, but this stream alone sent "
-                                    f"{seen_length} steps of that episode")
+            if first:  # repeated from a broken connection: nothing to check it against
+                self.unverified += 1
+                continue
+            if not done[i]:
+                raise WireError(f"{what}.env_id: env {i} did not end an episode in this step")
+            seen_length = int(self.ep_length[i])
+            if length < seen_length:
+                raise WireError(f"{what}.length: {length}, but this stream alone sent "
+                                f"{seen_length} steps of that episode")
+            if length > seen_length:  # it began before this stream
+                self.unverified += 1
+                continue
+            tally = float(self.ep_return[i])
+            if abs(ret - tally) > RETURN_RTOL * (float(self.ep_abs[i]) + 1.0):
+                raise WireError(f"{what}.episode_return: {ret:g}, but the rewards this "
+                                f"stream sent for it add up to {tally:g}")
             out.append((float(ret), int(length)))
         return out
 
@@ -178,6 +189,23 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
 
     def __init__(self, runtime: LearnerRuntime):
         self.runtime = runtime
+        # Hellos are registered off the event loop (a first one may build the agent).
+        self._hellos = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="hello")
+
+    async def _open_stream(self, actor_id: str, hello: seedrl_pb2.Hello, spec: EnvSpec):
+        """Registers the stream in a worker thread. If this call is cancelled meanwhile (the
+        actor went away), the registration still completes there: it is undone as soon as it
+        does, or the actor id would stay taken for good."""
+        registering = self._hellos.submit(self.runtime.open_stream, actor_id, hello.num_envs,
+                                          spec, hello.actor_index)
+        try:
+            return await asyncio.wrap_future(registering)
+        except asyncio.CancelledError:
+            def undo(done: concurrent.futures.Future) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self.runtime.close_stream(done.result())
+            registering.add_done_callback(undo)
+            raise
 
     async def _refuse(self, context, code: grpc.StatusCode, actor_id: str, reason: str):
         """Fails this stream with ``code`` and ``reason``, recording it in the status."""
@@ -187,7 +215,10 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
 
     async def Stream(self, request_iterator, context):  # noqa: N802 - gRPC method name
         runtime = self.runtime
-        first = await _next_message(request_iterator)
+        try:
+            first = await _next_message(request_iterator)
+        except WireError as exc:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "", str(exc))
         if first is None:
             return
         if first.WhichOneof("kind") != "hello":
@@ -210,8 +241,7 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                                f"{len(hello.actor_id)}")
         try:
             spec = EnvSpec.from_proto(hello.env_spec)
-            stream = await asyncio.get_running_loop().run_in_executor(
-                None, runtime.open_stream, actor_id, hello.num_envs, spec, hello.actor_index)
+            stream = await self._open_stream(actor_id, hello, spec)
         except WireError as exc:
             await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
                                f"hello.{exc}")
@@ -226,7 +256,11 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
             yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
                 protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id))
             while True:
-                msg = await _next_message(request_iterator)
+                try:
+                    msg = await _next_message(request_iterator)
+                except WireError as exc:
+                    await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                                       str(exc))
                 if msg is None:
                     return
                 if runtime.finished:
@@ -235,8 +269,10 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                 if msg.WhichOneof("kind") != "step":
                     await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
                                        "expected a step after the hello")
+                unverified = checker.unverified
                 try:
                     step, episodes = checker.decode(msg.step)
+                    runtime.unverified_episodes += checker.unverified - unverified
                 except WireError as exc:
                     await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
                                        str(exc))
@@ -253,10 +289,17 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
 
 
 async def _next_message(request_iterator):
+    """The next message, or None at the end of the stream.
+
+    Raises:
+      WireError: the bytes are not an ActorMessage (gRPC decodes lazily, here).
+    """
     try:
         return await request_iterator.__anext__()
     except StopAsyncIteration:
         return None
+    except DecodeError as exc:
+        raise WireError(f"the message is not a valid ActorMessage ({exc})") from None
 
 
 def server_credentials(cert_file: str | None, key_file: str | None):

@@ -7,12 +7,19 @@ rising, their streams stay connected), and the mean return is theirs alone (ever
 learner counts is one a real actor reported).
 """
 
+import json
 import math
+import os
 import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
+import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,6 +27,7 @@ from seedrl.common import seedrl_pb2
 from seedrl.common.wire import EnvSpec, decode_array, encode_array
 from seedrl.learner.checkpoint import non_finite_variables
 from seedrl.learner.metrics import LearnerMetrics
+from seedrl.service.local.launcher import derive_env_spec
 from support.learner_harness import (
     CARTPOLE,
     RealActors,
@@ -263,3 +271,105 @@ def test_a_hello_whose_steps_could_not_fit_a_message_is_refused(tmp_path):
         ok.close()
     finally:
         stop_learner(running)
+
+
+# -- findings 2 and 4 across a resume, with the real learner process ---------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def strict_json(path):
+    """A JSON file's content, failing on NaN or Infinity (not JSON, whatever Python writes)."""
+    def refuse(token):
+        raise AssertionError(f"{path} holds {token}, which is not JSON")
+    return json.loads(Path(path).read_text(), parse_constant=refuse)
+
+
+def _learner_process(run_dir, *extra):
+    log = open(run_dir / "learner.log", "ab")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "seedrl.learner", "--config", str(run_dir / "config.yaml"),
+             "--run-dir", str(run_dir), "--listen", f"unix:{run_dir}/l.sock",
+             "--metrics-address", "off", *extra],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    finally:
+        log.close()
+
+
+def _status(run_dir):
+    try:
+        return strict_json(run_dir / "status.json")
+    except (OSError, ValueError):
+        return {}
+
+
+def test_a_resumed_learner_keeps_its_policy_and_writes_only_valid_json(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({
+        "metadata": {"name": "test-exp"},
+        "spec": {"learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
+                 "agent": {"network": {"hiddenSizes": [8]}},
+                 "checkpoint": {"intervalSteps": 5},
+                 "budget": {"maxEnvSteps": 0, "targetReturn": 450.0, "returnWindow": 5}}}))
+    assert derive_env_spec(str(run_dir / "config.yaml"), str(run_dir / "env_spec.json")) is None
+    address = f"unix:{run_dir}/l.sock"
+
+    # A first learner, with the spec the launcher derives: a liar's infinite return is refused.
+    first = _learner_process(run_dir, "--env-spec", str(run_dir / "env_spec.json"))
+    real = None
+    try:
+        wait_for(lambda: _status(run_dir).get("state"), 120, "the first learner")
+        real = RealActors(address)
+        wait_for(lambda: _status(run_dir).get("learner_steps", 0) >= 10, 180,
+                 "training", real.check)
+        liar = Stream(address)
+        liar.send(hello(actor_id="liar"))
+        liar.recv()
+        liar.send(step(episodes=[(0, math.inf, 10)]))
+        assert "must be finite" in refused(liar, grpc.StatusCode.INVALID_ARGUMENT)
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(120) == 0
+    finally:
+        first.kill()
+        if real:
+            real.stop()
+    summary = strict_json(run_dir / "summary.json")
+    assert summary["stop_reason"] == "terminated" and summary["refused_streams"] == 1
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda token: pytest.fail(f"metrics.jsonl: {token}"))
+    checkpoint = Path(summary["last_checkpoint"])
+    metadata = strict_json(checkpoint / "metadata.json")
+    assert EnvSpec.from_json(metadata["env_spec"]) == CARTPOLE
+    strict_json(run_dir / "checkpoints" / "MANIFEST.json")
+
+    # A second learner without --env-spec (as in a cluster): the checkpoint's spec decides
+    # before any actor is served, so a first hello with another shape changes nothing.
+    second = _learner_process(run_dir)
+    real = None
+    try:
+        wait_for(lambda: _status(run_dir).get("state") == "waiting_for_actors", 120,
+                 "the second learner")
+        impostor = Stream(address)
+        impostor.send(hello(actor_id="impostor",
+                            spec=EnvSpec("CartPole-v1", "float32", (6,), "int32", (), 2)))
+        assert "observation_shape" in refused(impostor, grpc.StatusCode.FAILED_PRECONDITION)
+        real = RealActors(address)
+        wait_for(lambda: _status(run_dir).get("learner_steps", 0) >=
+                 summary["learner_steps"] + 10, 180, "training after the resume", real.check)
+        status = _status(run_dir)
+        assert status["state"] == "running" and status["stop_reason"] is None
+        assert status["mean_return"] is None or status["mean_return"] <= CARTPOLE_MAX_RETURN
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(120) == 0
+    finally:
+        second.kill()
+        if real:
+            real.stop()
+    log = (run_dir / "learner.log").read_text()
+    assert "env spec from the checkpoint" in log and "resumed from" in log
+    resumed = strict_json(run_dir / "summary.json")
+    assert resumed["learner_steps"] > summary["learner_steps"]
+    assert resumed["env_steps"] > summary["env_steps"]

@@ -1,5 +1,7 @@
 """The learner's gRPC service over a real unix socket: handshake, batched actions, bad input."""
 
+import asyncio
+import threading
 import time
 
 import grpc
@@ -8,6 +10,7 @@ import pytest
 
 from seedrl.common import seedrl_pb2
 from seedrl.common.wire import EnvSpec, decode_array
+from seedrl.learner.server import LearnerService
 
 from support.learner_harness import CARTPOLE, Stream, hello, start_learner, step, stop_learner
 
@@ -54,11 +57,41 @@ def test_the_hello_carries_the_actor_index_to_the_stream(learner):
 
 def test_episodes_are_counted_toward_the_mean_return(learner):
     s = connect(learner)
-    s.send(step(episodes=[(0, 10.0, 10), (1, 30.0, 30)]))
+    # A stream's first step may repeat episodes that ended as an earlier connection broke:
+    # they began before this stream, so nothing can verify them, and they are not counted.
+    s.send(step(episodes=[(0, 7.0, 70)]))
     actions_of(s.recv())
+    for t in range(1, 31):
+        ends = [t == 10, t == 30]
+        s.send(step(rewards=[1.0, 1.0], terminated=ends,
+                    episodes=[(i, float(t), t) for i in (0, 1) if ends[i]]))
+        actions_of(s.recv())
     s.close()
     assert learner.runtime.episodes == 2
     assert learner.runtime.mean_return == 20.0
+    assert learner.runtime.status()["unverified_episodes"] == 1
+
+
+@pytest.mark.parametrize("episode, reason", [
+    ((0, 11.0, 10), "add up to 10"),
+    ((0, 10.0, 9), "but this stream alone sent 10 steps"),
+    ((1, 10.0, 10), "env 1 did not end an episode"),
+])
+def test_an_episode_the_stream_saw_whole_must_match_its_rewards(learner, episode, reason):
+    s = connect(learner)
+    s.send(step())
+    actions_of(s.recv())
+    for t in range(1, 11):
+        s.send(step(rewards=[1.0, 1.0], terminated=[t == 10, False],
+                    episodes=[episode] if t == 10 else ()))
+        if t < 10:
+            actions_of(s.recv())
+    with pytest.raises(grpc.RpcError) as err:
+        s.recv()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in err.value.details()
+    s.close()
+    assert learner.runtime.episodes == 0
 
 
 BAD_STEPS = {
@@ -195,3 +228,36 @@ def test_streams_are_told_when_the_run_is_finished(learner):
     s.send(step())
     assert s.recv().finished
     s.close()
+
+
+def test_a_hello_cancelled_while_registering_leaves_nothing_behind(learner):
+    """An actor that goes away while its hello is being registered (in a worker thread):
+    the registration is undone once it completes, so its actor id is free again."""
+    runtime = learner.runtime
+    gate, registered = threading.Event(), threading.Event()
+    original = runtime.open_stream
+
+    def slow_open_stream(*args, **kwargs):
+        gate.wait(30)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            registered.set()
+
+    runtime.open_stream = slow_open_stream
+    service = LearnerService(runtime)
+
+    async def hello_then_leave():
+        task = asyncio.ensure_future(service._open_stream("leaver", hello().hello, CARTPOLE))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(hello_then_leave())
+    gate.set()
+    assert registered.wait(30)
+    deadline = time.monotonic() + 30
+    while "leaver" in runtime._streams and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "leaver" not in runtime._streams and runtime.connected_actors == 0
