@@ -189,7 +189,7 @@ def cmd_submit(args) -> int:
     """Validates an Experiment locally (every field, as the operator will), then applies it."""
     import yaml
 
-    from seedrl.common.config import apply_overrides, load_yaml
+    from seedrl.common.config import apply_overrides, read_yaml_file
     from seedrl.service.cli import cluster
     from seedrl.service.operator import reconcile
 
@@ -198,8 +198,7 @@ def cmd_submit(args) -> int:
         return EXIT_BAD_CONFIG
     # What is applied is the document as written (plus --set), so that defaults stay the
     # operator's; it was just validated, resolved, above.
-    with open(args.file, encoding="utf-8") as fh:
-        document = apply_overrides(load_yaml(fh.read(), args.file), args.overrides)
+    document = apply_overrides(read_yaml_file(args.file, "Experiment"), args.overrides)
     try:
         reconcile.validate(document)  # the cluster's own rules, e.g. the name's length
     except ConfigError as exc:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from seedrl.common import seedrl_pb2
-from seedrl.common.wire import EnvSpec, decode_array
-from seedrl.learner.server import LearnerService
+from seedrl.common.wire import EnvSpec, WireError, decode_array, encode_array
+from seedrl.learner.server import LearnerService, StepChecker
 
 from support.learner_harness import CARTPOLE, Stream, hello, start_learner, step, stop_learner
 
@@ -105,6 +105,14 @@ BAD_STEPS = {
     "env id out of range": (step(env_ids=[0, 2]), "permutation"),
     "too few rewards": (step(rewards=[1.0]), "step.rewards: expected 2 values"),
     "nan reward": (step(rewards=[float("nan"), 0.0]), "must be finite"),
+    "infinite reward": (step(rewards=[0.0, float("-inf")]), "step.rewards: must be finite"),
+    "reward beyond maxAbsReward": (step(rewards=[2e6, 0.0]), "spec.env.maxAbsReward = 1e+06"),
+    "nan observation": (step(obs=np.array([[0, 0, 0, 0], [0, np.nan, 0, 0]], np.float32)),
+                        "step.observations: must be finite"),
+    "more episodes than envs": (step(episodes=[(0, 1.0, 1), (1, 1.0, 1), (0, 1.0, 1)]),
+                                "3 episodes from 2 envs"),
+    "episode of an env that did not end": (step(episodes=[(1, 0.0, 1)]),
+                                           "env 1 did not end an episode"),
     "episode of another env": (step(episodes=[(5, 1.0, 1)]), "not an env of this actor"),
     "second hello": (hello(), "expected a step"),
 }
@@ -261,3 +269,45 @@ def test_a_hello_cancelled_while_registering_leaves_nothing_behind(learner):
     while "leaver" in runtime._streams and time.monotonic() < deadline:
         time.sleep(0.01)
     assert "leaver" not in runtime._streams and runtime.connected_actors == 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "uint8"])
+def test_the_step_checker_finds_non_finite_observations_of_any_floating_dtype(dtype):
+    spec = EnvSpec("X", dtype, (3,), "int32", (), 2)
+    checker = StepChecker(2, spec, 1e6)
+    obs = np.zeros((2, 3), dtype)
+    good = seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs), rewards=[0, 0],
+                           terminated=[False, False], truncated=[False, False])
+    checker.decode(good)
+    if dtype == "uint8":
+        return
+    big = np.finfo(dtype).max
+    obs[1] = [big, big, big]  # finite, however large: accepted (their sum overflows dtype)
+    checker.decode(seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs),
+                                   rewards=[0, 0], terminated=[False, False],
+                                   truncated=[False, False]))
+    for value in (np.inf, -np.inf, np.nan):
+        obs[0, 2] = value
+        with pytest.raises(WireError, match="must be finite"):
+            checker.decode(seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs),
+                                           rewards=[0, 0], terminated=[False, False],
+                                           truncated=[False, False]))
+
+
+def test_the_tally_follows_env_ids_when_a_step_lists_them_permuted():
+    checker = StepChecker(3, CARTPOLE, 1e6)
+
+    def send(ids, rewards, terminated=(False,) * 3, episodes=()):
+        return checker.decode(seedrl_pb2.Step(
+            env_ids=ids, observations=encode_array(np.zeros((3, 4), np.float32)),
+            rewards=rewards, terminated=terminated, truncated=[False] * 3,
+            episodes=[seedrl_pb2.Episode(env_id=e, episode_return=r, length=n)
+                      for e, r, n in episodes]))
+
+    send([0, 1, 2], [0, 0, 0])
+    send([2, 0, 1], [3.0, 1.0, 2.0])  # env 2 got 3, env 0 got 1, env 1 got 2
+    step_data, episodes = send([1, 2, 0], [2.0, 3.0, 1.0], terminated=(False, True, False),
+                               episodes=[(2, 6.0, 2)])
+    assert episodes == [(6.0, 2)]
+    assert step_data.terminated.tolist() == [False, False, True]  # back in env-id order
+    np.testing.assert_array_equal(checker.ep_return, [2.0, 4.0, 0.0])
