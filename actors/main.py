@@ -1,12 +1,13 @@
 """Actor entry point: ``python -m seedrl.actors --config experiment.yaml --learner ADDRESS``.
 
 Steps ``spec.actors.envsPerActor`` environments and streams them to the learner until it says
-the run is finished (exit 0). Exits 2 on a bad Experiment or environment, 3 if the learner
-refuses this actor, and 0 on SIGTERM/SIGINT.
+the run is finished (exit 0). Exits (:class:`seedrl.common.exit_codes.ExitCode`) BAD_CONFIG (2)
+on a bad Experiment or environment, REFUSED (3) if the learner refuses this actor, and OK (0) on
+SIGTERM/SIGINT.
 
 ``--env-spec-out FILE`` instead makes one environment, writes its wire spec as JSON and exits
-(0, or 2 with the reason when the env cannot be made): the learner serves that spec, derived
-from the Experiment by the very code the actors step with.
+(OK, or BAD_CONFIG with the reason when the env cannot be made): the learner serves that spec,
+derived from the Experiment by the very code the actors step with.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import grpc
 import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
+from seedrl.common.exit_codes import ExitCode
 
 log = logging.getLogger("actors")
 
@@ -163,7 +165,7 @@ def write_env_spec(exp, path: str) -> int:
         spec = probe_spec(exp.spec.env)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     text = json.dumps(spec.to_json(), sort_keys=True) + "\n"
     if path == "-":
         sys.stdout.write(text)
@@ -172,7 +174,7 @@ def write_env_spec(exp, path: str) -> int:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
-    return 0
+    return ExitCode.OK
 
 
 def main(argv=None) -> int:
@@ -182,7 +184,7 @@ def main(argv=None) -> int:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     if args.env_spec_out:
         return write_env_spec(exp, args.env_spec_out)
     if args.index == "auto":
@@ -196,7 +198,7 @@ def main(argv=None) -> int:
         batches = make_env_batches(exp, args.index)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     credentials = None
     if args.tls_ca:
         with open(args.tls_ca, "rb") as fh:
@@ -212,7 +214,7 @@ def main(argv=None) -> int:
         asyncio.run(_run(clients))
     except ActorRefused as exc:
         log.error("the learner refused this actor: %s", exc)
-        return 3
+        return ExitCode.REFUSED
     finally:
         if http:
             http.stop()
@@ -220,4 +222,4 @@ def main(argv=None) -> int:
             envs.close()
     log.info("done after %d env steps (pid %d)", sum(c.env_steps for c in clients),
              os.getpid())
-    return 0
+    return ExitCode.OK

@@ -35,6 +35,7 @@ from collections.abc import Callable
 import numpy as np
 
 from seedrl.common.config import Experiment
+from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.wire import MAX_MESSAGE_BYTES, EnvSpec
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.batcher import InferenceBatcher
@@ -133,9 +134,9 @@ class LearnerRuntime:
         self.invalid_actions = 0
         #: Episodes reported that began before their stream: not counted (see the server).
         self.unverified_episodes = 0
-        #: Streams refused or failed for what they sent, and the latest reason.
+        #: Streams refused or failed for what they sent, and the latest ("actor id: reason").
         self.refused_streams = 0
-        self.last_refusal: dict | None = None
+        self.last_refusal: str | None = None
         self._last_env_step = time.monotonic()
         self._stepped = False  # an env step arrived in this process's lifetime
         #: Receives episodes and inference batches as they happen (``seedrl.learner.metrics``).
@@ -275,7 +276,7 @@ class LearnerRuntime:
     def note_refusal(self, actor_id: str, reason: str) -> None:
         """Records a stream refused at its hello or failed for a bad message (status)."""
         self.refused_streams += 1
-        self.last_refusal = {"actor_id": actor_id, "reason": reason, "time": time.time()}
+        self.last_refusal = f"{actor_id or 'an actor with no id'}: {reason}"[:500]
 
     @property
     def connected_actors(self) -> int:
@@ -518,35 +519,34 @@ class LearnerRuntime:
             batcher.stop()
         self._trainer.join(timeout)
 
-    def status(self) -> dict:
-        """A JSON-ready snapshot of progress."""
+    def status(self) -> LearnerStatus:
+        """A snapshot of progress (without the checkpointer's fields)."""
         mean = self.mean_return
-        return {
-            "experiment": self.experiment.metadata.name,
-            "run_id": self.run_id,
-            "state": "finished" if self.finished else
-                     ("running" if self._stepped else "waiting_for_actors"),
-            "env_steps": self.env_steps,
-            "learner_steps": self.learner_steps,
-            "episodes": self.episodes,
-            "mean_return": None if math.isnan(mean) else mean,
-            "return_window": len(self.returns),
-            "elapsed": self.elapsed,
-            "actors": self.connected_actors,
-            "seconds_without_env_steps": round(self.seconds_without_env_steps, 1),
-            "refused_streams": self.refused_streams,
-            "last_refusal": self.last_refusal,
-            "skipped_updates": self.skipped_updates,
-            "invalid_actions": self.invalid_actions,
-            "unverified_episodes": self.unverified_episodes,
-            "mean_inference_batch": (sum(b.items for b in self.batchers) /
-                                     max(1, sum(b.batches for b in self.batchers))),
-            "inference_batches": sum(b.batches for b in self.batchers),
-            "inference_steps": sum(b.items for b in self.batchers),
-            "queued_unrolls": self.queued_unrolls,
-            "metrics": dict(self.last_metrics),
-            **({"eval_episodes": self.eval_episodes,
-                "eval_mean_return": float(np.mean(self.eval_returns))
-                if self.eval_returns else None} if self.eval_episodes else {}),
-            "stop_reason": self.stop_reason,
-        }
+        return LearnerStatus(
+            experiment=self.experiment.metadata.name,
+            run_id=self.run_id,
+            state="finished" if self.finished else
+                  ("running" if self._stepped else "waiting_for_actors"),
+            env_steps=self.env_steps,
+            learner_steps=self.learner_steps,
+            episodes=self.episodes,
+            mean_return=None if math.isnan(mean) else mean,
+            return_window=len(self.returns),
+            elapsed=self.elapsed,
+            actors=self.connected_actors,
+            seconds_without_env_steps=round(self.seconds_without_env_steps, 1),
+            refused_streams=self.refused_streams,
+            last_refusal=self.last_refusal,
+            skipped_updates=self.skipped_updates,
+            invalid_actions=self.invalid_actions,
+            unverified_episodes=self.unverified_episodes,
+            mean_inference_batch=(sum(b.items for b in self.batchers) /
+                                  max(1, sum(b.batches for b in self.batchers))),
+            inference_batches=sum(b.batches for b in self.batchers),
+            inference_steps=sum(b.items for b in self.batchers),
+            queued_unrolls=self.queued_unrolls,
+            metrics=dict(self.last_metrics),
+            eval_episodes=self.eval_episodes or None,
+            eval_mean_return=float(np.mean(self.eval_returns)) if self.eval_returns else None,
+            stop_reason=self.stop_reason,
+        )

@@ -28,6 +28,9 @@ import yaml
 
 from seedrl.common import finite_json
 from seedrl.common.config import Experiment, dump_experiment, to_document
+from seedrl.common.exit_codes import PERMANENT, ExitCode
+from seedrl.common.learner_status import LearnerStatus
+from seedrl.common.resume import bound_changes
 from seedrl.common.storage import (
     CHECKPOINT_MANIFEST,
     NotFound,
@@ -45,15 +48,12 @@ log = logging.getLogger(__name__)
 MAX_ACTOR_RESTARTS = 20
 MAX_LEARNER_RESTARTS = 3
 #: Actor restarts wait 1 s, then twice as long after each quick failure, up to 30 s; an actor
-#: that ran this long before it exited starts over at 1 s.
+#: that ran this long before it exited starts over at 1 s. Actors are restarted whatever their
+#: exit code (a learner's refusal may pass: it restarted, the duplicate stream ended): the cap
+#: and spec.budget.noProgressSeconds end a hopeless run instead.
 ACTOR_BACKOFF_INITIAL_S = 1.0
 ACTOR_BACKOFF_MAX_S = 30.0
 ACTOR_HEALTHY_AFTER_S = 60.0
-#: Exit codes of the learner that restarting would only repeat: a bad configuration (2, 3), or
-#: a checkpoint location it cannot use (4: unreadable, or another learner publishes there).
-#: Actors are restarted whatever their code: the cap and the no-progress limit end a hopeless
-#: run instead.
-CONFIG_EXIT_CODES = (2, 3, 4)
 #: The env spec derived from the Experiment, in the run directory (the learner's --env-spec).
 ENV_SPEC_FILE = "env_spec.json"
 #: Longest that making one env may take (a Football scenario takes seconds; a hung import
@@ -61,8 +61,6 @@ ENV_SPEC_FILE = "env_spec.json"
 ENV_SPEC_TIMEOUT_S = 300.0
 #: The stop reason of a run stopped for making no progress.
 NO_PROGRESS = "no_progress"
-#: Fields a resumed run must keep: the checkpoint only fits the same env, agent and network.
-IMMUTABLE_ON_RESUME = ("env", "agent")
 #: The namespace label of a local run's phase series (no Kubernetes namespace here).
 LOCAL_NAMESPACE = "local"
 #: Seconds between rewrites of cost.json while the run goes on.
@@ -90,12 +88,12 @@ def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
         if os.path.exists(config_path):
             with open(config_path, encoding="utf-8") as fh:
                 old = yaml.safe_load(fh) or {}
-            new = to_document(exp)
-            for key in IMMUTABLE_ON_RESUME:
-                if old.get("spec", {}).get(key) != new["spec"][key]:
-                    raise RunDirError(
-                        f"spec.{key} differs from the run being resumed ({config_path}); "
-                        f"its checkpoints only fit the original — start a new run instead")
+            changed = bound_changes(old.get("spec") or {}, to_document(exp.spec))
+            if changed:
+                raise RunDirError(
+                    f"{'.'.join(changed[0].split('.')[:2])} differs from the run being "
+                    f"resumed ({config_path}); its checkpoints only fit the original — start "
+                    f"a new run instead")
         for stale in ("summary.json", "status.json"):
             path = os.path.join(run_dir, stale)
             if os.path.exists(path):
@@ -149,6 +147,15 @@ def read_json(path: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def read_status(path: str) -> LearnerStatus | None:
+    """The learner's ``status.json``, or None if it is missing, being replaced or unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            return LearnerStatus.from_json(fh.read())
     except (OSError, ValueError):
         return None
 
@@ -237,7 +244,7 @@ class LocalRun:
     """
 
     def __init__(self, exp: Experiment, run_dir: str,
-                 on_status: Callable[[dict], None] | None = None,
+                 on_status: Callable[[LearnerStatus], None] | None = None,
                  learner_args: tuple[str, ...] = (), cost=None):
         self.exp = exp
         self.cost = cost
@@ -302,7 +309,7 @@ class LocalRun:
         last_cost = time.monotonic()
         env_steps = None
         last_progress = time.monotonic()
-        status: dict = {}
+        status: LearnerStatus | None = None
         try:
             while True:
                 if self._stop_signal is not None and not forwarded:
@@ -310,25 +317,24 @@ class LocalRun:
                     forwarded = True
                 code = self.learner.poll()
                 if code is not None:
-                    if code == 0 or forwarded or code in CONFIG_EXIT_CODES or \
+                    if code == ExitCode.OK or forwarded or code in PERMANENT or \
                             self.learner.restarts >= MAX_LEARNER_RESTARTS:
                         break
                     self.learner.restarts += 1
                     log.warning("learner exited with %s; restarting from its last checkpoint "
                                 "(%d/%d)", code, self.learner.restarts, MAX_LEARNER_RESTARTS)
                     self.learner.start()
-                fresh = read_json(status_path)
-                if fresh and fresh.get("time") != last_status_time:
+                fresh = read_status(status_path)
+                if fresh and fresh.time != last_status_time:
                     status = fresh
-                    last_status_time = status.get("time")
-                    steps = status.get("env_steps", 0)
-                    if env_steps is not None and steps > env_steps:
+                    last_status_time = status.time
+                    if env_steps is not None and status.env_steps > env_steps:
                         last_progress = time.monotonic()
-                    env_steps = steps
+                    env_steps = status.env_steps
                     if self.on_status:
                         self.on_status(status)
                 if not forwarded:
-                    finished = status.get("state") == "finished"
+                    finished = status is not None and status.state == "finished"
                     self._supervise_actors(finished)
                     if not finished:
                         self.failure = self._no_progress(time.monotonic() - last_progress,
@@ -373,18 +379,18 @@ class LocalRun:
         self._metrics_server.stop()
         return summary
 
-    def _no_progress(self, idle: float, status: dict) -> str | None:
+    def _no_progress(self, idle: float, status: LearnerStatus | None) -> str | None:
         """Why the run cannot make progress, or None: no env step for noProgressSeconds, or
         every actor given up on."""
         limit = self.exp.spec.budget.no_progress_seconds
         hopeless = len(self._given_up) == len(self.actors)
         if not hopeless and not (limit and idle >= limit):
             return None
-        refusal = (status.get("last_refusal") or {}).get("reason")
+        refusal = status.last_refusal if status else None
         detail = self.last_actor_failure or (
             f"the learner refused them: {refusal}" if refusal else
             f"no actor sent an env step (see {self.run_dir}/actor-*.log)")
-        if not status.get("env_steps") and status.get("state") != "running":
+        if status is None or (not status.env_steps and status.state != "running"):
             return f"actors could not start: {detail}"
         if hopeless:
             return f"every actor failed {MAX_ACTOR_RESTARTS + 1} times: {detail}"
@@ -406,7 +412,7 @@ class LocalRun:
                 self._quick_failures[i] = 1 if ran >= ACTOR_HEALTHY_AFTER_S else \
                     self._quick_failures[i] + 1
                 why = last_line(actor.log_path)
-                if code != 0:
+                if code != ExitCode.OK:
                     self.last_actor_failure = f"{actor.name} exited with code {code}" + (
                         f": {why}" if why else "")
                 if actor.restarts >= MAX_ACTOR_RESTARTS:
@@ -417,7 +423,7 @@ class LocalRun:
                 delay = min(ACTOR_BACKOFF_MAX_S,
                             ACTOR_BACKOFF_INITIAL_S * 2 ** (self._quick_failures[i] - 1))
                 self._restart_at[i] = now + delay
-                if code != 0:
+                if code != ExitCode.OK:
                     log.warning("%s exited with code %s: %s; restarting it in %.0f s (%d/%d)",
                                 actor.name, code, why or "(its log is empty)", delay,
                                 actor.restarts + 1, MAX_ACTOR_RESTARTS)
@@ -426,7 +432,7 @@ class LocalRun:
                 if finished:
                     continue
                 actor.restarts += 1
-                if code == 0:
+                if code == ExitCode.OK:
                     log.warning("%s left while the run goes on; restarting it (%d/%d)",
                                 actor.name, actor.restarts, MAX_ACTOR_RESTARTS)
                 actor.start()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from seedrl.common import finite_json
+from seedrl.common.learner_status import LearnerStatus
 from seedrl.learner.run_files import RunFiles
 
 
@@ -37,8 +38,8 @@ def test_what_cannot_be_json_still_raises():
 
 def test_run_files_are_valid_json_whatever_the_numbers(tmp_path):
     files = RunFiles(str(tmp_path))
-    files.write_status({"mean_return": math.inf, "elapsed": 1.0})
-    files.append_metrics({"metrics": {"loss": math.nan}})
+    files.write_status(LearnerStatus(state="running", mean_return=math.inf))
+    files.append_metrics(LearnerStatus(state="running", metrics={"loss": math.nan}))
     files.write_summary({"mean_return_100": -math.inf})
     assert strict((tmp_path / "status.json").read_text())["mean_return"] is None
     assert strict((tmp_path / "metrics.jsonl").read_text())["metrics"]["loss"] is None

@@ -97,8 +97,8 @@ def test_non_finite_observations_fail_only_their_stream(learner, actors):  # noq
             hostile, grpc.StatusCode.INVALID_ARGUMENT)
     training_goes_on(learner, actors)
     status = learner.runtime.status()
-    assert status["refused_streams"] == 3
-    assert status["invalid_actions"] == 0  # no action outside the space was ever sent
+    assert status.refused_streams == 3
+    assert status.invalid_actions == 0  # no action outside the space was ever sent
 
 
 def test_observations_that_overflow_the_network_cost_updates_not_the_run(tmp_path):
@@ -175,7 +175,7 @@ def test_a_second_stream_with_a_live_actor_id_is_refused(learner, actors):  # no
         twin.send(hello(actor_id="real-0"))
         assert "already has an open stream" in refused(twin, grpc.StatusCode.ALREADY_EXISTS)
     training_goes_on(learner, actors)
-    assert learner.runtime.status()["actors"] == 2
+    assert learner.runtime.status().actors == 2
 
 
 # -- finding 4: episode returns ----------------------------------------------------------------

@@ -148,6 +148,7 @@ def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reas
     stops and fails with the reason. Meanwhile the learner's status says how long it has had
     no env step, which is what turns the operator's Progressing condition False."""
     from seedrl.common.config import parse_experiment
+    from seedrl.common.learner_status import LearnerStatus
     from seedrl.service.operator import reconcile
 
     support = str(ROOT / "tests" / "support")
@@ -185,7 +186,7 @@ def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reas
     status = reconcile.compute_status(
         exp, generation=1, previous=None, job={"status": {"ready": 1, "active": 1}},
         deployment={"status": {"readyReplicas": 2}},
-        learner=reconcile.parse_learner_status(json.dumps(learner_status)))
+        learner=LearnerStatus.from_json(learner_status))
     progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("False", "NoProgress")
 

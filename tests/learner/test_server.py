@@ -69,7 +69,7 @@ def test_episodes_are_counted_toward_the_mean_return(learner):
     s.close()
     assert learner.runtime.episodes == 2
     assert learner.runtime.mean_return == 20.0
-    assert learner.runtime.status()["unverified_episodes"] == 1
+    assert learner.runtime.status().unverified_episodes == 1
 
 
 @pytest.mark.parametrize("episode, reason", [
@@ -168,15 +168,15 @@ def test_bad_handshakes_are_refused_with_a_reason(learner, kwargs, code, reason)
     s.close()
     # Counted in the status with the reason, and nothing was kept for the refused stream.
     status = learner.runtime.status()
-    assert status["refused_streams"] == 1
-    assert reason in status["last_refusal"]["reason"]
-    assert status["actors"] == 0
+    assert status.refused_streams == 1
+    assert status.last_refusal.startswith("a0: ") and reason in status.last_refusal
+    assert status.actors == 0
 
 
 def test_the_agent_is_built_before_any_actor_says_hello(learner):
     assert learner.runtime.agent is not None
     assert learner.runtime.env_spec == CARTPOLE
-    assert learner.runtime.status()["state"] == "waiting_for_actors"
+    assert learner.runtime.status().state == "waiting_for_actors"
 
 
 def test_without_a_spec_the_first_hello_naming_the_experiments_env_decides(tmp_path):
