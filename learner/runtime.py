@@ -78,8 +78,6 @@ class Stream:
         self.builder = builder
         self.state = state
         self.closed = False
-        #: Checks the stream's Steps (set by the server: see ``seedrl.learner.server``).
-        self.checker = None
 
 
 class LearnerRuntime:

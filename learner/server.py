@@ -254,7 +254,6 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                                str(exc))
         checker = StepChecker(stream.num_envs, runtime.env_spec,
                               runtime.experiment.spec.env.max_abs_reward)
-        stream.checker = checker
         log.info("actor %s connected with %d envs", stream.actor_id, stream.num_envs)
         try:
             yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
