@@ -40,7 +40,9 @@ def parse_args(argv):
     p.add_argument("--index", type=_index, default=0,
                    help="this actor's index among the replicas, or 'auto' to derive it from "
                         "the pod name (a Deployment's pods have no ordinal)")
-    p.add_argument("--actor-id", help="stable id across reconnects (default: name-host-index)")
+    p.add_argument("--actor-id", help="stable id across reconnects, unique among the actors "
+                                      "(default: name-pod-index, the pod from $POD_NAME, else "
+                                      "the host name)")
     p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner")
     p.add_argument("--metrics-address",
                    help="host:port of the HTTP endpoint with /metrics and /healthz (default "
@@ -203,7 +205,10 @@ def main(argv=None) -> int:
     if args.tls_ca:
         with open(args.tls_ca, "rb") as fh:
             credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
-    actor_id = args.actor_id or f"{exp.metadata.name}-{socket.gethostname()}-{args.index}"
+    # The pod's name, as auto_index reads it: unique per pod, and what the learner tells actors
+    # apart by (it refuses a second live stream of one id).
+    host = os.environ.get("POD_NAME") or socket.gethostname()
+    actor_id = args.actor_id or f"{exp.metadata.name}-{host}-{args.index}"
     # Several streams per actor: while the learner answers one, the actor steps another.
     clients = [ActorClient(envs, exp.metadata.name,
                            actor_id if len(batches) == 1 else f"{actor_id}/{j}",

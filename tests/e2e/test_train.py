@@ -51,6 +51,12 @@ def processes_mentioning(text):
     return [int(p) for p in out.split() if int(p) != os.getpid()]
 
 
+def actor_processes(tmp_path, actor_id):
+    """This test's actor processes of ``actor_id`` (other sessions may run the same test)."""
+    mine = set(processes_mentioning(str(tmp_path)))
+    return [p for p in processes_mentioning(f"--actor-id {actor_id}") if p in mine]
+
+
 def status_value(run_dir, key):
     status = read_json(run_dir / "status.json") or {}
     return status.get(key) or 0
@@ -88,7 +94,7 @@ def test_killing_an_actor_mid_run_does_not_stop_training(tmp_path):
     proc, run_dir = start_run(tmp_path, "e2e-kill", 100000)
     try:
         wait_for_learner_steps(run_dir, 20, 180, "training")
-        victims = processes_mentioning("--actor-id e2e-kill-local-0")
+        victims = actor_processes(tmp_path, "e2e-kill-local-0")
         assert len(victims) == 1
         os.kill(victims[0], signal.SIGKILL)
         steps_at_kill = status_value(run_dir, "learner_steps")
@@ -113,7 +119,7 @@ def test_actors_that_leave_while_the_run_goes_on_are_restarted(tmp_path):
     proc, run_dir = start_run(tmp_path, "e2e-leave", 10_000_000)
     try:
         wait_for_learner_steps(run_dir, 10, 180, "training")
-        (victim,) = processes_mentioning("--actor-id e2e-leave-local-1")
+        (victim,) = actor_processes(tmp_path, "e2e-leave-local-1")
         os.kill(victim, signal.SIGTERM)
         wait_for(lambda: (run_dir / "actor-1.log").read_text().count("connected to unix:") == 2,
                  120, "actor-1 restarted and connected again")
