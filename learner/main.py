@@ -4,9 +4,14 @@ Serves the gRPC stream for every actor, trains, watches the budget, writes statu
 checkpoints and a summary. Exit codes (:class:`seedrl.common.exit_codes.ExitCode`): 0 only when
 the Experiment is finished (budget or target return reached); 75 (STOPPED) when SIGTERM or
 SIGINT stopped it earlier and the final checkpoint is written, so that it is run again; 1 if
-training fails or that final checkpoint could not be written; 2 on a bad Experiment and 4 when
-the checkpoint location cannot be used (unreadable, or another learner publishes there):
-restarting would fail the same way.
+training fails (after a final checkpoint too, when the variables are sound) or that final
+checkpoint could not be written; 2 on a bad Experiment or env spec and 4 when the checkpoint
+location cannot be used (unreadable, another learner publishes there, or its checkpoints were
+trained on another env spec): restarting would fail the same way.
+
+The env spec comes from ``--env-spec`` (the launcher derives it from the Experiment by making
+the env once), else from the checkpoint being resumed; the agent is built and restored before
+the first actor is served, and every actor's Hello is checked against it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,11 @@ def parse_args(argv):
                                      "checkpoints")
     p.add_argument("--listen", help="address to serve: host:port or unix:PATH "
                                     "(default [::]:spec.learner.port)")
+    p.add_argument("--env-spec",
+                   help="JSON env spec derived from the Experiment (python -m seedrl.actors "
+                        "--env-spec-out FILE): the agent is built for it before serving and "
+                        "every actor's hello must match it; without it, the checkpoint's, "
+                        "else the first actor naming spec.env.id decides")
     p.add_argument("--no-train", action="store_true",
                    help="serve inference only (throughput measurements)")
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
@@ -75,6 +85,8 @@ def _summary(runtime, checkpointer) -> dict:
         "mean_return_100": None if math.isnan(mean) else mean,
         "return_window": len(runtime.returns),
         "stop_reason": runtime.stop_reason,
+        "skipped_updates": runtime.skipped_updates,
+        "refused_streams": runtime.refused_streams,
         **(checkpointer.status() if checkpointer else {"last_checkpoint": None}),
         **({"eval_episodes": runtime.eval_episodes,
             "eval_mean_return_100": float(np.mean(runtime.eval_returns))}
@@ -172,6 +184,9 @@ async def serve(exp, args) -> int:
         metrics.checkpointer = checkpointer
     elif not args.no_train:
         log.warning("no spec.checkpoint.uri and no run directory: this run keeps no checkpoints")
+    code = await _build_agent_before_serving(exp, args, runtime, checkpointer)
+    if code:
+        return code
     files = RunFiles(args.run_dir) if args.run_dir else None
     summaries = None
     tb_uri = tensorboard_uri(ckpt_cfg.uri, args.run_dir)
@@ -221,8 +236,9 @@ async def serve(exp, args) -> int:
         await asyncio.sleep(0.05)
     await loop.run_in_executor(None, runtime.shutdown)
     final_failed = False
-    if checkpointer and runtime.learner_steps and runtime.train_error is None \
-            and checkpointer.conflict is None:
+    # After a training failure too: the variables are those of the last good step (a
+    # checkpoint of non-finite ones is refused, and the previous one stays the newest).
+    if checkpointer and runtime.learner_steps and checkpointer.conflict is None:
         timeout = exp.spec.learner.termination_grace_period_seconds - 5
         try:
             path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save),
@@ -302,6 +318,41 @@ def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_fail
         return ExitCode.FAILED
     if stop_reason in SIGNAL_REASONS or stop_reason is None:
         return ExitCode.FAILED if final_checkpoint_failed else ExitCode.STOPPED
+    return ExitCode.OK
+
+
+async def _build_agent_before_serving(exp, args, runtime, checkpointer) -> int:
+    """Builds (and restores) the agent for the env spec of ``--env-spec`` or the checkpoint;
+    returns an exit code, 0 when serving may start."""
+    from seedrl.common.wire import EnvSpec, WireError
+    from seedrl.learner.checkpoint import CheckpointError
+
+    spec = None
+    if args.env_spec:
+        try:
+            spec = EnvSpec.read(args.env_spec)
+        except (OSError, WireError) as exc:
+            log.error("--env-spec %s: %s", args.env_spec, exc)
+            return ExitCode.BAD_CONFIG
+        if spec.env_id != exp.spec.env.id:
+            log.error("--env-spec %s describes %r, but spec.env.id is %r", args.env_spec,
+                      spec.env_id, exp.spec.env.id)
+            return ExitCode.BAD_CONFIG
+    elif checkpointer is not None and checkpointer.env_spec is not None:
+        spec = checkpointer.env_spec
+        log.info("env spec from the checkpoint: %s", spec.describe())
+    else:
+        log.warning("no --env-spec and no checkpoint to resume: the first actor naming %s "
+                    "decides the env spec", exp.spec.env.id)
+        return 0
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, runtime.build, spec)
+    except CheckpointError as exc:
+        log.error("cannot resume: %s", exc)
+        return ExitCode.CHECKPOINT_LOCATION
+    except ValueError as exc:
+        log.error("cannot build the agent for %s: %s", spec.describe(), exc)
+        return ExitCode.BAD_CONFIG
     return ExitCode.OK
 
 
