@@ -18,7 +18,13 @@ import grpc
 import numpy as np
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
-from seedrl.common.wire import PROTOCOL_VERSION, WireError, decode_array, encode_array
+from seedrl.common.wire import (
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    WireError,
+    decode_array,
+    encode_array,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +96,8 @@ class ActorClient:
         self._env_ids = list(range(k))
 
     def _channel(self):
-        options = [("grpc.max_send_message_length", 64 * 1024 * 1024),
-                   ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.keepalive_time_ms", 20_000)]
         if self.credentials is not None:
             return grpc.aio.secure_channel(self.address, self.credentials, options=options)

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 
+from seedrl.common import finite_json
 from seedrl.common.config import load_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
           f"frames in {summary.get('seconds', 0):.0f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"env": exp.spec.env.id, "frame_skip": skip, "summary": summary,
+            finite_json.dump({"env": exp.spec.env.id, "frame_skip": skip, "summary": summary,
                        "curve": table}, fh, indent=1)
     return 0
 

@@ -10,13 +10,14 @@ readiness probe: the learner once it serves the actors' streams, an actor while 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from seedrl.common import finite_json
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class MetricsServer:
                     if path == "/metrics":
                         self._send(200, CONTENT_TYPE_LATEST, generate_latest(server.registry))
                     elif path == "/status" and server.status is not None:
-                        body = json.dumps(server.status(), default=str).encode()
+                        body = finite_json.dumps(server.status(), default=str).encode()
                         self._send(200, "application/json", body)
                     elif path == "/healthz":
                         self._send(200, "text/plain", b"ok\n")

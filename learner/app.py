@@ -31,6 +31,7 @@ from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.metrics_http import MetricsServer, bind_address
 from seedrl.common.storage import StorageError, tensorboard_uri
+from seedrl.common.wire import EnvSpec, WireError
 from seedrl.learner.actor_indices import ActorIndices
 from seedrl.learner.agents import build_agent
 from seedrl.learner.checkpoint import (
@@ -111,6 +112,7 @@ class LearnerApp:
         try:
             self.http = self._serve_metrics()
             self.checkpointer = self._open_checkpoints()
+            self._build_agent()
         except SetupError:
             self.close()
             raise
@@ -180,6 +182,43 @@ class LearnerApp:
         self.metrics.checkpointer = checkpointer
         return checkpointer
 
+    def _build_agent(self) -> None:
+        """Builds (and restores) the agent before serving, for the env spec of ``--env-spec``
+        (derived from the Experiment by the launcher) or else the checkpoint's; with neither,
+        the first actor naming ``spec.env.id`` decides."""
+        args, exp = self.args, self.exp
+        if args.env_spec:
+            try:
+                spec = EnvSpec.read(args.env_spec)
+            except (OSError, WireError) as exc:
+                raise SetupError(
+                    ExitCode.BAD_CONFIG, f"--env-spec {args.env_spec}: {exc}"
+                ) from None
+            if spec.env_id != exp.spec.env.id:
+                raise SetupError(
+                    ExitCode.BAD_CONFIG,
+                    f"--env-spec {args.env_spec} describes {spec.env_id!r}, but "
+                    f"spec.env.id is {exp.spec.env.id!r}",
+                )
+        elif self.checkpointer is not None and self.checkpointer.env_spec is not None:
+            spec = self.checkpointer.env_spec
+            log.info("env spec from the checkpoint: %s", spec.describe())
+        else:
+            log.warning(
+                "no --env-spec and no checkpoint to resume: the first actor naming %s "
+                "decides the env spec",
+                exp.spec.env.id,
+            )
+            return
+        try:
+            self.runtime.build(spec)
+        except CheckpointError as exc:
+            raise SetupError(ExitCode.CHECKPOINT_LOCATION, f"cannot resume: {exc}") from None
+        except ValueError as exc:
+            raise SetupError(
+                ExitCode.BAD_CONFIG, f"cannot build the agent for {spec.describe()}: {exc}"
+            ) from None
+
     def _open_summaries(self) -> Summaries | None:
         uri = tensorboard_uri(self.exp.spec.checkpoint.uri, self.args.run_dir)
         if not uri or self.args.no_train:
@@ -216,6 +255,8 @@ class LearnerApp:
             "mean_return_100": None if math.isnan(mean) else mean,
             "return_window": len(runtime.returns),
             "stop_reason": runtime.stop_reason,
+            "skipped_updates": runtime.skipped_updates,
+            "refused_streams": runtime.refused_streams,
             **(self.checkpointer.status() if self.checkpointer else {"last_checkpoint": None}),
             **(
                 {
@@ -330,12 +371,9 @@ class LearnerApp:
 
     async def _final_checkpoint(self, loop: asyncio.AbstractEventLoop) -> None:
         runtime, checkpointer = self.runtime, self.checkpointer
-        if not (
-            checkpointer
-            and runtime.learner_steps
-            and runtime.train_error is None
-            and checkpointer.conflict is None
-        ):
+        # After a training failure too: the variables are those of the last good step (a
+        # checkpoint of non-finite ones is refused, and the previous one stays the newest).
+        if not (checkpointer and runtime.learner_steps and checkpointer.conflict is None):
             return
         timeout = self.exp.spec.learner.termination_grace_period_seconds - 5
         try:

@@ -4,9 +4,14 @@ Serves the gRPC stream for every actor, trains, watches the budget, writes statu
 checkpoints and a summary. Exit codes (:class:`seedrl.common.exit_codes.ExitCode`): 0 only when
 the Experiment is finished (budget or target return reached); 75 (STOPPED) when SIGTERM or
 SIGINT stopped it earlier and the final checkpoint is written, so that it is run again; 1 if
-training fails or that final checkpoint could not be written; 2 on a bad Experiment and 4 when
-the checkpoint location cannot be used (unreadable, or another learner publishes there):
-restarting would fail the same way.
+training fails (after a final checkpoint too, when the variables are sound) or that final
+checkpoint could not be written; 2 on a bad Experiment or env spec and 4 when the checkpoint
+location cannot be used (unreadable, another learner publishes there, or its checkpoints were
+trained on another env spec): restarting would fail the same way.
+
+The env spec comes from ``--env-spec`` (the launcher derives it from the Experiment by making
+the env once), else from the checkpoint being resumed; the agent is built and restored before
+the first actor is served, and every actor's Hello is checked against it.
 
 The command line, the exit code and the termination message; the process itself is
 :class:`seedrl.learner.app.LearnerApp`.
@@ -33,22 +38,36 @@ SIGNAL_REASONS = ("terminated", "interrupted")
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="learner", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="the Experiment YAML file")
-    p.add_argument("--run-dir", help="where to write status, metrics, summary and (by default) "
-                                     "checkpoints")
-    p.add_argument("--listen", help="address to serve: host:port or unix:PATH "
-                                    "(default [::]:spec.learner.port)")
-    p.add_argument("--no-train", action="store_true",
-                   help="serve inference only (throughput measurements)")
+    p.add_argument(
+        "--run-dir", help="where to write status, metrics, summary and (by default) checkpoints"
+    )
+    p.add_argument(
+        "--listen", help="address to serve: host:port or unix:PATH (default [::]:spec.learner.port)"
+    )
+    p.add_argument(
+        "--env-spec",
+        help="JSON env spec derived from the Experiment (python -m seedrl.actors "
+        "--env-spec-out FILE): the agent is built for it before serving and "
+        "every actor's hello must match it; without it, the checkpoint's, "
+        "else the first actor naming spec.env.id decides",
+    )
+    p.add_argument(
+        "--no-train", action="store_true", help="serve inference only (throughput measurements)"
+    )
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
-    p.add_argument("--termination-log",
-                   help="write the final status here as JSON on the way out (a pod's "
-                        "terminationMessagePath: the operator reads it once the learner is "
-                        "gone)")
-    p.add_argument("--metrics-address",
-                   help="host:port of the HTTP endpoint with /metrics (Prometheus), /status "
-                        "and /healthz (default 0.0.0.0:spec.learner.metricsPort); 'off' "
-                        "serves none")
+    p.add_argument(
+        "--termination-log",
+        help="write the final status here as JSON on the way out (a pod's "
+        "terminationMessagePath: the operator reads it once the learner is "
+        "gone)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        help="host:port of the HTTP endpoint with /metrics (Prometheus), /status "
+        "and /healthz (default 0.0.0.0:spec.learner.metricsPort); 'off' "
+        "serves none",
+    )
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -56,9 +75,21 @@ def parse_args(argv):
 #: The most a kubelet keeps of a termination message.
 TERMINATION_LOG_BYTES = 4096
 #: The fields of the final status the termination message keeps (what the operator reports).
-TERMINATION_FIELDS = ("state", "experiment", "run_id", "env_steps", "learner_steps",
-                      "episodes", "mean_return", "return_window", "elapsed", "eval_episodes",
-                      "eval_mean_return", "stop_reason", "last_checkpoint")
+TERMINATION_FIELDS = (
+    "state",
+    "experiment",
+    "run_id",
+    "env_steps",
+    "learner_steps",
+    "episodes",
+    "mean_return",
+    "return_window",
+    "elapsed",
+    "eval_episodes",
+    "eval_mean_return",
+    "stop_reason",
+    "last_checkpoint",
+)
 
 
 def write_termination_log(path: str, status: LearnerStatus) -> None:
@@ -78,8 +109,12 @@ def write_termination_log(path: str, status: LearnerStatus) -> None:
         log.warning("cannot write the termination log %s: %s", path, exc)
 
 
-def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_failed: bool,
-              checkpoint_conflict: bool) -> ExitCode:
+def exit_code(
+    stop_reason: str | None,
+    train_failed: bool,
+    final_checkpoint_failed: bool,
+    checkpoint_conflict: bool,
+) -> ExitCode:
     """The learner's exit code once it has stopped.
 
     0 only when the Experiment is finished (a budget or the target return was reached): a
@@ -100,8 +135,9 @@ def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_fail
 def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s learner %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s learner %(levelname)s %(message)s"
+    )
     try:
         exp = load_experiment(args.config)
     except ConfigError as exc:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from importlib import resources as importlib_resources
 from typing import Any
 
-from seedrl.common.config import ConfigError, load_yaml, param, parse_section
+from seedrl.common.config import ConfigError, load_yaml, param, parse_section, read_yaml_file
 
 #: Environment variable naming a price-table override file.
 PRICES_ENV = "SEEDRL_PRICES"
@@ -151,12 +151,7 @@ def load_prices(path: str | None = None, environ: Mapping[str, str] | None = Non
         return parse_prices(document)
     if os.path.isdir(path):
         path = os.path.join(path, PRICES_FILE)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ConfigError([(path, f"cannot read the price table: {exc.strerror}")]) from None
-    override = load_yaml(text, path)
+    override = read_yaml_file(path, "price table")
     if not isinstance(override, dict):
         raise ConfigError([("prices", f"{path} must hold a mapping, got {override!r}")])
     if "version" not in override:

@@ -841,7 +841,18 @@ def compute_status(exp: Experiment, *, generation: int | None,
                       "AllReady" if actors_ok else "NotAllReady",
                       f"{ready_actors} of {desired} actor pods ready.", generation, now)
 
-    if learner is not None and learner.state == "running":
+    idle = learner.seconds_without_env_steps if learner is not None else None
+    limit = exp.spec.budget.no_progress_seconds
+    if (learner is not None and learner.state != "finished" and limit and idle is not None
+            and idle >= limit):
+        # The same condition `seedrl train` fails a local run on (spec.budget.noProgressSeconds).
+        refusals = (f" {learner.refused_streams} actor stream(s) refused, the last: "
+                   f"{learner.last_refusal}" if learner.refused_streams else
+                   " No actor stream was refused: are the actor pods running?")
+        set_condition(conditions, "Progressing", False, "NoProgress",
+                      f"No env steps for {idle:.0f} s (spec.budget.noProgressSeconds = "
+                      f"{limit:g}).{refusals}", generation, now)
+    elif learner is not None and learner.state == "running":
         set_condition(conditions, "Progressing", True, "Training",
                       f"{learner.env_steps} env steps, {learner.learner_steps} learner steps "
                       f"with {learner.actors} actor stream(s).", generation, now)

@@ -76,3 +76,18 @@ def test_a_missing_version_or_rate_and_bad_yaml_are_refused(tmp_path):
     assert "not valid YAML" in next(iter(problems_of(tmp_path, "version: [\n").values()))
     with pytest.raises(ConfigError, match="cannot read"):
         cost.load_prices(str(tmp_path / "missing.yaml"), environ={})
+
+
+def test_a_price_file_bomb_is_refused_in_one_line(tmp_path):
+    laughs = "".join(
+        f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10) if i else 'x'}]\n" for i in range(10)
+    )
+    path = tmp_path / "prices.yaml"
+    path.write_text(laughs + "version: *l9\n")
+    with pytest.raises(ConfigError, match="aliases expand the document") as e:
+        cost.load_prices(str(path), environ={})
+    assert "\n" not in str(e.value)
+    with open(path, "wb") as fh:
+        fh.truncate(50 * 1024 * 1024)
+    with pytest.raises(ConfigError, match="refused unread"):
+        cost.load_prices(str(path), environ={})

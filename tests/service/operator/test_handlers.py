@@ -336,8 +336,17 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     learner = 2.0 * (4 * CPU + 16 * MEM + 4 * V5E)            # 10.11352
     actors = 1.5 * ACTOR_SPOT_HOURLY + 0.5 * ACTOR_SPOT_HOURLY  # 0.0591068
     total = learner + actors                                   # 10.1726268
-    status = wait_for(lambda: (s := k8s.status(name)).get("cost", {}).get("envFrames") ==
-                      2_000_000 and s, what="status.cost with the learner's frames")
+    # The operator sees pods through its watch cache, so a refresh may price before the pods
+    # created above reach it: wait for a cost that has the learner's frames and every pod.
+
+    def priced_everything():
+        s = k8s.status(name)
+        c = s.get("cost", {})
+        b = c.get("breakdown", {})
+        return (c.get("envFrames") == 2_000_000 and b.get("learner", {}).get("pods") == 1
+                and b.get("actor", {}).get("pods") == 2 and s)
+
+    status = wait_for(priced_everything, what="status.cost with the learner's frames")
     cost = status["cost"]
     assert cost["totalUsd"] == pytest.approx(total, abs=1e-6)
     assert cost["usdPerMillionFrames"] == pytest.approx(total / 2, abs=1e-6)

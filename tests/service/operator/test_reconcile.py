@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -489,6 +490,31 @@ def test_status_advances_from_pending_to_running_to_succeeded():
     assert reconcile.finished_before(s4)
     assert not reconcile.finished_before(reconcile.invalid_status(
         None, 1, ConfigError([("spec.x", "bad")]), "2026-01-01T00:00:00Z"))
+
+
+def test_no_env_steps_for_no_progress_seconds_turns_progressing_false():
+    exp = exp_of(budget={"noProgressSeconds": 120})
+    stalled = LearnerStatus.from_json(json.dumps({
+        **LEARNER_JSON, "state": "waiting_for_actors", "env_steps": 0,
+        "seconds_without_env_steps": 130.4, "refused_streams": 3,
+        "last_refusal": "a-1: env spec differs from the learner's: observation_shape"}))
+    assert stalled.refused_streams == 3 and stalled.last_refusal.startswith("a-1: env spec")
+    status = reconcile.compute_status(exp, generation=1, previous=None, job=job(1, 1),
+                                      deployment=deployment(2), learner=stalled,
+                                      now="2026-01-01T00:02:00Z")
+    assert conds(status)["Progressing"] == ("False", "NoProgress")
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "Progressing")
+    assert "No env steps for 130 s" in message and "3 actor stream(s) refused" in message
+    assert "observation_shape" in message
+    # Below the limit, or with the limit off, the learner is just waiting or training.
+    for budget, idle in (({"noProgressSeconds": 120}, 20.0), ({"noProgressSeconds": 0}, 1e6)):
+        learner = dataclasses.replace(stalled, seconds_without_env_steps=idle)
+        status = reconcile.compute_status(exp_of(budget=budget), generation=1, previous=None,
+                                          job=job(1, 1), deployment=deployment(2),
+                                          learner=learner)
+        assert conds(status)["Progressing"] == ("False", "WaitingForActors")
+    with pytest.raises(ValueError, match="last_refusal"):
+        LearnerStatus.from_json(json.dumps({"state": "running", "last_refusal": 3}))
 
 
 def test_status_of_failed_suspended_and_refused():
