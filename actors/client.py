@@ -18,7 +18,13 @@ import grpc
 import numpy as np
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
-from seedrl.common.wire import PROTOCOL_VERSION, WireError, decode_array, encode_array
+from seedrl.common.wire import (
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    WireError,
+    decode_array,
+    encode_array,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,14 +100,9 @@ class ActorClient:
         self._env_ids = list(range(k))
 
     def _channel(self):
-        options = [("grpc.max_send_message_length", 64 * 1024 * 1024),
-                   ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                   ("grpc.keepalive_time_ms", 20_000)]
-        if self.credentials is not None:
-            if self.tls_server_name:
-                options.append(("grpc.ssl_target_name_override", self.tls_server_name))
-            return grpc.aio.secure_channel(self.address, self.credentials, options=options)
-        return grpc.aio.insecure_channel(self.address, options=options)
+        return open_channel(self.address, self.credentials, self.tls_server_name,
+                            [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
 
     def _hello(self) -> seedrl_pb2.ActorMessage:
         return seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
@@ -110,7 +111,6 @@ class ActorClient:
             env_spec=self.envs.spec.to_proto(), actor_index=self.actor_index))
 
     def _step_message(self) -> seedrl_pb2.ActorMessage:
-        k = self.envs.num_envs
         episodes = [seedrl_pb2.Episode(env_id=i, episode_return=ret, length=n)
                     for i, ret, n in self._episodes]
         # .tolist() first: protobuf fills repeated fields from Python lists ~20x faster than
@@ -199,21 +199,35 @@ class ActorClient:
             self.env_steps += self.envs.num_envs
 
 
+def open_channel(address: str, credentials=None, tls_server_name: str | None = None,
+                 options=()) -> grpc.aio.Channel:
+    """A channel to the learner: TLS with ``credentials`` (verifying ``tls_server_name`` when
+    given, else the host of ``address``), plaintext without; kept alive with pings.
+
+    Every RPC an actor makes goes through here, so that the index request and the streams
+    verify the learner's certificate alike.
+    """
+    options = [("grpc.keepalive_time_ms", 20_000), *options]
+    if credentials is not None:
+        if tls_server_name:
+            options.append(("grpc.ssl_target_name_override", tls_server_name))
+        return grpc.aio.secure_channel(address, credentials, options=options)
+    return grpc.aio.insecure_channel(address, options=options)
+
+
 async def request_index(address: str, experiment: str, actor_id: str, credentials=None,
-                        backoff: Backoff | None = None) -> int:
+                        backoff: Backoff | None = None,
+                        tls_server_name: str | None = None) -> int:
     """Asks the learner for this actor's index (``AssignIndex``), retrying with backoff while
     the learner is not up (or has just resumed and lets its actors reclaim theirs first).
+    ``credentials`` and ``tls_server_name`` as for :func:`open_channel`.
 
     Raises:
       ActorRefused: if the learner refuses (another experiment, an empty id).
     """
     backoff = backoff or Backoff()
-    options = [("grpc.keepalive_time_ms", 20_000)]
     while True:
-        channel = (grpc.aio.secure_channel(address, credentials, options=options)
-                   if credentials is not None else
-                   grpc.aio.insecure_channel(address, options=options))
-        async with channel:
+        async with open_channel(address, credentials, tls_server_name) as channel:
             try:
                 grant = await seedrl_pb2_grpc.LearnerStub(channel).AssignIndex(
                     seedrl_pb2.IndexRequest(experiment=experiment, actor_id=actor_id),

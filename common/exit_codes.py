@@ -83,8 +83,9 @@ _DESCRIPTIONS = {
 
 #: Codes a restart would only repeat: the launchers do not restart a process that exits with
 #: one, and the learner Job's podFailurePolicy fails the Job at once (FailJob).
-PERMANENT = frozenset({ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION,
-                       ExitCode.NO_ACCELERATOR})
+PERMANENT = frozenset(
+    {ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION, ExitCode.NO_ACCELERATOR}
+)
 #: Codes that are no failure of the run: restarted without counting (podFailurePolicy Ignore).
 RETRY_FREELY = frozenset({ExitCode.STOPPED})
 #: What a container killed by SIGKILL exits with (128 + 9): the kernel's OOM killer, or the

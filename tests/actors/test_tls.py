@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from seedrl.actors.client import ActorClient, Backoff
+from seedrl.actors.client import ActorClient, Backoff, request_index
 from seedrl.actors.envs import EnvBatch
 from seedrl.common.config import EnvConfig
 from seedrl.learner.server import server_credentials
@@ -66,5 +66,42 @@ def test_actor_streams_over_tls_and_a_plaintext_actor_cannot(certificate):
         learner.runtime.finish("max_env_steps")
         thread.join(30)
         assert done == {"ok": True} and tls_actor.connections == 1
+    finally:
+        stop_learner(learner)
+
+
+def test_index_request_and_stream_verify_the_name_given_for_another_address(certificate):
+    # A pod reaches the learner's Service by a name the certificate carries; here, as through
+    # a tunnel, the address is an IP and --tls-server-name says which name to verify. Both
+    # RPCs an actor makes (AssignIndex, then the stream) must verify that name.
+    cert, key = certificate
+    port = free_port()
+    learner = start_learner(f"127.0.0.1:{port}", credentials=server_credentials(cert, key))
+    try:
+        with open(cert, "rb") as fh:
+            trusted = grpc.ssl_channel_credentials(root_certificates=fh.read())
+        address = f"127.0.0.1:{port}"
+        index = asyncio.run(asyncio.wait_for(request_index(
+            address, "test-exp", "named-actor", trusted, Backoff(0.01, 0.1),
+            tls_server_name="localhost"), timeout=30))
+        assert index == 0
+        # Without the name, the IP is verified against a certificate for localhost: refused,
+        # retried until given up on.
+        with pytest.raises(TimeoutError):
+            asyncio.run(asyncio.wait_for(request_index(
+                address, "test-exp", "unnamed-actor", trusted, Backoff(0.01, 0.1)),
+                timeout=2.0))
+        client = ActorClient(EnvBatch(EnvConfig(id="CartPole-v1"), 2, [0, 1]), "test-exp",
+                             "named-actor", address, credentials=trusted,
+                             backoff=Backoff(0.01, 0.1), actor_index=index,
+                             tls_server_name="localhost")
+        thread = threading.Thread(target=lambda: asyncio.run(client.run()), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while learner.runtime.env_steps <= 50 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert learner.runtime.env_steps > 50 and client.connections == 1
+        learner.runtime.finish("max_env_steps")
+        thread.join(30)
     finally:
         stop_learner(learner)

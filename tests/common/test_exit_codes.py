@@ -8,10 +8,21 @@ def test_values_are_the_documented_ones():
 
 
 def test_only_configuration_refusal_checkpoint_location_and_no_accelerator_are_permanent():
-    assert PERMANENT == {ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION,
-                         ExitCode.NO_ACCELERATOR}
+    assert PERMANENT == {
+        ExitCode.BAD_CONFIG,
+        ExitCode.REFUSED,
+        ExitCode.CHECKPOINT_LOCATION,
+        ExitCode.NO_ACCELERATOR,
+    }
     assert ExitCode.FAILED not in PERMANENT and ExitCode.OK not in PERMANENT
     assert RETRY_FREELY == {ExitCode.STOPPED} and not RETRY_FREELY & PERMANENT
+
+
+def test_no_accelerator_is_5_and_says_what_is_missing():
+    # The learner, the launcher and the Job's podFailurePolicy all read this one member.
+    assert ExitCode(5) is ExitCode.NO_ACCELERATOR and ExitCode.NO_ACCELERATOR in PERMANENT
+    assert ExitCode.NO_ACCELERATOR.reason == "AcceleratorMissing"
+    assert describe(5) == "exit code 5 (the accelerator the learner was scheduled for is missing)"
 
 
 def test_every_code_has_a_reason_and_a_description():

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -113,12 +112,17 @@ class PhaseRecorder:
         self._stop = threading.Event()
 
         def run():
-            while not self._stop.is_set():
+            # One last reading after the stop: the phase a caller waited for is recorded even
+            # when its wait saw it first.
+            while True:
+                stopping = self._stop.is_set()
                 s = status(cluster, namespace, name)
                 entry = (s.get("phase"), int(s.get("envFrames") or 0))
                 if not self.seen or self.seen[-1] != entry:
                     self.seen.append(entry)
-                time.sleep(0.2)
+                if stopping:
+                    return
+                self._stop.wait(0.2)
         self._thread = threading.Thread(target=run, daemon=True)
 
     def __enter__(self):
@@ -153,7 +157,8 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
           tmp_path)
     with PhaseRecorder(cluster, ns, name) as phases:
         wait_until(lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
-                   300, "the experiment to finish", cluster)
+                   300, lambda: "the experiment to finish" + diagnosis(cluster, ns, name),
+                   cluster)
     final = status(cluster, ns, name)
     assert final["phase"] == "Succeeded", (final, logs(cluster, learner_pods(cluster, ns, name)))
     assert final["stopReason"] == "target_return" and final["meanReturn"] >= 60
@@ -164,6 +169,16 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
     # The actors were granted distinct indices by the learner.
     assert "the learner granted index" in logs(cluster, actor_pods(cluster, ns, name)) or \
         final["actors"]["desired"] == 0
+    # Over TLS: the learner served with the certificate the operator made (kubectl shows its
+    # Secret), the actors verifying the learner Service's name with the CA alone.
+    secret = json.loads(cluster.kubectl("get", "secret", f"{name}-learner-tls", "-n", ns,
+                                        "-o", "json").stdout)
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    assert secret["metadata"]["ownerReferences"][0]["kind"] == "Experiment"
+    assert "--tls-cert" in pod["spec"]["containers"][0]["command"]
+    actor_template = cluster.get("apps", "v1", "deployments", ns, f"{name}-actors")
+    assert "--tls-ca" in actor_template["spec"]["template"]["spec"]["containers"][0]["command"]
     # status.cost priced the pods; kubectl and seedrl status show the outcome.
     assert final["cost"]["totalUsd"] > 0 and final["costRecords"]
     table = cluster.kubectl("get", "experiments", "-n", ns).stdout
@@ -323,6 +338,12 @@ def test_scaling_two_three_one_keeps_the_surviving_actors(cluster, tmp_path):
                cluster)
     three = {p["metadata"]["uid"] for p in actor_pods(cluster, ns, name)}
     assert two < three  # added one, left the others running
+    # The actors' indices are unique while three run (read now: the pods scaled away below
+    # leave the API, logs and all, once they have stopped).
+    granted = [line for p in actor_pods(cluster, ns, name)
+               for line in cluster.pod_log(p).splitlines() if "granted index" in line]
+    indices = [int(line.rsplit(" ", 1)[1]) for line in granted]
+    assert len(indices) == len(set(indices)) == 3, granted
     cluster.kubectl("scale", f"experiment/{name}", "--replicas=1", "-n", ns)
     wait_until(lambda: len(actor_pods(cluster, ns, name)) == 1, 120, "one actor", cluster)
     one = {p["metadata"]["uid"] for p in actor_pods(cluster, ns, name)}
@@ -330,11 +351,6 @@ def test_scaling_two_three_one_keeps_the_surviving_actors(cluster, tmp_path):
     # Scaling never touched the learner, and one ReplicaSet served every size.
     assert learner_pods(cluster, ns, name)[-1]["metadata"]["uid"] == learner
     assert len(cluster.list("apps", "v1", "replicasets", ns)) == 1
-    # The actors' indices were unique while three ran.
-    granted = [line for p in cluster.pods(ns, **{"seedrl.dev__role": "actor"})
-               for line in cluster.pod_log(p).splitlines() if "granted index" in line]
-    indices = [int(line.rsplit(" ", 1)[1]) for line in granted]
-    assert len(indices) == len(set(indices)) == 3, granted
     cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")
 
 

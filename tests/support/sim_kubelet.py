@@ -5,8 +5,10 @@ What it models (kubernetes.io: "Pod Lifecycle", "Container probes", "Termination
 "Configure Liveness, Readiness and Startup Probes", "Resource Management for Pods and
 Containers", "Node Shutdowns", "Determine the Reason for Pod Failure"):
 
-- volumes: a ConfigMap's keys become files, an emptyDir an empty directory, a
-  PersistentVolumeClaim a directory that outlives the pod (one per claim); the container sees
+- volumes: a ConfigMap's keys become files, a Secret's decoded keys too (its ``items`` only,
+  when listed, with their modes), an emptyDir an empty directory, a PersistentVolumeClaim a
+  directory that outlives the pod (one per claim); a missing ConfigMap, Secret, Secret key or
+  claim keeps the pod in ContainerCreating until it appears; the container sees
   them at their ``mountPath``s, so every argument and environment value that starts with a
   mount path is mapped onto the host directory (the process has no mount namespace);
 - environment: the container's ``env`` (values, and ``fieldRef`` to the pod's name,
@@ -19,7 +21,10 @@ Containers", "Node Shutdowns", "Determine the Reason for Pod Failure"):
   (``svc``, ``svc.ns``, ``svc.ns.svc[.cluster.local]``) to the pod IP of a ready endpoint of
   the Service. gRPC's C core binds and resolves on its own: a ``svc:port`` argument is mapped
   to ``127.0.0.1:port`` (a wildcard gRPC bind is reachable there), so gRPC ports of pods must
-  not collide;
+  not collide. The name is then gone from the address, which a TLS client verifies the
+  server's certificate against: a container that is one (its command has ``--tls-ca``) gets
+  ``--tls-server-name svc`` after the mapped argument, so it still verifies the name it asked
+  for (as seedrl's actors take it; no other TLS clients run in pods here);
 - probes: startup, then liveness and readiness (``httpGet`` to the pod IP, ``tcpSocket``) at
   their periods and thresholds; the Ready and ContainersReady conditions follow readiness; a
   failed liveness probe restarts the container;
@@ -43,6 +48,7 @@ Containers", "Node Shutdowns", "Determine the Reason for Pod Failure"):
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 import os
@@ -195,6 +201,9 @@ class PodRun:
                     raise MountPending(f'configmap "{volume["configMap"]["name"]}" not found')
                 for key, text in (cm.get("data") or {}).items():
                     (path / key).write_text(text)
+            elif "secret" in volume:
+                path = self.dir / "volumes" / name
+                self._secret_volume(volume["secret"], path)
             elif "persistentVolumeClaim" in volume:
                 claim = volume["persistentVolumeClaim"]["claimName"]
                 pvc = store.get(store.resource("", "v1", "persistentvolumeclaims"),
@@ -210,6 +219,33 @@ class PodRun:
         del api
         return out
 
+    def _secret_volume(self, source: dict, path: Path) -> None:
+        """Writes a Secret's keys (decoded; only ``items`` when listed, at their paths and
+        modes) into ``path``, as the kubelet's secret volume plugin does."""
+        store = self.kubelet.api.store
+        name = source["secretName"]
+        secret = store.get(store.resource("", "v1", "secrets"), self.namespace, name)
+        if secret is None:
+            if source.get("optional"):
+                path.mkdir(parents=True, exist_ok=True)
+                return
+            raise MountPending(f'secret "{name}" not found')
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        data.update({k: v.encode() for k, v in (secret.get("stringData") or {}).items()})
+        items = source.get("items") or [{"key": key, "path": key} for key in data]
+        for item in items:
+            if item["key"] not in data:
+                raise MountPending(f"couldn't find key {item['key']} in Secret "
+                                   f"{self.namespace}/{name}")
+        path.mkdir(parents=True, exist_ok=True)
+        for item in items:
+            target = path / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                target.chmod(0o600)
+            target.write_bytes(data[item["key"]])
+            target.chmod(item.get("mode", source.get("defaultMode", 0o644)))
+
     def _map(self, value: str, mounts: list[tuple[str, Path]]) -> str:
         for mount, host in mounts:
             if value == mount or value.startswith(mount.rstrip("/") + "/"):
@@ -219,15 +255,33 @@ class PodRun:
                            value)
         return value
 
-    def _services(self, value: str) -> str:
+    def _services(self, value: str) -> tuple[str, str | None]:
+        """``value`` with any ``svc[.ns[.svc[.cluster.local]]]:port`` mapped to
+        ``127.0.0.1:targetPort``, and the name it had (None when none was mapped)."""
         store = self.kubelet.api.store
+        found = None
         for svc in store.list(store.resource("", "v1", "services"), self.namespace):
             name = svc["metadata"]["name"]
-            pattern = rf"\b{re.escape(name)}(\.{re.escape(self.namespace)}" \
-                      rf"(\.svc(\.cluster\.local)?)?)?:(\d+)\b"
-            value = re.sub(pattern, lambda m: f"127.0.0.1:{self._target(svc, m.group(4))}",
-                           value)
-        return value
+            pattern = rf"\b({re.escape(name)}(\.{re.escape(self.namespace)}" \
+                      rf"(\.svc(\.cluster\.local)?)?)?):(\d+)\b"
+            match = re.search(pattern, value)
+            if match:
+                found = match.group(1)
+                value = re.sub(pattern,
+                               lambda m: f"127.0.0.1:{self._target(svc, m.group(5))}", value)
+        return value, found
+
+    def _command(self, container: dict, mounts) -> list[str]:
+        """The container's command and args, with mount paths and Service addresses mapped;
+        a TLS client (``--tls-ca``) is told the Service name it would have verified."""
+        argv: list[str] = []
+        command = [*(container.get("command") or []), *(container.get("args") or [])]
+        for arg in command:
+            mapped, service = self._services(self._map(arg, mounts))
+            argv.append(mapped)
+            if service and "--tls-ca" in command and "--tls-server-name" not in command:
+                argv += ["--tls-server-name", service]
+        return argv
 
     @staticmethod
     def _target(svc: dict, port: str) -> str:
@@ -267,8 +321,9 @@ class PodRun:
             await self._run()
         except Exception as exc:  # noqa: BLE001 - a broken pod must not stop the kubelet
             self.kubelet.errors.append(f"{self.namespace}/{self.name}: {exc!r}")
+            message = str(exc)
             self.update(lambda p: p["status"].update(phase="Failed", reason="KubeletError",
-                                                     message=str(exc)))
+                                                     message=message))
 
     async def _run(self) -> None:
         pod = self.current()
@@ -305,8 +360,7 @@ class PodRun:
         mounts = sorted([(m["mountPath"], volumes[m["name"]])
                          for m in container.get("volumeMounts") or [] if m["name"] in volumes]
                         + [(message_path, message_file)], key=lambda m: -len(m[0]))
-        argv = [self._services(self._map(a, mounts))
-                for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+        argv = self._command(container, mounts)
         if argv and argv[0] in ("python", "python3"):
             argv[0] = self.kubelet.python
         env = self._env(pod, container, mounts)
@@ -575,8 +629,8 @@ class Kubelet:
 
     def runs_pod(self, pod: dict) -> bool:
         """Whether a kubelet has this pod (its deletion then waits for the containers)."""
-        return pod["metadata"].get("uid") in self.runs and not (
-            (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+        phase = (pod.get("status") or {}).get("phase")
+        return pod["metadata"].get("uid") in self.runs and phase not in ("Succeeded", "Failed")
 
     def sync(self) -> None:
         """Starts pods newly bound to a node, stops pods being deleted, writes the DNS."""

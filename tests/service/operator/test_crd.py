@@ -18,7 +18,7 @@ import yaml
 from seedrl.common.config import TPU_GENERATIONS, ConfigError, parse_experiment
 from seedrl.service.operator import crd
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _schema() -> dict:
