@@ -9,6 +9,7 @@ field, so the learner can fail that one stream with INVALID_ARGUMENT and keep se
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -84,6 +85,9 @@ class EnvSpec:
       action_dtype: "int32" for discrete actions, "float32" for continuous ones.
       action_shape: shape of one action; () for discrete actions.
       num_actions: number of discrete actions; 0 for continuous actions.
+      action_low, action_high: continuous actions only, the bounds of each action element in C
+        order (empty: unbounded). The policy acts in [-1, 1] per element;
+        :meth:`to_env_actions` maps that range onto the bounds.
     """
 
     env_id: str
@@ -92,18 +96,50 @@ class EnvSpec:
     action_dtype: str
     action_shape: tuple[int, ...]
     num_actions: int
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
 
     @property
     def discrete(self) -> bool:
         """Whether actions are integers in [0, num_actions)."""
         return self.num_actions > 0
 
+    def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Maps continuous actions from the policy's normalised space onto the env's bounds.
+
+        Each element with finite bounds goes from [-1, 1] to [low, high] linearly (values outside
+        [-1, 1], which a Gaussian policy samples, are clipped first, so the env only sees legal
+        actions); an element with an infinite bound passes unchanged. Discrete actions pass
+        unchanged.
+
+        Args:
+          actions: [N, *action_shape] in the normalised space.
+
+        Returns:
+          float32 [N, *action_shape] in the env's units (int32 actions as given).
+        """
+        if self.discrete or not self.action_low:
+            return actions
+        low, high, finite = self._bounds
+        clipped = np.clip(actions, -1.0, 1.0)
+        scaled = low + (clipped + 1.0) * (0.5 * (high - low))
+        return np.where(finite, scaled, actions).astype(np.float32, copy=False)
+
+    @functools.cached_property
+    def _bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        low = np.asarray(self.action_low, np.float64).reshape(self.action_shape)
+        high = np.asarray(self.action_high, np.float64).reshape(self.action_shape)
+        finite = np.isfinite(low) & np.isfinite(high)
+        # Zeros where unbounded, so the unused branch of the np.where stays finite.
+        return np.where(finite, low, 0.0), np.where(finite, high, 0.0), finite
+
     def to_proto(self) -> seedrl_pb2.EnvSpec:
         """The spec as its protobuf message."""
         return seedrl_pb2.EnvSpec(
             env_id=self.env_id, observation_dtype=self.observation_dtype,
             observation_shape=list(self.observation_shape), action_dtype=self.action_dtype,
-            action_shape=list(self.action_shape), num_actions=self.num_actions)
+            action_shape=list(self.action_shape), num_actions=self.num_actions,
+            action_low=list(self.action_low), action_high=list(self.action_high))
 
     @classmethod
     def from_proto(cls, msg: seedrl_pb2.EnvSpec) -> "EnvSpec":
@@ -116,7 +152,9 @@ class EnvSpec:
                    observation_shape=tuple(int(d) for d in msg.observation_shape),
                    action_dtype=msg.action_dtype,
                    action_shape=tuple(int(d) for d in msg.action_shape),
-                   num_actions=int(msg.num_actions))
+                   num_actions=int(msg.num_actions),
+                   action_low=tuple(float(x) for x in msg.action_low),
+                   action_high=tuple(float(x) for x in msg.action_high))
         for name in ("observation_dtype", "action_dtype"):
             if getattr(spec, name) not in ALLOWED_DTYPES:
                 raise WireError(f"env_spec.{name}: {getattr(spec, name)!r} is not allowed")
@@ -126,7 +164,24 @@ class EnvSpec:
             raise WireError("env_spec.num_actions: must be >= 0")
         if spec.discrete and (spec.action_dtype != "int32" or spec.action_shape):
             raise WireError("env_spec: discrete actions must be int32 scalars")
+        spec._check_bounds()
         return spec
+
+    def _check_bounds(self) -> None:
+        low, high = self.action_low, self.action_high
+        if self.discrete:
+            if low or high:
+                raise WireError("env_spec.action_low/high: discrete actions have no bounds")
+            return
+        size = math.prod(self.action_shape)
+        if len(low) != len(high) or (low and len(low) != size):
+            raise WireError(f"env_spec.action_low/high: expected {size} bounds each (one per "
+                            f"action element) or none, got {len(low)} and {len(high)}")
+        for i, (lo, hi) in enumerate(zip(low, high)):
+            if math.isnan(lo) or math.isnan(hi) or not lo <= hi or lo == math.inf \
+                    or hi == -math.inf:
+                raise WireError(f"env_spec.action_low/high[{i}]: need low <= high, got "
+                                f"[{lo}, {hi}]")
 
     def differences(self, other: "EnvSpec") -> list[str]:
         """Human-readable differences from another spec (empty when they match)."""
