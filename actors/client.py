@@ -62,12 +62,16 @@ class ActorClient:
       address: the learner, ``host:port`` or ``unix:PATH``.
       credentials: ``grpc.ssl_channel_credentials`` for TLS, or None for plaintext.
       actor_index: this actor's index among the replicas (agents may explore per index).
+      first_env: index of ``envs``' first env among all of the actor's envs.
     """
 
     def __init__(self, envs, experiment: str, actor_id: str, address: str,
-                 credentials=None, backoff: Backoff | None = None, actor_index: int = 0):
+                 credentials=None, backoff: Backoff | None = None, actor_index: int = 0,
+                 first_env: int = 0):
         self.envs = envs
         self.actor_index = actor_index
+        #: Index of these envs' first among the actor's (it may split them over streams).
+        self.first_env = first_env
         self.experiment = experiment
         self.actor_id = actor_id
         self.address = address
@@ -87,6 +91,7 @@ class ActorClient:
         self._terminated = np.zeros(k, bool)
         self._truncated = np.zeros(k, bool)
         self._episodes: list[tuple[int, float, int]] = []
+        self._finals: tuple[np.ndarray, np.ndarray] | None = None
         self._env_ids = list(range(k))
 
     def _channel(self):
@@ -101,7 +106,8 @@ class ActorClient:
         return seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
             protocol_version=PROTOCOL_VERSION, experiment=self.experiment,
             actor_id=self.actor_id, num_envs=self.envs.num_envs,
-            env_spec=self.envs.spec.to_proto(), actor_index=self.actor_index))
+            env_spec=self.envs.spec.to_proto(), actor_index=self.actor_index,
+            first_env=self.first_env))
 
     def _step_message(self) -> seedrl_pb2.ActorMessage:
         k = self.envs.num_envs
@@ -109,10 +115,14 @@ class ActorClient:
                     for i, ret, n in self._episodes]
         # .tolist() first: protobuf fills repeated fields from Python lists ~20x faster than
         # from numpy arrays (measured: 12 us against 270 us for 128 envs).
-        return seedrl_pb2.ActorMessage(step=seedrl_pb2.Step(
+        step = seedrl_pb2.Step(
             env_ids=self._env_ids, observations=encode_array(self._obs),
             rewards=self._rewards.tolist(), terminated=self._terminated.tolist(),
-            truncated=self._truncated.tolist(), episodes=episodes))
+            truncated=self._truncated.tolist(), episodes=episodes)
+        if self._finals is not None and len(self._finals[0]):
+            step.final_env_ids.extend(self._finals[0].tolist())
+            step.final_observations.CopyFrom(encode_array(self._finals[1]))
+        return seedrl_pb2.ActorMessage(step=step)
 
     async def run(self) -> None:
         """Streams until the learner reports finished.
@@ -160,6 +170,7 @@ class ActorClient:
         self._rewards[:] = 0
         self._terminated[:] = False
         self._truncated[:] = False
+        self._finals = None
         while True:
             sent = time.perf_counter()
             await call.write(self._step_message())
@@ -179,7 +190,7 @@ class ActorClient:
                 raise ActorRefused(f"learner sent bad actions: {exc}") from None
             started = time.perf_counter()
             (self._obs, self._rewards, self._terminated, self._truncated,
-             episodes) = self.envs.step(actions)
+             episodes, self._finals) = self.envs.step(actions)
             if self.observer is not None:
                 self.observer.round_trip(round_trip)
                 self.observer.env_step(time.perf_counter() - started)

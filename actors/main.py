@@ -168,9 +168,11 @@ def main(argv=None) -> int:
             credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
     actor_id = args.actor_id or f"{exp.metadata.name}-{socket.gethostname()}-{args.index}"
     # Several streams per actor: while the learner answers one, the actor steps another.
+    firsts = np.cumsum([0] + [envs.num_envs for envs in batches])
     clients = [ActorClient(envs, exp.metadata.name,
                            actor_id if len(batches) == 1 else f"{actor_id}/{j}",
-                           args.learner, credentials, actor_index=args.index)
+                           args.learner, credentials, actor_index=args.index,
+                           first_env=int(firsts[j]))
                for j, envs in enumerate(batches)]
     http = serve_metrics(args, exp, clients)
     try:
