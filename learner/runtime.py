@@ -42,6 +42,9 @@ class HandshakeError(Exception):
         self.code = code
 
 
+_NO_ENVS = np.zeros(0, np.int64)
+
+
 @dataclasses.dataclass
 class StepData:
     """One decoded step of all K envs of a stream, in env-id order."""
@@ -50,15 +53,21 @@ class StepData:
     rewards: np.ndarray           # [K] float32
     terminated: np.ndarray        # [K] bool
     truncated: np.ndarray         # [K] bool
+    #: Envs whose episode was truncated by this step and whose final observation came along.
+    final_ids: np.ndarray = dataclasses.field(default_factory=lambda: _NO_ENVS)  # [M] int64
+    final_observations: np.ndarray | None = None                 # [M, *obs_shape]
 
 
 class Stream:
     """Learner-side state of one connected actor: its unroll builder and recurrent state."""
 
     def __init__(self, actor_id: str, num_envs: int, builder: UnrollBuilder,
-                 state: list[np.ndarray], actor_index: int = 0, evaluation: bool = False):
+                 state: list[np.ndarray], actor_index: int = 0, evaluation: bool = False,
+                 first_env: int = 0):
         self.actor_id = actor_id
         self.actor_index = actor_index
+        #: Index of this stream's env 0 among its actor's envs.
+        self.first_env = first_env
         #: An evaluation actor's episodes are reported apart and its steps are not trained on.
         self.evaluation = evaluation
         self.num_envs = num_envs
@@ -67,6 +76,9 @@ class Stream:
         self.lane = 0
         self.builder = builder
         self.state = state
+        #: Each env's value at its latest observation: what a truncation without a final
+        #: observation (an env restarted after an error) bootstraps from.
+        self.last_value = np.zeros(num_envs, np.float32)
         self.closed = False
 
 
@@ -130,7 +142,7 @@ class LearnerRuntime:
     # -- streams ------------------------------------------------------------------------
 
     def open_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec,
-                    actor_index: int = 0) -> Stream:
+                    actor_index: int = 0, first_env: int = 0) -> Stream:
         """Registers an actor after its handshake, building the agent on the first one.
 
         Raises:
@@ -161,14 +173,15 @@ class LearnerRuntime:
             "terminated": ((), np.dtype(bool)),
             "truncated": ((), np.dtype(bool)),
             "action": (env_spec.action_shape, np.dtype(env_spec.action_dtype)),
+            "final_value": ((), np.dtype(np.float32)),
             **agent.step_fields(),
         }
         length, period = agent.unroll_layout(self.experiment.spec.learner.unroll_length)
         builder = UnrollBuilder(self.experiment.spec.learner.unroll_length, num_envs, fields,
                                 length=length, period=period)
         stream = Stream(actor_id, num_envs, builder,
-                        agent.initial_state(num_envs, actor_index), actor_index,
-                        agent.is_evaluation_actor(actor_index))
+                        agent.initial_state(num_envs, actor_index, first_env), actor_index,
+                        agent.is_evaluation_actor(actor_index), first_env)
         # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in order.
         stream.lane = self._streams_opened % len(self.batchers)
         self._streams_opened += 1
@@ -222,34 +235,81 @@ class LearnerRuntime:
     # -- inference (batcher thread) -----------------------------------------------------
 
     def _infer(self, items: list[tuple[Stream, StepData]]) -> list[np.ndarray]:
+        """One inference call for the steps of several streams.
+
+        The final observations of truncated episodes ride in the same call as extra rows, each
+        with its env's state from before the reset, so that their values cost no call of their
+        own; only those values are kept from them.
+        """
         agent = self.agent
-        observations = np.concatenate([step.observations for _, step in items])
-        states_before = []
+        observations, rewards, states_before = [], [], []
+        finals = []  # per item: (final env ids, their observations, states, rewards) or None
         for stream, step in items:
             done = step.terminated | step.truncated
+            if len(step.final_ids):
+                ids = step.final_ids
+                finals.append((ids, step.final_observations, [s[ids] for s in stream.state],
+                               step.rewards[ids]))
+            else:
+                finals.append(None)
             if stream.state and done.any():
-                fresh = agent.initial_state(stream.num_envs, stream.actor_index)
-                for s, f in zip(stream.state, fresh):
-                    s[done] = f[done]
+                fresh = agent.initial_state(stream.num_envs, stream.actor_index,
+                                            stream.first_env)
+                stream.state = [np.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), f, s)
+                                for s, f in zip(stream.state, fresh)]
             states_before.append(stream.state)
+            observations.append(step.observations)
+            # A first step's input reward belongs to the episode before it.
+            rewards.append(np.where(done, np.float32(0), step.rewards))
+        n = sum(len(o) for o in observations)
+        extra = [f for f in finals if f is not None]
+        for ids, obs, state, reward in extra:
+            observations.append(obs)
+            states_before.append(state)
+            rewards.append(reward)
         state = [np.concatenate(parts) for parts in zip(*states_before)] if states_before[0] \
             else []
-        outputs, new_state = agent.inference(observations, state)
-        results, offset = [], 0
+        outputs, new_state = agent.inference(np.concatenate(observations), state,
+                                             np.concatenate(rewards).astype(np.float32))
+        # An agent without value estimates bootstraps truncations from zero.
+        values = np.asarray(outputs["value"], np.float32) if "value" in outputs else \
+            np.zeros(len(outputs["action"]), np.float32)
+        env_actions = self.env_spec.to_env_actions(outputs["action"][:n])
+        results, offset, final_offset = [], 0, n
         for i, (stream, step) in enumerate(items):
             k = stream.num_envs
             part = {name: value[offset:offset + k] for name, value in outputs.items()}
             if new_state:
                 stream.state = [s[offset:offset + k] for s in new_state]
+            final_value = self._final_values(stream, step, finals[i], values, final_offset)
+            if finals[i] is not None:
+                final_offset += len(finals[i][0])
+            stream.last_value = values[offset:offset + k]
             offset += k
             row = {"observation": step.observations, "reward": step.rewards,
-                   "terminated": step.terminated, "truncated": step.truncated, **part}
+                   "terminated": step.terminated, "truncated": step.truncated,
+                   "final_value": final_value, **part}
             if not stream.closed and self._train_enabled and not stream.evaluation:
                 unroll = stream.builder.append(row, states_before[i])
                 if unroll is not None:
                     self._enqueue(unroll)
-            results.append(part["action"])
+            results.append(env_actions[offset - k:offset])
         return results
+
+    @staticmethod
+    def _final_values(stream: Stream, step: StepData, final, values: np.ndarray,
+                      offset: int) -> np.ndarray:
+        """Each env's value to bootstrap a truncation from: its final observation's where the
+        actor sent one, else (an env restarted after an error) that of the last observation
+        seen before it; zero where nothing was truncated."""
+        cut = step.truncated & ~step.terminated
+        if not cut.any():
+            return np.zeros(stream.num_envs, np.float32)
+        out = np.where(cut, stream.last_value, np.float32(0)).astype(np.float32)
+        if final is not None:
+            ids = final[0]
+            out[ids] = values[offset:offset + len(ids)]
+        return out
 
     def _enqueue(self, unroll: dict) -> None:
         for single in split_unroll(unroll):
@@ -310,21 +370,27 @@ class LearnerRuntime:
             self._after_step(self.agent.train(stack_unrolls(unrolls)))
 
     def _train_from_replay(self) -> None:
-        """Replay: unrolls go into the agent's replay as they arrive; a step runs whenever the
-        agent says its replay is full enough and the replay ratio allows one."""
+        """Replay: unrolls go into the agent's replay as they arrive, as many as its replay
+        ratio lets it take; a step runs whenever the agent says its replay is full enough and
+        the ratio allows one. An agent that takes no more leaves the queue to fill, and a full
+        queue holds inference: the actors wait for training, as in SEED."""
+        # Agents written before the replay ratio held both ways take whatever arrives.
+        insert_limit = getattr(self.agent, "insert_limit", lambda: None)
         while not self.stop_event.is_set():
+            limit = insert_limit()
             fresh = []
-            if not self.agent.can_train():
-                # Nothing to do until more data arrives.
-                try:
-                    fresh.append(self._unrolls.get(timeout=0.1))
-                except queue.Empty:
-                    pass
-            while True:
-                try:
-                    fresh.append(self._unrolls.get_nowait())
-                except queue.Empty:
-                    break
+            if limit != 0:
+                if not self.agent.can_train():
+                    # Nothing to do until more data arrives.
+                    try:
+                        fresh.append(self._unrolls.get(timeout=0.1))
+                    except queue.Empty:
+                        pass
+                while limit is None or len(fresh) < limit:
+                    try:
+                        fresh.append(self._unrolls.get_nowait())
+                    except queue.Empty:
+                        break
             if fresh:
                 self.agent.add_unrolls(fresh)
             if self.agent.can_train():

@@ -20,7 +20,7 @@ import numpy as np
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec, WireError, decode_array, encode_array
 from seedrl.learner.batcher import BatcherStopped
-from learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
+from seedrl.learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,26 @@ def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData
         order = np.argsort(ids)
         obs, rewards = obs[order], rewards[order]
         terminated, truncated = terminated[order], truncated[order]
-    return StepData(obs, rewards, terminated, truncated)
+    step = StepData(obs, rewards, terminated, truncated)
+    if msg.final_env_ids:
+        step.final_ids, step.final_observations = _decode_finals(msg, k, spec, terminated,
+                                                                 truncated)
+    return step
+
+
+def _decode_finals(msg: seedrl_pb2.Step, k: int, spec: EnvSpec, terminated: np.ndarray,
+                   truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The final observations of truncated episodes: env ids [M] and observations [M, ...]."""
+    ids = np.asarray(msg.final_env_ids, np.int64)
+    if ids.max() >= k or len(np.unique(ids)) != len(ids):
+        raise WireError(f"step.final_env_ids: must be distinct env ids below {k}, got "
+                        f"{ids[:16].tolist()}")
+    if not (truncated[ids] & ~terminated[ids]).all():
+        raise WireError("step.final_env_ids: only envs truncated (not terminated) by this step "
+                        "have a final observation")
+    obs = decode_array(msg.final_observations, "step.final_observations",
+                       spec.observation_dtype, (len(ids),) + spec.observation_shape)
+    return ids, obs
 
 
 class LearnerService(seedrl_pb2_grpc.LearnerServicer):
@@ -91,7 +110,7 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
             spec = EnvSpec.from_proto(hello.env_spec)
             stream = await asyncio.get_running_loop().run_in_executor(
                 None, runtime.open_stream, hello.actor_id or context.peer(), hello.num_envs,
-                spec, hello.actor_index)
+                spec, hello.actor_index, hello.first_env)
         except WireError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"hello.{exc}")
         except HandshakeError as exc:

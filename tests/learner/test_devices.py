@@ -153,8 +153,11 @@ def _check_equivalence(out, results, agent, replicas):
             np.load(out / f"{agent}-initial.npz") as initial:
         moved = max(float(np.max(np.abs(one[k] - initial[k]), initial=0.0)) for k in one)
         assert moved > 1e-3  # the steps did move the parameters
+        # Two steps of float32 sums reduced in another order (per replica, then all-reduced)
+        # differ by a few ulps of the largest terms: parameters near 0.04 were seen 1.6e-6
+        # apart once the LSTM read the previous action and reward too.
         for k in one:
-            np.testing.assert_allclose(many[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
+            np.testing.assert_allclose(many[k], one[k], rtol=1e-5, atol=5e-6, err_msg=k)
     for a, b in zip(results[0][agent]["metrics"], results[replicas][agent]["metrics"]):
         assert a.keys() == b.keys()
         for k in a:

@@ -12,6 +12,7 @@ from seedrl.learner.networks import make_actor_critic
 PONG = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
 SMM = EnvSpec("Football/academy_empty_goal_close", "uint8", (72, 96, 4), "int32", (), 19)
 VECTOR = EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2)
+PENDULUM = EnvSpec("Pendulum-v1", "float32", (3,), "float32", (1,), 0, (-2.0,), (2.0,))
 
 
 def _convs(net):
@@ -66,23 +67,49 @@ def test_gaussian_head_has_a_learned_log_std():
     assert any("log_std" in v.name for v in net.trainable_variables)
 
 
-def test_lstm_unroll_equals_stepping_with_resets():
+@pytest.mark.parametrize("spec,dist", [(VECTOR, Categorical(2)),
+                                       (PENDULUM, DiagGaussian(1))], ids=["discrete", "gaussian"])
+def test_lstm_unroll_equals_stepping_with_resets(spec, dist):
     config = NetworkConfig(hidden_sizes=[8], lstm_size=5)
-    net = make_actor_critic(config, VECTOR, Categorical(2))
+    net = make_actor_critic(config, spec, dist)
     assert net.recurrent
     rng = np.random.default_rng(2)
     t, b = 6, 3
-    obs = rng.normal(size=(t, b, 4)).astype(np.float32)
+    obs = rng.normal(size=(t, b) + spec.observation_shape).astype(np.float32)
+    actions = (rng.integers(0, 2, (t, b)).astype(np.int32) if spec.discrete
+               else rng.normal(size=(t, b, 1)).astype(np.float32))
+    rewards = rng.normal(size=(t, b)).astype(np.float32) * 3
     first = np.zeros((t, b), bool)
     first[3, 1] = first[1, 2] = True
     first[0, 0] = True  # row 0 resets too
-    state0 = [tf.constant(rng.normal(size=(b, 5)), tf.float32) for _ in range(2)]
-    params, values = net.unroll(obs, first, state0)
+    state0 = [tf.constant(rng.normal(size=(b, s.shape[-1])), tf.float32)
+              for s in net.initial_state(1)]
+    params, values = net.unroll(obs, first, state0, actions, rewards)
 
     state = state0
     for i in range(t):
         keep = tf.constant(1.0 - first[i][:, None], tf.float32)
-        state = [s * keep for s in state]
-        p, v, state = net.step(obs[i], state)
+        state = [s * keep for s in state]  # a new episode: zero state, no previous action
+        p, v, state = net.step(obs[i], state, rewards[i] * (1 - first[i]))
+        state = net.record_action(state, actions[i])
         np.testing.assert_allclose(params[i], p, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(values[i], v, rtol=1e-5, atol=1e-5)
+
+
+def test_the_lstm_reads_the_previous_action_and_the_clipped_reward():
+    net = make_actor_critic(NetworkConfig(hidden_sizes=[8], lstm_size=5), VECTOR,
+                            Categorical(2))
+    state = net.initial_state(2)
+    assert [s.shape for s in state] == [(2, 5), (2, 5), (2, 2)]  # h, c, one-hot action
+    obs = np.ones((2, 4), np.float32)
+    base, _, _ = net.step(obs, state, tf.zeros([2]))
+    moved, _, _ = net.step(obs, net.record_action(state, np.array([1, 0])), tf.zeros([2]))
+    assert not np.allclose(base, moved)
+    rewarded, _, _ = net.step(obs, state, tf.constant([1.0, 1.0]))
+    clipped, _, _ = net.step(obs, state, tf.constant([50.0, 50.0]))
+    assert not np.allclose(base, rewarded)
+    np.testing.assert_allclose(rewarded, clipped)  # clipped to [-1, 1] as in SEED
+    plain = make_actor_critic(NetworkConfig(hidden_sizes=[8], lstm_size=5,
+                                            action_reward_inputs=False), VECTOR, Categorical(2))
+    assert len(plain.initial_state(1)) == 2
+    assert len(make_actor_critic(NetworkConfig(), VECTOR, Categorical(2)).initial_state(1)) == 0
