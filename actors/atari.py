@@ -20,14 +20,11 @@ import cv2
 import gymnasium as gym
 import numpy as np
 
-from seedrl.common.config import AtariConfig
+from seedrl.common.config import ATARI_PREFIX, AtariConfig
 
 #: Set in a step's info when a terminal step leaves the game running (see actors/envs.py, which
 #: reads it for any env).
 GAME_CONTINUES = "seedrl.game_continues"
-
-#: Environment ids with this prefix are Atari games and get the preprocessing.
-ATARI_PREFIX = "ALE/"
 
 
 def is_atari(env_id: str) -> bool:
