@@ -131,9 +131,12 @@ class R2D2Agent(ReplayAgent):
         index = actor_index * self.envs_per_actor + first_env + np.arange(batch_size)
         # An actor index or env count beyond the declared ones repeats the calmest setting.
         index = np.minimum(index, max(total, 1) - 1)
-        return np.array([losses.epsilon_for_env(int(i), total, self.config.epsilon_base,
-                                                self.config.epsilon_alpha) for i in index],
-                        np.float32)
+        cfg = self.config
+        if total <= 1:
+            return np.full(batch_size, cfg.epsilon_base, np.float32)
+        # losses.epsilon_for_env, vectorised: this runs whenever an episode ends.
+        return (cfg.epsilon_base ** (1.0 + cfg.epsilon_alpha * index / (total - 1))).astype(
+            np.float32)
 
     def step_fields(self):
         if self._acting_priorities:
