@@ -10,11 +10,13 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum 
 RUN_NAME ?= cartpole-vtrace-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 # Minutes of one session of a learning-curve benchmark (bench-atari, bench-football,
-# bench-mujoco, bench-pendulum, bench-cartpole-r2d2). Each resumes its run in runs/bench-*
-# from the last checkpoint, so a long curve is built over several sessions; delete
-# runs/bench-NAME to start one over. JSON beside the run, PNG in docs/curves/.
+# bench-mujoco, bench-pendulum, bench-cartpole-r2d2). Each resumes its run in
+# BENCH_RUNS/bench-* from the last checkpoint, so a long curve is built over several sessions;
+# delete BENCH_RUNS/bench-NAME to start one over. The curve goes to CURVES/NAME.json and .png.
 BENCH_MINUTES ?= 120
-CURVE = $(PY) bench/learning_curve.py --resume --minutes $(BENCH_MINUTES)
+BENCH_RUNS ?= runs
+CURVES ?= docs/curves
+CURVE = $(PY) bench/learning_curve.py --resume --minutes $(BENCH_MINUTES) --runs-dir $(BENCH_RUNS)
 # Pong for the throughput table: 2 actors x 16 envs stepped in the actor processes, each actor
 # with 2 streams so it steps one half of its envs while the learner answers the other.
 PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
@@ -44,20 +46,20 @@ bench-throughput: $(STAMP) football
 # PPO on HalfCheetah-v5 to 1M env steps (target 2,000).
 bench-mujoco: $(STAMP)
 	$(CURVE) --config examples/halfcheetah-ppo.yaml --name bench-halfcheetah --target 2000 \
-	  --json bench-mujoco.json --png docs/curves/halfcheetah-ppo.png
+	  --json $(CURVES)/halfcheetah-ppo.json
 
 # PPO on Pendulum-v1 (torque bounds +-2) to 500k env steps, against rl-baselines3-zoo's PPO
 # (-172 after 100k steps): the curve goes on past the target.
 bench-pendulum: $(STAMP)
 	$(CURVE) --config examples/pendulum-ppo.yaml --name bench-pendulum \
 	  --set spec.budget.targetReturn=null --target -200 \
-	  --json bench-pendulum.json --png docs/curves/pendulum-ppo.png
+	  --json $(CURVES)/pendulum-ppo.json
 
 # V-trace on Pong to 10M frames (2.5M agent steps of 4 frames); the goal is a mean return >= 0.
 bench-atari: $(STAMP)
 	$(CURVE) --config examples/pong-vtrace.yaml --name bench-pong \
 	  --set spec.budget.maxEnvSteps=2500000 --set spec.budget.targetReturn=null --target 0 \
-	  --json bench-atari.json --png docs/curves/pong-vtrace.png
+	  --json $(CURVES)/pong-vtrace.json
 
 # V-trace on Football academy_empty_goal_close until the mean score of 100 episodes reaches
 # 0.9 (scoring rewards only, so a return is the episode's score).
@@ -65,14 +67,14 @@ bench-football: $(STAMP) football
 	$(CURVE) --config examples/football-vtrace.yaml --name bench-football \
 	  --set spec.env.football.rewards=scoring --set spec.budget.targetReturn=0.9 \
 	  --set spec.budget.maxEnvSteps=20000000 \
-	  --json bench-football.json --png docs/curves/football-vtrace.png
+	  --json $(CURVES)/football-vtrace.json
 
 # R2D2 on CartPole-v1 up to 400k env steps; stops once the greedy evaluation actor's mean
 # return of 100 episodes reaches 475.
 bench-cartpole-r2d2: $(STAMP)
 	$(CURVE) --config examples/cartpole-r2d2.yaml --name bench-cartpole-r2d2 \
 	  --set spec.budget.maxEnvSteps=400000 \
-	  --json bench-cartpole-r2d2.json --png docs/curves/cartpole-r2d2.png
+	  --json $(CURVES)/cartpole-r2d2.json
 
 # Scaling over 1..32 actor streams, then the 1,000-stream scale simulation.
 bench-streams: $(STAMP) football

@@ -33,6 +33,10 @@ sys.path.insert(0, ROOT)
 from seedrl.common.config import load_experiment  # noqa: E402
 
 
+#: Points of the curve kept in the JSON and drawn.
+PLOT_POINTS = 400
+
+
 def stitch(rows: list[dict]) -> list[dict]:
     """The metrics rows of one run over its sessions, in order of env steps.
 
@@ -225,7 +229,8 @@ def main(argv=None) -> int:
             "return_window": exp.spec.budget.return_window, "random_return": random_level,
             "target_return": target, "sessions": [*previous.get("sessions", []), session],
             "summary": summary, "curve": table,
-            "points": [point(r, skip) for r in rows]}
+            # Enough points to draw from, few enough to keep beside the README.
+            "points": curve(rows, PLOT_POINTS, skip)}
     os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
     with open(json_path, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1)
