@@ -97,6 +97,10 @@ def random_return(exp, episodes: int, seed: int = 12345) -> float:
     return total / max(episodes, 1)
 
 
+def _fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def plot(data: dict, path: str) -> None:
     """Draws the curve: return against frames and against wall time, side by side."""
     import matplotlib
@@ -120,10 +124,10 @@ def plot(data: dict, path: str) -> None:
             ax.plot(xs, evals, color="tab:purple", label="greedy evaluation return")
         if data.get("random_return") is not None:
             ax.axhline(data["random_return"], color="gray", linestyle="--",
-                       label=f"random policy ({data['random_return']:.3g})")
+                       label=f"random policy ({_fmt(data['random_return'])})")
         if data.get("target_return") is not None:
             ax.axhline(data["target_return"], color="tab:green", linestyle=":",
-                       label=f"target ({data['target_return']:.3g})")
+                       label=f"target ({_fmt(data['target_return'])})")
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("episode return")
@@ -224,8 +228,9 @@ def main(argv=None) -> int:
     print(f"stopped: {summary.get('stop_reason')} after "
           f"{last.get('env_steps', 0) * skip:,} frames in {last.get('elapsed', 0):.0f} s")
     target = args.target if args.target is not None else exp.spec.budget.target_return
-    data = {"env": exp.spec.env.id, "agent": exp.spec.agent.name, "config": args.config,
-            "overrides": args.overrides, "run_dir": run_dir, "frame_skip": skip,
+    data = {"env": exp.spec.env.id, "agent": exp.spec.agent.name,
+            "config": os.path.relpath(os.path.abspath(args.config), ROOT),
+            "overrides": args.overrides, "frame_skip": skip,
             "return_window": exp.spec.budget.return_window, "random_return": random_level,
             "target_return": target, "sessions": [*previous.get("sessions", []), session],
             "summary": summary, "curve": table,
