@@ -49,8 +49,12 @@ def make_env(config: EnvConfig) -> gym.Env:
             if config.max_episode_steps is not None:
                 kwargs["max_episode_steps"] = config.max_episode_steps
             env = gym.make(config.id, **kwargs)
-    except gym.error.Error as exc:
+    except (gym.error.Error, ImportError) as exc:
+        # ImportError: the env family's package (ale-py, gfootball) is not installed here.
         raise ValueError(f"spec.env.id: cannot make {config.id!r}: {exc}") from None
+    except TypeError as exc:  # gymnasium passes spec.env.options on as keyword arguments
+        raise ValueError(f"spec.env.options: cannot make {config.id!r} with them: {exc}") \
+            from None
     space = env.observation_space
     if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
         # MuJoCo and friends observe float64; float32 halves what crosses the wire and is what
@@ -77,11 +81,29 @@ def spec_of(env: gym.Env, env_id: str) -> EnvSpec:
     if isinstance(act, gym.spaces.Box):
         # The bounds travel with the spec: the policy acts in [-1, 1] and the learner maps that
         # range onto them, so an env bounded by +-2 or [0, 5] is reachable in full.
-        low = tuple(float(x) for x in np.broadcast_to(act.low, act.shape).ravel())
-        high = tuple(float(x) for x in np.broadcast_to(act.high, act.shape).ravel())
+        # A space unbounded anywhere sends no bounds: its actions go out as the policy chose.
+        bounded = bool(np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high)))
+        low = tuple(float(x) for x in np.broadcast_to(act.low, act.shape).ravel()) \
+            if bounded else ()
+        high = tuple(float(x) for x in np.broadcast_to(act.high, act.shape).ravel()) \
+            if bounded else ()
         return EnvSpec(env_id, obs.dtype.name, tuple(obs.shape), "float32", tuple(act.shape), 0,
                        action_low=low, action_high=high)
     raise ValueError(f"{env_id}: action space {act} is neither Discrete nor Box")
+
+
+def probe_spec(config: EnvConfig) -> EnvSpec:
+    """The wire spec of ``spec.env``, from one environment made and closed at once: how the
+    launcher (and ``seedrl validate``) derive from the Experiment the spec the learner serves.
+
+    Raises:
+      ValueError: the environment cannot be made, or its spaces cannot travel on the wire.
+    """
+    env = make_env(config)
+    try:
+        return spec_of(env, config.id)
+    finally:
+        env.close()
 
 
 class EnvBatch:

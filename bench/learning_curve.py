@@ -30,6 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from seedrl.common import finite_json  # noqa: E402
 from seedrl.common.config import load_experiment  # noqa: E402
 
 
@@ -238,7 +239,7 @@ def main(argv=None) -> int:
             "points": curve(rows, PLOT_POINTS, skip)}
     os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
     with open(json_path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
+        finite_json.dump(data, fh, indent=1)
     plot(data, png_path)
     print(f"curve: {json_path} and {png_path}")
     return 0

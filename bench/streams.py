@@ -26,6 +26,8 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
+from seedrl.common import finite_json  # noqa: E402
+
 EXPERIMENT = """\
 apiVersion: seedrl.dev/v1alpha1
 kind: Experiment
@@ -200,7 +202,7 @@ def main(argv=None) -> int:
         learner.close()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=1)
+            finite_json.dump(rows, fh, indent=1)
     bad = [r for r in rows if r["failed_streams"] or r["reconnects"]
            or r["connected"] != r["streams"]]
     return 1 if bad else 0

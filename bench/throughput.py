@@ -24,6 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from seedrl.common import finite_json
 from seedrl.common.config import load_experiment
 
 
@@ -176,7 +177,7 @@ def main(argv=None) -> int:
         print(f"{name:<44} {rate:>12,.0f} {rate / raw:>7.2f} {batch_text:>11}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"env": exp.spec.env.id, "replicas": a.replicas,
+            finite_json.dump({"env": exp.spec.env.id, "replicas": a.replicas,
                        "envs_per_actor": a.envs_per_actor, "raw_steps_per_s": raw,
                        "inference_only": infer, "training": train,
                        "baseline_async_vector_env": {"num_envs": env_processes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 from collections.abc import Sequence
 
@@ -23,6 +24,19 @@ PROTOCOL_VERSION = 1
 #: Dtypes that may travel on the wire (no object or structured dtypes: they would need pickle).
 ALLOWED_DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "int32", "int64", "float16",
                             "float32", "float64", "bool"})
+
+
+#: Largest gRPC message either end sends or accepts: a Step of many large frames (e.g. 256
+#: envs of 84x84x4 uint8 is 7 MB) fits with room to spare. A stream whose every Step would be
+#: larger is refused at its Hello.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+#: Largest env spec file read (a real one is about 200 bytes).
+MAX_SPEC_FILE_BYTES = 64 * 1024
+
+#: Most dimensions of an observation or action (numpy itself stops at 64; real observations
+#: have at most 3 or 4). A Hello beyond it is refused before anything is allocated.
+MAX_RANK = 8
 
 
 class WireError(ValueError):
@@ -85,8 +99,8 @@ class EnvSpec:
       action_dtype: "int32" for discrete actions, "float32" for continuous ones.
       action_shape: shape of one action; () for discrete actions.
       num_actions: number of discrete actions; 0 for continuous actions.
-      action_low, action_high: continuous actions only, the bounds of each action element in C
-        order (empty: unbounded). The policy acts in [-1, 1] per element;
+      action_low, action_high: continuous actions only, the finite bounds of each action
+        element in C order (empty: unbounded). The policy acts in [-1, 1] per element;
         :meth:`to_env_actions` maps that range onto the bounds.
     """
 
@@ -107,10 +121,9 @@ class EnvSpec:
     def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
         """Maps continuous actions from the policy's normalised space onto the env's bounds.
 
-        Each element with finite bounds goes from [-1, 1] to [low, high] linearly (values outside
-        [-1, 1], which a Gaussian policy samples, are clipped first, so the env only sees legal
-        actions); an element with an infinite bound passes unchanged. Discrete actions pass
-        unchanged.
+        Each element goes from [-1, 1] to [low, high] linearly (values outside [-1, 1], which
+        a Gaussian policy samples, are clipped first, so the env only sees legal actions).
+        Discrete actions, and continuous ones of a spec without bounds, pass unchanged.
 
         Args:
           actions: [N, *action_shape] in the normalised space.
@@ -120,18 +133,15 @@ class EnvSpec:
         """
         if self.discrete or not self.action_low:
             return actions
-        low, high, finite = self._bounds
-        clipped = np.clip(actions, -1.0, 1.0)
-        scaled = low + (clipped + 1.0) * (0.5 * (high - low))
-        return np.where(finite, scaled, actions).astype(np.float32, copy=False)
+        low, half_range = self._bounds
+        return (low + (np.clip(actions, -1.0, 1.0) + 1.0) * half_range).astype(np.float32,
+                                                                                 copy=False)
 
     @functools.cached_property
-    def _bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
         low = np.asarray(self.action_low, np.float64).reshape(self.action_shape)
         high = np.asarray(self.action_high, np.float64).reshape(self.action_shape)
-        finite = np.isfinite(low) & np.isfinite(high)
-        # Zeros where unbounded, so the unused branch of the np.where stays finite.
-        return np.where(finite, low, 0.0), np.where(finite, high, 0.0), finite
+        return low, 0.5 * (high - low)
 
     def to_proto(self) -> seedrl_pb2.EnvSpec:
         """The spec as its protobuf message."""
@@ -158,6 +168,10 @@ class EnvSpec:
         for name in ("observation_dtype", "action_dtype"):
             if getattr(spec, name) not in ALLOWED_DTYPES:
                 raise WireError(f"env_spec.{name}: {getattr(spec, name)!r} is not allowed")
+        for name in ("observation_shape", "action_shape"):
+            if len(getattr(spec, name)) > MAX_RANK:
+                raise WireError(f"env_spec.{name}: at most {MAX_RANK} dimensions, got "
+                                f"{len(getattr(spec, name))}")
         if any(d <= 0 for d in spec.observation_shape + spec.action_shape):
             raise WireError("env_spec: shapes must have positive dimensions")
         if spec.num_actions < 0:
@@ -178,16 +192,76 @@ class EnvSpec:
             raise WireError(f"env_spec.action_low/high: expected {size} bounds each (one per "
                             f"action element) or none, got {len(low)} and {len(high)}")
         for i, (lo, hi) in enumerate(zip(low, high)):
-            if math.isnan(lo) or math.isnan(hi) or not lo <= hi or lo == math.inf \
-                    or hi == -math.inf:
-                raise WireError(f"env_spec.action_low/high[{i}]: need low <= high, got "
-                                f"[{lo}, {hi}]")
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                raise WireError(f"env_spec.action_low/high[{i}]: need finite low <= high, "
+                                f"got [{lo}, {hi}] (an unbounded space sends no bounds)")
 
-    def differences(self, other: "EnvSpec") -> list[str]:
-        """Human-readable differences from another spec (empty when they match)."""
+    @property
+    def observation_bytes(self) -> int:
+        """Bytes of one observation (exact, however large the shape)."""
+        return math.prod(self.observation_shape) * np.dtype(self.observation_dtype).itemsize
+
+    def to_json(self) -> dict:
+        """The spec as plain JSON data (``env_spec.json`` beside a run, the learner's
+        ``--env-spec``), keyed as in the protobuf message."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, data: object) -> "EnvSpec":
+        """Reads a spec written by :meth:`to_json`, with the checks of :meth:`from_proto`.
+
+        Raises:
+          WireError: a missing, unknown or mistyped key, or a spec :meth:`from_proto` refuses.
+        """
+        fields = dataclasses.fields(cls)
+        names = {f.name for f in fields}
+        required = {f.name for f in fields if f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING}
+        if not isinstance(data, dict) or not required <= set(data) <= names:
+            got = sorted(data) if isinstance(data, dict) else type(data).__name__
+            raise WireError(f"env spec: expected the keys {sorted(names)}, got {got}")
+        try:
+            msg = seedrl_pb2.EnvSpec(**data)
+        except (TypeError, ValueError) as exc:
+            raise WireError(f"env spec: {exc}") from None
+        return cls.from_proto(msg)
+
+    @classmethod
+    def read(cls, path: str) -> "EnvSpec":
+        """Reads a spec from a JSON file written with :meth:`to_json`.
+
+        Raises:
+          OSError: the file cannot be read.
+          WireError: it is not JSON, too large, or not a valid spec.
+        """
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_SPEC_FILE_BYTES + 1)
+        if len(data) > MAX_SPEC_FILE_BYTES:
+            raise WireError(f"{path}: over {MAX_SPEC_FILE_BYTES} bytes, not an env spec")
+        try:
+            return cls.from_json(json.loads(data))
+        except ValueError as exc:
+            raise WireError(f"{path}: {exc}") from None
+
+    def describe(self) -> str:
+        """One line for people: ``float32[4] observations, 2 discrete actions``."""
+        obs = f"{self.observation_dtype}{list(self.observation_shape)} observations"
+        if self.discrete:
+            return f"{obs}, {self.num_actions} discrete actions"
+        bounds = ""
+        if self.action_low:
+            low, high = min(self.action_low), max(self.action_high)
+            bounds = f" in [{low:g}, {high:g}]"
+        return f"{obs}, {self.action_dtype}{list(self.action_shape)} actions{bounds}"
+
+    def differences(self, other: "EnvSpec", mine: str = "learner",
+                    theirs: str = "actor") -> list[str]:
+        """Human-readable differences from another spec (empty when they match); ``mine``
+        and ``theirs`` name the holders of the two specs."""
         out = []
         for f in dataclasses.fields(self):
-            mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if mine != theirs:
-                out.append(f"{f.name}: learner has {mine!r}, actor has {theirs!r}")
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if a != b:
+                out.append(f"{f.name}: {mine} has {a!r}, {theirs} has {b!r}")
         return out

@@ -1,11 +1,17 @@
 """Learner entry point: ``python -m seedrl.learner --config experiment.yaml``.
 
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
-checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
-final checkpoint). Exits with :class:`seedrl.common.exit_codes.ExitCode`: FAILED (1) if training
-fails, BAD_CONFIG (2) on a bad Experiment and CHECKPOINT_LOCATION (4) when the checkpoint location
-cannot be used (unreadable, or another learner publishes there): restarting would fail the same
-way.
+checkpoints and a summary. Exit codes (:class:`seedrl.common.exit_codes.ExitCode`): 0 only when
+the Experiment is finished (budget or target return reached); 75 (STOPPED) when SIGTERM or
+SIGINT stopped it earlier and the final checkpoint is written, so that it is run again; 1 if
+training fails (after a final checkpoint too, when the variables are sound) or that final
+checkpoint could not be written; 2 on a bad Experiment or env spec and 4 when the checkpoint
+location cannot be used (unreadable, another learner publishes there, or its checkpoints were
+trained on another env spec): restarting would fail the same way.
+
+The env spec comes from ``--env-spec`` (the launcher derives it from the Experiment by making
+the env once), else from the checkpoint being resumed; the agent is built and restored before
+the first actor is served, and every actor's Hello is checked against it.
 """
 
 from __future__ import annotations
@@ -13,23 +19,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import logging
 import math
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
-from seedrl.common.exit_codes import ExitCode
+from seedrl.common.exit_codes import ExitCode, describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
 
 log = logging.getLogger("learner")
 
 STATUS_EVERY_S = 0.5
+#: Why the learner stopped early when a signal stopped it (``runtime.stop_reason``).
+SIGNAL_REASONS = ("terminated", "interrupted")
 METRICS_EVERY_S = 2.0
+#: After resuming, how long no new actor index is granted (see learner/actor_indices.py).
+RECLAIM_SECONDS = 15.0
 
 
 def parse_args(argv):
@@ -39,10 +51,19 @@ def parse_args(argv):
                                      "checkpoints")
     p.add_argument("--listen", help="address to serve: host:port or unix:PATH "
                                     "(default [::]:spec.learner.port)")
+    p.add_argument("--env-spec",
+                   help="JSON env spec derived from the Experiment (python -m seedrl.actors "
+                        "--env-spec-out FILE): the agent is built for it before serving and "
+                        "every actor's hello must match it; without it, the checkpoint's, "
+                        "else the first actor naming spec.env.id decides")
     p.add_argument("--no-train", action="store_true",
                    help="serve inference only (throughput measurements)")
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--termination-log",
+                   help="write the final status here as JSON on the way out (a pod's "
+                        "terminationMessagePath: the operator reads it once the learner is "
+                        "gone)")
     p.add_argument("--metrics-address",
                    help="host:port of the HTTP endpoint with /metrics (Prometheus), /status "
                         "and /healthz (default 0.0.0.0:spec.learner.metricsPort); 'off' "
@@ -64,6 +85,8 @@ def _summary(runtime, checkpointer) -> dict:
         "mean_return_100": None if math.isnan(mean) else mean,
         "return_window": len(runtime.returns),
         "stop_reason": runtime.stop_reason,
+        "skipped_updates": runtime.skipped_updates,
+        "refused_streams": runtime.refused_streams,
         **(checkpointer.status() if checkpointer else {"last_checkpoint": None}),
         **({"eval_episodes": runtime.eval_episodes,
             "eval_mean_return_100": float(np.mean(runtime.eval_returns))}
@@ -97,6 +120,7 @@ async def serve(exp, args) -> int:
     from seedrl.common.storage import tensorboard_uri
     from seedrl.learner.tensorboard import Summaries
     from seedrl.learner.runtime import LearnerRuntime
+    from seedrl.learner.actor_indices import ActorIndices
     from seedrl.learner.server import server_credentials, start_server
 
     try:
@@ -106,11 +130,13 @@ async def serve(exp, args) -> int:
         log.error("devices: %s", exc)
         return ExitCode.BAD_CONFIG
     checkpointer = None
+    resumed = False
 
     def on_agent_built(agent):
         if checkpointer is not None:
             checkpointer.attach(agent)  # restores the latest checkpoint, if any
 
+    serving = threading.Event()
     runtime = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement),
                              train=not args.no_train, on_agent_built=on_agent_built,
                              inference_lanes=len(placement.inference_devices) or 1)
@@ -126,8 +152,10 @@ async def serve(exp, args) -> int:
     http = None
     bind = bind_address(args.metrics_address, exp.spec.learner.metrics_port)
     if bind:
+        # Ready once the gRPC server is up (the checkpoint is restored before it starts).
         http = MetricsServer(metrics.registry, lambda: current_status().to_json(),
-                             host=bind[0], port=bind[1])
+                             host=bind[0], port=bind[1],
+                             ready=lambda: serving.is_set() and not runtime.finished)
         try:
             log.info("metrics on http://%s:%d/metrics, status on /status", bind[0],
                      http.start())
@@ -148,6 +176,7 @@ async def serve(exp, args) -> int:
         except StorageError as exc:
             log.error("checkpoint store %s unavailable: %s", uri, exc)
             return ExitCode.FAILED
+        resumed = bool(found)
         if found:
             log.info("will resume from learner step %d (%d env steps) in %s",
                      found["learner_steps"], found["env_steps"], uri)
@@ -155,6 +184,9 @@ async def serve(exp, args) -> int:
         metrics.checkpointer = checkpointer
     elif not args.no_train:
         log.warning("no spec.checkpoint.uri and no run directory: this run keeps no checkpoints")
+    code = await _build_agent_before_serving(exp, args, runtime, checkpointer)
+    if code:
+        return code
     files = RunFiles(args.run_dir) if args.run_dir else None
     summaries = None
     tb_uri = tensorboard_uri(ckpt_cfg.uri, args.run_dir)
@@ -166,13 +198,18 @@ async def serve(exp, args) -> int:
             log.error("no TensorBoard summaries: %s", exc)
 
     address = args.listen or f"[::]:{exp.spec.learner.port}"
+    # Resumed: the actors that were streaming reclaim their indices before new ones are
+    # granted (their reconnect backoff is at most 10 s).
+    indices = ActorIndices(limit=exp.spec.actors.replicas,
+                           reclaim_seconds=RECLAIM_SECONDS if resumed else 0.0)
     server, port = await start_server(runtime, address,
-                                      server_credentials(args.tls_cert, args.tls_key))
+                                      server_credentials(args.tls_cert, args.tls_key), indices)
+    serving.set()
     log.info("serving %s on %s", exp.metadata.name,
              address if address.startswith("unix:") else f"port {port}")
 
     loop = asyncio.get_running_loop()
-    for signum, reason in ((signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")):
+    for signum, reason in zip((signal.SIGTERM, signal.SIGINT), SIGNAL_REASONS):
         loop.add_signal_handler(signum, runtime.finish, reason)
 
     last_metrics = 0.0
@@ -199,8 +236,9 @@ async def serve(exp, args) -> int:
         await asyncio.sleep(0.05)
     await loop.run_in_executor(None, runtime.shutdown)
     final_failed = False
-    if checkpointer and runtime.learner_steps and runtime.train_error is None \
-            and checkpointer.conflict is None:
+    # After a training failure too: the variables are those of the last good step (a
+    # checkpoint of non-finite ones is refused, and the previous one stays the newest).
+    if checkpointer and runtime.learner_steps and checkpointer.conflict is None:
         timeout = exp.spec.learner.termination_grace_period_seconds - 5
         try:
             path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save),
@@ -226,17 +264,96 @@ async def serve(exp, args) -> int:
     if http:
         http.stop()
     await server.stop(grace=1.0)
-    if checkpointer and checkpointer.conflict is not None:
-        return ExitCode.CHECKPOINT_LOCATION
+    code = exit_code(runtime.stop_reason, runtime.train_error is not None, final_failed,
+                     checkpointer is not None and checkpointer.conflict is not None)
+    log.info("exiting with %s", describe_exit(code))
+    if args.termination_log:
+        write_termination_log(args.termination_log, dataclasses.replace(
+            current_status(), state="finished"))
     if final_failed:
-        # Preempted without a final checkpoint: fail, so that the pod is restarted and the
-        # run resumes from the previous checkpoint. Once the budget is reached the run is
-        # done either way. os._exit: a hung upload thread would hold up a normal exit.
-        code = ExitCode.FAILED if runtime.stop_reason in ("terminated", "interrupted") \
-            else ExitCode.OK
+        # os._exit: a hung upload thread would hold up a normal exit.
         logging.shutdown()
         os._exit(code)
-    return ExitCode.FAILED if runtime.train_error is not None else ExitCode.OK
+    return code
+
+
+#: The most a kubelet keeps of a termination message.
+TERMINATION_LOG_BYTES = 4096
+#: The fields of the final status the termination message keeps (what the operator reports).
+TERMINATION_FIELDS = ("state", "experiment", "run_id", "env_steps", "learner_steps",
+                      "episodes", "mean_return", "return_window", "elapsed", "eval_episodes",
+                      "eval_mean_return", "stop_reason", "last_checkpoint")
+
+
+def write_termination_log(path: str, status: LearnerStatus) -> None:
+    """Writes the final status as compact JSON (:meth:`LearnerStatus.to_json`, the fields
+    the operator reports), within the kubelet's 4096 bytes: what the operator reads once the
+    learner pod has stopped and its /status is gone."""
+    data = status.to_json()
+    final = {k: data[k] for k in TERMINATION_FIELDS if k in data}
+    text = json.dumps(final, separators=(",", ":"), default=str)
+    if len(text.encode()) > TERMINATION_LOG_BYTES:
+        final.pop("last_checkpoint", None)
+        text = json.dumps(final, separators=(",", ":"), default=str)
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        log.warning("cannot write the termination log %s: %s", path, exc)
+
+
+def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_failed: bool,
+              checkpoint_conflict: bool) -> ExitCode:
+    """The learner's exit code once it has stopped.
+
+    0 only when the Experiment is finished (a budget or the target return was reached): a
+    learner stopped by a signal exits STOPPED, so that a drained, preempted or suspended pod is
+    run again instead of ending the run. A stop whose final checkpoint failed is a crash (the
+    run resumes from the previous checkpoint, counted against the restart limit), unless the
+    budget was reached anyway.
+    """
+    if checkpoint_conflict:
+        return ExitCode.CHECKPOINT_LOCATION
+    if train_failed:
+        return ExitCode.FAILED
+    if stop_reason in SIGNAL_REASONS or stop_reason is None:
+        return ExitCode.FAILED if final_checkpoint_failed else ExitCode.STOPPED
+    return ExitCode.OK
+
+
+async def _build_agent_before_serving(exp, args, runtime, checkpointer) -> int:
+    """Builds (and restores) the agent for the env spec of ``--env-spec`` or the checkpoint;
+    returns an exit code, 0 when serving may start."""
+    from seedrl.common.wire import EnvSpec, WireError
+    from seedrl.learner.checkpoint import CheckpointError
+
+    spec = None
+    if args.env_spec:
+        try:
+            spec = EnvSpec.read(args.env_spec)
+        except (OSError, WireError) as exc:
+            log.error("--env-spec %s: %s", args.env_spec, exc)
+            return ExitCode.BAD_CONFIG
+        if spec.env_id != exp.spec.env.id:
+            log.error("--env-spec %s describes %r, but spec.env.id is %r", args.env_spec,
+                      spec.env_id, exp.spec.env.id)
+            return ExitCode.BAD_CONFIG
+    elif checkpointer is not None and checkpointer.env_spec is not None:
+        spec = checkpointer.env_spec
+        log.info("env spec from the checkpoint: %s", spec.describe())
+    else:
+        log.warning("no --env-spec and no checkpoint to resume: the first actor naming %s "
+                    "decides the env spec", exp.spec.env.id)
+        return 0
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, runtime.build, spec)
+    except CheckpointError as exc:
+        log.error("cannot resume: %s", exc)
+        return ExitCode.CHECKPOINT_LOCATION
+    except ValueError as exc:
+        log.error("cannot build the agent for %s: %s", spec.describe(), exc)
+        return ExitCode.BAD_CONFIG
+    return ExitCode.OK
 
 
 def main(argv=None) -> int:
@@ -250,4 +367,4 @@ def main(argv=None) -> int:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return asyncio.run(serve(exp, args))
+    return int(asyncio.run(serve(exp, args)))

@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check an Experiment and print it resolved")
     with_overrides(validate)
+    validate.add_argument("--no-env-check", action="store_true",
+                          help="skip making one env of spec.env (to check that its id is "
+                               "registered, after spec.env.imports): for a machine without "
+                               "the env's packages")
     cost_cli.add_parser(sub)
 
     def with_cluster(sp):
@@ -79,12 +83,39 @@ def _load(args):
 
 
 def cmd_validate(args) -> int:
-    """Prints the resolved Experiment, or the problems with it."""
+    """Prints the resolved Experiment, or the problems with it; then checks that spec.env can
+    be made here (its id registered after spec.env.imports) and says so."""
     exp = _load(args)
     if exp is None:
         return ExitCode.BAD_CONFIG
     sys.stdout.write(dump_experiment(exp))
+    if args.no_env_check:
+        return ExitCode.OK
+    problem, spec = check_env(exp)
+    if problem:
+        print(f"error: invalid experiment {args.file}:\n  {problem}", file=sys.stderr)
+        return ExitCode.BAD_CONFIG
+    print(f"spec.env.id: {exp.spec.env.id} is registered: {spec.describe()}", file=sys.stderr)
     return ExitCode.OK
+
+
+def check_env(exp):
+    """Makes one env of ``spec.env`` with the actors' own code, in a child process (the CLI
+    does not import the actors); returns (None, its EnvSpec) or (the reason, None)."""
+    import os
+    import tempfile
+
+    from seedrl.common.wire import EnvSpec
+    from seedrl.service.local.launcher import derive_env_spec
+    from seedrl.service.local.processes import child_env
+
+    with tempfile.TemporaryDirectory(prefix="seedrl-validate-") as tmp:
+        config = os.path.join(tmp, "config.yaml")
+        with open(config, "w", encoding="utf-8") as fh:
+            fh.write(dump_experiment(exp))
+        out = os.path.join(tmp, "env_spec.json")
+        problem = derive_env_spec(config, out, child_env())
+        return (problem, None) if problem else (None, EnvSpec.read(out))
 
 
 def cmd_train(args) -> int:
@@ -135,6 +166,9 @@ def cmd_train(args) -> int:
         print(f"error: the learner failed (exit code {summary.get('learner_exit_code')}); "
               f"see {summary.get('log')}", file=sys.stderr)
         return ExitCode.FAILED
+    if reason == "no_progress":
+        print(f"error: {summary.get('error')} (logs in {run_dir})", file=sys.stderr)
+        return ExitCode.FAILED
     mean = summary.get("mean_return_100")
     mean_text = "n/a" if mean is None else f"{mean:.1f}"
     print(f"stopped ({reason}) after {summary.get('env_steps', 0):,} env steps in "
@@ -154,7 +188,7 @@ def cmd_submit(args) -> int:
     """Validates an Experiment locally (every field, as the operator will), then applies it."""
     import yaml
 
-    from seedrl.common.config import apply_overrides, load_yaml
+    from seedrl.common.config import apply_overrides, read_yaml_file
     from seedrl.service.cli import cluster
     from seedrl.service.operator import reconcile
 
@@ -163,8 +197,7 @@ def cmd_submit(args) -> int:
         return ExitCode.BAD_CONFIG
     # What is applied is the document as written (plus --set), so that defaults stay the
     # operator's; it was just validated, resolved, above.
-    with open(args.file, encoding="utf-8") as fh:
-        document = apply_overrides(load_yaml(fh.read(), args.file), args.overrides)
+    document = apply_overrides(read_yaml_file(args.file, "Experiment"), args.overrides)
     try:
         reconcile.validate(document)  # the cluster's own rules, e.g. the name's length
     except ConfigError as exc:

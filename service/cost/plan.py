@@ -44,9 +44,7 @@ import math
 import os
 from typing import Any
 
-import yaml
-
-from seedrl.common.config import ConfigError, parse_experiment
+from seedrl.common.config import ConfigError, parse_experiment, read_yaml_file
 from seedrl.service import cost
 
 
@@ -117,8 +115,7 @@ def benchmark_rates(data: dict, path: str = "benchmark") -> tuple[float, float]:
 def _run_experiment(summary_path: str, fallback: Any) -> Any:
     config = os.path.join(os.path.dirname(os.path.abspath(summary_path)), "config.yaml")
     if os.path.exists(config):
-        with open(config, encoding="utf-8") as fh:
-            return parse_experiment(yaml.safe_load(fh))
+        return parse_experiment(read_yaml_file(config, "Experiment"))
     return fallback
 
 

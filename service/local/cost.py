@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from seedrl.common import finite_json
 from seedrl.service import cost
 
 COST_FILE = "cost.json"
@@ -75,6 +76,6 @@ class LocalCost:
         path = os.path.join(self.run_dir, COST_FILE)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
+            finite_json.dump(data, fh, indent=1)
         os.replace(tmp, path)
         return status

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -303,11 +304,13 @@ def test_the_normalised_range_maps_onto_the_whole_of_the_bounds(low, high):
     assert got.dtype == np.float32
 
 
-def test_bounds_apply_per_element_and_infinite_ones_pass_actions_through():
-    spec = _bounded((-1.0, 0.0, -np.inf), (3.0, 5.0, np.inf))
+def test_bounds_apply_per_element_and_travel_in_json():
+    spec = _bounded((-1.0, 0.0, -0.4), (3.0, 5.0, 0.4))
     assert EnvSpec.from_proto(spec.to_proto()) == spec
-    got = spec.to_env_actions(np.array([[0.0, 1.0, 7.5]], np.float32))
-    np.testing.assert_allclose(got, [[1.0, 5.0, 7.5]])
+    assert EnvSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    got = spec.to_env_actions(np.array([[0.0, 1.0, -1.0]], np.float32))
+    np.testing.assert_allclose(got, [[1.0, 5.0, -0.4]], rtol=1e-6)
+    assert spec.describe().endswith("float32[3] actions in [-1, 5]")
 
 
 def test_discrete_and_unbounded_specs_leave_actions_alone():
@@ -320,8 +323,8 @@ def test_discrete_and_unbounded_specs_leave_actions_alone():
 @pytest.mark.parametrize("low,high,reason", [
     ((0.0,), (5.0, 6.0), "expected 1 bounds each"),
     ((1.0,), (0.0,), "need low <= high"),
-    ((float("nan"),), (1.0,), "need low <= high"),
-    ((float("inf"),), (float("inf"),), "need low <= high"),
+    ((float("nan"),), (1.0,), "need finite low <= high"),
+    ((-float("inf"),), (1.0,), "need finite low <= high"),
 ])
 def test_bad_bounds_are_refused(low, high, reason):
     msg = dataclasses.replace(PENDULUM, action_low=low, action_high=high).to_proto()
@@ -333,3 +336,37 @@ def test_discrete_actions_have_no_bounds():
     msg = dataclasses.replace(CARTPOLE, action_low=(0.0,), action_high=(1.0,)).to_proto()
     with pytest.raises(WireError, match="discrete actions have no bounds"):
         EnvSpec.from_proto(msg)
+
+
+def test_an_env_spec_round_trips_through_json_and_a_file(tmp_path):
+    spec = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
+    assert spec.to_json()["observation_shape"] == [84, 84, 4]
+    path = tmp_path / "env_spec.json"
+    path.write_text(json.dumps(spec.to_json()))
+    assert EnvSpec.read(str(path)) == spec
+    assert spec.observation_bytes == 84 * 84 * 4
+    assert spec.describe() == "uint8[84, 84, 4] observations, 6 discrete actions"
+
+
+@pytest.mark.parametrize("data, reason", [
+    ([], "expected the keys"),
+    ({"env_id": "x"}, "expected the keys"),
+    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "extra": 1},
+     "expected the keys"),
+    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "num_actions": "two"},
+     "env spec"),
+    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "observation_dtype": "object"},
+     "not allowed"),
+    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "observation_shape": [1] * 9},
+     "at most 8 dimensions"),
+])
+def test_a_bad_env_spec_file_is_refused(tmp_path, data, reason):
+    with pytest.raises(WireError, match=reason):
+        EnvSpec.from_json(data)
+    path = tmp_path / "env_spec.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(WireError, match=reason):
+        EnvSpec.read(str(path))
+    path.write_text("{not json")
+    with pytest.raises(WireError, match="env_spec.json"):
+        EnvSpec.read(str(path))

@@ -138,6 +138,17 @@ def _scenario(*args, timeout=240):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.parametrize("replicas", [0, 2])
+def test_an_update_with_non_finite_gradients_changes_nothing(replicas):
+    """One batch with a NaN observation: the update is skipped on one device and on two
+    replicas alike (no variable, no optimizer step moves) and says so with its norm."""
+    results = _scenario("skip", str(replicas))
+    for agent, r in results.items():
+        assert r["moved"] == 0.0, (agent, r)
+        assert r["steps_after"] == r["steps_before"], (agent, r)
+        assert not np.isfinite(r["grad_norm"]), (agent, r)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Every agent trained two steps from the same weights on the same batches: on the
