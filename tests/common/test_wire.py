@@ -322,7 +322,7 @@ def test_discrete_and_unbounded_specs_leave_actions_alone():
 
 @pytest.mark.parametrize("low,high,reason", [
     ((0.0,), (5.0, 6.0), "expected 1 bounds each"),
-    ((1.0,), (0.0,), "need low <= high"),
+    ((1.0,), (0.0,), "need finite low <= high"),
     ((float("nan"),), (1.0,), "need finite low <= high"),
     ((-float("inf"),), (1.0,), "need finite low <= high"),
 ])

@@ -334,10 +334,10 @@ def skip(replicas: int) -> dict:
         before = [np.array(_numpy(v)) for v in floating]
         steps_before = int(_numpy(agent.optimizer.iterations))
         if name == "r2d2":
-            length = agent.config.sequence_length
+            length = agent.config.sequence_length + 1
             unrolls = []
             for _ in range(8):
-                one = _batch(rng, length, 1, env_spec, 1)
+                one = _batch(rng, length, 1, env_spec, 1, _state_sizes(agent.online))
                 one["observation"][:] = np.nan
                 unroll = {k: v[:, 0] for k, v in one.items() if k != "initial_state"}
                 unroll["initial_state"] = [s[0] for s in one["initial_state"]]
@@ -345,7 +345,8 @@ def skip(replicas: int) -> dict:
             agent.add_unrolls(unrolls)
             metrics = agent.train_from_replay()
         else:
-            batch = _batch(rng, 6, 8, env_spec, agent.dist.param_size)
+            batch = _batch(rng, 6, 8, env_spec, agent.dist.param_size,
+                           _state_sizes(agent.network))
             batch["observation"][2, 3] = np.nan
             batch["policy_version"] = np.zeros((6, 8), np.int64)
             metrics = agent.train(batch)

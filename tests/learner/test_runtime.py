@@ -43,11 +43,11 @@ class CountingAgent(Agent):
         return {}
 
 
-def make_runtime(agent):
+def make_runtime(agent, spec=SPEC):
     exp = parse_experiment({"metadata": {"name": "t"}, "spec": {
-        "env": {"id": SPEC.env_id},
+        "env": {"id": spec.env_id},
         "learner": {"unrollLength": 3, "batchSize": 1, "inferenceMaxWaitMs": 0}}})
-    return LearnerRuntime(exp, lambda e, s: agent, train=True, env_spec=SPEC)
+    return LearnerRuntime(exp, lambda e, s: agent, train=True, env_spec=spec)
 
 
 def step(k, done_envs=()):
@@ -193,7 +193,7 @@ def _obs(*rows):
 
 def test_continuous_actions_go_out_on_the_envs_bounds_and_are_stored_normalised():
     agent = ValueAgent()
-    runtime = make_runtime(agent)
+    runtime = make_runtime(agent, BOUNDED)
     try:
         stream = runtime.open_stream("a", 4, BOUNDED)
         k = 4
@@ -214,7 +214,7 @@ def test_continuous_actions_go_out_on_the_envs_bounds_and_are_stored_normalised(
 
 def test_truncated_episodes_bootstrap_from_their_final_observations_value():
     agent = ValueAgent()
-    runtime = make_runtime(agent)  # unrolls of 3 transitions, batches of 1
+    runtime = make_runtime(agent, BOUNDED)  # unrolls of 3 transitions, batches of 1
     try:
         stream = runtime.open_stream("a", 3, BOUNDED, first_env=5)
         assert agent.first_envs == [5]

@@ -192,6 +192,9 @@ class R2D2Agent(ReplayAgent):
                 np.stack([u["q_values"] for u in unrolls]).astype(np.float32),
                 items["action"].astype(np.int32), items["reward"], items["terminated"],
                 items["truncated"], items["final_value"]).numpy()
+            # Non-finite acting values (a network gone bad) get the floor priority, as
+            # non-finite TD errors do after training.
+            priorities = np.where(np.isfinite(priorities), priorities, 0.0)
         self.replay.add(items, priorities)
 
     def _ratio_started(self) -> bool:

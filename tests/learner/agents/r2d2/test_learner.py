@@ -82,8 +82,9 @@ def test_inference_explores_at_each_envs_rate_and_keeps_the_lstm_state():
     # The action taken is the next step's previous action (one-hot), for the LSTM's input.
     np.testing.assert_array_equal(state[2], np.eye(2)[out["action"]])
     q = out["q_values"]
+    # In float32 h^-1 amplifies the rounding of its input, differently inside the graph.
     np.testing.assert_allclose(out["value"], losses.inverse_value_rescale(q.max(-1)),
-                               rtol=1e-5)
+                               rtol=1e-4)
 
 
 def test_replay_fills_then_training_learns_the_rewarded_action():
