@@ -116,7 +116,6 @@ class ActorClient:
             first_env=self.first_env))
 
     def _step_message(self) -> seedrl_pb2.ActorMessage:
-        k = self.envs.num_envs
         episodes = [seedrl_pb2.Episode(env_id=i, episode_return=ret, length=n)
                     for i, ret, n in self._episodes]
         # .tolist() first: protobuf fills repeated fields from Python lists ~20x faster than

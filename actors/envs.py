@@ -172,7 +172,7 @@ class EnvBatch:
         for i, env in enumerate(self.envs):
             try:
                 o, r, term, trunc, info = env.step(acts[i])
-            except Exception:  # noqa: BLE001 - one broken env must not stop the others
+            except Exception:  # one broken env must not stop the others
                 log.exception("env %d raised; recreating it", i)
                 self._restart(i)
                 env = self.envs[i]

@@ -24,7 +24,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from seedrl.common import finite_json  # noqa: E402
 

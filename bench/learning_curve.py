@@ -27,12 +27,10 @@ import os
 import sys
 import time
 
+from seedrl.common import finite_json
+from seedrl.common.config import load_experiment
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from seedrl.common import finite_json  # noqa: E402
-from seedrl.common.config import load_experiment  # noqa: E402
-
 
 #: Points of the curve kept in the JSON and drawn.
 PLOT_POINTS = 400

@@ -136,14 +136,16 @@ def main(argv=None) -> int:
         messages = _messages(spec, k, args.steps, rng, args.done_rate)
         env_ids = list(range(k))
 
-        def checked(items):
+        # Bound as defaults: each case's closures measure that case (ruff B023).
+        def checked(items, k=k, spec=spec):
             checker = StepChecker(k, spec, 1e6)  # a fresh stream: its first Step comes first
             for m in items:
                 checker.decode(m)
 
         before = after = math.inf
         for _ in range(args.repeat):  # alternating, so that both see the same load
-            before = min(before, _per_call_us(lambda m: decode_before(m, k, env_ids, spec),
+            before = min(before, _per_call_us(lambda m, k=k, ids=env_ids, spec=spec:
+                                              decode_before(m, k, ids, spec),
                                               messages))
             after = min(after, _per_call_us(checked, [messages]) / len(messages))
         actions = _legal_actions_us(spec, 64, args.repeat)

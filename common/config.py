@@ -18,11 +18,13 @@ import difflib
 import re
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import yaml
 
 from seedrl.common.quantity import QUANTITY
+
+T = TypeVar("T")
 
 #: The Experiment custom resource's coordinates in the Kubernetes API: the CRD, the operator's
 #: watches, ``seedrl submit``/``status``/``cost`` and the documents' ``apiVersion`` use these.
@@ -722,7 +724,7 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
         if value is None:
             return None
         return _parse_value(inner[0], value, path, problems)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _parse_dataclass(tp, value, path, problems)
     if tp is bool:
         if isinstance(value, bool):
@@ -882,6 +884,32 @@ def parse_experiment(document: Any) -> Experiment:
     return exp
 
 
+def parse_section(cls: type[T], value: Any, path: str,
+                  problems: list[tuple[str, str]]) -> T | None:
+    """Parses ``value`` into ``cls``, any dataclass whose fields are declared with
+    :func:`param` (an Experiment section, or another document such as the price table), with
+    the Experiment's rules: camelCase keys, unknown keys refused, types and constraints checked.
+
+    Appends ``(field path, reason)`` to ``problems`` rather than raising, so that a caller can
+    add checks of its own before reporting everything at once; returns None when invalid.
+    """
+    out = _parse_dataclass(cls, value, path, problems)
+    return None if out is _INVALID else out
+
+
+def parse_document(cls: type[T], value: Any, path: str = "") -> T:
+    """:func:`parse_section` that raises.
+
+    Raises:
+      ConfigError: naming every problem's field path.
+    """
+    problems: list[tuple[str, str]] = []
+    out = parse_section(cls, value, path, problems)
+    if problems or out is None:
+        raise ConfigError(problems or [(path or "<document>", "invalid")])
+    return out
+
+
 #: Largest Experiment or price file read, in bytes: checked before parsing, so a huge file
 #: costs nothing (a real Experiment is a few kilobytes).
 MAX_YAML_BYTES = 1 << 20
@@ -935,6 +963,7 @@ def _check_expansion(root: yaml.Node) -> None:
                         f"instead")
 
 
+
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 floats: ``3e-4`` is a number, as in kubectl.
 
@@ -969,7 +998,7 @@ def _yaml_load_all(text: str) -> list[Any]:
     if len(text) > MAX_YAML_BYTES:
         raise _YAMLBomb(f"{len(text)} characters, over the limit of {MAX_YAML_BYTES}")
     try:
-        return list(yaml.load_all(text, Loader=_Loader))  # noqa: S506 - a SafeLoader subclass
+        return list(yaml.load_all(text, Loader=_Loader))  # a SafeLoader subclass
     except RecursionError:
         raise _YAMLBomb("nested too deeply to parse") from None
 
@@ -983,6 +1012,7 @@ def _one_line(exc: yaml.YAMLError) -> str:
     if problem and mark is not None:
         return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
     return " ".join(str(exc).split())
+
 
 
 def load_yaml(text: str, source: str = "<string>") -> Any:

@@ -60,7 +60,7 @@ class MetricsServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server API
+            def do_GET(self):  # the http.server API
                 path = self.path.split("?", 1)[0]
                 try:
                     if path == "/metrics":
@@ -77,7 +77,7 @@ class MetricsServer:
                             self._send(503, "text/plain", b"not ready\n")
                     else:
                         self._send(404, "text/plain", b"not found\n")
-                except Exception:  # noqa: BLE001 - one bad scrape must not kill the server
+                except Exception:  # one bad scrape must not kill the server
                     log.exception("serving %s failed", path)
                     self._send(500, "text/plain", b"internal error\n")
 

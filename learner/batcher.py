@@ -132,7 +132,7 @@ class InferenceBatcher:
                 if len(results) != len(batch):
                     raise RuntimeError(f"process returned {len(results)} results for "
                                        f"{len(batch)} items")
-            except BaseException as exc:  # noqa: BLE001 - forwarded to the waiting streams
+            except BaseException as exc:  # forwarded to the waiting streams
                 log.exception("inference batch failed")
                 for p in batch:
                     if not p.future.done():

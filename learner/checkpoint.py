@@ -29,6 +29,7 @@ No pickle anywhere: TensorFlow's format, ``np.load(allow_pickle=False)``, YAML a
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -209,7 +210,7 @@ def _download_verified(store: ObjectStore, entry: dict) -> _Downloaded:
                 raise CheckpointError(f"{name}: bad file name {file!r}")
             local = os.path.join(directory, file)
             try:
-                with_retries(lambda: store.download_file(f"{name}/{file}", local),
+                with_retries(functools.partial(store.download_file, f"{name}/{file}", local),
                              what=f"downloading {name}/{file}")
             except NotFound:
                 raise CheckpointError(f"{name}/{file} is missing") from None
@@ -250,7 +251,7 @@ class Checkpointer:
         self.interval_steps = interval_steps
         self.interval_seconds = interval_seconds
         self._sleep = sleep
-        window = runtime.returns.maxlen
+        window = runtime.returns.maxlen or 0
         self._counters = {
             "learner_steps": tf.Variable(0, dtype=tf.int64),
             "env_steps": tf.Variable(0, dtype=tf.int64),
@@ -343,11 +344,11 @@ class Checkpointer:
         """Binds the agent's variables and restores the checkpoint :meth:`open` found."""
         if not self._opened:
             self.open()
-        if self.env_spec is not None and self.runtime.env_spec != self.env_spec:
+        ours = self.runtime.env_spec
+        if self.env_spec is not None and ours is not None and ours != self.env_spec:
             raise CheckpointError(
                 "the checkpoint to resume was trained on another env spec: " +
-                "; ".join(self.env_spec.differences(self.runtime.env_spec, "checkpoint",
-                                                    "this run")))
+                "; ".join(self.env_spec.differences(ours, "checkpoint", "this run")))
         self._agent = agent
         self._objects = agent.checkpointables()
         self._checkpoint = tf.train.Checkpoint(**trackables(agent), **self._counters)
@@ -402,7 +403,8 @@ class Checkpointer:
                 entry = self._write_local(stage)
                 for file in entry["files"]:
                     path = os.path.join(stage, file)
-                    with_retries(lambda: self.store.upload_file(f"{entry['name']}/{file}", path),
+                    with_retries(functools.partial(self.store.upload_file,
+                                                   f"{entry['name']}/{file}", path),
                                  what=f"uploading {entry['name']}/{file}", sleep=self._sleep)
                 dropped = self._publish(entry)
             finally:
@@ -427,7 +429,7 @@ class Checkpointer:
         recent = list(r.returns)
         for key, value in snap.items():
             c[key].assign(value)
-        returns = np.zeros(r.returns.maxlen)
+        returns = np.zeros(r.returns.maxlen or 0)
         returns[:len(recent)] = recent
         c["returns"].assign(returns)
         c["returns_count"].assign(len(recent))
@@ -487,7 +489,7 @@ class Checkpointer:
 
     def _delete_unlisted(self, dropped: list[dict]) -> None:
         """Removes dropped checkpoints and orphans of interrupted uploads (best effort)."""
-        listed = {e["name"] for e in self._manifest["checkpoints"]}
+        listed = {e["name"] for e in (self._manifest or {}).get("checkpoints", [])}
         try:
             names = self.store.list("ckpt-")
         except StorageError as exc:

@@ -14,9 +14,10 @@ its output. As in SEED RL's networks and the R2D2 paper, the core also reads the
 (one-hot, or the normalised vector of a continuous action) and the reward that followed it,
 clipped to [-1, 1], unless ``actionRewardInputs`` is off. Both are zero on an episode's first
 step. The previous action rides in the recurrent state (its last entry), so an unroll that starts
-mid-episode knows it; the reward is an input of each step. A feed-forward ``mlp`` keeps separate policy and value streams instead (as BatchPPO
-does), so the value loss cannot distort the policy's features; the conv torsos are shared, as in
-IMPALA, because a second conv stack would double the cost of inference.
+mid-episode knows it; the reward is an input of each step. A feed-forward ``mlp`` keeps separate
+policy and value streams instead (as BatchPPO does), so the value loss cannot distort the
+policy's features; the conv torsos are shared, as in IMPALA, because a second conv stack would
+double the cost of inference.
 
 Frames (uint8) are scaled to [0, 1] inside the network so that they travel and are stored as
 bytes. Keras 3 layers held in a plain ``tf.Module`` are not tracked, so everything here

@@ -30,7 +30,8 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -125,7 +126,8 @@ class LearnerRuntime:
         self._agent_lock = threading.Lock()
         # Guards the stream registry: hellos are handled in executor threads concurrently.
         self._streams_lock = threading.Lock()
-        self._streams: dict[str, Stream] = {}
+        # None: reserved by a hello being registered (see open_stream).
+        self._streams: dict[str, Stream | None] = {}
         self._unrolls: queue.Queue = queue.Queue(maxsize=spec.learner.queue_capacity)
         self.stop_event = threading.Event()
         self.stop_reason: str | None = None
@@ -153,7 +155,7 @@ class LearnerRuntime:
         self._last_env_step = time.monotonic()
         self._stepped = False  # an env step arrived in this process's lifetime
         #: Receives episodes and inference batches as they happen (``seedrl.learner.metrics``).
-        self.observer = None
+        self.observer: Any = None
         self.started = time.monotonic()
         self.batchers = [
             InferenceBatcher(self._infer, spec.learner.inference_batch_size,
@@ -346,10 +348,11 @@ class LearnerRuntime:
         """
         agent = self.agent
         observations, rewards, states_before = [], [], []
-        finals = []  # per item: (final env ids, their observations, states, rewards) or None
+        # Per item: (final env ids, their observations, states, rewards), or None.
+        finals: list[tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray] | None] = []
         for stream, step in items:
             done = step.terminated | step.truncated
-            if len(step.final_ids):
+            if len(step.final_ids) and step.final_observations is not None:
                 ids = step.final_ids
                 finals.append((ids, step.final_observations, [s[ids] for s in stream.state],
                                step.rewards[ids]))
@@ -365,7 +368,7 @@ class LearnerRuntime:
             # A first step's input reward belongs to the episode before it.
             rewards.append(np.where(done, np.float32(0), step.rewards))
         n = sum(len(o) for o in observations)
-        for ids, obs, state, reward in (f for f in finals if f is not None):
+        for _ids, obs, state, reward in (f for f in finals if f is not None):
             observations.append(obs)
             states_before.append(state)
             rewards.append(reward)
@@ -386,9 +389,10 @@ class LearnerRuntime:
             part = {name: value[offset:offset + k] for name, value in outputs.items()}
             if new_state:
                 stream.state = [s[offset:offset + k] for s in new_state]
-            final_value = self._final_values(stream, step, finals[i], values, final_offset)
-            if finals[i] is not None:
-                final_offset += len(finals[i][0])
+            final = finals[i]
+            final_value = self._final_values(stream, step, final, values, final_offset)
+            if final is not None:
+                final_offset += len(final[0])
             stream.last_value = values[offset:offset + k]
             offset += k
             row = {"observation": step.observations, "reward": step.rewards,
@@ -460,7 +464,7 @@ class LearnerRuntime:
                 self._train_from_replay()
             else:
                 self._train_on_fresh_unrolls()
-        except BaseException as exc:  # noqa: BLE001 - reported and ends the run
+        except BaseException as exc:  # reported and ends the run
             log.exception("training failed")
             self.train_error = exc
             self.finish("train_error")
@@ -491,7 +495,9 @@ class LearnerRuntime:
         """On-policy: every batch is the next ``batchSize`` unrolls, each used once."""
         batch_size = self.experiment.spec.learner.batch_size
         while not self.stop_event.is_set():
-            unrolls, actors = [], set()
+            unrolls: list[Mapping[str, object]] = []
+            actors: set[str] = set()
+
             while len(unrolls) < batch_size and not self.stop_event.is_set():
                 try:
                     actor_id, unroll = self._unrolls.get(timeout=0.1)

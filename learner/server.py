@@ -376,6 +376,8 @@ def server_credentials(cert_file: str | None, key_file: str | None):
     """TLS credentials from PEM files, or None for an insecure port."""
     if not cert_file:
         return None
+    if not key_file:
+        raise ValueError("--tls-key is required with --tls-cert")
     with open(cert_file, "rb") as fh:
         cert = fh.read()
     with open(key_file, "rb") as fh:

@@ -49,8 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     cost_cli.add_parser(sub)
 
     def with_cluster(sp):
-        sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or "
-                                             "~/.kube/config; in a pod, its service account)")
+        sp.add_argument("--kubeconfig", help="kubeconfig file (default: in a pod, its service "
+                                             "account; else $KUBECONFIG or ~/.kube/config)")
         sp.add_argument("--context", help="kubeconfig context (default: the current one)")
         sp.add_argument("-n", "--namespace", help="namespace (default: the context's)")
 
@@ -126,7 +126,8 @@ def cmd_train(args) -> int:
         check_checkpoint_location,
         prepare_run_dir,
     )
-    from seedrl.service.local.progress import Progress, format_duration
+    from seedrl.service.cost.report import format_duration
+    from seedrl.service.local.progress import Progress
 
     exp = _load(args)
     if exp is None:
@@ -189,6 +190,8 @@ def cmd_submit(args) -> int:
     import yaml
 
     from seedrl.common.config import apply_overrides, read_yaml_file
+    from seedrl.service import kube
+
     from seedrl.service.cli import cluster
     from seedrl.service.operator import reconcile
 
@@ -206,7 +209,7 @@ def cmd_submit(args) -> int:
             print(f"  {path}: {reason}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     namespace = (args.namespace or exp.metadata.namespace
-                 or cluster.default_namespace(args.kubeconfig, args.context))
+                 or kube.default_namespace(args.kubeconfig, args.context))
     if not exp.spec.checkpoint.uri:
         # Allowed (short runs, trials), but a preempted or rescheduled learner starts over.
         print("warning: spec.checkpoint.uri is empty: the learner checkpoints into its pod's "
@@ -217,7 +220,7 @@ def cmd_submit(args) -> int:
         sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
         return ExitCode.OK
     try:
-        client = cluster.api_client(args.kubeconfig, args.context)
+        client = kube.api_client(args.kubeconfig, args.context)
         stored = cluster.apply_experiment(client, document, namespace, args.force_conflicts)
     except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
         print(f"error: could not apply {exp.metadata.name} to namespace {namespace}: "
@@ -230,12 +233,13 @@ def cmd_submit(args) -> int:
 
 def cmd_status(args) -> int:
     """Prints a table of the Experiments in a namespace (or all)."""
+    from seedrl.service import kube
     from seedrl.service.cli import cluster
 
     namespace = None if args.all_namespaces else (
-        args.namespace or cluster.default_namespace(args.kubeconfig, args.context))
+        args.namespace or kube.default_namespace(args.kubeconfig, args.context))
     try:
-        client = cluster.api_client(args.kubeconfig, args.context)
+        client = kube.api_client(args.kubeconfig, args.context)
         items = cluster.list_experiments(client, namespace)
     except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
         print(f"error: could not list experiments: {_api_error(exc)}", file=sys.stderr)

@@ -413,7 +413,8 @@ class LocalRun:
                 self._quick_failures[i] = 1 if ran >= ACTOR_HEALTHY_AFTER_S else \
                     self._quick_failures[i] + 1
                 why = last_line(actor.log_path)
-                if code != ExitCode.OK:
+                left = code in (ExitCode.OK, ExitCode.STOPPED)  # finished or stopped, not a crash
+                if not left:
                     self.last_actor_failure = f"{actor.name} exited with code {code}" + (
                         f": {why}" if why else "")
                 if actor.restarts >= MAX_ACTOR_RESTARTS:
@@ -424,7 +425,7 @@ class LocalRun:
                 delay = min(ACTOR_BACKOFF_MAX_S,
                             ACTOR_BACKOFF_INITIAL_S * 2 ** (self._quick_failures[i] - 1))
                 self._restart_at[i] = now + delay
-                if code != ExitCode.OK:
+                if not left:
                     log.warning("%s exited with code %s: %s; restarting it in %.0f s (%d/%d)",
                                 actor.name, code, why or "(its log is empty)", delay,
                                 actor.restarts + 1, MAX_ACTOR_RESTARTS)
@@ -433,7 +434,7 @@ class LocalRun:
                 if finished:
                     continue
                 actor.restarts += 1
-                if code == ExitCode.OK:
+                if code in (ExitCode.OK, ExitCode.STOPPED):
                     log.warning("%s left while the run goes on; restarting it (%d/%d)",
                                 actor.name, actor.restarts, MAX_ACTOR_RESTARTS)
                 actor.start()

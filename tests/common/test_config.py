@@ -240,7 +240,8 @@ def test_python_attribute_name_lambda_underscore_is_not_a_key():
 
 @pytest.mark.parametrize("path, value, fragment", [
     ("spec.agent.name", "dqn", "must be one of vtrace, r2d2, ppo; got 'dqn'"),
-    ("spec.agent.network.name", "cnn", "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'"),
+    ("spec.agent.network.name", "cnn",
+     "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'"),
     ("spec.agent.network.activation", "gelu", "must be one of relu, tanh; got 'gelu'"),
     ("spec.learner.optimizer.name", "adagrad", "must be one of adam, rmsprop, sgd; got 'adagrad'"),
     ("spec.agent.vtrace.rewardClipping", "clip",
@@ -869,13 +870,14 @@ ALL_FIELDS = [(cls, f) for cls in _dataclasses_from(Experiment) for f in datacla
 def test_every_section_is_reached():
     names = {cls.__name__ for cls in _dataclasses_from(Experiment)}
     assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
-                     "FootballConfig", "AgentConfig",
-                     "NetworkConfig", "VTraceConfig", "R2D2Config", "PPOConfig", "LearnerConfig", "OptimizerConfig",
-                     "DevicesConfig", "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
+                     "FootballConfig", "AgentConfig", "NetworkConfig", "VTraceConfig", "R2D2Config",
+                     "PPOConfig", "LearnerConfig", "OptimizerConfig", "DevicesConfig",
+                     "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
                      "AcceleratorConfig", "TPUConfig", "GPUConfig"}
 
 
-@pytest.mark.parametrize("cls, f", ALL_FIELDS, ids=[f"{c.__name__}.{f.name}" for c, f in ALL_FIELDS])
+@pytest.mark.parametrize("cls, f", ALL_FIELDS,
+                         ids=[f"{c.__name__}.{f.name}" for c, f in ALL_FIELDS])
 def test_every_field_has_doc(cls, f):
     assert isinstance(f.metadata.get("doc"), str) and f.metadata["doc"].strip()
 

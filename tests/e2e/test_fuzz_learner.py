@@ -18,6 +18,7 @@ import grpc
 import numpy as np
 import yaml
 
+from seedrl.common.exit_codes import ExitCode
 from seedrl.common import seedrl_pb2
 from seedrl.common.wire import ALLOWED_DTYPES, PROTOCOL_VERSION, encode_array
 from seedrl.service.local.launcher import derive_env_spec
@@ -265,7 +266,7 @@ def test_thousands_of_mutated_messages_leave_the_learner_serving(tmp_path):
             grpc.StatusCode.INVALID_ARGUMENT, 0)
         assert after["mean_return"] is None or 0 < after["mean_return"] <= 500
         learner.send_signal(signal.SIGTERM)
-        assert learner.wait(120) == 0
+        assert learner.wait(120) == ExitCode.STOPPED  # SIGTERM before the end
     finally:
         if channel is not None:
             channel.close()

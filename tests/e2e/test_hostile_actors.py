@@ -23,6 +23,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from seedrl.common.exit_codes import ExitCode
 from seedrl.common import seedrl_pb2
 from seedrl.common.wire import EnvSpec, decode_array, encode_array
 from seedrl.learner.checkpoint import non_finite_variables
@@ -331,7 +332,7 @@ def test_a_resumed_learner_keeps_its_policy_and_writes_only_valid_json(tmp_path)
         liar.send(step(episodes=[(0, math.inf, 10)]))
         assert "must be finite" in refused(liar, grpc.StatusCode.INVALID_ARGUMENT)
         first.send_signal(signal.SIGTERM)
-        assert first.wait(120) == 0
+        assert first.wait(120) == ExitCode.STOPPED  # SIGTERM before the end
     finally:
         first.kill()
         if real:
@@ -363,7 +364,7 @@ def test_a_resumed_learner_keeps_its_policy_and_writes_only_valid_json(tmp_path)
         assert status["state"] == "running" and status["stop_reason"] is None
         assert status["mean_return"] is None or status["mean_return"] <= CARTPOLE_MAX_RETURN
         second.send_signal(signal.SIGTERM)
-        assert second.wait(120) == 0
+        assert second.wait(120) == ExitCode.STOPPED  # SIGTERM before the end
     finally:
         second.kill()
         if real:

@@ -16,7 +16,6 @@ import sys
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from seedrl.common.config import DevicesConfig, parse_experiment
@@ -286,7 +285,7 @@ def runtime() -> dict:
             assert s.recv().WhichOneof("kind") == "welcome"
         rng = np.random.default_rng(0)
         for _ in range(30):
-            for i, s in enumerate(streams):
+            for s in streams:
                 s.send(step(2, obs=rng.normal(size=(2, 4)).astype(np.float32)))
             for i, s in enumerate(streams):
                 if s.recv().WhichOneof("kind") == "actions":

@@ -70,7 +70,7 @@ def _fill(agent, n, seed):
 def _variables(agent):
     """Every variable the agent checkpoints, in a stable order."""
     out = []
-    for name, obj in sorted(agent.checkpointables().items()):
+    for _, obj in sorted(agent.checkpointables().items()):
         if isinstance(obj, tf.Variable):
             out.append(obj)
         elif isinstance(obj, tf.random.Generator):

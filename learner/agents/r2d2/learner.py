@@ -197,22 +197,25 @@ class R2D2Agent(ReplayAgent):
             priorities = np.where(np.isfinite(priorities), priorities, 0.0)
         self.replay.add(items, priorities)
 
-    def _ratio_started(self) -> bool:
+    def _ratio_start(self) -> int | None:
+        """The replay's insert count when it first held ``min_replay_size`` (None before)."""
         if self._start_added is None and len(self.replay) >= self.config.min_replay_size:
             self._start_added = self.replay.added
-        return self._start_added is not None
+        return self._start_added
 
     def can_train(self) -> bool:
-        if not self._ratio_started():
+        start = self._ratio_start()
+        if start is None:
             return False
         ratio = self.config.samples_per_insert
-        return not ratio or self._sampled <= ratio * (self.replay.added - self._start_added)
+        return not ratio or self._sampled <= ratio * (self.replay.added - start)
 
     def insert_limit(self) -> int | None:
         ratio = self.config.samples_per_insert
-        if not ratio or not self._ratio_started():
+        start = self._ratio_start()
+        if not ratio or start is None:
             return None
-        owed = self._sampled - ratio * (self.replay.added - self._start_added)
+        owed = self._sampled - ratio * (self.replay.added - start)
         return max(0, int(np.ceil(owed / ratio))) if owed > 0 else 0
 
     # -- training -------------------------------------------------------------------------

@@ -11,22 +11,43 @@ from seedrl.service.cost import plan as cost_plan
 from seedrl.service.cli.main import main
 from seedrl.service.cost import Resources
 
-PRICES = cost.parse_prices({
-    "version": "plan-1", "region": "r", "takenOn": "2026-11-01", "currency": "USD",
-    "cpu": {"onDemand": 0.04, "spot": 0.01}, "memory": {"onDemand": 0.005, "spot": 0.001},
-    "tpu": {"v5e": {"onDemand": 1.2, "spot": 0.4}}, "gpu": {},
-})
-PRICES_YAML = yaml.safe_dump({
-    "version": "plan-1", "region": "r", "takenOn": "2026-11-01",
-    "cpu": {"onDemand": 0.04, "spot": 0.01}, "memory": {"onDemand": 0.005, "spot": 0.001}})
+PRICES = cost.parse_prices(
+    {
+        "version": "plan-1",
+        "region": "r",
+        "takenOn": "2026-11-01",
+        "currency": "USD",
+        "cpu": {"onDemand": 0.04, "spot": 0.01},
+        "memory": {"onDemand": 0.005, "spot": 0.001},
+        "tpu": {"v5e": {"onDemand": 1.2, "spot": 0.4}},
+        "gpu": {},
+    }
+)
+PRICES_YAML = yaml.safe_dump(
+    {
+        "version": "plan-1",
+        "region": "r",
+        "takenOn": "2026-11-01",
+        "cpu": {"onDemand": 0.04, "spot": 0.01},
+        "memory": {"onDemand": 0.005, "spot": 0.001},
+    }
+)
 # raw: 2,000 steps/s over 2 env processes = 1,000 per vCPU; one process stepping envs and
 # running the model: 500 steps/s.
-BENCH = {"env": "ALE/Pong-v5", "replicas": 2, "envs_per_actor": 16, "raw_steps_per_s": 2000.0,
-         "inference_only": {"steps_per_s": 900.0}, "training": {"steps_per_s": 600.0},
-         "baseline_async_vector_env": {"num_envs": 2, "steps_per_s": 300.0},
-         "baseline_sync_vector_env": {"num_envs": 32, "steps_per_s": 500.0}}
-TPU_LEARNER = (Resources(cpu=4, memory_gib=16, accelerator="tpu", accelerator_type="v5e",
-                         accelerator_count=1), False)
+BENCH = {
+    "env": "ALE/Pong-v5",
+    "replicas": 2,
+    "envs_per_actor": 16,
+    "raw_steps_per_s": 2000.0,
+    "inference_only": {"steps_per_s": 900.0},
+    "training": {"steps_per_s": 600.0},
+    "baseline_async_vector_env": {"num_envs": 2, "steps_per_s": 300.0},
+    "baseline_sync_vector_env": {"num_envs": 32, "steps_per_s": 500.0},
+}
+TPU_LEARNER = (
+    Resources(cpu=4, memory_gib=16, accelerator="tpu", accelerator_type="v5e", accelerator_count=1),
+    False,
+)
 ACTOR = (Resources(cpu=1, memory_gib=2), False)
 
 
@@ -39,8 +60,15 @@ def test_benchmark_rates():
 def test_seed_against_impala_by_hand():
     throughput = cost_plan.Throughput(seed_per_cpu=1000.0, inference_cpu_s=0.001, source="t")
     assert throughput.impala_per_cpu == pytest.approx(500.0)  # 1 / (0.001 + 0.001)
-    p = cost_plan.plan(frames=36_000_000, frames_per_step=4, replicas=10, learner=TPU_LEARNER,
-                       actor=ACTOR, throughput=throughput, prices=PRICES)
+    p = cost_plan.plan(
+        frames=36_000_000,
+        frames_per_step=4,
+        replicas=10,
+        learner=TPU_LEARNER,
+        actor=ACTOR,
+        throughput=throughput,
+        prices=PRICES,
+    )
     # 9,000,000 steps at 10 actors x 1 vCPU x 1,000 = 10,000 steps/s: 900 s = 0.25 h.
     assert p.seed.seconds == pytest.approx(900.0)
     assert p.seed.frames_per_s == pytest.approx(40_000.0)
@@ -59,9 +87,16 @@ def test_seed_against_impala_by_hand():
 def test_a_learner_cap_and_spot_actors():
     throughput = cost_plan.Throughput(seed_per_cpu=1000.0, inference_cpu_s=0.001, source="t")
     spot_actor = (Resources(cpu=2, memory_gib=4), True)
-    p = cost_plan.plan(frames=9_000_000, frames_per_step=1, replicas=10, learner=TPU_LEARNER,
-                       actor=spot_actor, throughput=throughput, prices=PRICES,
-                       learner_steps_per_s=5000.0)
+    p = cost_plan.plan(
+        frames=9_000_000,
+        frames_per_step=1,
+        replicas=10,
+        learner=TPU_LEARNER,
+        actor=spot_actor,
+        throughput=throughput,
+        prices=PRICES,
+        learner_steps_per_s=5000.0,
+    )
     # 10 actors x 2 vCPU x 1,000 = 20,000 steps/s, capped at 5,000: 1,800 s = 0.5 h.
     assert p.seed.seconds == pytest.approx(1800.0)
     # spot actor: 2 x 0.01 + 4 x 0.001 = 0.024 $/h
@@ -78,10 +113,12 @@ def test_a_run_summary_gives_seed_rates_and_needs_a_benchmark_for_impala(tmp_pat
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({"env_steps_per_s": 3000.0}))
-    (run / "config.yaml").write_text(yaml.safe_dump({"metadata": {"name": "r1"},
-                                                     "spec": {"actors": {"replicas": 3}}}))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({"metadata": {"name": "r1"}, "spec": {"actors": {"replicas": 3}}})
+    )
     (tmp_path / "bench.json").write_text(json.dumps(BENCH))
     from seedrl.common.config import parse_experiment
+
     exp = parse_experiment({"metadata": {"name": "other"}})
     t = cost_plan.read_throughput(str(run / "summary.json"), exp)
     assert t.seed_per_cpu == 1000.0 and t.impala_per_cpu is None  # 3,000 / 3 actors / 1 vCPU
@@ -93,6 +130,7 @@ def test_a_run_summary_gives_seed_rates_and_needs_a_benchmark_for_impala(tmp_pat
 
 def test_bad_throughput_files_name_the_file_and_the_figure(tmp_path):
     from seedrl.common.config import parse_experiment
+
     exp = parse_experiment({"metadata": {"name": "x"}})
     bad = dict(BENCH, raw_steps_per_s=0)
     (tmp_path / "b.json").write_text(json.dumps(bad))
@@ -106,11 +144,24 @@ def test_bad_throughput_files_name_the_file_and_the_figure(tmp_path):
 def test_seedrl_cost_plan_prints_the_table(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(BENCH))
     (tmp_path / "prices.yaml").write_text(PRICES_YAML)
-    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(
-        {"metadata": {"name": "pong"}, "spec": {"env": {"id": "ALE/Pong-v5"}}}))
-    code = main(["cost", "plan", str(tmp_path / "exp.yaml"), "--frames", "36e6", "--throughput",
-                 str(tmp_path / "bench.json"), "--actors", "10", "--prices",
-                 str(tmp_path / "prices.yaml")])
+    (tmp_path / "exp.yaml").write_text(
+        yaml.safe_dump({"metadata": {"name": "pong"}, "spec": {"env": {"id": "ALE/Pong-v5"}}})
+    )
+    code = main(
+        [
+            "cost",
+            "plan",
+            str(tmp_path / "exp.yaml"),
+            "--frames",
+            "36e6",
+            "--throughput",
+            str(tmp_path / "bench.json"),
+            "--actors",
+            "10",
+            "--prices",
+            str(tmp_path / "prices.yaml"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     # learner (the default 4 vCPU / 16 GiB, no accelerator): 0.25 h x 0.24 $/h = 0.06
@@ -123,8 +174,9 @@ def test_seedrl_cost_plan_prints_the_table(tmp_path, capsys):
 
 def test_seedrl_cost_plan_without_measurements_says_what_to_pass(tmp_path, capsys):
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump({"metadata": {"name": "nothing"}}))
-    code = main(["cost", "plan", str(tmp_path / "exp.yaml"), "--frames", "1e6", "--runs-dir",
-                 str(tmp_path)])
+    code = main(
+        ["cost", "plan", str(tmp_path / "exp.yaml"), "--frames", "1e6", "--runs-dir", str(tmp_path)]
+    )
     assert code == 2
     assert "--throughput" in capsys.readouterr().err
 
@@ -132,5 +184,6 @@ def test_seedrl_cost_plan_without_measurements_says_what_to_pass(tmp_path, capsy
 def test_a_plan_without_actor_cpus_is_refused():
     throughput = cost_plan.Throughput(seed_per_cpu=1000.0, inference_cpu_s=None, source="t")
     with pytest.raises(ConfigError, match="at least one actor"):
-        cost_plan.plan(1000, 1, 2, TPU_LEARNER, (Resources(cpu=0, memory_gib=1), False),
-                       throughput, PRICES)
+        cost_plan.plan(
+            1000, 1, 2, TPU_LEARNER, (Resources(cpu=0, memory_gib=1), False), throughput, PRICES
+        )
