@@ -14,7 +14,7 @@ BENCH_ATARI_MINUTES ?= 30
 # with 2 streams so it steps one half of its envs while the learner answers the other.
 PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
 
-.PHONY: run test test-all bench bench-throughput bench-streams bench-atari bench-mujoco install proto crd clean
+.PHONY: run test test-all bench bench-throughput bench-streams bench-speed bench-atari bench-mujoco install proto crd clean
 
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
@@ -34,6 +34,12 @@ bench-throughput: $(STAMP) football
 	  --json bench-throughput-pong.json
 	$(PY) bench/throughput.py --config examples/pong-vtrace.yaml $(PONG_THROUGHPUT) \
 	  --set spec.actors.replicas=1 --json bench-throughput-pong-1.json
+
+# Every speed figure in one run (~6 min): CartPole V-trace time to 475 over 3 seeds (wall from
+# the command, env steps, learner updates/s, start-up to the first env step), Pong end to end
+# against raw stepping, and the 1,000-stream p50/p99 with the learner's CPU per message.
+bench-speed: $(STAMP)
+	$(PY) bench/speed.py --json bench-speed.json
 
 # PPO on HalfCheetah-v5 for 1M env steps: the learning curve, final mean return and wall time.
 bench-mujoco: $(STAMP)

@@ -52,6 +52,10 @@ def parse_args(argv):
 def _summary(runtime, checkpointer) -> dict:
     mean = runtime.mean_return
     elapsed = runtime.elapsed
+    # Updates/s while actors were served: from the first actions sent to the stop.
+    served = None
+    if runtime.first_actions_time is not None:
+        served = (runtime.stop_time or time.time()) - runtime.first_actions_time
     return {
         "experiment": runtime.experiment.metadata.name,
         "env_steps": runtime.env_steps,
@@ -62,6 +66,9 @@ def _summary(runtime, checkpointer) -> dict:
         "mean_return_100": None if math.isnan(mean) else mean,
         "return_window": len(runtime.returns),
         "stop_reason": runtime.stop_reason,
+        "first_actions_time": runtime.first_actions_time,
+        "stop_time": runtime.stop_time,
+        "learner_steps_per_s": runtime.learner_steps / served if served else None,
         **(checkpointer.status() if checkpointer else {"last_checkpoint": None}),
         **({"eval_episodes": runtime.eval_episodes,
             "eval_mean_return_100": float(np.mean(runtime.eval_returns))}

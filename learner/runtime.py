@@ -112,6 +112,12 @@ class LearnerRuntime:
         self.eval_returns: collections.deque[float] = collections.deque(
             maxlen=spec.budget.return_window)
         self.last_metrics: dict[str, float] = {}
+        #: Unix times of the first actions sent to an actor (its first env step follows) and
+        #: of the stop; start-up and learner updates/s are measured between them.
+        self.first_actions_time: float | None = None
+        self.stop_time: float | None = None
+        #: Step messages received from actors (a learner's load is messages, not env steps).
+        self.messages = 0
         #: Receives episodes and inference batches as they happen (``seedrl.learner.metrics``).
         self.observer = None
         self.started = time.monotonic()
@@ -208,6 +214,7 @@ class LearnerRuntime:
                episodes: list[tuple[float, int]]) -> concurrent.futures.Future:
         """Queues one step of a stream for batched inference; resolves to its actions [K]."""
         self.env_steps += stream.num_envs
+        self.messages += 1
         for episode_return, length in episodes:
             if self.observer is not None:
                 self.observer.episode(episode_return, length, stream.evaluation)
@@ -249,6 +256,8 @@ class LearnerRuntime:
                 if unroll is not None:
                     self._enqueue(unroll)
             results.append(part["action"])
+        if self.first_actions_time is None:
+            self.first_actions_time = time.time()
         return results
 
     def _enqueue(self, unroll: dict) -> None:
@@ -362,6 +371,7 @@ class LearnerRuntime:
         """Stops training and tells actors to stop; the first reason given is kept."""
         if self.stop_reason is None:
             self.stop_reason = reason
+            self.stop_time = time.time()
             log.info("stopping: %s", reason)
         self.stop_event.set()
 
@@ -397,6 +407,8 @@ class LearnerRuntime:
             "inference_batches": sum(b.batches for b in self.batchers),
             "inference_steps": sum(b.items for b in self.batchers),
             "queued_unrolls": self.queued_unrolls,
+            "messages": self.messages,
+            "first_actions_time": self.first_actions_time,
             "metrics": dict(self.last_metrics),
             **({"eval_episodes": self.eval_episodes,
                 "eval_mean_return": float(np.mean(self.eval_returns))
