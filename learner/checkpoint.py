@@ -56,7 +56,7 @@ from seedrl.common.storage import (
     with_retries,
 )
 from seedrl.learner.agents.base import Agent
-from learner.runtime import LearnerRuntime
+from seedrl.learner.runtime import LearnerRuntime
 
 log = logging.getLogger(__name__)
 

@@ -101,7 +101,7 @@ async def serve(exp, args) -> int:
     from seedrl.learner.run_files import RunFiles
     from seedrl.common.storage import tensorboard_uri
     from seedrl.learner.tensorboard import Summaries
-    from learner.runtime import LearnerRuntime
+    from seedrl.learner.runtime import LearnerRuntime
     from seedrl.learner.server import server_credentials, start_server
 
     try:

@@ -34,7 +34,7 @@ class LearnerMetrics:
     """Registers and serves the learner's metrics for one runtime.
 
     Args:
-      runtime: the :class:`learner.runtime.LearnerRuntime` to report on.
+      runtime: the :class:`seedrl.learner.runtime.LearnerRuntime` to report on.
       checkpointer: its checkpointer, if any (checkpoint age, duration, failures).
       registry: where to register (a fresh one by default).
     """

@@ -224,7 +224,7 @@ def runtime() -> dict:
     from support.learner_harness import Stream, hello, step
 
     from seedrl.learner.agents import build_agent
-    from learner.runtime import LearnerRuntime
+    from seedrl.learner.runtime import LearnerRuntime
     from seedrl.learner.server import start_server
 
     config = DevicesConfig(logical_cpu_devices=LOGICAL_CPUS, inference_devices=2,

@@ -12,7 +12,7 @@ from seedrl.common.storage import LocalStore, ObjectStore, TransientStorageError
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents import build_agent
 from seedrl.learner.checkpoint import MANIFEST, CheckpointConflict, CheckpointError, Checkpointer
-from learner.runtime import LearnerRuntime
+from seedrl.learner.runtime import LearnerRuntime
 
 SPEC = EnvSpec("Toy", "float32", (3,), "int32", (), 2)
 

@@ -13,7 +13,7 @@ from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.config import parse_experiment
 from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec, encode_array
 from seedrl.learner.agents import build_agent
-from learner.runtime import LearnerRuntime
+from seedrl.learner.runtime import LearnerRuntime
 from seedrl.learner.server import start_server
 
 CARTPOLE = EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2)
