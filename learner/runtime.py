@@ -12,8 +12,8 @@ the learner needs no environment packages of its own (the TPU image stays small)
 
 from __future__ import annotations
 
+import asyncio
 import collections
-import concurrent.futures
 import dataclasses
 import logging
 import math
@@ -68,6 +68,8 @@ class Stream:
         self.builder = builder
         self.state = state
         self.closed = False
+        #: Whether its envs count in its lane's ``open_envs`` (until it closes).
+        self.counted = False
 
 
 class LearnerRuntime:
@@ -96,6 +98,7 @@ class LearnerRuntime:
         self.env_spec: EnvSpec | None = None
         self.agent_ready = threading.Event()
         self._agent_lock = threading.Lock()
+        self._lanes_lock = threading.Lock()
         self._streams: dict[str, Stream] = {}
         self._unrolls: queue.Queue = queue.Queue(maxsize=spec.learner.queue_capacity)
         self.stop_event = threading.Event()
@@ -175,20 +178,29 @@ class LearnerRuntime:
         stream = Stream(actor_id, num_envs, builder,
                         agent.initial_state(num_envs, actor_index), actor_index,
                         agent.is_evaluation_actor(actor_index))
-        # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in order.
-        stream.lane = self._streams_opened % len(self.batchers)
-        self._streams_opened += 1
-        old = self._streams.get(actor_id)
-        if old is not None:
-            old.closed = True  # a reconnect: the old stream's partial unroll is dropped
-        self._streams[actor_id] = stream
+        with self._lanes_lock:
+            # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in
+            # order.
+            stream.lane = self._streams_opened % len(self.batchers)
+            self._streams_opened += 1
+            # The lane's batcher closes a batch early once every env it serves is waiting.
+            self.batchers[stream.lane].open_envs += num_envs
+            stream.counted = True
+            old = self._streams.get(actor_id)
+            if old is not None:
+                old.closed = True  # a reconnect: the old stream's partial unroll is dropped
+            self._streams[actor_id] = stream
         return stream
 
     def close_stream(self, stream: Stream) -> None:
         """Forgets a stream that ended."""
-        stream.closed = True
-        if self._streams.get(stream.actor_id) is stream:
-            del self._streams[stream.actor_id]
+        with self._lanes_lock:
+            stream.closed = True
+            if stream.counted:
+                stream.counted = False
+                self.batchers[stream.lane].open_envs -= stream.num_envs
+            if self._streams.get(stream.actor_id) is stream:
+                del self._streams[stream.actor_id]
 
     @property
     def connected_actors(self) -> int:
@@ -210,9 +222,11 @@ class LearnerRuntime:
         if self.observer is not None:
             self.observer.inference_batch(size, seconds)
 
-    def submit(self, stream: Stream, step: StepData,
-               episodes: list[tuple[float, int]]) -> concurrent.futures.Future:
-        """Queues one step of a stream for batched inference; resolves to its actions [K]."""
+    def submit(self, stream: Stream, step: StepData, episodes: list[tuple[float, int]],
+               loop: asyncio.AbstractEventLoop | None = None):
+        """Queues one step of a stream for batched inference; the future resolves to its
+        actions [K]: an asyncio future of ``loop`` (the caller's running loop) when given, else
+        a ``concurrent.futures.Future``."""
         self.env_steps += stream.num_envs
         self.messages += 1
         for episode_return, length in episodes:
@@ -224,7 +238,7 @@ class LearnerRuntime:
             else:
                 self.episodes += 1
                 self.returns.append(float(episode_return))
-        return self.batchers[stream.lane].submit((stream, step), stream.num_envs)
+        return self.batchers[stream.lane].submit((stream, step), stream.num_envs, loop)
 
     # -- inference (batcher thread) -----------------------------------------------------
 

@@ -3,7 +3,8 @@
 Uses ``grpc.aio``: measured here at about twice the message rate of the thread-pool server over
 8 streams (shared/NOTES.md), and it holds thousands of idle streams without a thread each.
 Decoding and checks run on the event loop; inference runs in the batcher's thread and its
-result comes back through a future, so one slow batch never blocks reading other streams.
+result comes back through an asyncio future (resolved with the rest of its batch in one loop
+callback), so one slow batch never blocks reading other streams.
 
 A bad message fails its own stream with INVALID_ARGUMENT and a reason; every other stream goes
 on. No message is ever unpickled: arrays are raw bytes with dtype and shape.
@@ -20,7 +21,7 @@ import numpy as np
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec, WireError, decode_array, encode_array
 from seedrl.learner.batcher import BatcherStopped
-from learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
+from seedrl.learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         except HandshakeError as exc:
             await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
         log.info("actor %s connected with %d envs", stream.actor_id, stream.num_envs)
+        loop = asyncio.get_running_loop()
         try:
             yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
                 protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id))
@@ -117,7 +119,7 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 episodes = [(ep.episode_return, ep.length) for ep in msg.step.episodes]
                 try:
-                    actions = await asyncio.wrap_future(runtime.submit(stream, step, episodes))
+                    actions = await runtime.submit(stream, step, episodes, loop)
                 except BatcherStopped:
                     yield seedrl_pb2.LearnerMessage(finished=True)
                     return

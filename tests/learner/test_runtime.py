@@ -8,7 +8,7 @@ import numpy as np
 from seedrl.common.config import parse_experiment
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import Agent
-from learner.runtime import LearnerRuntime, StepData
+from seedrl.learner.runtime import LearnerRuntime, StepData
 
 SPEC = EnvSpec("Counting-v0", "float32", (1,), "int32", (), 2)
 
