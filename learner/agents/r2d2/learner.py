@@ -19,6 +19,7 @@ from seedrl.common.config import R2D2Config
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import ReplayAgent
 from seedrl.learner.agents.r2d2 import losses
+from seedrl.learner.compiled import Compiled
 from seedrl.learner.devices import Placement, default_placement
 from seedrl.learner.networks import DuelingQNetwork
 from seedrl.learner.optimizers import apply_gradients
@@ -80,17 +81,17 @@ class R2D2Agent(ReplayAgent):
         tf_obs = tf.as_dtype(obs_dtype)
         state_specs = [tf.TensorSpec([None, online.lstm_size], tf.float32)
                        for _ in online.initial_state(1)]
-        self._infer = tf.function(self._infer_impl, input_signature=[
+        self._infer = Compiled(self._infer_impl, [
             tf.TensorSpec([None, *obs_shape], tf_obs), state_specs,
-            tf.TensorSpec([None], tf.float32)])
-        self._train = tf.function(self._train_impl, input_signature=[
+            tf.TensorSpec([None], tf.float32)], concrete=not self.placement.inference_devices)
+        self._train = Compiled(self._train_impl, [
             tf.TensorSpec([None, length, *obs_shape], tf_obs),
             tf.TensorSpec([None, length], tf.int32),
             tf.TensorSpec([None, length], tf.float32),
             tf.TensorSpec([None, length], tf.bool),
             tf.TensorSpec([None, length], tf.bool),
             state_specs,
-            tf.TensorSpec([None], tf.float32)])
+            tf.TensorSpec([None], tf.float32)], concrete=not self.placement.distributed)
         self._sync_target = tf.function(self._sync_target_impl, input_signature=[])
         self._sync_target()
         if self.placement.distributed:
