@@ -56,6 +56,9 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
                            "bench-streams", f"load-{i}", address, backoff=Backoff(0.05, 1.0))
                for i in range(streams)]
 
+    import gc
+    gc.freeze()  # as the actors' main does: no full collections walking the clients
+
     async def main():
         tasks = [asyncio.ensure_future(c.run()) for c in clients]
         deadline = time.monotonic() + 120
