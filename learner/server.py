@@ -36,9 +36,10 @@ def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData
       WireError: naming the offending field.
     """
     k = stream.num_envs
-    ids = list(msg.env_ids)
+    ids = msg.env_ids
     in_order = ids == stream.env_ids  # the usual case, checked in one comparison
     if not in_order:
+        ids = list(ids)
         if len(ids) != k:
             raise WireError(f"step.env_ids: expected {k} ids (one per env), got {len(ids)}")
         if sorted(ids) != stream.env_ids:
@@ -46,14 +47,17 @@ def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData
                             f"{ids[:16]}")
     obs = decode_array(msg.observations, "step.observations", spec.observation_dtype,
                        (k,) + spec.observation_shape)
-    for name in ("rewards", "terminated", "truncated"):
-        if len(getattr(msg, name)) != k:
-            raise WireError(f"step.{name}: expected {k} values, got {len(getattr(msg, name))}")
-    rewards = np.asarray(msg.rewards, dtype=np.float32)
+    rewards, terminated, truncated = msg.rewards, msg.terminated, msg.truncated
+    for name, values in (("rewards", rewards), ("terminated", terminated),
+                         ("truncated", truncated)):
+        if len(values) != k:
+            raise WireError(f"step.{name}: expected {k} values, got {len(values)}")
+    # fromiter with the count checked above: ~2x faster than asarray on repeated fields.
+    rewards = np.fromiter(rewards, np.float32, k)
     if not np.isfinite(rewards).all():
         raise WireError("step.rewards: must be finite")
-    terminated = np.asarray(msg.terminated, dtype=bool)
-    truncated = np.asarray(msg.truncated, dtype=bool)
+    terminated = np.fromiter(terminated, bool, k)
+    truncated = np.fromiter(truncated, bool, k)
     for ep in msg.episodes:
         if ep.env_id >= k:
             raise WireError(f"step.episodes.env_id: {ep.env_id} is not an env of this actor")
@@ -99,32 +103,35 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
             await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
         log.info("actor %s connected with %d envs", stream.actor_id, stream.num_envs)
         loop = asyncio.get_running_loop()
+        env_spec = runtime.env_spec
         try:
             yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
                 protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id))
-            while True:
-                msg = await _next_message(request_iterator)
-                if msg is None:
-                    return
+            # Per message: read, check, decode, queue for inference, answer. Everything else
+            # is per batch or per stream (profiled: this loop is what a learner with many
+            # streams spends its CPU on).
+            async for msg in request_iterator:
                 if runtime.finished:
                     yield seedrl_pb2.LearnerMessage(finished=True)
                     return
                 if msg.WhichOneof("kind") != "step":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                         "expected a step after the hello")
+                step_msg = msg.step
                 try:
-                    step = decode_step(msg.step, stream, runtime.env_spec)
+                    step = decode_step(step_msg, stream, env_spec)
                 except WireError as exc:
                     log.warning("actor %s sent a bad step: %s", stream.actor_id, exc)
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                episodes = [(ep.episode_return, ep.length) for ep in msg.step.episodes]
+                episodes = [(ep.episode_return, ep.length) for ep in step_msg.episodes] \
+                    if step_msg.episodes else ()
                 try:
                     actions = await runtime.submit(stream, step, episodes, loop)
                 except BatcherStopped:
                     yield seedrl_pb2.LearnerMessage(finished=True)
                     return
                 yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
-                    env_ids=range(stream.num_envs), actions=encode_array(actions)))
+                    env_ids=stream.env_ids, actions=encode_array(actions)))
         finally:
             runtime.close_stream(stream)
             log.info("actor %s disconnected", stream.actor_id)
