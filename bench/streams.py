@@ -71,7 +71,9 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
             c.latencies.clear()
         steps0 = sum(c.env_steps for c in clients)
         t0 = time.monotonic()
+        cpu0 = time.process_time()
         await asyncio.sleep(seconds)
+        cpu = time.process_time() - cpu0
         steps = sum(c.env_steps for c in clients) - steps0
         elapsed = time.monotonic() - t0
         out.put(("window_end", time.time()))
@@ -85,6 +87,11 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
             "connected": connected, "steps_per_s": steps / elapsed,
             "p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
             "p99_ms": float(np.percentile(lat, 99)) if len(lat) else None,
+            "percentiles_ms": {str(q): float(np.percentile(lat, q))
+                               for q in (1, 10, 25, 50, 75, 90, 95, 99, 99.9)}
+            if len(lat) else None,
+            # The actors' own cost: every stream of this process, per message it sent.
+            "load_cpu_ms_per_message": cpu * 1000.0 * envs_per_stream / steps if steps else None,
             "failed_streams": len(failed),
             "reconnects": sum(max(0, c.connections - 1) for c in clients),
         }
