@@ -29,6 +29,7 @@ KIND = "Experiment"
 AGENTS = ("vtrace", "r2d2", "ppo")
 #: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
 NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
+PRECISIONS = ("float32", "bfloat16")
 
 # DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -171,6 +172,12 @@ class NetworkConfig:
             "network's own ([16, 32, 32] and [16, 32, 32, 32]).", factory=list, ge=1)
     lstm_size: int = param(0, "Units of an LSTM core after the torso; 0 for a feed-forward "
                               "network. The learner keeps each environment's LSTM state.", ge=0)
+    precision: str = param(
+        "float32", "Arithmetic of the torso: float32, or bfloat16 (mixed precision: variables, "
+                   "the LSTM core, the heads and the losses stay float32). bfloat16 trained the "
+                   "Nature CNN 1.7x as fast on a CPU with AVX512_BF16 (as on TPUs); CPUs "
+                   "without bfloat16 instructions run it slower.",
+        choices=PRECISIONS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
