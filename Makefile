@@ -41,6 +41,12 @@ bench-throughput: $(STAMP) football
 bench-speed: $(STAMP)
 	$(PY) bench/speed.py --json bench-speed.json
 
+# Re-measures the packaged reference throughputs `seedrl cost plan` falls back on when the user
+# has no measurement of their own (service/cost/reference_throughput.yaml; ~2 min).
+.PHONY: reference-throughput
+reference-throughput: $(STAMP) football
+	$(PY) bench/reference.py --write service/cost/reference_throughput.yaml
+
 # PPO on HalfCheetah-v5 for 1M env steps: the learning curve, final mean return and wall time.
 bench-mujoco: $(STAMP)
 	$(PY) bench/learning_curve.py --config examples/halfcheetah-ppo.yaml --minutes 120 \
