@@ -16,10 +16,7 @@ import cv2
 import gymnasium as gym
 import numpy as np
 
-from seedrl.common.config import AtariConfig
-
-#: Environment ids with this prefix are Atari games and get the preprocessing.
-ATARI_PREFIX = "ALE/"
+from seedrl.common.config import ATARI_PREFIX, AtariConfig
 
 
 def is_atari(env_id: str) -> bool:

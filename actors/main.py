@@ -1,8 +1,9 @@
 """Actor entry point: ``python -m seedrl.actors --config experiment.yaml --learner ADDRESS``.
 
 Steps ``spec.actors.envsPerActor`` environments and streams them to the learner until it says
-the run is finished (exit 0). Exits 2 on a bad Experiment or environment, 3 if the learner
-refuses this actor, and 0 on SIGTERM/SIGINT.
+the run is finished (exit 0). Exits (:class:`seedrl.common.exit_codes.ExitCode`) BAD_CONFIG (2)
+on a bad Experiment or environment, REFUSED (3) if the learner refuses this actor, and OK (0) on
+SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import grpc
 import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
+from seedrl.common.exit_codes import ExitCode
 
 log = logging.getLogger("actors")
 
@@ -150,7 +152,7 @@ def main(argv=None) -> int:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     if args.index == "auto":
         args.index = auto_index(os.environ.get("POD_NAME") or socket.gethostname(),
                                 exp.spec.actors.replicas)
@@ -162,7 +164,7 @@ def main(argv=None) -> int:
         batches = make_env_batches(exp, args.index)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     credentials = None
     if args.tls_ca:
         with open(args.tls_ca, "rb") as fh:
@@ -181,7 +183,7 @@ def main(argv=None) -> int:
         asyncio.run(_run(clients))
     except ActorRefused as exc:
         log.error("the learner refused this actor: %s", exc)
-        return 3
+        return ExitCode.REFUSED
     finally:
         if http:
             http.stop()
@@ -189,4 +191,4 @@ def main(argv=None) -> int:
             envs.close()
     log.info("done after %d env steps (pid %d)", sum(c.env_steps for c in clients),
              os.getpid())
-    return 0
+    return ExitCode.OK

@@ -23,11 +23,6 @@ sys.path.insert(0, ROOT)
 from seedrl.common.config import load_experiment
 
 
-def frames_per_step(exp) -> int:
-    """Emulator frames per env step: the frame skip for ALE games, else 1."""
-    return exp.spec.env.atari.frame_skip if exp.spec.env.id.startswith("ALE/") else 1
-
-
 def curve(rows: list[dict], points: int, skip: int) -> list[dict]:
     """Picks about ``points`` evenly spaced rows of the metrics log (always the last one)."""
     rows = [r for r in rows if r.get("env_steps")]
@@ -61,7 +56,7 @@ def main(argv=None) -> int:
     name = f"curve-{time.strftime('%Y%m%d-%H%M%S')}"
     exp = load_experiment(args.config, [*args.overrides, f"metadata.name={name}",
                                         f"spec.budget.maxSeconds={args.minutes * 60:g}"])
-    skip = frames_per_step(exp)
+    skip = exp.spec.env.frames_per_step
     a = exp.spec.actors
     print(f"{exp.spec.env.id} / {exp.spec.agent.name} / {exp.spec.agent.network.name}: "
           f"{a.replicas} actors x {a.envs_per_actor} envs, {args.minutes:g} min on "

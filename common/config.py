@@ -22,8 +22,16 @@ from typing import Any, Optional
 
 import yaml
 
-API_VERSION = "seedrl.dev/v1alpha1"
+from seedrl.common.quantity import QUANTITY
+
+#: The Experiment custom resource's coordinates in the Kubernetes API: the CRD, the operator's
+#: watches, ``seedrl submit``/``status``/``cost`` and the documents' ``apiVersion`` use these.
+GROUP = "seedrl.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "Experiment"
+PLURAL = "experiments"
+SINGULAR = "experiment"
 
 #: Agents the learner knows how to build; ``spec.agent.name`` must be one of these.
 AGENTS = ("vtrace", "r2d2", "ppo")
@@ -34,9 +42,11 @@ PRECISIONS = ("float32", "bfloat16")
 # DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _REQUIRED = dataclasses.MISSING
-# A Kubernetes resource quantity, e.g. 500m, 4, 16Gi, 1.5.
-_QUANTITY = r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?"
+# A request is a non-negative Kubernetes resource quantity, e.g. 500m, 4, 16Gi, 1.5.
+_QUANTITY = f"[+]?{QUANTITY}"
 _QUANTITY_HINT = "a Kubernetes quantity such as 500m, 4 or 16Gi, written as a string"
+#: Environment ids of Atari games (ale-py's), whose agent steps skip emulator frames.
+ATARI_PREFIX = "ALE/"
 # A container image reference: [registry/]path[:tag][@digest], no spaces.
 _IMAGE = r"[a-z0-9][A-Za-z0-9._\-/:@]*"
 #: Accelerators the learner can ask for (``spec.learner.accelerator.kind``).
@@ -152,6 +162,17 @@ class EnvConfig:
     atari: AtariConfig = param(doc="Atari preprocessing, for ALE/ ids.", factory=AtariConfig)
     football: FootballConfig = param(doc="Google Research Football settings, for Football/ ids.",
                                      factory=FootballConfig)
+
+    @property
+    def is_atari(self) -> bool:
+        """Whether ``id`` names an Atari game (``ALE/Pong-v5``)."""
+        return self.id.startswith(ATARI_PREFIX)
+
+    @property
+    def frames_per_step(self) -> int:
+        """Emulator frames per agent step: Atari's frame skip (SEED's and IMPALA's "frames"
+        count skipped frames), else 1. Frame counts in metrics, cost and benchmarks use it."""
+        return self.atari.frame_skip if self.is_atari else 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

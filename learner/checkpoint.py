@@ -46,6 +46,7 @@ import tensorflow as tf
 import yaml
 
 from seedrl.common.config import Experiment, dump_experiment, to_document
+from seedrl.common.resume import bound_changes
 from seedrl.common.storage import (
     CHECKPOINT_MANIFEST,
     NotFound,
@@ -68,8 +69,6 @@ VARIABLES = "variables"
 EXTRA = "extra.npz"
 EXPERIMENT = "experiment.yaml"
 METADATA = "metadata.json"
-#: Sections of the Experiment a checkpoint is bound to: its variables only fit these.
-BOUND_SECTIONS = ("env", "agent")
 _NAME = re.compile(r"^ckpt-\d{12}-[0-9a-f]{8}$")
 _HASH_CHUNK = 1 << 20
 
@@ -296,14 +295,14 @@ class Checkpointer:
     def _check_bound_sections(self, got: _Downloaded) -> None:
         with open(got.path(EXPERIMENT), encoding="utf-8") as fh:
             saved = (yaml.safe_load(fh) or {}).get("spec", {})
-        current = to_document(self.runtime.experiment)["spec"]
-        for section in BOUND_SECTIONS:
-            if saved.get(section) != current[section]:
-                got.cleanup()
-                raise CheckpointError(
-                    f"checkpoint {got.name} in {self.store.uri} was trained with another "
-                    f"spec.{section}; its variables do not fit this Experiment. Use another "
-                    f"spec.checkpoint.uri (or experiment name) for a new run")
+        changed = bound_changes(saved, to_document(self.runtime.experiment)["spec"])
+        if changed:
+            got.cleanup()
+            section = changed[0].split(".")[1]
+            raise CheckpointError(
+                f"checkpoint {got.name} in {self.store.uri} was trained with another "
+                f"spec.{section}; its variables do not fit this Experiment. Use another "
+                f"spec.checkpoint.uri (or experiment name) for a new run")
 
     def attach(self, agent: Agent) -> None:
         """Binds the agent's variables and restores the checkpoint :meth:`open` found."""

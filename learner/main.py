@@ -2,15 +2,17 @@
 
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
 checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
-final checkpoint). Exits 1 if training fails, 2 on a bad Experiment and 4 when the checkpoint
-location cannot be used (unreadable, or another learner publishes there): restarting would
-fail the same way.
+final checkpoint). Exits with :class:`seedrl.common.exit_codes.ExitCode`: FAILED (1) if training
+fails, BAD_CONFIG (2) on a bad Experiment and CHECKPOINT_LOCATION (4) when the checkpoint location
+cannot be used (unreadable, or another learner publishes there): restarting would fail the same
+way.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import math
@@ -22,12 +24,12 @@ import time
 import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
+from seedrl.common.exit_codes import ExitCode
+from seedrl.common.learner_status import LearnerStatus
 
 log = logging.getLogger("learner")
 
 STATUS_EVERY_S = 0.5
-#: Exit code when the checkpoint location cannot be used; the launchers do not restart on it.
-EXIT_CHECKPOINT = 4
 METRICS_EVERY_S = 2.0
 
 
@@ -77,17 +79,17 @@ def _summary(runtime, checkpointer) -> dict:
     }
 
 
-def _scalars(status: dict, metrics) -> dict:
+def _scalars(status: LearnerStatus, metrics) -> dict:
     """What goes into TensorBoard: returns, throughput, learner progress, every loss term."""
-    elapsed = status.get("elapsed") or 0.0
-    return {"return/mean": status.get("mean_return"),
-            "return/eval_mean": status.get("eval_mean_return"),
+    elapsed = status.elapsed
+    return {"return/mean": status.mean_return,
+            "return/eval_mean": status.eval_mean_return,
             "throughput/env_frames_per_s": metrics.frames_per_second(),
             "throughput/learner_steps_per_s":
-                status["learner_steps"] / elapsed if elapsed else None,
-            "learner/steps": status["learner_steps"],
-            "learner/inference_batch": status.get("mean_inference_batch"),
-            **{k: v for k, v in (status.get("metrics") or {}).items()}}
+                status.learner_steps / elapsed if elapsed else None,
+            "learner/steps": status.learner_steps,
+            "learner/inference_batch": status.mean_inference_batch,
+            **status.metrics}
 
 
 def _freeze_heap() -> None:
@@ -134,7 +136,7 @@ async def serve(exp, args) -> int:
         placement = setup_devices(exp.spec.learner.devices)
     except ConfigError as exc:
         log.error("devices: %s", exc)
-        return 2
+        return ExitCode.BAD_CONFIG
     checkpointer = None
 
     def on_agent_built(agent):
@@ -147,10 +149,10 @@ async def serve(exp, args) -> int:
                              inference_lanes=len(placement.inference_devices) or 1)
     runtime.add_train_hook(_freeze_after_first_call())
 
-    def current_status() -> dict:
+    def current_status() -> LearnerStatus:
         status = runtime.status()
         if checkpointer:
-            status.update(checkpointer.status())
+            status = dataclasses.replace(status, **checkpointer.status())
         return status
 
     metrics = LearnerMetrics(runtime)
@@ -158,7 +160,8 @@ async def serve(exp, args) -> int:
     http = None
     bind = bind_address(args.metrics_address, exp.spec.learner.metrics_port)
     if bind:
-        http = MetricsServer(metrics.registry, current_status, host=bind[0], port=bind[1])
+        http = MetricsServer(metrics.registry, lambda: current_status().to_json(),
+                             host=bind[0], port=bind[1])
         try:
             log.info("metrics on http://%s:%d/metrics, status on /status", bind[0],
                      http.start())
@@ -175,10 +178,10 @@ async def serve(exp, args) -> int:
             found = checkpointer.open()
         except CheckpointError as exc:
             log.error("cannot use the checkpoints at %s: %s", uri, exc)
-            return EXIT_CHECKPOINT
+            return ExitCode.CHECKPOINT_LOCATION
         except StorageError as exc:
             log.error("checkpoint store %s unavailable: %s", uri, exc)
-            return 1
+            return ExitCode.FAILED
         if found:
             log.info("will resume from learner step %d (%d env steps) in %s",
                      found["learner_steps"], found["env_steps"], uri)
@@ -247,8 +250,7 @@ async def serve(exp, args) -> int:
                 log.exception("final checkpoint failed")
     summary = _summary(runtime, checkpointer)
     if files:
-        files.write_status({**runtime.status(),
-                            **(checkpointer.status() if checkpointer else {})})
+        files.write_status(current_status())
         files.append_metrics(runtime.status())
         files.write_summary(summary)
     log.info("finished: %s", summary)
@@ -259,15 +261,16 @@ async def serve(exp, args) -> int:
         http.stop()
     await server.stop(grace=1.0)
     if checkpointer and checkpointer.conflict is not None:
-        return EXIT_CHECKPOINT
+        return ExitCode.CHECKPOINT_LOCATION
     if final_failed:
         # Preempted without a final checkpoint: fail, so that the pod is restarted and the
         # run resumes from the previous checkpoint. Once the budget is reached the run is
         # done either way. os._exit: a hung upload thread would hold up a normal exit.
-        code = 1 if runtime.stop_reason in ("terminated", "interrupted") else 0
+        code = ExitCode.FAILED if runtime.stop_reason in ("terminated", "interrupted") \
+            else ExitCode.OK
         logging.shutdown()
         os._exit(code)
-    return 1 if runtime.train_error is not None else 0
+    return ExitCode.FAILED if runtime.train_error is not None else ExitCode.OK
 
 
 def main(argv=None) -> int:
@@ -279,6 +282,6 @@ def main(argv=None) -> int:
         exp = load_experiment(args.config)
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return asyncio.run(serve(exp, args))

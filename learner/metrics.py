@@ -25,11 +25,6 @@ LENGTH_BUCKETS = (10, 30, 100, 200, 300, 500, 1000, 3000, 10000, 30000, 100000)
 RATE_WINDOW_S = 10.0
 
 
-def frames_per_step(env_id: str, frame_skip: int) -> int:
-    """Emulator frames per agent step: Atari counts skipped frames (SEED's "frames")."""
-    return frame_skip if env_id.startswith("ALE/") else 1
-
-
 class LearnerMetrics:
     """Registers and serves the learner's metrics for one runtime.
 
@@ -45,7 +40,7 @@ class LearnerMetrics:
         self.registry = registry or CollectorRegistry()
         exp = runtime.experiment
         self.experiment = exp.metadata.name
-        self._frames_per_step = frames_per_step(exp.spec.env.id, exp.spec.env.atari.frame_skip)
+        self._frames_per_step = exp.spec.env.frames_per_step
         labels = ["experiment"]
         self._batch = Histogram(
             "seedrl_learner_inference_batch_size", "Env steps evaluated per inference call.",

@@ -6,6 +6,8 @@ import json
 import os
 import time
 
+from seedrl.common.learner_status import LearnerStatus
+
 
 def write_json_atomic(path: str, data: dict) -> None:
     """Writes JSON through a temporary file and a rename, so readers never see half a file."""
@@ -25,14 +27,15 @@ class RunFiles:
         self.metrics_path = os.path.join(run_dir, "metrics.jsonl")
         self.summary_path = os.path.join(run_dir, "summary.json")
 
-    def write_status(self, status: dict) -> None:
+    def write_status(self, status: LearnerStatus) -> None:
         """Replaces the status snapshot."""
-        write_json_atomic(self.status_path, {**status, "time": time.time()})
+        write_json_atomic(self.status_path, {**status.to_json(), "time": time.time()})
 
-    def append_metrics(self, status: dict) -> None:
+    def append_metrics(self, status: LearnerStatus) -> None:
         """Appends one line to the metrics log."""
         with open(self.metrics_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({**status, "time": time.time()}, sort_keys=True) + "\n")
+            fh.write(json.dumps({**status.to_json(), "time": time.time()}, sort_keys=True)
+                     + "\n")
 
     def write_summary(self, summary: dict) -> None:
         """Writes the final summary of the run."""

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from seedrl.common.config import Experiment
+from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.batcher import InferenceBatcher
@@ -401,31 +402,30 @@ class LearnerRuntime:
             batcher.stop()
         self._trainer.join(timeout)
 
-    def status(self) -> dict:
-        """A JSON-ready snapshot of progress."""
+    def status(self) -> LearnerStatus:
+        """A snapshot of progress (without the checkpointer's fields)."""
         mean = self.mean_return
-        return {
-            "experiment": self.experiment.metadata.name,
-            "run_id": self.run_id,
-            "state": "finished" if self.finished else
-                     ("running" if self.agent_ready.is_set() else "waiting_for_actors"),
-            "env_steps": self.env_steps,
-            "learner_steps": self.learner_steps,
-            "episodes": self.episodes,
-            "mean_return": None if math.isnan(mean) else mean,
-            "return_window": len(self.returns),
-            "elapsed": self.elapsed,
-            "actors": self.connected_actors,
-            "mean_inference_batch": (sum(b.items for b in self.batchers) /
-                                     max(1, sum(b.batches for b in self.batchers))),
-            "inference_batches": sum(b.batches for b in self.batchers),
-            "inference_steps": sum(b.items for b in self.batchers),
-            "queued_unrolls": self.queued_unrolls,
-            "messages": self.messages,
-            "first_actions_time": self.first_actions_time,
-            "metrics": dict(self.last_metrics),
-            **({"eval_episodes": self.eval_episodes,
-                "eval_mean_return": float(np.mean(self.eval_returns))
-                if self.eval_returns else None} if self.eval_episodes else {}),
-            "stop_reason": self.stop_reason,
-        }
+        return LearnerStatus(
+            experiment=self.experiment.metadata.name,
+            run_id=self.run_id,
+            state="finished" if self.finished else
+                  ("running" if self.agent_ready.is_set() else "waiting_for_actors"),
+            env_steps=self.env_steps,
+            learner_steps=self.learner_steps,
+            episodes=self.episodes,
+            mean_return=None if math.isnan(mean) else mean,
+            return_window=len(self.returns),
+            elapsed=self.elapsed,
+            actors=self.connected_actors,
+            mean_inference_batch=(sum(b.items for b in self.batchers) /
+                                  max(1, sum(b.batches for b in self.batchers))),
+            inference_batches=sum(b.batches for b in self.batchers),
+            inference_steps=sum(b.items for b in self.batchers),
+            queued_unrolls=self.queued_unrolls,
+            messages=self.messages,
+            first_actions_time=self.first_actions_time,
+            metrics=dict(self.last_metrics),
+            eval_episodes=self.eval_episodes or None,
+            eval_mean_return=float(np.mean(self.eval_returns)) if self.eval_returns else None,
+            stop_reason=self.stop_reason,
+        )

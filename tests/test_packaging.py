@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -45,3 +46,13 @@ def test_a_clean_venv_gets_only_seedrl_in_site_packages(tmp_path):
     assert sorted(p.name for p in (site / "seedrl").iterdir()) == sorted(FOLDERS)
     assert (site / "seedrl" / "service" / "cost" / "prices.yaml").exists()
     assert (site / "seedrl" / "common" / "seedrl.proto").exists()
+
+
+def test_no_module_imports_our_folders_by_their_top_level_names():
+    # `from learner.runtime import ...` works from a checkout's root (the folder is on
+    # sys.path there) but not where the wheel is installed: only seedrl.* exists there.
+    bare = re.compile(rf"^\s*(?:from|import)\s+(?:{'|'.join(FOLDERS)})(?:\.|\s|$)", re.M)
+    found = [f"{path.relative_to(ROOT)}: {m.group(0).strip()}"
+             for top in (*FOLDERS, "tests", "bench") for path in (ROOT / top).rglob("*.py")
+             for m in bare.finditer(path.read_text(encoding="utf-8"))]
+    assert not found, found

@@ -14,7 +14,8 @@ from typing import Any, Mapping, Optional
 
 import kubernetes
 
-from seedrl.service.operator import crd
+from seedrl.common.config import GROUP, PLURAL, VERSION
+from seedrl.common.learner_status import LearnerStatus
 
 FIELD_MANAGER = "seedrl-cli"
 APPLY = "application/apply-patch+yaml"
@@ -50,11 +51,11 @@ def list_experiments(client: kubernetes.client.ApiClient, namespace: str | None
     """The Experiments in one namespace (all namespaces if None), sorted by namespace, name."""
     api = kubernetes.client.CustomObjectsApi(client)
     if namespace is None:
-        response = api.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.PLURAL,
+        response = api.list_cluster_custom_object(GROUP, VERSION, PLURAL,
                                                   _preload_content=False)
     else:
-        response = api.list_namespaced_custom_object(crd.GROUP, crd.VERSION, namespace,
-                                                     crd.PLURAL, _preload_content=False)
+        response = api.list_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                     PLURAL, _preload_content=False)
     items = json.loads(response.data).get("items") or []
     return sorted(items, key=lambda o: (o["metadata"].get("namespace") or "",
                                         o["metadata"]["name"]))
@@ -77,7 +78,7 @@ def apply_experiment(client: kubernetes.client.ApiClient, document: Mapping[str,
     body.setdefault("metadata", {})["namespace"] = namespace
     api = kubernetes.client.CustomObjectsApi(client)
     response = api.patch_namespaced_custom_object(
-        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, body["metadata"]["name"], body,
+        GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"], body,
         field_manager=FIELD_MANAGER, force=force_conflicts, _content_type=APPLY,
         _preload_content=False)
     return json.loads(response.data)
@@ -121,7 +122,11 @@ def status_rows(items: list[Mapping[str, Any]], now: datetime.datetime | None = 
         status = obj.get("status") or {}
         actors = status.get("actors") or {}
         desired = actors.get("desired", (spec.get("actors") or {}).get("replicas", "-"))
-        mean = status.get("meanReturn")
+        try:
+            learner = LearnerStatus.from_experiment_status(status)
+        except ValueError:  # written by another operator version: show what is sure
+            learner = None
+        mean = learner.mean_return if learner else None
         cost = (status.get("cost") or {}).get("totalUsd")
         phase = status.get("phase") or "-"
         valid = next((c for c in status.get("conditions") or []
@@ -130,7 +135,8 @@ def status_rows(items: list[Mapping[str, Any]], now: datetime.datetime | None = 
             phase = f"{phase} ({valid.get('reason')})"
         row = [meta.get("name", "?"), phase, (spec.get("agent") or {}).get("name", "vtrace"),
                (spec.get("env") or {}).get("id", "CartPole-v1"),
-               f"{actors.get('ready', 0)}/{desired}", _count(status.get("envFrames")),
+               f"{actors.get('ready', 0)}/{desired}",
+               _count(learner.env_steps) if learner else "-",
                "-" if mean is None else f"{mean:.1f}",
                "-" if cost is None else f"${cost:,.2f}", _age(meta.get("creationTimestamp"), now)]
         if with_namespace:

@@ -19,10 +19,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from seedrl.common.config import ConfigError, load_experiment
-
-#: The Experiment custom resource.
-GROUP, VERSION, PLURAL = "seedrl.dev", "v1alpha1", "experiments"
+from seedrl.common.config import GROUP, PLURAL, VERSION, ConfigError, load_experiment
+from seedrl.common.exit_codes import ExitCode
 
 
 def add_parser(sub) -> None:
@@ -112,7 +110,7 @@ def cmd_report(args) -> int:
         status = _local_report(run_dir, args.prices)
     except ConfigError as exc:
         _problems(exc, "invalid price table")
-        return 2
+        return ExitCode.BAD_CONFIG
     where = f"local run {run_dir}"
     if status is None:
         try:
@@ -120,15 +118,15 @@ def cmd_report(args) -> int:
         except Exception as exc:  # noqa: BLE001 - any API or config failure is reported as is
             print(f"error: no local run {run_dir}/cost.json, and the cluster could not be "
                   f"read: {exc}", file=sys.stderr)
-            return 1
+            return ExitCode.FAILED
         where = f"Experiment {namespace}/{args.name}"
         if not status:
             print(f"{where}: no cost yet (the operator writes status.cost once its pods run)")
-            return 0
+            return ExitCode.OK
     state = " (running; as of its last update)" if status.get("running") else ""
     print(f"{where}{state}")
     print(cost.format_report(status))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_plan(args) -> int:
@@ -138,7 +136,7 @@ def cmd_plan(args) -> int:
 
     if not args.file or args.frames is None or args.frames <= 0:
         print("error: usage: seedrl cost plan FILE --frames N (N > 0)", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     try:
         exp = load_experiment(args.file)
         prices = cost.load_prices(args.prices)
@@ -155,21 +153,21 @@ def cmd_plan(args) -> int:
                       f"and reference figures exist only for {known}; pass --throughput "
                       f"bench-throughput.json (make bench-throughput) or a run's "
                       f"summary.json", file=sys.stderr)
-                return 2
+                return ExitCode.BAD_CONFIG
         result = cost_plan.plan(
-            frames=int(args.frames), frames_per_step=cost.frames_per_env_step(exp),
+            frames=int(args.frames), frames_per_step=exp.spec.env.frames_per_step,
             replicas=args.actors or exp.spec.actors.replicas,
             learner=cost.machine_for(exp, "learner"), actor=cost.machine_for(exp, "actor"),
             throughput=throughput, prices=prices,
             learner_steps_per_s=args.learner_steps_per_s)
     except ConfigError as exc:
         _problems(exc, "cannot plan")
-        return 2
+        return ExitCode.BAD_CONFIG
     except KeyError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     print(cost_plan.format_plan(result))
-    return 0
+    return ExitCode.OK
 
 
 def cmd_cost(args) -> int:
@@ -179,7 +177,7 @@ def cmd_cost(args) -> int:
     if args.file:
         print(f"error: unexpected argument {args.file!r}; usage: seedrl cost NAME",
               file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     return cmd_report(args)
 
 

@@ -14,12 +14,11 @@ import logging
 import signal
 import sys
 
-from seedrl.common.config import ConfigError, dump_experiment, load_experiment
+from seedrl.common.config import GROUP, SINGULAR, ConfigError, dump_experiment, load_experiment
+from seedrl.common.exit_codes import ExitCode
 from seedrl.common.storage import tensorboard_uri
 from seedrl.service.cli import cost as cost_cli
 
-#: Exit codes of `seedrl train`.
-EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_RUN_DIR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,9 +82,9 @@ def cmd_validate(args) -> int:
     """Prints the resolved Experiment, or the problems with it."""
     exp = _load(args)
     if exp is None:
-        return EXIT_BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     sys.stdout.write(dump_experiment(exp))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_train(args) -> int:
@@ -100,13 +99,13 @@ def cmd_train(args) -> int:
 
     exp = _load(args)
     if exp is None:
-        return EXIT_BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     try:
         check_checkpoint_location(exp, args.resume)
         run_dir = prepare_run_dir(exp, args.runs_dir, args.resume)
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_RUN_DIR
+        return ExitCode.REFUSED
     progress = None if args.quiet else Progress(exp.metadata.name, exp.spec.budget)
     run = LocalRun(exp, run_dir, on_status=progress.update if progress else None,
                    cost=cost_cli.train_cost(exp, run_dir))
@@ -135,7 +134,7 @@ def cmd_train(args) -> int:
     if reason == "learner_failed":
         print(f"error: the learner failed (exit code {summary.get('learner_exit_code')}); "
               f"see {summary.get('log')}", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     mean = summary.get("mean_return_100")
     mean_text = "n/a" if mean is None else f"{mean:.1f}"
     print(f"stopped ({reason}) after {summary.get('env_steps', 0):,} env steps in "
@@ -147,8 +146,8 @@ def cmd_train(args) -> int:
         from seedrl.service.cost import format_cost_line
         print(format_cost_line(run.cost_status), flush=True)
     if reason == "train_error":
-        return EXIT_FAILED
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+        return ExitCode.FAILED
+    return ExitCode.INTERRUPTED if interrupted else ExitCode.OK
 
 
 def cmd_submit(args) -> int:
@@ -161,7 +160,7 @@ def cmd_submit(args) -> int:
 
     exp = _load(args)
     if exp is None:
-        return EXIT_BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     # What is applied is the document as written (plus --set), so that defaults stay the
     # operator's; it was just validated, resolved, above.
     with open(args.file, encoding="utf-8") as fh:
@@ -172,7 +171,7 @@ def cmd_submit(args) -> int:
         print(f"error: invalid experiment {args.file}:", file=sys.stderr)
         for path, reason in exc.problems:
             print(f"  {path}: {reason}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
+        return ExitCode.BAD_CONFIG
     namespace = (args.namespace or exp.metadata.namespace
                  or cluster.default_namespace(args.kubeconfig, args.context))
     if not exp.spec.checkpoint.uri:
@@ -183,17 +182,17 @@ def cmd_submit(args) -> int:
     if args.dry_run:
         document.setdefault("metadata", {})["namespace"] = namespace
         sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
-        return EXIT_OK
+        return ExitCode.OK
     try:
         client = cluster.api_client(args.kubeconfig, args.context)
         stored = cluster.apply_experiment(client, document, namespace, args.force_conflicts)
     except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
         print(f"error: could not apply {exp.metadata.name} to namespace {namespace}: "
               f"{_api_error(exc)}", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"experiment.seedrl.dev/{stored['metadata']['name']} applied in namespace "
+        return ExitCode.FAILED
+    print(f"{SINGULAR}.{GROUP}/{stored['metadata']['name']} applied in namespace "
           f"{namespace} (generation {stored['metadata'].get('generation', '?')})")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_status(args) -> int:
@@ -207,14 +206,14 @@ def cmd_status(args) -> int:
         items = cluster.list_experiments(client, namespace)
     except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
         print(f"error: could not list experiments: {_api_error(exc)}", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     if not items:
         where = "any namespace" if namespace is None else f"namespace {namespace}"
         print(f"no experiments in {where}")
-        return EXIT_OK
+        return ExitCode.OK
     sys.stdout.write(cluster.format_table(cluster.status_rows(items,
                                                               with_namespace=namespace is None)))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _api_error(exc: Exception) -> str:

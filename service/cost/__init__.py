@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
 from importlib import resources as importlib_resources
 from typing import Any
 
-from seedrl.common.config import ConfigError, load_yaml
+from seedrl.common.config import ConfigError, load_yaml, tpu_chips
+from seedrl.common.quantity import cpu_cores, memory_gib, parse_quantity
 
 #: Roles a record can have; the report's breakdown is keyed by them.
 ROLES = ("learner", "actor")
@@ -43,58 +41,6 @@ PRICES_ENV = "SEEDRL_PRICES"
 PRICES_FILE = "prices.yaml"
 
 _SECONDS_PER_HOUR = 3600.0
-_GIB = 2 ** 30
-
-# --------------------------------------------------------------------------------------------
-# Kubernetes resource quantities
-# --------------------------------------------------------------------------------------------
-
-_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50,
-           "Ei": 2 ** 60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-            "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-            "P": Decimal("1e15"), "E": Decimal("1e18")}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
-
-
-def parse_quantity(value: Any) -> float:
-    """A Kubernetes quantity as a plain number: ``"500m"`` -> 0.5, ``"4Gi"`` -> 4294967296.
-
-    Accepts numbers, decimal suffixes (n u m k M G T P E), binary suffixes (Ki Mi Gi Ti Pi Ei)
-    and exponents (``"1e3"``), as the API server does.
-
-    Raises:
-      ValueError: for anything else.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    text = str(value).strip()
-    match = _QUANTITY.match(text)
-    if not match:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    number, exponent, suffix = match.groups()
-    try:
-        base = Decimal(number)
-    except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
-        raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
-    if exponent:
-        return float(base * Decimal(10) ** int(exponent[1:]))
-    if suffix in _BINARY:
-        return float(base * _BINARY[suffix])
-    return float(base * _DECIMAL[suffix or ""])
-
-
-def cpu_cores(value: Any) -> float:
-    """vCPUs of a CPU quantity (``"500m"`` -> 0.5)."""
-    return parse_quantity(value)
-
-
-def memory_gib(value: Any) -> float:
-    """GiB of a memory quantity (``"512Mi"`` -> 0.5, ``"1G"`` -> 0.931...)."""
-    return parse_quantity(value) / _GIB
-
 
 # --------------------------------------------------------------------------------------------
 # The price table
@@ -587,14 +533,14 @@ def pod_record(pod: Mapping[str, Any], role: str | None = None) -> PodRecord:
                          f"from labels {', '.join(ROLE_LABELS)}; got {role!r}")
     node = _node_labels(spec)
     accelerator, acc_type, count = None, "", 0
-    tpu_chips = _pod_requests(spec, "google.com/tpu", parse_quantity)
+    chips = _pod_requests(spec, "google.com/tpu", parse_quantity)
     gpus = _pod_requests(spec, "nvidia.com/gpu", parse_quantity)
-    if tpu_chips:
+    if chips:
         label = (node.get(TPU_LABEL) or [None])[0]
         if label is None:
             raise ValueError(f"pod {meta.get('name')}: requests google.com/tpu without a "
                              f"{TPU_LABEL} node selector")
-        accelerator, acc_type, count = "tpu", TPU_ACCELERATORS.get(label, label), int(tpu_chips)
+        accelerator, acc_type, count = "tpu", TPU_ACCELERATORS.get(label, label), int(chips)
     elif gpus:
         label = (node.get(GPU_LABEL) or [None])[0]
         if label is None:
@@ -667,10 +613,7 @@ def _get(obj: Any, *names: str, default: Any = None) -> Any:
 
 
 def _topology_chips(topology: Any) -> int:
-    if not topology:
-        return 0
-    dims = [int(d) for d in str(topology).lower().split("x") if d.strip()]
-    return math.prod(dims) if dims else 0
+    return tpu_chips(str(topology).lower()) if topology else 0
 
 
 def _accelerator(acc: Any) -> tuple[str | None, str, int]:
@@ -731,14 +674,6 @@ def machine_for(exp: Any, role: str) -> tuple[Resources, bool]:
         accelerator=kind, accelerator_type=acc_type, accelerator_count=count)
     spot = bool(_get(section, "spot", default=False))
     return resources, spot
-
-
-def frames_per_env_step(exp: Any) -> int:
-    """Emulator frames per agent step: Atari's frame skip for ``ALE/`` ids, else 1."""
-    env = exp.spec.env
-    if str(env.id).startswith("ALE/"):
-        return int(_get(env.atari, "frame_skip", default=1))
-    return 1
 
 
 def local_records(exp: Any, processes: Iterable[tuple[str, str, Sequence[tuple[float, float]]]],

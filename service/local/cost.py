@@ -65,7 +65,7 @@ class LocalCost:
         """Prices the run so far, writes ``cost.json`` atomically, returns the report mapping."""
         now = time.time()
         records = self.records(children, now)
-        frames = int(env_steps or 0) * cost.frames_per_env_step(self.exp)
+        frames = int(env_steps or 0) * self.exp.spec.env.frames_per_step
         report = cost.compute_cost(records, self.prices, env_frames=frames, now=now,
                                    description=cost.describe_records(records, now))
         self.last_report = report

@@ -20,6 +20,9 @@ from collections.abc import Callable
 import yaml
 
 from seedrl.common.config import Experiment, dump_experiment, to_document
+from seedrl.common.exit_codes import PERMANENT, ExitCode
+from seedrl.common.learner_status import LearnerStatus
+from seedrl.common.resume import bound_changes
 from seedrl.common.storage import (
     CHECKPOINT_MANIFEST,
     NotFound,
@@ -36,11 +39,6 @@ log = logging.getLogger(__name__)
 #: How often a crashed process is restarted before the run gives up on it.
 MAX_ACTOR_RESTARTS = 20
 MAX_LEARNER_RESTARTS = 3
-#: Exit codes that restarting would only repeat: a bad configuration (2, 3), or a checkpoint
-#: location the learner cannot use (4: unreadable, or another learner publishes there).
-CONFIG_EXIT_CODES = (2, 3, 4)
-#: Fields a resumed run must keep: the checkpoint only fits the same env, agent and network.
-IMMUTABLE_ON_RESUME = ("env", "agent")
 #: The namespace label of a local run's phase series (no Kubernetes namespace here).
 LOCAL_NAMESPACE = "local"
 #: Seconds between rewrites of cost.json while the run goes on.
@@ -68,12 +66,12 @@ def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
         if os.path.exists(config_path):
             with open(config_path, encoding="utf-8") as fh:
                 old = yaml.safe_load(fh) or {}
-            new = to_document(exp)
-            for key in IMMUTABLE_ON_RESUME:
-                if old.get("spec", {}).get(key) != new["spec"][key]:
-                    raise RunDirError(
-                        f"spec.{key} differs from the run being resumed ({config_path}); "
-                        f"its checkpoints only fit the original — start a new run instead")
+            changed = bound_changes(old.get("spec") or {}, to_document(exp.spec))
+            if changed:
+                raise RunDirError(
+                    f"{'.'.join(changed[0].split('.')[:2])} differs from the run being "
+                    f"resumed ({config_path}); its checkpoints only fit the original — start "
+                    f"a new run instead")
         for stale in ("summary.json", "status.json"):
             path = os.path.join(run_dir, stale)
             if os.path.exists(path):
@@ -131,6 +129,15 @@ def read_json(path: str) -> dict | None:
         return None
 
 
+def read_status(path: str) -> LearnerStatus | None:
+    """The learner's ``status.json``, or None if it is missing, being replaced or unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            return LearnerStatus.from_json(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports free on loopback now (held open together while choosing)."""
     sockets = []
@@ -182,7 +189,7 @@ class LocalRun:
     """
 
     def __init__(self, exp: Experiment, run_dir: str,
-                 on_status: Callable[[dict], None] | None = None,
+                 on_status: Callable[[LearnerStatus], None] | None = None,
                  learner_args: tuple[str, ...] = (), cost=None):
         self.exp = exp
         self.cost = cost
@@ -238,7 +245,7 @@ class LocalRun:
                     forwarded = True
                 code = self.learner.poll()
                 if code is not None:
-                    if code == 0 or forwarded or code in CONFIG_EXIT_CODES or \
+                    if code == ExitCode.OK or forwarded or code in PERMANENT or \
                             self.learner.restarts >= MAX_LEARNER_RESTARTS:
                         break
                     self.learner.restarts += 1
@@ -247,10 +254,10 @@ class LocalRun:
                     self.learner.start()
                 if not forwarded:
                     self._restart_crashed_actors()
-                status = read_json(status_path)
-                if status and status.get("time") != last_status_time:
-                    last_status_time = status.get("time")
-                    env_steps = status.get("env_steps", env_steps)
+                status = read_status(status_path)
+                if status and status.time != last_status_time:
+                    last_status_time = status.time
+                    env_steps = status.env_steps
                     if self.on_status:
                         self.on_status(status)
                 if self.cost and time.monotonic() - last_cost >= COST_EVERY_S:
@@ -284,9 +291,9 @@ class LocalRun:
     def _restart_crashed_actors(self) -> None:
         for actor in self.actors:
             code = actor.poll()
-            if code is None or code == 0:
+            if code is None or code == ExitCode.OK:
                 continue  # running, or told by the learner that the run is finished
-            if code in CONFIG_EXIT_CODES or actor.restarts >= MAX_ACTOR_RESTARTS:
+            if code in PERMANENT or actor.restarts >= MAX_ACTOR_RESTARTS:
                 continue  # refused or hopeless: restarting would fail the same way
             actor.restarts += 1
             log.warning("%s exited with %s; restarting it (%d/%d)", actor.name, code,

@@ -8,6 +8,7 @@ import time
 from typing import TextIO
 
 from seedrl.common.config import BudgetConfig
+from seedrl.common.learner_status import LearnerStatus
 
 
 def format_duration(seconds: float) -> str:
@@ -37,22 +38,22 @@ class Progress:
         self._history: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)
         self._width = 0
 
-    def fraction(self, status: dict) -> float | None:
+    def fraction(self, status: LearnerStatus) -> float | None:
         """How far through the budget the run is (None with no step or time limit)."""
         parts = []
         if self.budget.max_env_steps:
-            parts.append(status.get("env_steps", 0) / self.budget.max_env_steps)
+            parts.append(status.env_steps / self.budget.max_env_steps)
         if self.budget.max_seconds:
-            parts.append(status.get("elapsed", 0.0) / self.budget.max_seconds)
+            parts.append(status.elapsed / self.budget.max_seconds)
         return min(1.0, max(parts)) if parts else None
 
-    def steps_per_second(self, status: dict) -> float:
+    def steps_per_second(self, status: LearnerStatus) -> float:
         """Env steps per second over the last few snapshots."""
-        self._history.append((status.get("elapsed", 0.0), status.get("env_steps", 0)))
+        self._history.append((status.elapsed, status.env_steps))
         (t0, s0), (t1, s1) = self._history[0], self._history[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
 
-    def line(self, status: dict) -> str:
+    def line(self, status: LearnerStatus) -> str:
         """One line describing the snapshot."""
         rate = self.steps_per_second(status)
         frac = self.fraction(status)
@@ -60,19 +61,17 @@ class Progress:
         if frac is not None:
             filled = int(round(frac * 20))
             bar = f"[{'#' * filled}{'.' * (20 - filled)}] {frac:4.0%} "
-        steps = f"{status.get('env_steps', 0):,}"
+        steps = f"{status.env_steps:,}"
         if self.budget.max_env_steps:
             steps += f"/{self.budget.max_env_steps:,}"
-        mean = status.get("mean_return")
-        ret = "-" if mean is None else f"{mean:.1f}"
-        window = status.get("return_window", 0)
-        if status.get("eval_mean_return") is not None:
-            ret += f" | eval {status['eval_mean_return']:.1f}"
+        ret = "-" if status.mean_return is None else f"{status.mean_return:.1f}"
+        if status.eval_mean_return is not None:
+            ret += f" | eval {status.eval_mean_return:.1f}"
         return (f"{self.name} {bar}{steps} steps | {rate:,.0f} steps/s | "
-                f"{status.get('episodes', 0):,} episodes | return({window}) {ret} | "
-                f"actors {status.get('actors', 0)} | {format_duration(status.get('elapsed', 0))}")
+                f"{status.episodes:,} episodes | return({status.return_window}) {ret} | "
+                f"actors {status.actors} | {format_duration(status.elapsed)}")
 
-    def update(self, status: dict) -> None:
+    def update(self, status: LearnerStatus) -> None:
         """Shows a new snapshot."""
         text = self.line(status)
         if self.tty:

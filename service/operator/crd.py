@@ -9,18 +9,17 @@ checked-in file differs from what the dataclasses generate now. The ``spec`` sch
 from __future__ import annotations
 
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from seedrl.common.config import API_VERSION, KIND
+from seedrl.common.config import GROUP, KIND, PLURAL, SINGULAR, VERSION
+from seedrl.common.learner_status import experiment_status_fields
 from seedrl.common.schema import experiment_schema
 from seedrl.service import cost, generate as generated
 
-GROUP, VERSION = API_VERSION.split("/")
-PLURAL = "experiments"
-SINGULAR = "experiment"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 #: Phases of an Experiment, in ``status.phase``.
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Suspended")
@@ -49,6 +48,18 @@ def _string(description: str, nullable: bool = False, **extra: Any) -> dict[str,
     out: dict[str, Any] = {"type": "string", "description": description, **extra}
     if nullable:
         out["nullable"] = True
+    return out
+
+
+def _learner_properties() -> dict[str, Any]:
+    """What the operator copies from the learner's status (see
+    :meth:`seedrl.common.learner_status.LearnerStatus.to_experiment_status`): counts, and
+    numbers and strings that may be null."""
+    out: dict[str, Any] = {}
+    for key, (tp, doc) in experiment_status_fields().items():
+        base = next((a for a in typing.get_args(tp) if a is not type(None)), tp)
+        out[key] = (_integer(doc) if base is int else
+                    _number(doc, True) if base is float else _string(doc, True))
     return out
 
 
@@ -85,16 +96,7 @@ def status_schema() -> dict[str, Any]:
             "startTime": _string("When the learner first started.", format="date-time"),
             "completionTime": _string("When the experiment succeeded or failed.",
                                       format="date-time"),
-            "learnerSteps": _integer("Training steps taken by the learner."),
-            "envFrames": _integer("Environment steps taken by all actors together."),
-            "episodes": _integer("Episodes finished by all actors together."),
-            "meanReturn": _number("Mean return of the last returnWindow episodes.", True),
-            "evalMeanReturn": _number("Mean return of the evaluation actors' episodes.", True),
-            "lastCheckpoint": _string("The learner's latest checkpoint.", True),
-            "stopReason": _string("Why the learner stopped (budget, target return, ...).",
-                                  True),
-            "learnerState": _string("The learner's own state: waiting_for_actors, running or "
-                                    "finished.", True),
+            **_learner_properties(),
             "replicas": _integer("Ready actor pods (the scale subresource's status)."),
             "selector": _string("Label selector of the actor pods (for the scale "
                                 "subresource and HorizontalPodAutoscalers)."),

@@ -47,10 +47,11 @@ from typing import Any, Callable, Mapping, Optional
 import kopf
 import kubernetes
 
-from seedrl.common.config import ConfigError, Experiment
+from seedrl.common.config import GROUP, PLURAL, VERSION, ConfigError, Experiment
+from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service import cost
-from seedrl.service.operator import crd, reconcile
+from seedrl.service.operator import reconcile
 from seedrl.service.operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
@@ -194,14 +195,13 @@ class Reconciler:
                 self.children.read("Deployment", namespace, n.actors))
 
     def learner_status(self, exp: Experiment, namespace: str,
-                       job: Mapping[str, Any] | None) -> tuple[reconcile.LearnerStatus | None,
-                                                               str | None]:
+                       job: Mapping[str, Any] | None) -> tuple[LearnerStatus | None, str | None]:
         """The learner's /status when a learner pod is up; else (None, why)."""
         if not job or not int(((job.get("status") or {}).get("active")) or 0):
             return None, "no learner pod is running"
         url = self.config.status_url(namespace, exp.metadata.name, exp.spec.learner.metrics_port)
         try:
-            return reconcile.parse_learner_status(self.config.fetch(url)), None
+            return LearnerStatus.from_json(self.config.fetch(url)), None
         except (OSError, ValueError, http.client.HTTPException) as exc:
             return None, f"reading {url}: {exc}"
 
@@ -339,16 +339,16 @@ def build_registry(config: OperatorConfig,
     """Registers the handlers for Experiments on ``registry`` (a new one if None)."""
     registry = registry if registry is not None else kopf.OperatorRegistry()
     rec = Reconciler(config)
-    res = dict(group=crd.GROUP, version=crd.VERSION, plural=crd.PLURAL, registry=registry)
+    res = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Bookkeeping in annotations: the CRD's structural schema would prune status.kopf.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix=crd.GROUP)
+            prefix=GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=crd.GROUP, key="last-handled-configuration")
-        settings.persistence.finalizer = f"{crd.GROUP}/finalizer"
+            prefix=GROUP, key="last-handled-configuration")
+        settings.persistence.finalizer = f"{GROUP}/finalizer"
         settings.posting.level = logging.WARNING
 
     @kopf.on.login(registry=registry)

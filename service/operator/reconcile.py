@@ -15,8 +15,8 @@
   in other namespaces.
 
 :func:`compute_status` derives ``status`` (phase, Kubernetes-style conditions, progress) from
-what the operator observed: the Job, the Deployment and the learner's ``/status`` JSON, which
-:func:`parse_learner_status` reads. The operator (``service/operator/handlers.py``) only fetches, applies
+what the operator observed: the Job, the Deployment and the learner's ``/status`` JSON (a
+:class:`seedrl.common.learner_status.LearnerStatus`). The operator (``service/operator/handlers.py``) only fetches, applies
 and patches; every decision lives here, where tests can reach it without a cluster.
 """
 
@@ -25,9 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import json
-import math
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from seedrl.common.config import (
     API_VERSION,
@@ -39,15 +37,14 @@ from seedrl.common.config import (
     tpu_chips,
     to_document,
 )
+from seedrl.common import resume
+from seedrl.common.learner_status import LearnerStatus
 
 CONFIG_DIR = "/etc/seedrl"
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 RUN_DIR = "/var/run/seedrl"
 #: UID/GID the containers run as (the images create this user; any non-root id works).
 RUN_AS = 1000
-#: Fields that cannot change once the children exist: a learner's checkpoints are only
-#: meaningful for the env and agent they were trained with.
-IMMUTABLE_FIELDS = ("env", "agent")
 MANAGED_BY = "seedrl-operator"
 LABEL_EXPERIMENT = "seedrl.dev/experiment"
 LABEL_ROLE = "seedrl.dev/role"
@@ -152,27 +149,16 @@ def validate(body: Mapping[str, Any]) -> Experiment:
 
 
 def immutable_part(exp: Experiment) -> dict[str, Any]:
-    """The part of the spec that may not change once the children exist."""
-    spec = to_document(exp.spec)
-    return {key: spec[key] for key in IMMUTABLE_FIELDS}
+    """The part of the spec that may not change once the children exist: the sections its
+    checkpoints are bound to (:mod:`seedrl.common.resume`)."""
+    return resume.bound_part(to_document(exp.spec))
 
 
 def immutable_changes(applied: Mapping[str, Any], exp: Experiment) -> list[str]:
-    """Dotted paths (``spec.env.id``) where ``exp`` differs from the applied immutable part."""
-    out: list[str] = []
-
-    def walk(old: Any, new: Any, path: str) -> None:
-        if isinstance(old, dict) and isinstance(new, dict):
-            for key in sorted(set(old) | set(new)):
-                walk(old.get(key), new.get(key), f"{path}.{key}")
-        elif old != new:
-            out.append(path)
-
-    current = immutable_part(exp)
-    for key in IMMUTABLE_FIELDS:
-        if key in applied:
-            walk(applied[key], current[key], f"spec.{key}")
-    return out
+    """Dotted paths (``spec.env.id``) where ``exp`` differs from the applied immutable part
+    (a section the applied part does not record is not compared)."""
+    return resume.bound_changes(applied, to_document(exp.spec),
+                                [key for key in resume.BOUND_SECTIONS if key in applied])
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,72 +427,9 @@ def render(exp: Experiment, owner: Mapping[str, Any] | None = None,
 # The learner's status endpoint
 # --------------------------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class LearnerStatus:
-    """What the learner's ``GET /status`` reports (the keys the operator uses)."""
-
-    state: str
-    env_steps: int = 0
-    learner_steps: int = 0
-    episodes: int = 0
-    mean_return: Optional[float] = None
-    eval_mean_return: Optional[float] = None
-    actors: int = 0
-    last_checkpoint: Optional[str] = None
-    stop_reason: Optional[str] = None
-
-
-LEARNER_STATES = ("waiting_for_actors", "running", "finished")
-
-
 def learner_status_url(namespace: str, experiment_name: str, metrics_port: int) -> str:
     """The in-cluster URL of a learner's status endpoint (through its Service)."""
     return (f"http://{names(experiment_name).service}.{namespace}.svc:{metrics_port}/status")
-
-
-def parse_learner_status(text: str | bytes) -> LearnerStatus:
-    """Parses the learner's ``/status`` JSON.
-
-    Raises:
-      ValueError: if it is not JSON, not an object, or a key has the wrong type.
-    """
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"learner status is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError("learner status must be a JSON object")
-    state = data.get("state")
-    if state not in LEARNER_STATES:
-        raise ValueError(f"learner status: state must be one of {', '.join(LEARNER_STATES)}, "
-                         f"got {state!r}")
-
-    def count(key: str) -> int:
-        value = data.get(key, 0) or 0
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"learner status: {key} must be a count, got {value!r}")
-        return value
-
-    def number(key: str) -> Optional[float]:
-        value = data.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"learner status: {key} must be a number or null, got {value!r}")
-        return float(value) if math.isfinite(value) else None
-
-    def text_or_none(key: str) -> Optional[str]:
-        value = data.get(key)
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"learner status: {key} must be a string or null, got {value!r}")
-        return value
-
-    return LearnerStatus(state=state, env_steps=count("env_steps"),
-                         learner_steps=count("learner_steps"), episodes=count("episodes"),
-                         mean_return=number("mean_return"),
-                         eval_mean_return=number("eval_mean_return"), actors=count("actors"),
-                         last_checkpoint=text_or_none("last_checkpoint"),
-                         stop_reason=text_or_none("stop_reason"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -704,9 +627,5 @@ def compute_status(exp: Experiment, *, generation: int | None,
                                     or job_status.get("completionTime")
                                     or (failed or {}).get("lastTransitionTime") or now)
     if learner is not None:
-        status.update(learnerSteps=learner.learner_steps, envFrames=learner.env_steps,
-                      episodes=learner.episodes, meanReturn=learner.mean_return,
-                      evalMeanReturn=learner.eval_mean_return,
-                      lastCheckpoint=learner.last_checkpoint, stopReason=learner.stop_reason,
-                      learnerState=learner.state)
+        status.update(learner.to_experiment_status())
     return status

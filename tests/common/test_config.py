@@ -961,3 +961,18 @@ def test_tpu_slice_must_fit_one_host():
 
 def test_metrics_port_must_differ_from_grpc_port():
     assert_one(doc(learner={"port": 9090}), "spec.learner.metricsPort", "must differ")
+
+
+def test_atari_frames_count_the_frame_skip():
+    pong = parse_experiment({"metadata": {"name": "p"}, "spec": {"env": {
+        "id": "ALE/Pong-v5", "atari": {"frameSkip": 3}}}})
+    assert pong.spec.env.is_atari and pong.spec.env.frames_per_step == 3
+    cartpole = parse_experiment({"metadata": {"name": "c"}})
+    assert not cartpole.spec.env.is_atari and cartpole.spec.env.frames_per_step == 1
+
+
+def test_the_custom_resource_coordinates_make_the_api_version():
+    from seedrl.common.config import GROUP, PLURAL, SINGULAR, VERSION
+
+    assert API_VERSION == f"{GROUP}/{VERSION}" == "seedrl.dev/v1alpha1"
+    assert (PLURAL, SINGULAR, KIND) == ("experiments", "experiment", "Experiment")

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from seedrl.common.learner_status import STATES, LearnerStatus
 from seedrl.actors.main import auto_index
 from seedrl.common.config import parse_experiment
 from seedrl.service.operator import handlers as operator, reconcile
@@ -64,7 +65,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     deadline = time.monotonic() + 240
     while procs[0].poll() is None and time.monotonic() < deadline:
         try:
-            seen.append(reconcile.parse_learner_status(operator.fetch_url(url, timeout=1.0)))
+            seen.append(LearnerStatus.from_json(operator.fetch_url(url, timeout=1.0)))
         except OSError:
             pass  # not serving yet, or already gone
         time.sleep(0.05)
@@ -80,7 +81,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] >= 6000 and summary["stop_reason"] == "max_env_steps", summary
     assert seen, "the learner's /status never answered"
-    assert {s.state for s in seen} <= set(reconcile.LEARNER_STATES)
+    assert {s.state for s in seen} <= set(STATES)
     assert any(s.state == "running" and s.env_steps > 0 for s in seen), seen[-3:]
     assert any(s.episodes > 0 and s.mean_return is not None and s.actors >= 1
                for s in seen), seen[-3:]

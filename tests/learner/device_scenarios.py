@@ -27,17 +27,31 @@ PENDULUM = EnvSpec("Pendulum-v1", "float32", (3,), "float32", (1,), 0)
 LOGICAL_CPUS = 4
 # Small enough that clipping is active in these steps: it must act on the all-reduced gradient.
 CLIP = 0.05
+#: Training steps each agent takes (tests/learner/test_devices.py derives its tolerances from
+#: this and from the batch shapes below).
+STEPS = 2
+#: Envs (rows) per batch, time steps per unroll (rows per env: unroll + 1) and R2D2's sequence
+#: length: a gradient element sums over at most SEQUENCE_LENGTH x BATCH samples.
+BATCH, UNROLL, SEQUENCE_LENGTH = 8, 5, 10
+# Adam's step m / (sqrt(v) + epsilon) divides a gradient element by its own size: with the
+# usual tiny epsilon, a rounding difference in a near-zero gradient element (one that
+# cancels over the batch) moves its parameter by up to the learning rate, so no float32 bound
+# holds for a comparison of two summation orders. An epsilon above every gradient element
+# (clipping keeps each below CLIP) makes Adam's step about lr / epsilon x the gradient, as
+# well conditioned as SGD's, and a gradient summed over replicas instead of averaged shows.
+ADAM_EPSILON = CLIP
 
 
 def experiment(agent: str, optimizer: str = "sgd", **agent_spec):
     # SGD's step is proportional to the gradient, so a gradient summed over replicas instead
-    # of averaged shows; Adam's would hide it (it divides the scale out).
+    # of averaged shows; Adam's would hide it with a small epsilon (see ADAM_EPSILON).
     spec = {"seed": 3,
             "agent": {"name": agent, "network": {"hiddenSizes": [16], "lstmSize": 8},
                       **agent_spec},
-            "learner": {"unrollLength": 5, "batchSize": 8,
+            "learner": {"unrollLength": UNROLL, "batchSize": BATCH,
                         "optimizer": {"name": optimizer, "gradClipNorm": CLIP,
-                                      "learningRate": 0.1, "momentum": 0.5}},
+                                      "learningRate": 0.1, "momentum": 0.5,
+                                      "epsilon": ADAM_EPSILON}},
             "actors": {"replicas": 2}}
     return parse_experiment({"metadata": {"name": "devices"}, "spec": spec})
 
@@ -102,25 +116,25 @@ def _batch(rng, t, b, env_spec, param_size):
                               for _ in range(2)]}
 
 
-def _run_vtrace(agent, env_spec, steps=2, b=8):
+def _run_vtrace(agent, env_spec, steps=STEPS, b=BATCH):
     rng = np.random.default_rng(0)
     out = []
     for _ in range(steps):
-        out.append(agent.train(_batch(rng, 6, b, env_spec, agent.dist.param_size)))
+        out.append(agent.train(_batch(rng, UNROLL + 1, b, env_spec, agent.dist.param_size)))
     return out, {}
 
 
-def _run_ppo(agent, env_spec, steps=2):
+def _run_ppo(agent, env_spec, steps=STEPS):
     rng = np.random.default_rng(0)
     out = []
     for step in range(steps):
-        batch = _batch(rng, 6, 8, env_spec, agent.dist.param_size)
-        batch["policy_version"] = np.full((6, 8), step, np.int64)
+        batch = _batch(rng, UNROLL + 1, BATCH, env_spec, agent.dist.param_size)
+        batch["policy_version"] = np.full((UNROLL + 1, BATCH), step, np.int64)
         out.append(agent.train(batch))
     return out, {}
 
 
-def _run_r2d2(agent, env_spec, steps=2):
+def _run_r2d2(agent, env_spec, steps=STEPS):
     rng = np.random.default_rng(0)
     length = agent.config.sequence_length
     unrolls = []
@@ -143,7 +157,8 @@ AGENTS = {
     "ppo": (lambda: experiment("ppo", ppo={"minibatches": 2, "epochs": 2,
                                            "objective": "both"}), PENDULUM, _run_ppo),
     "r2d2": (lambda: experiment("r2d2", r2d2={
-        "sequenceLength": 10, "sequencePeriod": 5, "burnIn": 2, "nStep": 2,
+        "sequenceLength": SEQUENCE_LENGTH, "sequencePeriod": SEQUENCE_LENGTH // 2,
+        "burnIn": 2, "nStep": 2,
         "minReplaySize": 4, "replayCapacity": 64}), CARTPOLE, _run_r2d2),
     # Minibatches of one unroll: fewer than the replicas, so the one-device step runs on the
     # mirrored variables.
@@ -188,9 +203,17 @@ def train(replicas: int, out_dir: str) -> dict:
     in ``out_dir`` (written by the first run, which must be the one-device one), under the
     placement of ``replicas``; writes each agent's parameters to ``out_dir`` and returns the
     metrics, whether the replicas' copies agree, and R2D2's new priorities."""
+    import tensorflow as tf
+
     from seedrl.learner.agents import build_agent
 
     devices.configure_logical_cpus(LOGICAL_CPUS)
+    # The same result on every run of this process, whatever the machine's load: each op
+    # computes deterministically, and one intra-op thread makes Eigen split its reductions the
+    # same way on any number of cores. (The one-device and multi-replica runs still sum in
+    # different orders: the test compares them with a tolerance derived from that.)
+    tf.config.experimental.enable_op_determinism()
+    tf.config.threading.set_intra_op_parallelism_threads(1)
     where = placement(replicas)
     results = {}
     for name, (make_exp, env_spec, run) in AGENTS.items():
@@ -270,7 +293,7 @@ def runtime() -> dict:
                 "training_devices": list(placement.plan.training),
                 "inference_batches": dict(placement.inference_batches),
                 "lane_batches": [b.batches for b in rt.batchers],
-                "status_batches": rt.status()["inference_batches"],
+                "status_batches": rt.status().inference_batches,
                 "answered": answered, "learner_steps": rt.learner_steps,
                 "train_error": repr(rt.train_error) if rt.train_error else None,
                 "replicas": agent.placement.replicas,

@@ -6,7 +6,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from seedrl.common.metrics_http import MetricsServer
-from seedrl.learner.metrics import LearnerMetrics, frames_per_step
+from seedrl.learner.metrics import LearnerMetrics
 from support.learner_harness import Stream, hello, step
 
 
@@ -27,7 +27,8 @@ def _value(samples, name, **labels):
 def test_metrics_follow_streams_episodes_and_training(learner):
     metrics = LearnerMetrics(learner.runtime)
     learner.runtime.observer = metrics
-    server = MetricsServer(metrics.registry, learner.runtime.status, host="127.0.0.1")
+    server = MetricsServer(metrics.registry, lambda: learner.runtime.status().to_json(),
+                           host="127.0.0.1")
     port = server.start()
     try:
         s = Stream(learner.address)
@@ -83,11 +84,6 @@ def test_loss_terms_become_labelled_gauges(learner):
     assert _value(samples, "seedrl_learner_loss", term="policy") == -0.25
     assert _value(samples, "seedrl_learner_train_stat", stat="grad_norm") == 3.0
     assert _value(samples, "seedrl_learner_policy_lag_updates") == 0.75
-
-
-def test_atari_frames_count_the_frame_skip():
-    assert frames_per_step("ALE/Pong-v5", 4) == 4
-    assert frames_per_step("CartPole-v1", 4) == 1
 
 
 def test_an_unknown_path_is_404_and_no_status_without_a_callback():

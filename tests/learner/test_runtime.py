@@ -156,7 +156,7 @@ def test_replay_agents_get_overlapping_sequences_and_evaluation_actors_report_ap
         assert [u["initial_state"][0].tolist() for u in agent.stored] == [[0], [2], [4]]
         assert runtime.learner_steps >= 1
         status = runtime.status()
-        assert status["episodes"] == 1 and status["mean_return"] == 10.0
-        assert status["eval_episodes"] == 1 and status["eval_mean_return"] == 99.0
+        assert status.episodes == 1 and status.mean_return == 10.0
+        assert status.eval_episodes == 1 and status.eval_mean_return == 99.0
     finally:
         runtime.shutdown()

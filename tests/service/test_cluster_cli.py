@@ -10,8 +10,10 @@ import kubernetes
 import pytest
 import yaml
 
+from seedrl.common.config import GROUP, PLURAL, VERSION
+from seedrl.common.exit_codes import ExitCode
 from seedrl.service.cli import main as cli, cluster
-from seedrl.service.operator import crd, reconcile
+from seedrl.service.operator import reconcile
 from support.operator_harness import OperatorHarness, wait_for
 
 ROOT = Path(__file__).parents[2]
@@ -38,12 +40,12 @@ def kubeconfig(harness, tmp_path):
 
 def get(harness, namespace, name):
     return kubernetes.client.CustomObjectsApi(harness.api).get_namespaced_custom_object(
-        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name)
+        GROUP, VERSION, namespace, PLURAL, name)
 
 
 def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
     assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
-                     "--set", "metadata.name=cli-cart"]) == cli.EXIT_OK
+                     "--set", "metadata.name=cli-cart"]) == ExitCode.OK
     assert "experiment.seedrl.dev/cli-cart applied in namespace ml" in capsys.readouterr().out
     stored = get(harness, "ml", "cli-cart")
     assert stored["spec"]["actors"]["replicas"] == 4
@@ -62,7 +64,7 @@ def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
     wait_for(lambda: get(harness, "ml", "cli-cart").get("status", {}).get("envFrames"),
              what="progress")
     capsys.readouterr()
-    assert cli.main(["status", "--kubeconfig", kubeconfig]) == cli.EXIT_OK
+    assert cli.main(["status", "--kubeconfig", kubeconfig]) == ExitCode.OK
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["NAME", "PHASE", "AGENT", "ENV", "ACTORS", "STEPS", "RETURN",
                                 "COST", "AGE"]
@@ -75,8 +77,8 @@ def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
 def test_submit_again_updates_in_place(harness, kubeconfig, capsys):
     args = ["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "-n", "ml2",
             "--set", "metadata.name=again"]
-    assert cli.main(args) == cli.EXIT_OK
-    assert cli.main(args + ["--set", "spec.actors.replicas=6"]) == cli.EXIT_OK
+    assert cli.main(args) == ExitCode.OK
+    assert cli.main(args + ["--set", "spec.actors.replicas=6"]) == ExitCode.OK
     stored = get(harness, "ml2", "again")
     assert stored["spec"]["actors"]["replicas"] == 6 and stored["metadata"]["generation"] == 2
     wait_for(lambda: kubernetes.client.AppsV1Api(harness.api).read_namespaced_deployment(
@@ -86,7 +88,7 @@ def test_submit_again_updates_in_place(harness, kubeconfig, capsys):
 def test_submit_refuses_an_invalid_file_naming_the_field(harness, kubeconfig, capsys):
     assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
                      "--set", "metadata.name=bad-one",
-                     "--set", "spec.learner.accelerator.kind=fpga"]) == cli.EXIT_BAD_CONFIG
+                     "--set", "spec.learner.accelerator.kind=fpga"]) == ExitCode.BAD_CONFIG
     err = capsys.readouterr().err
     assert "spec.learner.accelerator.kind: must be one of cpu, gpu, tpu" in err
     with pytest.raises(kubernetes.client.ApiException) as e:
@@ -97,13 +99,13 @@ def test_submit_refuses_an_invalid_file_naming_the_field(harness, kubeconfig, ca
 def test_submit_applies_the_clusters_name_limit(harness, kubeconfig, capsys):
     name = "n" * 60  # a valid DNS label, but <name>-learner would not be
     assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
-                     "--set", f"metadata.name={name}"]) == cli.EXIT_BAD_CONFIG
+                     "--set", f"metadata.name={name}"]) == ExitCode.BAD_CONFIG
     assert "metadata.name: must be at most 55 characters" in capsys.readouterr().err
 
 
 def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
     assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--dry-run",
-                     "--set", "metadata.name=dry"]) == cli.EXIT_OK
+                     "--set", "metadata.name=dry"]) == ExitCode.OK
     captured = capsys.readouterr()
     printed = yaml.safe_load(captured.out)
     assert printed["metadata"] == {"name": "dry", "namespace": "ml"}
@@ -114,7 +116,7 @@ def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
     assert "spec.checkpoint.uri is empty" in captured.err and "gs://" in captured.err
     assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--dry-run",
                      "--set", "metadata.name=dry",
-                     "--set", "spec.checkpoint.uri=gs://my-bucket/dry"]) == cli.EXIT_OK
+                     "--set", "spec.checkpoint.uri=gs://my-bucket/dry"]) == ExitCode.OK
     assert "spec.checkpoint.uri is empty" not in capsys.readouterr().err
 
 
@@ -124,18 +126,18 @@ def test_status_marks_a_rejected_spec_and_lists_all_namespaces(harness, kubeconf
     body["metadata"]["name"] = "rejected"
     body["spec"]["learner"]["unrollLength"] = 1
     kubernetes.client.CustomObjectsApi(harness.api).create_namespaced_custom_object(
-        crd.GROUP, crd.VERSION, "ml3", crd.PLURAL, body)
+        GROUP, VERSION, "ml3", PLURAL, body)
     wait_for(lambda: reconcile.condition(get(harness, "ml3", "rejected").get("status"),
                                          "Valid"), what="Valid condition")
     capsys.readouterr()
-    assert cli.main(["status", "--kubeconfig", kubeconfig, "-n", "ml3"]) == cli.EXIT_OK
+    assert cli.main(["status", "--kubeconfig", kubeconfig, "-n", "ml3"]) == ExitCode.OK
     out = capsys.readouterr().out
     assert "rejected   Failed (ValidationFailed)" in out
-    assert cli.main(["status", "--kubeconfig", kubeconfig, "-A"]) == cli.EXIT_OK
+    assert cli.main(["status", "--kubeconfig", kubeconfig, "-A"]) == ExitCode.OK
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("NAMESPACE")
     assert any(line.startswith("ml3 ") and "rejected" in line for line in out.splitlines())
-    assert cli.main(["status", "--kubeconfig", kubeconfig, "-n", "empty"]) == cli.EXIT_OK
+    assert cli.main(["status", "--kubeconfig", kubeconfig, "-n", "empty"]) == ExitCode.OK
     assert "no experiments in namespace empty" in capsys.readouterr().out
 
 
@@ -146,7 +148,7 @@ def test_status_without_a_cluster_says_why(tmp_path, capsys):
         "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
         "users": [{"name": "u", "user": {}}],
         "contexts": [{"name": "nowhere", "context": {"cluster": "c", "user": "u"}}]}))
-    assert cli.main(["status", "--kubeconfig", str(config)]) == cli.EXIT_FAILED
+    assert cli.main(["status", "--kubeconfig", str(config)]) == ExitCode.FAILED
     assert "could not list experiments" in capsys.readouterr().err
 
 
@@ -156,7 +158,8 @@ def test_table_formatting():
         "metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z"},
         "spec": {"agent": {"name": "r2d2"}, "env": {"id": "ALE/Pong-v5"},
                  "actors": {"replicas": 8}},
-        "status": {"phase": "Running", "envFrames": 950, "meanReturn": -20.5,
+        "status": {"phase": "Running", "learnerState": "running", "envFrames": 950,
+                   "meanReturn": -20.5,
                    "cost": {"totalUsd": 1234.5}, "actors": {"ready": 7, "desired": 8}}}], now)
     assert rows[1] == ["x", "Running", "r2d2", "ALE/Pong-v5", "7/8", "950", "-20.5",
                        "$1,234.50", "24h"]

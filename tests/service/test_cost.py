@@ -31,29 +31,6 @@ def iso(ts):
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# ---------------------------------------------------------------------------- quantities
-
-@pytest.mark.parametrize("text, value", [
-    ("500m", 0.5), ("2", 2.0), ("0.25", 0.25), ("4Gi", 4 * 1024 ** 3), ("512Mi", 512 * 1024 ** 2),
-    ("1G", 1e9), ("100k", 1e5), ("1e3", 1000.0), ("1.5Gi", 1.5 * 1024 ** 3), ("250u", 0.00025),
-    ("3Ki", 3072.0), (2, 2.0), (0.5, 0.5),
-])
-def test_kubernetes_quantities(text, value):
-    assert cost.parse_quantity(text) == pytest.approx(value)
-
-
-@pytest.mark.parametrize("bad", ["4GB", "abc", "", "1.2.3", "Gi", True])
-def test_bad_quantities_are_refused(bad):
-    with pytest.raises(ValueError):
-        cost.parse_quantity(bad)
-
-
-def test_cpu_and_memory_units():
-    assert cost.cpu_cores("1500m") == 1.5
-    assert cost.memory_gib("512Mi") == 0.5
-    assert cost.memory_gib("1G") == pytest.approx(1e9 / 2 ** 30)
-
-
 # ---------------------------------------------------------------------------- price tables
 
 def test_the_packaged_table_prices_every_documented_accelerator():
@@ -321,13 +298,6 @@ def test_machine_types_read_cluster_fields_when_present():
         cpu=6, memory_gib=24, accelerator="tpu", accelerator_type="v5e",
         accelerator_count=8), False)
     assert cost.machine_for(exp, "actor") == (Resources(cpu=1.5, memory_gib=3), True)
-
-
-def test_frames_count_atari_frame_skip():
-    from seedrl.common.config import parse_experiment
-    pong = parse_experiment({"metadata": {"name": "p"}, "spec": {"env": {"id": "ALE/Pong-v5"}}})
-    assert cost.frames_per_env_step(pong) == 4
-    assert cost.frames_per_env_step(parse_experiment({"metadata": {"name": "c"}})) == 1
 
 
 # ---------------------------------------------------------------------------- output

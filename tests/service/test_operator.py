@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from seedrl.common.config import parse_experiment
+from seedrl.common.config import GROUP, PLURAL, VERSION, parse_experiment
 from seedrl.common.schema import to_json_schema
 from seedrl.service.operator import crd, reconcile
 from seedrl.service.operator.metrics import OperatorMetrics
@@ -51,16 +51,16 @@ class Client:
         body = copy.deepcopy(CARTPOLE)
         body["metadata"]["name"] = name
         body["spec"].update(spec_changes)
-        return self.custom.create_namespaced_custom_object(crd.GROUP, crd.VERSION, NS,
-                                                           crd.PLURAL, body)
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, NS,
+                                                           PLURAL, body)
 
     def get(self, name):
-        return self.custom.get_namespaced_custom_object(crd.GROUP, crd.VERSION, NS, crd.PLURAL,
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
                                                         name)
 
     def patch_spec(self, name, spec):
         return self.custom.patch_namespaced_custom_object(
-            crd.GROUP, crd.VERSION, NS, crd.PLURAL, name, {"spec": spec}, _content_type=MERGE)
+            GROUP, VERSION, NS, PLURAL, name, {"spec": spec}, _content_type=MERGE)
 
     def status(self, name):
         return self.get(name).get("status") or {}
@@ -165,7 +165,7 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
     k8s.create("scale")
     wait_for(lambda: k8s.child("Deployment", "scale-actors"), what="actors")
     # `kubectl scale experiment/scale --replicas=7` goes through the scale subresource.
-    k8s.custom.patch_namespaced_custom_object_scale(crd.GROUP, crd.VERSION, NS, crd.PLURAL,
+    k8s.custom.patch_namespaced_custom_object_scale(GROUP, VERSION, NS, PLURAL,
                                                     "scale", {"spec": {"replicas": 7}},
                                                     _content_type=MERGE)
     wait_for(lambda: k8s.child("Deployment", "scale-actors")["spec"]["replicas"] == 7,
@@ -248,7 +248,7 @@ def test_invalid_experiment_fails_and_others_still_reconcile(k8s):
 def test_deletion_removes_every_child(k8s):
     k8s.create("gone")
     wait_for(lambda: all(k8s.children("gone").values()), what="children")
-    k8s.custom.delete_namespaced_custom_object(crd.GROUP, crd.VERSION, NS, crd.PLURAL, "gone")
+    k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "gone")
     wait_for(lambda: not any(k8s.children("gone").values()), what="children deleted")
 
     def experiment_gone():
@@ -450,7 +450,7 @@ def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
     assert k8s.status("metered")["cost"]["totalUsd"] == pytest.approx(expected, abs=1e-6)
 
     for name in ("metered", "badmeter"):
-        k8s.custom.delete_namespaced_custom_object(crd.GROUP, crd.VERSION, NS, crd.PLURAL,
+        k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
                                                    name)
     wait_for(lambda: not experiment_series(harness, "metered")
              and not experiment_series(harness, "badmeter"), what="series removed on delete")

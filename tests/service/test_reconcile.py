@@ -12,6 +12,7 @@ import kubernetes_validate.utils
 import pytest
 import yaml
 
+from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.config import ConfigError, load_yaml, parse_experiment, to_document
 from seedrl.common.schema import to_json_schema
 from seedrl.service.operator import crd, reconcile
@@ -321,29 +322,6 @@ LEARNER_JSON = {"experiment": "exp", "state": "running", "env_steps": 12000,
                 "metrics": {"loss": 1.0}}
 
 
-def test_parse_learner_status():
-    status = reconcile.parse_learner_status(json.dumps(LEARNER_JSON))
-    assert status == reconcile.LearnerStatus(state="running", env_steps=12000,
-                                             learner_steps=30, episodes=50, mean_return=21.5,
-                                             actors=2, last_checkpoint="ckpt-3")
-    early = reconcile.parse_learner_status(json.dumps({"state": "waiting_for_actors",
-                                                       "mean_return": None}))
-    assert early.mean_return is None and early.env_steps == 0
-
-
-@pytest.mark.parametrize("text, fragment", [
-    ("not json", "not JSON"),
-    ("[1]", "JSON object"),
-    (json.dumps({"state": "dancing"}), "state"),
-    (json.dumps({"state": "running", "env_steps": "many"}), "env_steps"),
-    (json.dumps({"state": "running", "mean_return": "high"}), "mean_return"),
-    (json.dumps({"state": "running", "last_checkpoint": 3}), "last_checkpoint"),
-])
-def test_parse_learner_status_rejects_bad_documents(text, fragment):
-    with pytest.raises(ValueError, match=fragment):
-        reconcile.parse_learner_status(text)
-
-
 def conds(status):
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
@@ -370,7 +348,7 @@ def test_status_advances_from_pending_to_running_to_succeeded():
     assert s1["phase"] == "Running"
     assert conds(s1)["ActorsReady"] == ("False", "NotAllReady")
     assert conds(s1)["Progressing"] == ("Unknown", "StatusUnavailable")
-    learner = reconcile.parse_learner_status(json.dumps(LEARNER_JSON))
+    learner = LearnerStatus.from_json(json.dumps(LEARNER_JSON))
     s2 = reconcile.compute_status(exp, generation=1, previous=s1, job=job(1, 1),
                                   deployment=deployment(2), learner=learner,
                                   now="2026-01-01T00:02:00Z")
@@ -434,7 +412,7 @@ def test_invalid_status_names_the_field():
 
 def test_status_validates_against_the_crd_status_schema():
     exp = exp_of()
-    learner = reconcile.parse_learner_status(json.dumps(LEARNER_JSON))
+    learner = LearnerStatus.from_json(json.dumps(LEARNER_JSON))
     status = reconcile.compute_status(exp, generation=1, previous=None, job=job(1, 1),
                                       deployment=deployment(2), learner=learner)
     status["cost"] = {"totalUsd": 1.5, "usdPerHour": 3.0, "usdPerMillionFrames": 0.1}
