@@ -307,9 +307,9 @@ class DuelingQNetwork(_OptionalLSTM):
 class MixedPrecision(tf.keras.layers.Layer):
     """Runs a torso in bfloat16 with float32 variables: [N, *obs] -> float32 features.
 
-    Observations are scaled to float32 first (uint8 frames to [0, 1]) and then cast, so the
-    torso's layers (built under the ``mixed_bfloat16`` policy) compute in bfloat16; the
-    features are cast back, so the LSTM core, the heads and the losses stay float32.
+    Observations are cast to bfloat16 (uint8 frames scaled to [0, 1] there), so the torso's
+    layers (built under the ``mixed_bfloat16`` policy) compute in bfloat16; the features are
+    cast back, so the LSTM core, the heads and the losses stay float32.
     """
 
     def __init__(self, torso: tf.keras.layers.Layer, name: str):
@@ -317,7 +317,12 @@ class MixedPrecision(tf.keras.layers.Layer):
         self.torso = torso
 
     def call(self, observations):
-        x = tf.cast(_scaled_float(observations), tf.bfloat16)
+        if observations.dtype == tf.uint8:
+            # Straight to bfloat16 (every 0..255 is exact there): float32 first, then
+            # bfloat16, cost 8% of a Pong learner's CPU in the conversion alone.
+            x = tf.cast(observations, tf.bfloat16) * tf.constant(1.0 / 255.0, tf.bfloat16)
+        else:
+            x = tf.cast(observations, tf.bfloat16)
         return tf.cast(self.torso(x), tf.float32)
 
 
