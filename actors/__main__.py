@@ -3,4 +3,4 @@ import sys
 
 from seedrl.actors.main import main
 
-sys.exit(main())
+sys.exit(int(main()))

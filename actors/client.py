@@ -166,6 +166,12 @@ class ActorClient:
             self.connections += 1
             self.backoff.reset()
             log.info("connected to %s (learner run %s)", self.address, reply.welcome.run_id)
+            if reply.welcome.actor_index != self.actor_index:
+                # Another live actor holds the index this one asked for (after a learner
+                # restart): act as the one the learner gives, and say it from now on.
+                log.warning("the learner has this actor act as index %d, not %d",
+                            reply.welcome.actor_index, self.actor_index)
+                self.actor_index = reply.welcome.actor_index
             self.connected = True
             try:
                 return await self._stream(call, spec, action_shape)
@@ -203,6 +209,35 @@ class ActorClient:
                 self.observer.env_step(time.perf_counter() - started)
             self._episodes = episodes
             self.env_steps += self.envs.num_envs
+
+
+async def request_index(address: str, experiment: str, actor_id: str, credentials=None,
+                        backoff: Backoff | None = None) -> int:
+    """Asks the learner for this actor's index (``AssignIndex``), retrying with backoff while
+    the learner is not up (or has just resumed and lets its actors reclaim theirs first).
+
+    Raises:
+      ActorRefused: if the learner refuses (another experiment, an empty id).
+    """
+    backoff = backoff or Backoff()
+    options = [("grpc.keepalive_time_ms", 20_000)]
+    while True:
+        channel = (grpc.aio.secure_channel(address, credentials, options=options)
+                   if credentials is not None else
+                   grpc.aio.insecure_channel(address, options=options))
+        async with channel:
+            try:
+                grant = await seedrl_pb2_grpc.LearnerStub(channel).AssignIndex(
+                    seedrl_pb2.IndexRequest(experiment=experiment, actor_id=actor_id),
+                    timeout=10.0)
+                return grant.actor_index
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in FATAL_CODES:
+                    raise ActorRefused(f"{exc.code().name}: {exc.details()}") from None
+                wait = backoff.delay()
+                log.info("no index from the learner at %s yet (%s: %s); asking again in %.1fs",
+                         address, exc.code().name, exc.details(), wait)
+                await asyncio.sleep(wait)
 
 
 def _eof() -> grpc.aio.AioRpcError:

@@ -1,9 +1,9 @@
 """Actor entry point: ``python -m seedrl.actors --config experiment.yaml --learner ADDRESS``.
 
 Steps ``spec.actors.envsPerActor`` environments and streams them to the learner until it says
-the run is finished (exit 0). Exits (:class:`seedrl.common.exit_codes.ExitCode`) BAD_CONFIG (2)
-on a bad Experiment or environment, REFUSED (3) if the learner refuses this actor, and OK (0) on
-SIGTERM/SIGINT.
+the run is finished (exit 0). Exits 2 on a bad Experiment or environment, 3 if the learner
+refuses this actor, and 75 (STOPPED) on SIGTERM/SIGINT: the run is not finished, so a launcher
+runs it again (:class:`seedrl.common.exit_codes.ExitCode`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import hashlib
 import logging
 import os
 import signal
@@ -32,8 +31,9 @@ def parse_args(argv):
     p.add_argument("--config", required=True, help="the Experiment YAML file")
     p.add_argument("--learner", required=True, help="learner address: host:port or unix:PATH")
     p.add_argument("--index", type=_index, default=0,
-                   help="this actor's index among the replicas, or 'auto' to derive it from "
-                        "the pod name (a Deployment's pods have no ordinal)")
+                   help="this actor's index among the replicas, or 'auto' to be granted one "
+                        "by the learner (unique among live actors: a Deployment's pods have "
+                        "no ordinal)")
     p.add_argument("--actor-id", help="stable id across reconnects (default: name-host-index)")
     p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner")
     p.add_argument("--metrics-address",
@@ -56,16 +56,18 @@ def _index(text: str) -> int | str:
     return value
 
 
-def auto_index(pod_name: str, replicas: int) -> int:
-    """An index in [0, replicas) for an actor pod of a Deployment, from its name.
-
-    Deployment pods have random names and no ordinal, so the index is a stable hash of the name:
-    the same pod keeps its index across container restarts, and indexes spread evenly over the
-    range. Two pods may share an index; that only repeats an exploration setting (R2D2's
-    per-actor epsilon, its evaluation actors), it never breaks the run.
-    """
-    digest = hashlib.sha256(pod_name.encode()).digest()
-    return int.from_bytes(digest[:8], "big") % max(1, replicas)
+def _until_signal(coroutine):
+    """Runs ``coroutine`` to its result, or None once SIGTERM or SIGINT stops it."""
+    async def run():
+        task = asyncio.ensure_future(coroutine)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return None
+    return asyncio.run(run())
 
 
 def env_seeds(seed: int, index: int, num_envs: int) -> list[int]:
@@ -103,7 +105,9 @@ def make_env_batches(exp, index: int) -> list:
     return batches
 
 
-async def _run(clients) -> None:
+async def _run(clients) -> bool:
+    """Streams every client until the learner says finished (True) or a signal stops them
+    (False)."""
     tasks = [asyncio.ensure_future(c.run()) for c in clients]
     loop = asyncio.get_running_loop()
 
@@ -123,6 +127,8 @@ async def _run(clients) -> None:
         await asyncio.gather(*tasks)
     except asyncio.CancelledError:
         log.info("stopped by signal after %d env steps", sum(c.env_steps for c in clients))
+        return False
+    return True
 
 
 def serve_metrics(args, exp, clients):
@@ -136,7 +142,9 @@ def serve_metrics(args, exp, clients):
         return None
     host, port = bind
     metrics = ActorMetrics(exp.metadata.name, args.index, clients)
-    http = MetricsServer(metrics.registry, host=host, port=port)
+    # Ready while at least one stream is connected to the learner.
+    http = MetricsServer(metrics.registry, host=host, port=port,
+                         ready=lambda: any(c.connected for c in clients))
     try:
         log.info("metrics on http://%s:%d/metrics", host, http.start())
     except OSError as exc:
@@ -153,22 +161,38 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
+    from seedrl.actors.client import ActorClient, ActorRefused, request_index
+
+    credentials = None
+    if args.tls_ca:
+        with open(args.tls_ca, "rb") as fh:
+            credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
     if args.index == "auto":
-        args.index = auto_index(os.environ.get("POD_NAME") or socket.gethostname(),
-                                exp.spec.actors.replicas)
+        logging.basicConfig(level=args.log_level.upper(),
+                            format="%(asctime)s actor-? %(levelname)s %(message)s")
+        pod = os.environ.get("POD_NAME") or socket.gethostname()
+        args.actor_id = args.actor_id or f"{exp.metadata.name}-{pod}"
+        try:
+            index = _until_signal(request_index(args.learner, exp.metadata.name,
+                                                args.actor_id, credentials))
+        except ActorRefused as exc:
+            log.error("the learner refused this actor: %s", exc)
+            return ExitCode.REFUSED
+        if index is None:
+            return ExitCode.STOPPED
+        args.index = index
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(logging.Formatter(
+                f"%(asctime)s actor-{args.index} %(levelname)s %(message)s"))
+        log.info("the learner granted index %d", args.index)
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
-    from seedrl.actors.client import ActorClient, ActorRefused
 
     try:
         batches = make_env_batches(exp, args.index)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
-    credentials = None
-    if args.tls_ca:
-        with open(args.tls_ca, "rb") as fh:
-            credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
     actor_id = args.actor_id or f"{exp.metadata.name}-{socket.gethostname()}-{args.index}"
     # Several streams per actor: while the learner answers one, the actor steps another.
     clients = [ActorClient(envs, exp.metadata.name,
@@ -180,7 +204,7 @@ def main(argv=None) -> int:
     # walking it (they paused every stream for ~40 ms each here).
     gc.freeze()
     try:
-        asyncio.run(_run(clients))
+        finished = asyncio.run(_run(clients))
     except ActorRefused as exc:
         log.error("the learner refused this actor: %s", exc)
         return ExitCode.REFUSED
@@ -189,6 +213,6 @@ def main(argv=None) -> int:
             http.stop()
         for envs in batches:
             envs.close()
-    log.info("done after %d env steps (pid %d)", sum(c.env_steps for c in clients),
-             os.getpid())
-    return ExitCode.OK
+    log.info("%s after %d env steps (pid %d)", "done" if finished else "stopped",
+             sum(c.env_steps for c in clients), os.getpid())
+    return ExitCode.OK if finished else ExitCode.STOPPED

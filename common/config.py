@@ -462,6 +462,11 @@ class LearnerConfig:
              "checkpoints on SIGTERM) before it is killed: the pod's grace period in a cluster, "
              "the launcher's wait locally. The learner gives up on the checkpoint 5 s before "
              "and exits 1, so the run resumes from the previous one.", ge=10)
+    spot: bool = param(
+        False, "Run the learner on GKE Spot VMs (node label cloud.google.com/gke-spot). By "
+               "default it is kept off them (a required node affinity): a preemption gives a "
+               "pod at most 15 s, too little for a final checkpoint of a large learner, so each "
+               "one loses the training since the last periodic checkpoint.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -508,6 +513,12 @@ class CheckpointConfig:
     interval_seconds: float = param(300.0, "Checkpoint at least this often in seconds; 0 "
                                            "disables.", ge=0.0)
     keep: int = param(3, "How many recent checkpoints to keep.", ge=1)
+    volume_size: str = param(
+        "10Gi", "In a cluster with an empty uri: the size of the PersistentVolumeClaim (the "
+                "cluster's default storage class) that holds the learner's run directory, "
+                "checkpoints included, so that a learner pod that is replaced (drained, "
+                "crashed, preempted) resumes from them.", pattern=_QUANTITY,
+        pattern_hint=_QUANTITY_HINT, max_len=32)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

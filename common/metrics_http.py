@@ -3,7 +3,9 @@
 ``/metrics`` is the Prometheus text format of one ``prometheus_client`` registry (each process
 keeps its own registry rather than the global one, so several can live in one test process);
 ``/status`` is a JSON snapshot the operator and ``seedrl status`` read (the learner's step
-counts, mean return, last checkpoint); ``/healthz`` answers 200 while the process serves.
+counts, mean return, last checkpoint); ``/healthz`` answers 200 while the process serves (the
+liveness probe); ``/readyz`` answers 200 while the process does its work and 503 otherwise (the
+readiness probe: the learner once it serves the actors' streams, an actor while it streams).
 """
 
 from __future__ import annotations
@@ -36,14 +38,17 @@ class MetricsServer:
     Args:
       registry: the metrics to expose.
       status: returns the JSON-ready status snapshot (None: no ``/status``).
+      ready: whether the process is ready (``/readyz``); None: ready while it serves.
       host: address to bind; ``0.0.0.0`` in a pod, loopback on a workstation.
       port: TCP port; 0 picks a free one (see :attr:`port` after :meth:`start`).
     """
 
     def __init__(self, registry: CollectorRegistry, status: Callable[[], dict] | None = None,
-                 host: str = "0.0.0.0", port: int = 0):
+                 host: str = "0.0.0.0", port: int = 0,
+                 ready: Callable[[], bool] | None = None):
         self.registry = registry
         self.status = status
+        self.ready = ready
         self.host = host
         self.port = port
         self._server: ThreadingHTTPServer | None = None
@@ -64,6 +69,11 @@ class MetricsServer:
                         self._send(200, "application/json", body)
                     elif path == "/healthz":
                         self._send(200, "text/plain", b"ok\n")
+                    elif path == "/readyz":
+                        if server.ready is None or server.ready():
+                            self._send(200, "text/plain", b"ready\n")
+                        else:
+                            self._send(503, "text/plain", b"not ready\n")
                     else:
                         self._send(404, "text/plain", b"not found\n")
                 except Exception:  # noqa: BLE001 - one bad scrape must not kill the server

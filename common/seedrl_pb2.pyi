@@ -49,12 +49,28 @@ class Hello(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., experiment: _Optional[str] = ..., actor_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env_spec: _Optional[_Union[EnvSpec, _Mapping]] = ..., actor_index: _Optional[int] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("protocol_version", "run_id")
+    __slots__ = ("protocol_version", "run_id", "actor_index")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_INDEX_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     run_id: str
-    def __init__(self, protocol_version: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    actor_index: int
+    def __init__(self, protocol_version: _Optional[int] = ..., run_id: _Optional[str] = ..., actor_index: _Optional[int] = ...) -> None: ...
+
+class IndexRequest(_message.Message):
+    __slots__ = ("experiment", "actor_id")
+    EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    experiment: str
+    actor_id: str
+    def __init__(self, experiment: _Optional[str] = ..., actor_id: _Optional[str] = ...) -> None: ...
+
+class IndexGrant(_message.Message):
+    __slots__ = ("actor_index",)
+    ACTOR_INDEX_FIELD_NUMBER: _ClassVar[int]
+    actor_index: int
+    def __init__(self, actor_index: _Optional[int] = ...) -> None: ...
 
 class Episode(_message.Message):
     __slots__ = ("env_id", "episode_return", "length")

@@ -39,12 +39,23 @@ class LearnerStub:
                 request_serializer=seedrl_dot_common_dot_seedrl__pb2.ActorMessage.SerializeToString,
                 response_deserializer=seedrl_dot_common_dot_seedrl__pb2.LearnerMessage.FromString,
                 _registered_method=True)
+        self.AssignIndex = channel.unary_unary(
+                '/seedrl.v1.Learner/AssignIndex',
+                request_serializer=seedrl_dot_common_dot_seedrl__pb2.IndexRequest.SerializeToString,
+                response_deserializer=seedrl_dot_common_dot_seedrl__pb2.IndexGrant.FromString,
+                _registered_method=True)
 
 
 class LearnerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Stream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AssignIndex(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +68,11 @@ def add_LearnerServicer_to_server(servicer, server):
                     servicer.Stream,
                     request_deserializer=seedrl_dot_common_dot_seedrl__pb2.ActorMessage.FromString,
                     response_serializer=seedrl_dot_common_dot_seedrl__pb2.LearnerMessage.SerializeToString,
+            ),
+            'AssignIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.AssignIndex,
+                    request_deserializer=seedrl_dot_common_dot_seedrl__pb2.IndexRequest.FromString,
+                    response_serializer=seedrl_dot_common_dot_seedrl__pb2.IndexGrant.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +102,33 @@ class Learner:
             '/seedrl.v1.Learner/Stream',
             seedrl_dot_common_dot_seedrl__pb2.ActorMessage.SerializeToString,
             seedrl_dot_common_dot_seedrl__pb2.LearnerMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AssignIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/seedrl.v1.Learner/AssignIndex',
+            seedrl_dot_common_dot_seedrl__pb2.IndexRequest.SerializeToString,
+            seedrl_dot_common_dot_seedrl__pb2.IndexGrant.FromString,
             options,
             channel_credentials,
             insecure,

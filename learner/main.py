@@ -1,11 +1,12 @@
 """Learner entry point: ``python -m seedrl.learner --config experiment.yaml``.
 
 Serves the gRPC stream for every actor, trains, watches the budget, writes status, metrics,
-checkpoints and a summary, and exits 0 when the budget is reached or on SIGTERM/SIGINT (after a
-final checkpoint). Exits with :class:`seedrl.common.exit_codes.ExitCode`: FAILED (1) if training
-fails, BAD_CONFIG (2) on a bad Experiment and CHECKPOINT_LOCATION (4) when the checkpoint location
-cannot be used (unreadable, or another learner publishes there): restarting would fail the same
-way.
+checkpoints and a summary. Exit codes (:class:`seedrl.common.exit_codes.ExitCode`): 0 only when
+the Experiment is finished (budget or target return reached); 75 (STOPPED) when SIGTERM or
+SIGINT stopped it earlier and the final checkpoint is written, so that it is run again; 1 if
+training fails or that final checkpoint could not be written; 2 on a bad Experiment and 4 when
+the checkpoint location cannot be used (unreadable, or another learner publishes there):
+restarting would fail the same way.
 """
 
 from __future__ import annotations
@@ -14,23 +15,29 @@ import argparse
 import asyncio
 import dataclasses
 import gc
+import json
 import logging
 import math
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
 
 from seedrl.common.config import ConfigError, load_experiment
-from seedrl.common.exit_codes import ExitCode
+from seedrl.common.exit_codes import ExitCode, describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
 
 log = logging.getLogger("learner")
 
 STATUS_EVERY_S = 0.5
+#: Why the learner stopped early when a signal stopped it (``runtime.stop_reason``).
+SIGNAL_REASONS = ("terminated", "interrupted")
 METRICS_EVERY_S = 2.0
+#: After resuming, how long no new actor index is granted (see learner/actor_indices.py).
+RECLAIM_SECONDS = 15.0
 
 
 def parse_args(argv):
@@ -44,6 +51,10 @@ def parse_args(argv):
                    help="serve inference only (throughput measurements)")
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--termination-log",
+                   help="write the final status here as JSON on the way out (a pod's "
+                        "terminationMessagePath: the operator reads it once the learner is "
+                        "gone)")
     p.add_argument("--metrics-address",
                    help="host:port of the HTTP endpoint with /metrics (Prometheus), /status "
                         "and /healthz (default 0.0.0.0:spec.learner.metricsPort); 'off' "
@@ -129,6 +140,7 @@ async def serve(exp, args) -> int:
     from seedrl.common.storage import tensorboard_uri
     from seedrl.learner.tensorboard import Summaries
     from seedrl.learner.runtime import LearnerRuntime
+    from seedrl.learner.actor_indices import ActorIndices
     from seedrl.learner.server import server_credentials, start_server
 
     try:
@@ -138,12 +150,14 @@ async def serve(exp, args) -> int:
         log.error("devices: %s", exc)
         return ExitCode.BAD_CONFIG
     checkpointer = None
+    resumed = False
 
     def on_agent_built(agent):
         if checkpointer is not None:
             checkpointer.attach(agent)  # restores the latest checkpoint, if any
         _freeze_heap()
 
+    serving = threading.Event()
     runtime = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement),
                              train=not args.no_train, on_agent_built=on_agent_built,
                              inference_lanes=len(placement.inference_devices) or 1)
@@ -160,8 +174,10 @@ async def serve(exp, args) -> int:
     http = None
     bind = bind_address(args.metrics_address, exp.spec.learner.metrics_port)
     if bind:
+        # Ready once the gRPC server is up (the checkpoint is restored before it starts).
         http = MetricsServer(metrics.registry, lambda: current_status().to_json(),
-                             host=bind[0], port=bind[1])
+                             host=bind[0], port=bind[1],
+                             ready=lambda: serving.is_set() and not runtime.finished)
         try:
             log.info("metrics on http://%s:%d/metrics, status on /status", bind[0],
                      http.start())
@@ -182,6 +198,7 @@ async def serve(exp, args) -> int:
         except StorageError as exc:
             log.error("checkpoint store %s unavailable: %s", uri, exc)
             return ExitCode.FAILED
+        resumed = bool(found)
         if found:
             log.info("will resume from learner step %d (%d env steps) in %s",
                      found["learner_steps"], found["env_steps"], uri)
@@ -200,13 +217,18 @@ async def serve(exp, args) -> int:
             log.error("no TensorBoard summaries: %s", exc)
 
     address = args.listen or f"[::]:{exp.spec.learner.port}"
+    # Resumed: the actors that were streaming reclaim their indices before new ones are
+    # granted (their reconnect backoff is at most 10 s).
+    indices = ActorIndices(limit=exp.spec.actors.replicas,
+                           reclaim_seconds=RECLAIM_SECONDS if resumed else 0.0)
     server, port = await start_server(runtime, address,
-                                      server_credentials(args.tls_cert, args.tls_key))
+                                      server_credentials(args.tls_cert, args.tls_key), indices)
+    serving.set()
     log.info("serving %s on %s", exp.metadata.name,
              address if address.startswith("unix:") else f"port {port}")
 
     loop = asyncio.get_running_loop()
-    for signum, reason in ((signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")):
+    for signum, reason in zip((signal.SIGTERM, signal.SIGINT), SIGNAL_REASONS):
         loop.add_signal_handler(signum, runtime.finish, reason)
 
     last_metrics = 0.0
@@ -260,17 +282,61 @@ async def serve(exp, args) -> int:
     if http:
         http.stop()
     await server.stop(grace=1.0)
-    if checkpointer and checkpointer.conflict is not None:
-        return ExitCode.CHECKPOINT_LOCATION
+    code = exit_code(runtime.stop_reason, runtime.train_error is not None, final_failed,
+                     checkpointer is not None and checkpointer.conflict is not None)
+    log.info("exiting with %s", describe_exit(code))
+    if args.termination_log:
+        write_termination_log(args.termination_log, dataclasses.replace(
+            current_status(), state="finished"))
     if final_failed:
-        # Preempted without a final checkpoint: fail, so that the pod is restarted and the
-        # run resumes from the previous checkpoint. Once the budget is reached the run is
-        # done either way. os._exit: a hung upload thread would hold up a normal exit.
-        code = ExitCode.FAILED if runtime.stop_reason in ("terminated", "interrupted") \
-            else ExitCode.OK
+        # os._exit: a hung upload thread would hold up a normal exit.
         logging.shutdown()
         os._exit(code)
-    return ExitCode.FAILED if runtime.train_error is not None else ExitCode.OK
+    return code
+
+
+#: The most a kubelet keeps of a termination message.
+TERMINATION_LOG_BYTES = 4096
+#: The fields of the final status the termination message keeps (what the operator reports).
+TERMINATION_FIELDS = ("state", "experiment", "run_id", "env_steps", "learner_steps",
+                      "episodes", "mean_return", "return_window", "elapsed", "eval_episodes",
+                      "eval_mean_return", "stop_reason", "last_checkpoint")
+
+
+def write_termination_log(path: str, status: LearnerStatus) -> None:
+    """Writes the final status as compact JSON (:meth:`LearnerStatus.to_json`, the fields
+    the operator reports), within the kubelet's 4096 bytes: what the operator reads once the
+    learner pod has stopped and its /status is gone."""
+    data = status.to_json()
+    final = {k: data[k] for k in TERMINATION_FIELDS if k in data}
+    text = json.dumps(final, separators=(",", ":"), default=str)
+    if len(text.encode()) > TERMINATION_LOG_BYTES:
+        final.pop("last_checkpoint", None)
+        text = json.dumps(final, separators=(",", ":"), default=str)
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        log.warning("cannot write the termination log %s: %s", path, exc)
+
+
+def exit_code(stop_reason: str | None, train_failed: bool, final_checkpoint_failed: bool,
+              checkpoint_conflict: bool) -> ExitCode:
+    """The learner's exit code once it has stopped.
+
+    0 only when the Experiment is finished (a budget or the target return was reached): a
+    learner stopped by a signal exits STOPPED, so that a drained, preempted or suspended pod is
+    run again instead of ending the run. A stop whose final checkpoint failed is a crash (the
+    run resumes from the previous checkpoint, counted against the restart limit), unless the
+    budget was reached anyway.
+    """
+    if checkpoint_conflict:
+        return ExitCode.CHECKPOINT_LOCATION
+    if train_failed:
+        return ExitCode.FAILED
+    if stop_reason in SIGNAL_REASONS or stop_reason is None:
+        return ExitCode.FAILED if final_checkpoint_failed else ExitCode.STOPPED
+    return ExitCode.OK
 
 
 def main(argv=None) -> int:
@@ -284,4 +350,4 @@ def main(argv=None) -> int:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return asyncio.run(serve(exp, args))
+    return int(asyncio.run(serve(exp, args)))

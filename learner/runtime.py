@@ -34,6 +34,9 @@ from seedrl.learner.trajectories import UnrollBuilder, split_unroll, stack_unrol
 
 log = logging.getLogger(__name__)
 
+#: The reasons :meth:`LearnerRuntime.check_budget` stops for: the Experiment is finished.
+BUDGET_REASONS = ("max_env_steps", "max_seconds", "target_return")
+
 
 class HandshakeError(Exception):
     """An actor the learner must refuse; ``code`` names the gRPC status to fail with."""
@@ -394,6 +397,13 @@ class LearnerRuntime:
     def finished(self) -> bool:
         """Whether the run has stopped or is stopping."""
         return self.stop_event.is_set()
+
+    @property
+    def experiment_finished(self) -> bool:
+        """Whether the Experiment itself is done (a budget or the target return was reached),
+        as opposed to this learner stopping early (a signal, a training failure): only then
+        are the actors told the run is finished; otherwise they reconnect to the next one."""
+        return self.stop_event.is_set() and self.stop_reason in BUDGET_REASONS
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stops the batcher and waits for the trainer to end its current step."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec, WireError, decode_array, encode_array
+from seedrl.learner.actor_indices import ActorIndices, NotYet
 from seedrl.learner.batcher import BatcherStopped
 from seedrl.learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
 
@@ -74,10 +75,28 @@ def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData
 
 
 class LearnerService(seedrl_pb2_grpc.LearnerServicer):
-    """Serves the Stream RPC on top of a :class:`LearnerRuntime`."""
+    """Serves the Stream and AssignIndex RPCs on top of a :class:`LearnerRuntime`."""
 
-    def __init__(self, runtime: LearnerRuntime):
+    def __init__(self, runtime: LearnerRuntime, indices: ActorIndices | None = None):
         self.runtime = runtime
+        #: Which actor holds which index (unique among live actors).
+        self.indices = indices or ActorIndices()
+
+    async def AssignIndex(self, request, context):  # noqa: N802 - gRPC method name
+        name = self.runtime.experiment.metadata.name
+        if request.experiment != name:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"this learner serves experiment {name!r}, not "
+                                f"{request.experiment!r}")
+        if not request.actor_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "index_request.actor_id: must not be empty")
+        try:
+            index = self.indices.assign(request.actor_id)
+        except NotYet as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        log.info("actor %s is index %d", request.actor_id, index)
+        return seedrl_pb2.IndexGrant(actor_index=index)
 
     async def Stream(self, request_iterator, context):  # noqa: N802 - gRPC method name
         runtime = self.runtime
@@ -97,28 +116,36 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"this learner serves experiment {name!r}, not "
                                 f"{hello.experiment!r}")
+        stream_id = hello.actor_id or context.peer()
+        index = self.indices.connect(stream_id, hello.actor_index)
         try:
             spec = EnvSpec.from_proto(hello.env_spec)
             stream = await asyncio.get_running_loop().run_in_executor(
-                None, runtime.open_stream, hello.actor_id or context.peer(), hello.num_envs,
-                spec, hello.actor_index)
+                None, runtime.open_stream, stream_id, hello.num_envs, spec, index)
         except WireError as exc:
+            self.indices.disconnect(stream_id, index)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"hello.{exc}")
         except HandshakeError as exc:
+            self.indices.disconnect(stream_id, index)
             await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+        if index != hello.actor_index:
+            log.warning("actor %s said index %d, held by another live actor: it acts as %d",
+                        stream_id, hello.actor_index, index)
         log.info("actor %s connected with %d envs", stream.actor_id, stream.num_envs)
         loop = asyncio.get_running_loop()
         env_spec = runtime.env_spec
         try:
             yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
-                protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id))
+                protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id, actor_index=index))
             # Per message: read, check, decode, queue for inference, answer. Everything else
             # is per batch or per stream (profiled: this loop is what a learner with many
             # streams spends its CPU on).
             async for msg in request_iterator:
                 if runtime.finished:
-                    yield seedrl_pb2.LearnerMessage(finished=True)
-                    return
+                    if runtime.experiment_finished:
+                        yield seedrl_pb2.LearnerMessage(finished=True)
+                        return
+                    await _stopping_early(context, runtime)
                 if msg.WhichOneof("kind") != "step":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                         "expected a step after the hello")
@@ -133,13 +160,25 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                 try:
                     actions = await runtime.submit(stream, step, episodes, loop)
                 except BatcherStopped:
-                    yield seedrl_pb2.LearnerMessage(finished=True)
-                    return
+                    if runtime.experiment_finished:
+                        yield seedrl_pb2.LearnerMessage(finished=True)
+                        return
+                    await _stopping_early(context, runtime)
                 yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
                     env_ids=stream.env_ids, actions=encode_array(actions)))
         finally:
             runtime.close_stream(stream)
+            self.indices.disconnect(stream_id, index)
             log.info("actor %s disconnected", stream.actor_id)
+
+
+async def _stopping_early(context, runtime: LearnerRuntime) -> None:
+    """Ends a stream while the learner stops before the Experiment is finished (a signal, a
+    training failure): UNAVAILABLE, which actors retry, so that they stream to the learner that
+    resumes, instead of exiting as if the run were over."""
+    await context.abort(grpc.StatusCode.UNAVAILABLE,
+                        f"the learner is stopping ({runtime.stop_reason}) before the experiment "
+                        f"is finished; reconnect")
 
 
 async def _next_message(request_iterator):
@@ -161,8 +200,13 @@ def server_credentials(cert_file: str | None, key_file: str | None):
 
 
 async def start_server(runtime: LearnerRuntime, address: str,
-                       credentials=None) -> tuple[grpc.aio.Server, int]:
+                       credentials=None, indices: ActorIndices | None = None
+                       ) -> tuple[grpc.aio.Server, int]:
     """Starts the service on ``address`` (``host:port`` or ``unix:PATH``).
+
+    Args:
+      indices: the actor index table (a fresh one by default; a resumed learner passes one
+        with a reclaim window, see :class:`ActorIndices`).
 
     Returns:
       The running server and the bound TCP port (0 for unix sockets).
@@ -175,7 +219,7 @@ async def start_server(runtime: LearnerRuntime, address: str,
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ])
-    seedrl_pb2_grpc.add_LearnerServicer_to_server(LearnerService(runtime), server)
+    seedrl_pb2_grpc.add_LearnerServicer_to_server(LearnerService(runtime, indices), server)
     if credentials is not None:
         port = server.add_secure_port(address, credentials)
     else:

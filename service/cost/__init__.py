@@ -247,14 +247,21 @@ class PodRecord:
     resources: Resources
     spot: bool
     intervals: tuple[tuple[float, float | None], ...]
+    #: A compacted record (:func:`compact_records`) stands for this many pods that are gone...
+    pods: int = 1
+    #: ...which ran this many seconds together (besides ``intervals``).
+    seconds: float = 0.0
 
     def to_dict(self) -> dict:
         """Plain data (for status fields and cost.json); :func:`record_from_dict` reverses it."""
         r = self.resources
-        return {"name": self.name, "role": self.role, "spot": self.spot,
-                "cpu": r.cpu, "memoryGib": r.memory_gib, "accelerator": r.accelerator,
-                "acceleratorType": r.accelerator_type, "acceleratorCount": r.accelerator_count,
-                "intervals": [[s, e] for s, e in self.intervals]}
+        out = {"name": self.name, "role": self.role, "spot": self.spot,
+               "cpu": r.cpu, "memoryGib": r.memory_gib, "accelerator": r.accelerator,
+               "acceleratorType": r.accelerator_type, "acceleratorCount": r.accelerator_count,
+               "intervals": [[s, e] for s, e in self.intervals]}
+        if self.pods != 1 or self.seconds:
+            out.update(pods=self.pods, seconds=self.seconds)
+        return out
 
 
 def record_from_dict(data: Mapping[str, Any]) -> PodRecord:
@@ -267,7 +274,52 @@ def record_from_dict(data: Mapping[str, Any]) -> PodRecord:
                             accelerator_type=data.get("acceleratorType") or "",
                             accelerator_count=int(data.get("acceleratorCount") or 0)),
         intervals=tuple((float(s), None if e is None else float(e))
-                        for s, e in data.get("intervals", [])))
+                        for s, e in data.get("intervals", [])),
+        pods=int(data.get("pods", 1)), seconds=float(data.get("seconds", 0.0)))
+
+
+#: Records of pods that are gone kept one by one (the most recent); older ones are folded into
+#: one record per role and machine (:func:`compact_records`), so that the stored history stays
+#: bounded however many pods an Experiment goes through (an Experiment object is limited to
+#: 1.5 MiB by etcd).
+KEEP_GONE_RECORDS = 50
+_COMPACTED = "gone:"
+
+
+def compact_records(records: Sequence[PodRecord], listed: Iterable[str],
+                    keep: int = KEEP_GONE_RECORDS) -> list[PodRecord]:
+    """Folds the records of pods that are gone into one record per role, Spot and machine:
+    the pods' count and summed running time, which price the same.
+
+    A record is folded only when its pod is no longer listed (``listed``: the names of the pods
+    seen now; a listed pod's record is rewritten at every observation) and every interval of
+    it is closed; the ``keep`` most recently ended ones stay as they are.
+    """
+    listed = set(listed)
+    gone = [r for r in records if not r.name.startswith(_COMPACTED) and r.name not in listed
+            and r.intervals and all(e is not None for _, e in r.intervals)]
+    gone.sort(key=lambda r: max(e for _, e in r.intervals), reverse=True)
+    fold = {id(r) for r in gone[keep:]}
+    if not fold:
+        return list(records)
+    out: list[PodRecord] = []
+    folded: dict[str, PodRecord] = {}
+    for rec in records:
+        if id(rec) not in fold and not rec.name.startswith(_COMPACTED):
+            out.append(rec)
+            continue
+        res = rec.resources
+        key = (f"{_COMPACTED}{rec.role}:{'spot' if rec.spot else 'on-demand'}:{res.cpu:g}:"
+               f"{res.memory_gib:g}:{res.accelerator or ''}:{res.accelerator_type}:"
+               f"{res.accelerator_count}")
+        seconds = rec.seconds + _union_seconds(rec.intervals, 0.0)
+        pods = rec.pods
+        if key in folded:
+            seconds += folded[key].seconds
+            pods += folded[key].pods
+        folded[key] = PodRecord(name=key, role=rec.role, resources=res, spot=rec.spot,
+                                intervals=(), pods=pods, seconds=seconds)
+    return out + list(folded.values())
 
 
 def merge_records(previous: Iterable[PodRecord], current: Iterable[PodRecord],
@@ -388,7 +440,9 @@ def status_schema() -> dict:
         "accelerator": {"type": "string", "nullable": True}, "acceleratorType": text,
         "acceleratorCount": {"type": "integer"},
         "intervals": {"type": "array", "items": {"type": "array", "items": {
-            "type": "number", "nullable": True}}}}}
+            "type": "number", "nullable": True}}},
+        "pods": {"type": "integer", "description": "Pods a compacted record stands for."},
+        "seconds": {"type": "number", "description": "Their summed running time."}}}
     return {"cost": cost_schema, "records": {"type": "array", "items": record}}
 
 
@@ -421,10 +475,10 @@ def compute_cost(records: Iterable[PodRecord], prices: PriceTable, env_frames: i
         if rec.role not in ROLES:
             raise ValueError(f"pod {rec.name}: role must be one of {', '.join(ROLES)}, "
                              f"got {rec.role!r}")
-        hours = _union_seconds(rec.intervals, now) / _SECONDS_PER_HOUR
+        hours = (_union_seconds(rec.intervals, now) + rec.seconds) / _SECONDS_PER_HOUR
         r = rec.resources
         row = acc[rec.role]
-        row[0] += 1
+        row[0] += rec.pods
         row[1] += hours
         row[2] += hours * r.cpu * prices.cpu.get(rec.spot)
         row[3] += hours * r.memory_gib * prices.memory.get(rec.spot)
@@ -587,8 +641,9 @@ def price_pods(previous: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
       ``status.cost``; :meth:`CostGauges.update` takes the report).
     """
     now = dt.datetime.now(dt.timezone.utc).timestamp() if now is None else now
-    records = merge_records((record_from_dict(r) for r in previous),
-                            (pod_record(p) for p in pods), now=now)
+    current = [pod_record(p) for p in pods]
+    records = compact_records(merge_records((record_from_dict(r) for r in previous), current,
+                                            now=now), (r.name for r in current))
     report = compute_cost(records, prices, env_frames=env_frames, now=now,
                           description=describe_records(records, now))
     return [r.to_dict() for r in records], report
@@ -705,10 +760,11 @@ def describe_records(records: Sequence[PodRecord], now: float) -> str:
         if not recs:
             continue
         machines = sorted({r.resources.describe() + (" spot" if r.spot else "") for r in recs})
-        seconds = sum(_union_seconds(r.intervals, now) for r in recs)
-        names = {r.name.split("@")[0] for r in recs}
+        seconds = sum(_union_seconds(r.intervals, now) + r.seconds for r in recs)
+        names = {r.name.split("@")[0] for r in recs if not r.name.startswith(_COMPACTED)}
+        count = len(names) + sum(r.pods for r in recs if r.name.startswith(_COMPACTED))
         label = "learner" if role == "learner" else "actors"
-        parts.append(f"{label} {len(names)} x {' + '.join(machines)} {format_duration(seconds)}")
+        parts.append(f"{label} {count} x {' + '.join(machines)} {format_duration(seconds)}")
     return ", ".join(parts)
 
 

@@ -2,9 +2,13 @@
 
 Starts one learner and ``spec.actors.replicas`` actors (the very entry points the Kubernetes
 pods run), connected over a unix socket in the run directory. Shows progress read from the
-learner's ``status.json``, restarts an actor that crashes, restarts a crashed learner from its
-last checkpoint, and on Ctrl-C stops the learner first (it writes a final checkpoint and the
-summary), then the actors, leaving no process behind.
+learner's ``status.json`` and restarts processes by their exit codes, as the cluster's learner
+Job does (:mod:`seedrl.common.exit_codes`): 0 ends the run (finished); STOPPED (a learner or
+actor stopped by a signal from outside, after its final checkpoint) is run again without
+counting; a crash is run again from the last checkpoint up to a limit; a permanent code
+(configuration, checkpoint location, refused actor) is not retried. On Ctrl-C it stops the
+learner first (it writes a final checkpoint and the summary), then the actors, leaving no
+process behind.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable
 import yaml
 
 from seedrl.common.config import Experiment, dump_experiment, to_document
-from seedrl.common.exit_codes import PERMANENT, ExitCode
+from seedrl.common.exit_codes import PERMANENT, RETRY_FREELY, ExitCode, describe
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.resume import bound_changes
 from seedrl.common.storage import (
@@ -36,7 +40,8 @@ from seedrl.service.local.processes import Child, child_env, python_module, stop
 
 log = logging.getLogger(__name__)
 
-#: How often a crashed process is restarted before the run gives up on it.
+#: How often a crashed process is restarted before the run gives up on it (a process stopped
+#: from outside, exit STOPPED, is restarted without counting).
 MAX_ACTOR_RESTARTS = 20
 MAX_LEARNER_RESTARTS = 3
 #: The namespace label of a local run's phase series (no Kubernetes namespace here).
@@ -245,13 +250,9 @@ class LocalRun:
                     forwarded = True
                 code = self.learner.poll()
                 if code is not None:
-                    if code == ExitCode.OK or forwarded or code in PERMANENT or \
-                            self.learner.restarts >= MAX_LEARNER_RESTARTS:
+                    if forwarded or not self._restart(self.learner, code,
+                                                      MAX_LEARNER_RESTARTS):
                         break
-                    self.learner.restarts += 1
-                    log.warning("learner exited with %s; restarting from its last checkpoint "
-                                "(%d/%d)", code, self.learner.restarts, MAX_LEARNER_RESTARTS)
-                    self.learner.start()
                 if not forwarded:
                     self._restart_crashed_actors()
                 status = read_status(status_path)
@@ -291,11 +292,30 @@ class LocalRun:
     def _restart_crashed_actors(self) -> None:
         for actor in self.actors:
             code = actor.poll()
-            if code is None or code == ExitCode.OK:
-                continue  # running, or told by the learner that the run is finished
-            if code in PERMANENT or actor.restarts >= MAX_ACTOR_RESTARTS:
-                continue  # refused or hopeless: restarting would fail the same way
-            actor.restarts += 1
-            log.warning("%s exited with %s; restarting it (%d/%d)", actor.name, code,
-                        actor.restarts, MAX_ACTOR_RESTARTS)
-            actor.start()
+            if code is not None and actor.exit_seen != actor.starts:
+                actor.exit_seen = actor.starts
+                self._restart(actor, code, MAX_ACTOR_RESTARTS)
+
+    @staticmethod
+    def _restart(child: Child, code: int, limit: int) -> bool:
+        """Runs ``child`` again if its exit ``code`` asks for it; returns whether it did."""
+        if should_restart(code, child.restarts, limit):
+            if code not in RETRY_FREELY:
+                child.restarts += 1
+            log.warning("%s exited with %s; %s", child.name, describe(code),
+                        "starting it again" if code in RETRY_FREELY else
+                        f"restarting it ({child.restarts}/{limit})")
+            child.start()
+            return True
+        if code != ExitCode.OK:
+            log.warning("%s exited with %s; not restarting it", child.name, describe(code))
+        return False
+
+
+def should_restart(code: int, restarts: int, limit: int) -> bool:
+    """Whether a process that exited with ``code`` is run again, as the learner Job's
+    podFailurePolicy decides in a cluster: never once finished (0) or for a permanent code;
+    always when stopped from outside (STOPPED); after a crash while under ``limit`` restarts."""
+    if code == ExitCode.OK or code in PERMANENT:
+        return False
+    return code in RETRY_FREELY or restarts < limit

@@ -36,6 +36,10 @@ class Child:
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
+        #: Starts so far, and the start whose exit was last acted on (a launcher restarts a
+        #: process once per exit).
+        self.starts = 0
+        self.exit_seen = 0
         self.started_at = 0.0
         #: Wall-clock (Unix seconds) spans the process ran, one per start; the end of the
         #: current one is None until an exit is seen. The cost estimate prices these.
@@ -52,6 +56,7 @@ class Child:
         finally:
             log.close()
         self.started_at = time.monotonic()
+        self.starts += 1
         self.intervals.append([time.time(), None])
 
     def poll(self) -> int | None:

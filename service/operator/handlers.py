@@ -10,15 +10,29 @@ account; elsewhere with the current kubeconfig). For every Experiment it:
   ``status.appliedImmutable``: condition SpecApplied=False, reason ImmutableFieldChanged, and
   the children keep running what they were made from;
 - otherwise applies what :func:`seedrl.service.operator.reconcile.render` returns (server-side apply, field
-  manager ``seedrl-operator``; the learner Job is created once and afterwards only its
-  ``spec.suspend`` is changed, since a Job's pod template is immutable);
-- every ``poll_seconds`` reads the Job, the Deployment and the learner's ``GET /status``, and
-  writes ``status`` (phase, conditions, progress and cost); it recreates a missing child and
-  scales the actors to zero once the learner has finished;
+  manager ``seedrl-operator``). A Job's pod template is immutable, so the learner Job is
+  created once; when an edit changes what the learner runs (its
+  :func:`~seedrl.service.operator.reconcile.learner_hash`), the Job is deleted in the
+  foreground (its pod checkpoints on SIGTERM and is gone before the Job is) and created
+  again, and the new pod resumes from the checkpoint; meanwhile SpecApplied=False, reason
+  ReplacingLearner. Otherwise only its ``spec.suspend`` changes;
+- watches the Jobs, Deployments and pods it made (kopf indexes, fed by watch streams) instead of
+  reading them on every refresh, and reconciles an Experiment at once when its learner Job
+  changes; every ``poll_seconds`` it reads the learner's ``GET /status`` (progress has nothing
+  to watch) and writes ``status`` (phase, conditions, progress and cost); it recreates a
+  missing child and scales the actors to zero once the learner has finished;
+- posts Kubernetes Events on the Experiment for phase changes, failures and learner
+  replacements;
+- with ``spec.queueName`` (Kueue): the learner Job starts suspended and Kueue admits it by
+  unsuspending it; the actors stay at zero replicas until then, and carry the same queue label
+  so that Kueue accounts for their pods too. Suspending and resuming set the Job's Kueue
+  Workload ``spec.active`` (Kueue then suspends or re-queues the Job itself), never the Job's
+  ``spec.suspend``, which Kueue owns;
 - prices the Experiment's pods at every status refresh (:func:`seedrl.service.cost.price_pods`: the
   resources each pod requested x the time it ran, learner and actors apart) into
-  ``status.cost``, keeping every pod's record in ``status.costRecords`` so that a pod that is
-  gone is still counted. Pricing never fails a reconcile: when the pods cannot be listed or
+  ``status.cost``, keeping the pods' records in ``status.costRecords`` so that a pod that is
+  gone is still counted (beyond the 50 most recent, gone pods fold into one record per role
+  and machine: :func:`seedrl.service.cost.compact_records`, so the object stays bounded). Pricing never fails a reconcile: when the pods cannot be listed or
   priced the previous cost stays and the log says why;
 - exports its own metrics (:mod:`seedrl.service.operator.metrics`): reconciles and errors by trigger,
   each Experiment's phase and cost so far, served on ``--metrics-port``.
@@ -28,8 +42,13 @@ deletes the learner pod gracefully, the learner gets SIGTERM and writes a final 
 within ``terminationGracePeriodSeconds``, and the actors are scaled to zero. Resuming unsuspends
 the Job, whose new pod restores that checkpoint, and scales the actors back.
 
-Deleting an Experiment deletes its children (they also carry owner references, so the
-cluster's garbage collector would remove them too).
+Deleting an Experiment needs nothing from the operator: every child carries an owner reference
+and the cluster's garbage collector removes them, so no finalizer holds the deletion up while
+the operator is down. The operator only drops the Experiment's metric series when it sees it
+go.
+
+Several replicas may run: with ``--peering NAME`` kopf's peering elects one (the highest
+priority, random per process by default) and the others stay idle until it is gone.
 
 kopf keeps its own bookkeeping in annotations under ``seedrl.dev/`` rather than in ``status``,
 which the CRD's structural schema would prune.
@@ -37,11 +56,19 @@ which the CRD's structural schema would prune.
 
 from __future__ import annotations
 
+import collections
+import copy
 import dataclasses
+import datetime
 import http.client
 import json
 import logging
+import os
+import socket
+import threading
+import time
 import urllib.request
+import uuid
 from typing import Any, Callable, Mapping, Optional
 
 import kopf
@@ -67,7 +94,14 @@ _KINDS = {
     "NetworkPolicy": (kubernetes.client.NetworkingV1Api, "network_policy"),
     "Job": (kubernetes.client.BatchV1Api, "job"),
     "Deployment": (kubernetes.client.AppsV1Api, "deployment"),
+    "PersistentVolumeClaim": (kubernetes.client.CoreV1Api, "persistent_volume_claim"),
+    "PodDisruptionBudget": (kubernetes.client.PolicyV1Api, "pod_disruption_budget"),
 }
+#: Kinds created once and never applied again (a claim's spec is immutable once bound).
+_CREATE_ONLY = ("PersistentVolumeClaim",)
+#: Kueue's Workload, which owns a queued Job's admission.
+KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads")
+LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 
 def fetch_url(url: str, timeout: float = 3.0) -> str:
     """GETs a URL and returns the body as text (the default way to read a learner's status)."""
@@ -91,6 +125,8 @@ class OperatorConfig:
       metrics: the operator's Prometheus series (a fresh registry by default).
       connection: the API server kopf itself talks to; None: the same as ``api_client``'s
         kubeconfig or in-cluster credentials, found by kopf.
+      active: whether this replica is the active one among peers (:class:`PeeringGate`);
+        always, when standalone.
     """
 
     api_client: kubernetes.client.ApiClient
@@ -101,6 +137,7 @@ class OperatorConfig:
         default_factory=lambda: cost.load_prices(environ={}))
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     connection: Optional[kopf.ConnectionInfo] = None
+    active: Callable[[], bool] = lambda: True
 
 
 class Children:
@@ -155,12 +192,50 @@ class Children:
         getattr(api, f"patch_namespaced_{suffix}")(name, namespace, dict(patch),
                                                    _content_type=MERGE, _preload_content=False)
 
-    def delete(self, kind: str, namespace: str, name: str) -> bool:
-        """Deletes one object (its pods in the background); False if it was already gone."""
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Posts a Kubernetes Event about ``obj`` (best effort: a failure is only logged)."""
+        meta = obj["metadata"]
+        now = datetime.datetime.now(datetime.timezone.utc)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                             "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                                   "name": meta["name"], "namespace": meta["namespace"],
+                                   "uid": meta.get("uid")},
+                "type": type_, "reason": reason, "message": message[:1024],
+                "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        try:
+            kubernetes.client.CoreV1Api(self.api_client).create_namespaced_event(
+                meta["namespace"], body, _preload_content=False)
+        except (kubernetes.client.ApiException, OSError) as exc:
+            log.warning("cannot post event %s on %s/%s: %s", reason, meta["namespace"],
+                        meta["name"], exc)
+
+    def workloads(self, namespace: str, job_uid: str) -> list[dict]:
+        """The Kueue Workloads of a Job (Kueue labels them with the Job's uid)."""
+        group, version, plural = KUEUE
+        response = kubernetes.client.CustomObjectsApi(self.api_client).list_namespaced_custom_object(
+            group, version, namespace, plural, label_selector=f"{LABEL_KUEUE_JOB_UID}={job_uid}",
+            _preload_content=False)
+        return list(json.loads(response.data).get("items") or [])
+
+    def set_workload_active(self, namespace: str, name: str, active: bool) -> None:
+        """Activates or deactivates a Kueue Workload (``spec.active``)."""
+        group, version, plural = KUEUE
+        kubernetes.client.CustomObjectsApi(self.api_client).patch_namespaced_custom_object(
+            group, version, namespace, plural, name, {"spec": {"active": active}},
+            _content_type=MERGE, _preload_content=False)
+
+    def delete(self, kind: str, namespace: str, name: str,
+               propagation: str = "Background") -> bool:
+        """Deletes one object (its dependents in the background, or first with
+        ``Foreground``); False if it was already gone."""
         api, suffix = self._api(kind)
         try:
             getattr(api, f"delete_namespaced_{suffix}")(
-                name, namespace, propagation_policy="Background", _preload_content=False)
+                name, namespace, propagation_policy=propagation, _preload_content=False)
         except kubernetes.client.ApiException as exc:
             if exc.status == 404:
                 return False
@@ -169,16 +244,37 @@ class Children:
 
 
 def _job_patch(exp: Experiment, job: Mapping[str, Any]) -> dict | None:
-    """What to change on an existing learner Job: only ``spec.suspend`` may change.
-
-    A Job waiting in a Kueue queue is unsuspended by Kueue, not by us; we only suspend it.
+    """What to change on an existing learner Job: only ``spec.suspend`` may change, and never
+    for a queued one (Kueue owns a queued Job's ``spec.suspend``: see :func:`workload_active`).
     """
+    if exp.spec.queue_name:
+        return None
     current = bool((job.get("spec") or {}).get("suspend"))
-    if exp.spec.suspend and not current:
-        return {"spec": {"suspend": True}}
-    if not exp.spec.suspend and current and not exp.spec.queue_name:
-        return {"spec": {"suspend": False}}
+    if exp.spec.suspend != current:
+        return {"spec": {"suspend": exp.spec.suspend}}
     return None
+
+
+def workload_active(exp: Experiment) -> bool:
+    """What a queued Experiment's Kueue Workload ``spec.active`` should be: false while it is
+    suspended (Kueue evicts it, suspends the Job and frees the quota), true otherwise (Kueue
+    queues it again and admits it by unsuspending the Job)."""
+    return not exp.spec.suspend
+
+
+@dataclasses.dataclass
+class Observed:
+    """An Experiment's children as the operator last saw them.
+
+    Attributes:
+      job: the learner Job, or None.
+      deployment: the actor Deployment, or None.
+      pods: the Experiment's pods (both roles), or None when they were not looked at.
+    """
+
+    job: dict | None
+    deployment: dict | None
+    pods: list[dict] | None = None
 
 
 class Reconciler:
@@ -188,11 +284,11 @@ class Reconciler:
         self.config = config
         self.children = Children(config.api_client)
 
-    def observe(self, exp: Experiment, namespace: str) -> tuple[dict | None, dict | None]:
-        """The learner Job and the actor Deployment as they are now."""
+    def observe(self, exp: Experiment, namespace: str) -> Observed:
+        """The learner Job and the actor Deployment as the API server has them now."""
         n = reconcile.names(exp.metadata.name)
-        return (self.children.read("Job", namespace, n.learner),
-                self.children.read("Deployment", namespace, n.actors))
+        return Observed(self.children.read("Job", namespace, n.learner),
+                        self.children.read("Deployment", namespace, n.actors))
 
     def learner_status(self, exp: Experiment, namespace: str,
                        job: Mapping[str, Any] | None) -> tuple[LearnerStatus | None, str | None]:
@@ -206,41 +302,93 @@ class Reconciler:
             return None, f"reading {url}: {exc}"
 
     def apply(self, exp: Experiment, namespace: str, uid: str,
-              job: Mapping[str, Any] | None, done_before: bool = False) -> None:
+              job: Mapping[str, Any] | None, done_before: bool = False,
+              body: Mapping[str, Any] | None = None) -> None:
         """Brings every child to what ``exp`` renders to.
 
         Args:
           done_before: the status records a finished learner: its Job, if gone, is not made
             again and no actors run.
+          body: the Experiment, for the Events posted about what was done.
         """
         owner = reconcile.owner_reference(exp.metadata.name, uid)
         finished = reconcile.job_finished(job) or done_before
-        for obj in reconcile.render(exp, owner, namespace, finished=finished):
-            if obj["kind"] != "Job":
+        admitted = reconcile.admitted(exp, job)
+        for obj in reconcile.render(exp, owner, namespace, finished=finished,
+                                    admitted=admitted):
+            kind = obj["kind"]
+            if kind in _CREATE_ONLY:
+                self.children.create(obj)
+            elif kind != "Job":
                 self.children.apply(obj)
             elif job is None:
                 if not done_before:
                     self.children.create(obj)
+            elif reconcile.job_outdated(exp, job):
+                self.replace_learner(exp, namespace, job, body)
             else:
                 patch = _job_patch(exp, job)
                 if patch:
                     self.children.merge("Job", namespace, obj["metadata"]["name"], patch)
+                if exp.spec.queue_name:
+                    self.activate_workload(exp, namespace, job)
+
+    def replace_learner(self, exp: Experiment, namespace: str, job: Mapping[str, Any],
+                        body: Mapping[str, Any] | None) -> None:
+        """Deletes a learner Job that runs an older spec, in the foreground: the Job stays
+        until its pod is gone (it gets SIGTERM and writes its final checkpoint), so the new
+        Job, created by a later reconcile, never runs beside it."""
+        if (job.get("metadata") or {}).get("deletionTimestamp"):
+            return  # already on its way out
+        name = job["metadata"]["name"]
+        if self.children.delete("Job", namespace, name, propagation="Foreground"):
+            log.info("Experiment %s/%s: replacing learner Job %s (the spec changed)",
+                     namespace, exp.metadata.name, name)
+            if body is not None:
+                self.children.event(body, "Normal", "ReplacingLearner",
+                                    f"The spec changed what the learner runs: Job {name} is "
+                                    f"replaced; the new learner resumes from the checkpoint.")
+
+    def activate_workload(self, exp: Experiment, namespace: str,
+                          job: Mapping[str, Any]) -> None:
+        """Sets the queued Job's Kueue Workload ``spec.active`` from ``spec.suspend``."""
+        wanted = workload_active(exp)
+        for workload in self.children.workloads(namespace, job["metadata"]["uid"]):
+            if bool((workload.get("spec") or {}).get("active", True)) != wanted:
+                self.children.set_workload_active(namespace, workload["metadata"]["name"],
+                                                  wanted)
 
     def status(self, exp: Experiment, namespace: str, body: Mapping[str, Any],
-               refused: list[str]) -> dict:
+               refused: list[str], seen: Observed | None = None) -> dict:
         """The status to write, from what the children and the learner say now."""
-        job, deployment = self.observe(exp, namespace)
+        seen = seen or self.observe(exp, namespace)
+        job, deployment = seen.job, seen.deployment
         learner, why = self.learner_status(exp, namespace, job)
+        pods = seen.pods
+        if pods is None:
+            try:
+                pods = self.children.pods(namespace,
+                                          f"{reconcile.LABEL_EXPERIMENT}={exp.metadata.name}")
+            except kubernetes.client.ApiException as exc:
+                log.warning("Experiment %s/%s: cannot list its pods: %s", namespace,
+                            exp.metadata.name, exc)
+        learner_pods = [p for p in pods or []
+                        if (p["metadata"].get("labels") or {}).get(reconcile.LABEL_ROLE)
+                        == "learner"]
+        if learner is None and job is not None and reconcile.job_finished(job):
+            # The learner is gone: its final status is in its pod's termination message.
+            learner = reconcile.final_learner_status(learner_pods) or learner
         status = reconcile.compute_status(
             exp, generation=body["metadata"].get("generation"), previous=body.get("status"),
-            job=job, deployment=deployment, learner=learner, learner_error=why, refused=refused)
-        report = self.price(exp, namespace, body.get("status") or {}, status)
+            job=job, deployment=deployment, learner=learner, learner_error=why, refused=refused,
+            learner_pods=learner_pods, replacing=reconcile.job_outdated(exp, job))
+        report = self.price(exp, namespace, body.get("status") or {}, status, pods)
         self.config.metrics.observe(exp.metadata.name, namespace, body["metadata"].get("uid"),
                                     status.get("phase"), report)
         return status
 
     def price(self, exp: Experiment, namespace: str, previous: Mapping[str, Any],
-              status: dict) -> cost.CostReport | None:
+              status: dict, pods: list[dict] | None = None) -> cost.CostReport | None:
         """Prices the Experiment's pods into ``status["cost"]`` and ``status["costRecords"]``.
 
         The stored records (``previous["costRecords"]``) are merged with the pods listed now,
@@ -253,7 +401,8 @@ class Reconciler:
         name = exp.metadata.name
         selector = f"{reconcile.LABEL_EXPERIMENT}={name}"
         try:
-            pods = self.children.pods(namespace, selector)
+            if pods is None:
+                pods = self.children.pods(namespace, selector)
             records, report = cost.price_pods(previous.get("costRecords") or [], pods,
                                               self.config.prices,
                                               env_frames=int(status.get("envFrames") or 0))
@@ -265,14 +414,17 @@ class Reconciler:
         status["costRecords"] = records
         return report
 
-    def reconcile(self, body: Mapping[str, Any], heal_only: bool = False) -> dict:
+    def reconcile(self, body: Mapping[str, Any], heal_only: bool = False,
+                  seen: Observed | None = None) -> dict:
         """Validates, applies (unless refused) and returns the status to write.
 
         Args:
           body: the Experiment as stored.
-          heal_only: from the periodic timer: apply only when a child is missing or the
-            actors must stop because the learner finished; a spec change is the change
+          heal_only: from the periodic timer or a child's event: apply only when a child is
+            missing, the actors must change because the learner finished or was admitted, or
+            the learner Job must be replaced or suspended; a spec change is the change
             handlers' business.
+          seen: the children as watched (the timer's kopf indexes); None reads them.
         """
         meta = body["metadata"]
         namespace = meta["namespace"]
@@ -288,40 +440,39 @@ class Reconciler:
         applied = previous.get("appliedImmutable")
         refused = reconcile.immutable_changes(applied, exp) if applied else []
         if not refused:
-            job, deployment = self.observe(exp, namespace)
+            seen = seen or self.observe(exp, namespace)
             done_before = reconcile.finished_before(previous)
-            if not heal_only or self._needs_healing(exp, namespace, job, deployment,
-                                                    done_before):
-                self.apply(exp, namespace, meta["uid"], job, done_before)
-        return self.status(exp, namespace, body, refused)
+            if not heal_only or self._needs_healing(exp, namespace, seen, done_before):
+                self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
+                seen = self.observe(exp, namespace)
+        return self.status(exp, namespace, body, refused, seen)
 
-    def _needs_healing(self, exp: Experiment, namespace: str, job, deployment,
+    def _needs_healing(self, exp: Experiment, namespace: str, seen: Observed,
                        done_before: bool) -> bool:
+        job, deployment = seen.job, seen.deployment
         if (job is None and not done_before) or deployment is None:
             return True
+        if reconcile.job_outdated(exp, job):
+            return True
         n = reconcile.names(exp.metadata.name)
-        for kind, name in (("ConfigMap", n.config), ("Service", n.service),
-                           ("NetworkPolicy", n.network_policy)):
+        children = [("ConfigMap", n.config), ("Service", n.service),
+                    ("NetworkPolicy", n.network_policy),
+                    ("PodDisruptionBudget", n.disruption_budget)]
+        if reconcile.needs_run_volume(exp):
+            children.append(("PersistentVolumeClaim", n.run_volume))
+        for kind, name in children:
             if self.children.read(kind, namespace, name) is None:
                 return True
-        wanted = reconcile.actor_replicas(exp, reconcile.job_finished(job) or done_before)
+        wanted = reconcile.actor_replicas(exp, reconcile.job_finished(job) or done_before,
+                                          reconcile.admitted(exp, job))
         return ((deployment.get("spec") or {}).get("replicas") != wanted
                 or (job is not None and _job_patch(exp, job) is not None))
 
-    def delete(self, body: Mapping[str, Any]) -> list[str]:
-        """Deletes every child an Experiment of this name has and drops its series; returns
-        what was deleted."""
-        namespace = body["metadata"]["namespace"]
-        n = reconcile.names(body["metadata"]["name"])
-        self.config.metrics.forget(body["metadata"]["name"], namespace,
+    def forget(self, body: Mapping[str, Any]) -> None:
+        """Drops the series of an Experiment that is gone (its children are the garbage
+        collector's: they carry owner references)."""
+        self.config.metrics.forget(body["metadata"]["name"], body["metadata"]["namespace"],
                                    body["metadata"].get("uid"))
-        gone = []
-        for kind, name in (("Deployment", n.actors), ("Job", n.learner),
-                           ("NetworkPolicy", n.network_policy), ("Service", n.service),
-                           ("ConfigMap", n.config)):
-            if self.children.delete(kind, namespace, name):
-                gone.append(f"{kind}/{name}")
-        return gone
 
 
 def _write_status(patch: kopf.Patch, status: Mapping[str, Any],
@@ -334,12 +485,205 @@ def _write_status(patch: kopf.Patch, status: Mapping[str, Any],
             patch.status[key] = value
 
 
+#: Phases whose arrival is a Warning event; the others are Normal.
+_WARNING_PHASES = ("Failed",)
+
+
+def announce(children: "Children", body: Mapping[str, Any],
+             status: Mapping[str, Any]) -> None:
+    """Posts a Kubernetes Event on the Experiment when its phase changes (a Warning with the
+    Failed condition's reason and message when it fails)."""
+    before = (body.get("status") or {}).get("phase")
+    phase = status.get("phase")
+    if not phase or phase == before:
+        return
+    cond = reconcile.condition(status, "Failed") if phase == "Failed" else None
+    cond = cond or reconcile.condition(status, "Valid") if phase == "Failed" else cond
+    if cond and cond.get("status") in ("True", "False") and phase == "Failed":
+        reason, message = cond.get("reason") or "Failed", cond.get("message") or ""
+    else:
+        reason, message = phase, f"The experiment is {phase.lower()}" + (
+            f" (was {before.lower()})." if before else ".")
+    children.event(body, "Warning" if phase in _WARNING_PHASES else "Normal", reason, message)
+
+
+class ChildCache:
+    """The Experiments, learner Jobs, actor Deployments and pods as the watch streams last
+    delivered them (kopf's ``on.event`` handlers feed it; the poller reads it)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[tuple[str, str], dict]] = collections.defaultdict(dict)
+
+    def update(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """Records one watch event (``DELETED`` forgets the object)."""
+        meta = body["metadata"]
+        key = (meta.get("namespace") or "", meta["name"])
+        with self._lock:
+            if event_type == "DELETED":
+                self._objects[kind].pop(key, None)
+            else:
+                self._objects[kind][key] = copy.deepcopy(dict(body))
+
+    def experiments(self) -> list[dict]:
+        """Every Experiment seen, not being deleted."""
+        with self._lock:
+            return [b for b in self._objects["Experiment"].values()
+                    if not b["metadata"].get("deletionTimestamp")]
+
+    def experiment(self, namespace: str, name: str) -> dict | None:
+        """One Experiment as last seen."""
+        with self._lock:
+            return self._objects["Experiment"].get((namespace, name))
+
+    def observed(self, namespace: str, name: str) -> Observed:
+        """An Experiment's children as last seen."""
+        n = reconcile.names(name)
+        with self._lock:
+            pods = [p for (ns, _), p in self._objects["Pod"].items() if ns == namespace
+                    and (p["metadata"].get("labels") or {}).get(reconcile.LABEL_EXPERIMENT)
+                    == name]
+            return Observed(self._objects["Job"].get((namespace, n.learner)),
+                            self._objects["Deployment"].get((namespace, n.actors)), pods)
+
+
+class PeeringGate:
+    """Whether this replica is the active one among peers (kopf's peering object: every
+    replica keeps ``status[identity] = {priority, lifetime, lastseen}`` there, and the live
+    one with the highest priority is active, the others pause). kopf pauses its own watchers;
+    this tells the poller, which kopf does not drive, to pause too.
+
+    Args:
+      api_client: the client to read the peering object with.
+      name: the peering object's name.
+      identity, priority: this replica's, as given to kopf.
+      namespace: a KopfPeering's namespace; None: a ClusterKopfPeering.
+    """
+
+    def __init__(self, api_client, name: str, identity: str, priority: int,
+                 namespace: str | None = None):
+        self.api = kubernetes.client.CustomObjectsApi(api_client)
+        self.name, self.identity, self.priority, self.namespace = (name, identity, priority,
+                                                                    namespace)
+
+    def __call__(self) -> bool:
+        try:
+            if self.namespace is None:
+                body = self.api.get_cluster_custom_object("kopf.dev", "v1",
+                                                          "clusterkopfpeerings", self.name)
+            else:
+                body = self.api.get_namespaced_custom_object("kopf.dev", "v1", self.namespace,
+                                                             "kopfpeerings", self.name)
+        except kubernetes.client.ApiException as exc:
+            log.warning("cannot read peering %s: %s; pausing", self.name, exc.reason)
+            return False
+        return is_active_peer(body.get("status") or {}, self.identity, self.priority)
+
+
+def is_active_peer(peers: Mapping[str, Any], identity: str, priority: int,
+                   now: datetime.datetime | None = None) -> bool:
+    """Whether ``identity`` is the live peer of the highest priority (kopf's rule: a peer is
+    live until ``lastseen + lifetime``; a tie keeps the lower identity active, so that
+    exactly one replica works even then)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    for other, info in peers.items():
+        if other == identity or not isinstance(info, Mapping):
+            continue
+        try:
+            seen = datetime.datetime.fromisoformat(str(info.get("lastseen")))
+            if seen.tzinfo is None:
+                seen = seen.replace(tzinfo=datetime.timezone.utc)
+            alive = seen + datetime.timedelta(seconds=int(info.get("lifetime") or 0)) > now
+        except (TypeError, ValueError):
+            continue
+        theirs = int(info.get("priority") or 0)
+        if alive and (theirs > priority or (theirs == priority and other < identity)):
+            return False
+    return True
+
+
+class Poller:
+    """Refreshes every Experiment's status each ``poll_seconds`` (and at once when its learner
+    Job changes): the learner's ``/status`` has nothing to watch. Reads the children from the
+    :class:`ChildCache`; writes status only where it changed."""
+
+    def __init__(self, config: OperatorConfig, rec: "Reconciler", cache: ChildCache):
+        self.config, self.rec, self.cache = config, rec, cache
+        #: Whether this replica is the active one (see :class:`PeeringGate`).
+        self.active = config.active
+        self._stop = threading.Event()
+        self._woken: set[tuple[str, str]] = set()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="seedrl-poller", daemon=True)
+        self.api = kubernetes.client.CustomObjectsApi(config.api_client)
+
+    def start(self) -> None:
+        """Starts the refresh thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops it."""
+        self._stop.set()
+        self._wake.set()
+
+    def wake(self, namespace: str, name: str) -> None:
+        """Refreshes one Experiment now (its learner Job changed)."""
+        self._woken.add((namespace, name))
+        self._wake.set()
+
+    def _run(self) -> None:
+        next_all = time.monotonic() + self.config.poll_seconds
+        while not self._stop.is_set():
+            self._wake.wait(max(0.0, next_all - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if time.monotonic() >= next_all:
+                next_all = time.monotonic() + self.config.poll_seconds
+                targets = [(b["metadata"]["namespace"], b["metadata"]["name"])
+                           for b in self.cache.experiments()]
+                self._woken.clear()
+            else:
+                targets, self._woken = list(self._woken), set()
+            if targets and not self.active():
+                continue
+            for namespace, name in targets:
+                try:
+                    self.refresh(namespace, name)
+                except Exception:  # noqa: BLE001 - one Experiment never stops the others
+                    log.exception("refreshing Experiment %s/%s failed", namespace, name)
+
+    def refresh(self, namespace: str, name: str) -> None:
+        """Reconciles one Experiment (healing only) and writes what changed in its status."""
+        body = self.cache.experiment(namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return  # gone: a status written now would bring its series back
+        with self.config.metrics.reconciling("poll"):
+            status = self.rec.reconcile(body, heal_only=True,
+                                        seen=self.cache.observed(namespace, name))
+            changed = {k: v for k, v in status.items()
+                       if (body.get("status") or {}).get(k) != v}
+            if not changed:
+                return
+            announce(self.rec.children, body, status)
+            try:
+                self.api.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, PLURAL, name, {"status": changed},
+                    _content_type=MERGE, _preload_content=False)
+            except kubernetes.client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
 def build_registry(config: OperatorConfig,
                    registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
     """Registers the handlers for Experiments on ``registry`` (a new one if None)."""
     registry = registry if registry is not None else kopf.OperatorRegistry()
     rec = Reconciler(config)
     res = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
+    res_args = (GROUP, VERSION, PLURAL)
+    ours = {reconcile.LABEL_EXPERIMENT: kopf.PRESENT,
+            "app.kubernetes.io/managed-by": reconcile.MANAGED_BY}
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -357,6 +701,45 @@ def build_registry(config: OperatorConfig,
             return config.connection
         return kopf.login_via_client(**kwargs)
 
+    # The Experiments and their children, watched: every watch event updates an in-memory
+    # cache, so a refresh reads them from memory instead of the API server. (Not kopf timers:
+    # kopf puts a finalizer on every object a timer runs for.)
+    cache = ChildCache()
+
+    @kopf.on.event(*res_args, registry=registry)
+    def experiment_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        cache.update("Experiment", type, body)
+        if type == "DELETED":
+            # No finalizer: the children go with the Experiment through their owner
+            # references (the garbage collector's work); the operator drops its series.
+            rec.forget(body)
+
+    @kopf.on.event("batch", "v1", "jobs", labels=ours, registry=registry)
+    def job_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        cache.update("Job", type, body)
+        if type is not None:  # not the initial listing, which the refresh covers
+            poller.wake(body["metadata"]["namespace"],
+                        body["metadata"]["labels"][reconcile.LABEL_EXPERIMENT])
+
+    @kopf.on.event("apps", "v1", "deployments", labels=ours, registry=registry)
+    def deployment_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        cache.update("Deployment", type, body)
+
+    @kopf.on.event("v1", "pods", labels={reconcile.LABEL_EXPERIMENT: kopf.PRESENT},
+                   registry=registry)
+    def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        cache.update("Pod", type, body)
+
+    poller = Poller(config, rec, cache)
+
+    @kopf.on.startup(registry=registry)
+    def start_polling(**_: Any) -> None:
+        poller.start()
+
+    @kopf.on.cleanup(registry=registry)
+    def stop_polling(**_: Any) -> None:
+        poller.stop()
+
     # An invalid spec never raises (it is reported in status); what raises is an API error,
     # retried after a pause, while the timer below keeps reconciling as well.
     @kopf.on.create(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
@@ -364,20 +747,9 @@ def build_registry(config: OperatorConfig,
     @kopf.on.resume(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     def on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         with config.metrics.reconciling("change"):
-            _write_status(patch, rec.reconcile(body), body.get("status"))
-
-    @kopf.timer(**res, interval=config.poll_seconds, initial_delay=config.poll_seconds,
-                idle=None)
-    def poll(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        if body["metadata"].get("deletionTimestamp"):
-            return  # on_delete has it; a status written now would bring its series back
-        with config.metrics.reconciling("poll"):
-            _write_status(patch, rec.reconcile(body, heal_only=True), body.get("status"))
-
-    @kopf.on.delete(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=2)
-    def on_delete(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
-        gone = rec.delete(body)
-        logger.info("deleted %s", ", ".join(gone) or "nothing (no children left)")
+            status = rec.reconcile(body)
+            announce(rec.children, body, status)
+            _write_status(patch, status, body.get("status"))
 
     return registry
 
@@ -403,6 +775,14 @@ def serve_metrics(metrics: OperatorMetrics, port: int,
     return server
 
 
+def peering_priority(given: int | None) -> int:
+    """A replica's peering priority: the given one, else a random one. kopf pauses every peer
+    that shares the highest priority, so replicas of one Deployment must differ."""
+    import random
+
+    return given if given is not None else random.SystemRandom().randrange(1, 2**31)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m seedrl.service.operator [--namespace NS ...] [--poll-seconds S]
     [--metrics-port P]``."""
@@ -418,6 +798,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="kopf's liveness endpoint")
     p.add_argument("--metrics-port", type=int, default=8081,
                    help="port of the operator's Prometheus /metrics on 0.0.0.0; 0 disables")
+    p.add_argument("--peering", default="",
+                   help="elect one active operator among replicas through kopf's peering "
+                        "object of this name (KopfPeering in --peering-namespace, or "
+                        "ClusterKopfPeering when watching every namespace); empty: run "
+                        "standalone (one replica only)")
+    p.add_argument("--priority", type=int, default=None,
+                   help="this replica's peering priority (the highest is active); default: "
+                        "random, so that replicas never tie (tied peers all pause)")
     args = p.parse_args(argv)
     if not 0 <= args.metrics_port <= 65535:
         p.error(f"--metrics-port must be 0 to 65535, got {args.metrics_port}")
@@ -430,9 +818,17 @@ def main(argv: list[str] | None = None) -> int:
     log.info("pricing pods with table %s (%s)", prices.version, prices.region)
     config = OperatorConfig(api_client=default_api_client(), poll_seconds=args.poll_seconds,
                             prices=prices)
+    identity = f"seedrl-operator@{socket.gethostname()}/{os.getpid()}"
+    priority = peering_priority(args.priority)
+    if args.peering:
+        config.active = PeeringGate(config.api_client, args.peering, identity, priority,
+                                    None if not args.namespace else args.namespace[0])
+        log.info("peering %s as %s, priority %d", args.peering, identity, priority)
     server = serve_metrics(config.metrics, args.metrics_port)
     try:
-        kopf.run(registry=build_registry(config), standalone=True,
+        kopf.run(registry=build_registry(config), standalone=not args.peering,
+                 peering_name=args.peering or None, identity=identity,
+                 priority=priority if args.peering else None,
                  clusterwide=not args.namespace, namespaces=args.namespace,
                  liveness_endpoint=args.liveness)
     finally:

@@ -3,10 +3,17 @@
 :func:`render` turns a validated Experiment into the Kubernetes objects that run it:
 
 - a ConfigMap holding the resolved Experiment (``config.yaml``), which both roles read;
-- the learner: a Job with one pod (``completions: 1``), so that a learner that reaches its budget
-  and exits 0 reads as Succeeded, and one that crashes is restarted in place (``restartPolicy:
-  OnFailure``, up to ``spec.backoffLimit`` times) and resumes from its latest checkpoint. The
-  pod keeps its node (a TPU host is slow to get back) and its scratch volume across restarts;
+- the learner: a Job with one pod (``completions: 1``, ``restartPolicy: Never``) whose
+  ``podFailurePolicy`` follows the learner's exit codes (:mod:`seedrl.common.exit_codes`): 0
+  only when the Experiment is finished, so the Job completes only then; a pod disrupted
+  (condition DisruptionTarget: drained, evicted, preempted) or stopped early (exit STOPPED after
+  its final checkpoint) is replaced without counting; a bad configuration or an unusable
+  checkpoint location fails the Job at once; any other failure (a crash, OOMKilled) counts
+  against ``spec.backoffLimit``. Each new pod resumes from the latest checkpoint; with no
+  ``spec.checkpoint.uri`` its run directory is a PersistentVolumeClaim, so that it outlives the
+  pod. A PodDisruptionBudget and the cluster autoscaler's safe-to-evict annotation keep
+  voluntary disruptions off a healthy learner, and a learner stays off Spot nodes unless
+  ``spec.learner.spot`` asks for them;
 - a Service for the learner's gRPC and metrics ports;
 - the actors: a Deployment of ``spec.actors.replicas`` pods (zero while suspended);
 - a NetworkPolicy: only this experiment's actor pods may reach the learner's gRPC port; the
@@ -25,8 +32,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import json
 from typing import Any, Mapping
 
+from seedrl.common.exit_codes import PERMANENT, RETRY_FREELY, ExitCode
+from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.config import (
     API_VERSION,
     KIND,
@@ -43,6 +53,8 @@ from seedrl.common.learner_status import LearnerStatus
 CONFIG_DIR = "/etc/seedrl"
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 RUN_DIR = "/var/run/seedrl"
+#: Where the learner writes its final status (the container's terminationMessagePath).
+TERMINATION_LOG = "/dev/termination-log"
 #: UID/GID the containers run as (the images create this user; any non-root id works).
 RUN_AS = 1000
 MANAGED_BY = "seedrl-operator"
@@ -50,13 +62,26 @@ LABEL_EXPERIMENT = "seedrl.dev/experiment"
 LABEL_ROLE = "seedrl.dev/role"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 ANNOTATION_CONFIG_HASH = "seedrl.dev/config-hash"
+#: On the learner Job: the digest of what its pod runs (:func:`learner_hash`); a Job whose
+#: digest differs from the spec's is replaced.
+ANNOTATION_LEARNER_HASH = "seedrl.dev/learner-hash"
+#: The cluster autoscaler does not remove a node that runs a pod with this annotation "false".
+ANNOTATION_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+#: GKE's label of Spot VM nodes.
+LABEL_SPOT = "cloud.google.com/gke-spot"
 #: Annotation prefixes of tools, not of the user: left out of the config the pods read.
 BOOKKEEPING_ANNOTATIONS = ("kubectl.kubernetes.io/", "kopf.zalando.org/", "seedrl.dev/")
 TPU_RESOURCE = "google.com/tpu"
 GPU_RESOURCE = "nvidia.com/gpu"
-#: GKE Spot VMs give 30 s of notice; an actor holds no state worth more than that.
-SPOT_GRACE_SECONDS = 25
+#: A preempted GKE Spot VM gives non-system pods at most 15 s of graceful shutdown (the rest of
+#: its 30 s notice goes to system pods); asking for more only means being killed mid-exit.
+SPOT_GRACE_SECONDS = 15
+#: The Job condition of a pod stopped by a disruption (eviction, preemption, node shutdown).
+DISRUPTION_TARGET = "DisruptionTarget"
 
+
+#: The permanent exit codes a learner can exit with (REFUSED is an actor's).
+LEARNER_PERMANENT = tuple(sorted(c for c in PERMANENT if c != ExitCode.REFUSED))
 
 # --------------------------------------------------------------------------------------------
 # Names and labels
@@ -71,6 +96,8 @@ class Names:
     service: str
     actors: str
     network_policy: str
+    disruption_budget: str
+    run_volume: str
 
 
 def names(experiment_name: str) -> Names:
@@ -80,7 +107,9 @@ def names(experiment_name: str) -> Names:
     of the operator enforces through :func:`validate`."""
     return Names(config=f"{experiment_name}-config", learner=f"{experiment_name}-learner",
                  service=f"{experiment_name}-learner", actors=f"{experiment_name}-actors",
-                 network_policy=f"{experiment_name}-learner")
+                 network_policy=f"{experiment_name}-learner",
+                 disruption_budget=f"{experiment_name}-learner",
+                 run_volume=f"{experiment_name}-learner-run")
 
 
 def selector_labels(experiment_name: str, role: str) -> dict[str, str]:
@@ -170,10 +199,44 @@ def config_text(exp: Experiment) -> str:
     return dump_experiment(exp)
 
 
+def _digest(document: Any) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def config_hash(exp: Experiment) -> str:
-    """A short digest of the resolved Experiment; in the actors' pod template, so that a
-    changed config rolls the actors (the learner reads it at its next start)."""
+    """A short digest of the whole resolved Experiment (what the ConfigMap holds)."""
     return hashlib.sha256(config_text(exp).encode()).hexdigest()[:16]
+
+
+#: The sections of the spec an actor reads from config.yaml (besides metadata.name): a change
+#: anywhere else must not restart the actors.
+ACTOR_SECTIONS = ("seed", "env", "actors")
+
+
+def actor_hash(exp: Experiment) -> str:
+    """A digest of what an actor pod reads from its config: ``metadata.name``, ``spec.seed``,
+    ``spec.env`` and ``spec.actors`` less ``replicas``. In the actors' pod template, so that a
+    change to them rolls the actors while scaling, or a learner-only edit, leaves every running
+    actor alone (what else a pod runs, image, resources, Spot, the learner's port, is in the
+    template itself)."""
+    spec = to_document(exp.spec)
+    part = {key: spec[key] for key in ACTOR_SECTIONS}
+    part["actors"] = {k: v for k, v in part["actors"].items() if k != "replicas"}
+    return _digest({"name": exp.metadata.name, "spec": part})
+
+
+def learner_hash(exp: Experiment) -> str:
+    """A digest of what the learner Job runs: the whole resolved Experiment but
+    ``spec.suspend`` (a suspend is applied to the running Job) and ``spec.actors.replicas``
+    (scaling is the actors' business), unless the agent's exploration schedule is defined over
+    the actor count (R2D2's per-actor epsilons and evaluation actors): then a new count needs
+    a learner that knows it. A Job whose digest differs is replaced, and its new pod resumes
+    from the checkpoint."""
+    document = to_document(exp)
+    document["spec"]["suspend"] = False
+    if exp.spec.agent.name != "r2d2":
+        document["spec"]["actors"].pop("replicas")
+    return _digest(document)
 
 
 def _security_context() -> dict[str, Any]:
@@ -199,11 +262,20 @@ def _resources(res, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {"requests": requests, "limits": limits}
 
 
-def _volumes(exp: Experiment) -> list[dict[str, Any]]:
+def _volumes(exp: Experiment, role: str = "actor") -> list[dict[str, Any]]:
     n = names(exp.metadata.name)
+    run: dict[str, Any] = {"emptyDir": {}}
+    if role == "learner" and needs_run_volume(exp):
+        run = {"persistentVolumeClaim": {"claimName": n.run_volume}}
     return [{"name": "config", "configMap": {"name": n.config}},
-            {"name": "run", "emptyDir": {}},
+            {"name": "run", **run},
             {"name": "tmp", "emptyDir": {}}]
+
+
+def needs_run_volume(exp: Experiment) -> bool:
+    """Whether the learner's run directory needs a PersistentVolumeClaim: with no
+    ``spec.checkpoint.uri`` its checkpoints live there and must outlive each pod."""
+    return not exp.spec.checkpoint.uri
 
 
 def _mounts() -> list[dict[str, Any]]:
@@ -236,7 +308,7 @@ def _accelerator(exp: Experiment) -> tuple[dict[str, str], list[dict[str, Any]],
 
 
 def _pod_spec(exp: Experiment, container: dict[str, Any], restart_policy: str,
-              grace_seconds: int) -> dict[str, Any]:
+              grace_seconds: int, role: str = "actor") -> dict[str, Any]:
     """What every seedrl pod has: one locked-down container, no API token, no service links."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": restart_policy,
@@ -245,7 +317,7 @@ def _pod_spec(exp: Experiment, container: dict[str, Any], restart_policy: str,
         "enableServiceLinks": False,
         "securityContext": _pod_security_context(),
         "containers": [container],
-        "volumes": _volumes(exp),
+        "volumes": _volumes(exp, role),
     }
     if exp.spec.service_account_name:
         pod_spec["serviceAccountName"] = exp.spec.service_account_name
@@ -304,18 +376,76 @@ def render_network_policy(exp: Experiment, owner=None, namespace=None) -> dict[s
                      ]}}
 
 
+def _probes(port: str, ready_path: str) -> dict[str, Any]:
+    """Probes on a seedrl process's HTTP endpoint (:mod:`seedrl.common.metrics_http`):
+    ``/healthz`` answers while the process serves; ``ready_path`` once it does its work. The
+    startup probe gives a slow start (TensorFlow's import, a checkpoint restore) five minutes
+    before liveness counts; liveness then restarts a process whose endpoint stops answering for
+    two minutes."""
+    return {
+        "startupProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 5,
+                         "timeoutSeconds": 5, "failureThreshold": 60},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 20,
+                          "timeoutSeconds": 5, "failureThreshold": 6},
+        "readinessProbe": {"httpGet": {"path": ready_path, "port": port}, "periodSeconds": 5,
+                           "timeoutSeconds": 5, "failureThreshold": 3},
+    }
+
+
+def learner_failure_policy() -> dict[str, Any]:
+    """The learner Job's ``podFailurePolicy``, from the learner's exit codes.
+
+    Rules apply in order, the first that matches wins (Kubernetes, "Handling Pod and container
+    failures"): a pod with condition DisruptionTarget (evicted, drained, preempted, node
+    shutdown) is replaced without counting; so is one that exited STOPPED (a signal stopped it
+    after its final checkpoint); a permanent code fails the Job at once; anything else (an
+    exception, SIGKILL/OOMKilled) counts against backoffLimit.
+    """
+    return {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": DISRUPTION_TARGET,
+                                                  "status": "True"}]},
+        {"action": "Ignore", "onExitCodes": {"containerName": "learner", "operator": "In",
+                                             "values": [int(c) for c in RETRY_FREELY]}},
+        {"action": "FailJob", "onExitCodes": {"containerName": "learner", "operator": "In",
+                                              "values": [int(c) for c in LEARNER_PERMANENT]}},
+    ]}
+
+
+def _learner_placement(exp: Experiment, pod_spec: dict[str, Any]) -> None:
+    """Node selectors, tolerations and the Spot rule of the learner pod, in place."""
+    node_selector, tolerations, _ = _accelerator(exp)
+    if exp.spec.learner.spot:
+        node_selector = {**node_selector, LABEL_SPOT: "true"}
+        tolerations = [*tolerations, _SPOT_TOLERATION]
+    else:
+        # GKE does not taint Spot nodes by itself: without this a learner may land on one.
+        pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": LABEL_SPOT, "operator": "DoesNotExist"}]}]}}}
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+
+
+_SPOT_TOLERATION = {"key": LABEL_SPOT, "operator": "Equal", "value": "true",
+                    "effect": "NoSchedule"}
+
+
 def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
-    """The learner: a Job of one pod that restarts in place and resumes from its checkpoint."""
+    """The learner: a Job of one pod, replaced (never restarted in place) by its exit code, and
+    resuming from its checkpoint in each new pod."""
     spec = exp.spec
     learner = spec.learner
     n = names(exp.metadata.name)
-    node_selector, tolerations, extra = _accelerator(exp)
+    _, _, extra = _accelerator(exp)
     container = {
         "name": "learner",
         "image": learner.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "seedrl.learner", "--config", CONFIG_FILE,
-                    "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR],
+                    "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR,
+                    "--termination-log", TERMINATION_LOG],
         "ports": [{"name": "grpc", "containerPort": learner.port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": learner.metrics_port,
                    "protocol": "TCP"}],
@@ -323,37 +453,83 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "resources": _resources(learner.resources, extra),
         "volumeMounts": _mounts(),
         "securityContext": _security_context(),
-        # Ready once it accepts streams; the learner restores its checkpoint before serving.
-        "readinessProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 5,
-                           "failureThreshold": 3},
+        # Ready once it serves the actors' streams (after restoring its checkpoint).
+        **_probes("metrics", "/readyz"),
+        # The learner's final status once it stops (its /status is then gone); when it wrote
+        # none (an early failure), the end of its log, which says why.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod_spec = _pod_spec(exp, container, "OnFailure", learner.termination_grace_period_seconds)
-    if node_selector:
-        pod_spec["nodeSelector"] = node_selector
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
+    pod_spec = _pod_spec(exp, container, "Never", learner.termination_grace_period_seconds,
+                         "learner")
+    _learner_placement(exp, pod_spec)
+    template_meta = {"labels": _labels(exp, "learner"),
+                     # The autoscaler must not take the learner's node away to save a node.
+                     "annotations": {ANNOTATION_SAFE_TO_EVICT: "false"}}
     job_spec: dict[str, Any] = {
         "completions": 1,
         "parallelism": 1,
         "backoffLimit": spec.backoff_limit,
+        "podFailurePolicy": learner_failure_policy(),
+        # A new pod only once the old one has stopped: two learners never write the same
+        # checkpoints (and the only value podFailurePolicy allows).
+        "podReplacementPolicy": "Failed",
         # Kueue admits a queued Job by unsuspending it, so a queued one starts suspended.
         "suspend": bool(spec.suspend or spec.queue_name),
-        "template": {"metadata": {"labels": _labels(exp, "learner")}, "spec": pod_spec},
+        "template": {"metadata": template_meta, "spec": pod_spec},
     }
     if spec.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
     meta = _meta(exp, n.learner, "learner", owner, namespace)
+    meta["annotations"] = {ANNOTATION_LEARNER_HASH: learner_hash(exp)}
     if spec.queue_name:
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
 
 
-def actor_replicas(exp: Experiment, finished: bool = False) -> int:
-    """Actor pods to run: none while suspended or once the learner Job has finished (they
-    would only retry a learner that is gone)."""
-    return 0 if exp.spec.suspend or finished else exp.spec.actors.replicas
+def render_disruption_budget(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
+    """A PodDisruptionBudget that refuses voluntary evictions (drains, node upgrades, the
+    autoscaler) of a healthy learner pod. An unhealthy one (not ready: starting, restoring,
+    crashing) may still be evicted, so that it never blocks a drain for nothing. GKE's node
+    upgrades respect it for up to an hour, then delete the pod: the learner then checkpoints
+    and resumes elsewhere, as it does after any disruption."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": _meta(exp, names(exp.metadata.name).disruption_budget, "learner",
+                              owner, namespace),
+            "spec": {"maxUnavailable": 0,
+                     "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                     "selector": {"matchLabels": selector_labels(exp.metadata.name,
+                                                                 "learner")}}}
+
+
+def render_run_volume(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
+    """The learner's run directory (status, metrics, checkpoints) as a PersistentVolumeClaim,
+    for an Experiment without ``spec.checkpoint.uri``: each learner pod is a new pod, and an
+    emptyDir would lose the checkpoints with the old one."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": _meta(exp, names(exp.metadata.name).run_volume, "learner", owner,
+                              namespace),
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": exp.spec.checkpoint.volume_size}}}}
+
+
+def actor_replicas(exp: Experiment, finished: bool = False, admitted: bool = True) -> int:
+    """Actor pods to run: none while suspended, while the learner waits for Kueue's admission
+    (they would run outside the quota, with no learner to stream to), or once the learner Job
+    has finished (they would only retry a learner that is gone)."""
+    if exp.spec.suspend or finished or not admitted:
+        return 0
+    return exp.spec.actors.replicas
+
+
+def admitted(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
+    """Whether a queued Experiment's learner is admitted: Kueue admits a Job by unsuspending
+    it. An Experiment without ``spec.queueName`` needs no admission."""
+    if not exp.spec.queue_name:
+        return True
+    return job is not None and not bool((job.get("spec") or {}).get("suspend"))
 
 
 def finished_before(previous_status: Mapping[str, Any] | None) -> bool:
@@ -369,8 +545,73 @@ def job_finished(job: Mapping[str, Any] | None) -> bool:
     return bool(_job_condition(job, "Complete") or _job_condition(job, "Failed"))
 
 
+def _job_hash(job: Mapping[str, Any] | None) -> str | None:
+    return (((job or {}).get("metadata") or {}).get("annotations") or {}).get(
+        ANNOTATION_LEARNER_HASH)
+
+
+def job_outdated(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
+    """Whether a learner Job that has not finished runs another spec than ``exp`` (its
+    :func:`learner_hash` differs): it is then replaced. A finished one is left as it is."""
+    return job is not None and not job_finished(job) and _job_hash(job) != learner_hash(exp)
+
+
+def _terminated(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == "learner":
+            return (status.get("state") or {}).get("terminated")
+    return None
+
+
+def final_learner_status(pods: list[Mapping[str, Any]] | tuple) -> LearnerStatus | None:
+    """The final status the last stopped learner pod left in its termination message (the
+    learner writes it there on the way out), or None when there is none to read."""
+    ended = [(t, p) for p in pods if (t := _terminated(p)) is not None]
+    if not ended:
+        return None
+    term, _ = max(ended, key=lambda tp: tp[0].get("finishedAt") or "")
+    try:
+        return LearnerStatus.from_json(term.get("message") or "")
+    except ValueError:
+        return None
+
+
+def failure_reason(failed: Mapping[str, Any],
+                   pods: list[Mapping[str, Any]] | tuple = ()) -> tuple[str, str]:
+    """The reason and message of a failed learner Job's Experiment.
+
+    The reason names the cause when the last failed learner pod tells it: its exit code's
+    reason (CheckpointLocationUnusable, InvalidConfiguration, ...) or the kubelet's (OOMKilled),
+    else the Job's (BackoffLimitExceeded, DeadlineExceeded). The message is the Job's, then
+    that pod's exit and the end of its log (``terminationMessagePolicy: FallbackToLogsOnError``).
+    """
+    reason = failed.get("reason") or "JobFailed"
+    message = failed.get("message") or "The learner Job failed."
+    ended = [(t, p) for p in pods if (p.get("status") or {}).get("phase") == "Failed"
+             and (t := _terminated(p)) is not None]
+    if not ended:
+        return reason, message
+    term, pod = max(ended, key=lambda tp: tp[0].get("finishedAt") or "")
+    code = term.get("exitCode")
+    try:
+        known = ExitCode(code)
+    except (ValueError, TypeError):
+        known = None
+    if term.get("reason") == "OOMKilled":
+        reason = "OOMKilled"
+    elif known is not None and known != ExitCode.OK:
+        reason = known.reason
+    detail = f"learner pod {pod['metadata']['name']}: {describe_exit(code)}"
+    if term.get("reason") not in (None, "Error", "Completed"):
+        detail += f", reason {term['reason']}"
+    last = (term.get("message") or "").strip()
+    if last and final_learner_status([pod]) is None:  # the end of its log, not its status
+        detail += f"; its last words: {last[-600:]}"
+    return reason, f"{message} {detail}"
+
+
 def render_actors(exp: Experiment, owner=None, namespace=None,
-                  finished: bool = False) -> dict[str, Any]:
+                  finished: bool = False, admitted: bool = True) -> dict[str, Any]:
     """The actors: a Deployment whose pods derive their index from their pod name."""
     spec = exp.spec
     actors = spec.actors
@@ -379,8 +620,8 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
         "name": "actor",
         "image": actors.image,
         "imagePullPolicy": "IfNotPresent",
-        # A Deployment's pods have no ordinal: `--index auto` hashes the pod name into
-        # [0, replicas) (see actors/main.py). Actors reconnect to a restarted learner.
+        # A Deployment's pods have no ordinal: with `--index auto` the learner assigns each
+        # actor the lowest free index (unique among live actors, kept across reconnects).
         "command": ["python", "-m", "seedrl.actors", "--config", CONFIG_FILE,
                     "--learner", f"{n.service}:{spec.learner.port}", "--index", "auto"],
         "ports": [{"name": "metrics", "containerPort": actors.metrics_port,
@@ -389,17 +630,24 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
         "resources": _resources(actors.resources),
         "volumeMounts": _mounts(),
         "securityContext": _security_context(),
+        # Ready while streaming to the learner.
+        **_probes("metrics", "/readyz"),
     }
     pod_spec = _pod_spec(exp, container, "Always", SPOT_GRACE_SECONDS if actors.spot else 30)
     if actors.spot:
-        pod_spec["nodeSelector"] = {"cloud.google.com/gke-spot": "true"}
-        pod_spec["tolerations"] = [{"key": "cloud.google.com/gke-spot", "operator": "Equal",
-                                    "value": "true", "effect": "NoSchedule"}]
+        pod_spec["nodeSelector"] = {LABEL_SPOT: "true"}
+        pod_spec["tolerations"] = [_SPOT_TOLERATION]
     template_meta = {"labels": _labels(exp, "actor"),
-                     "annotations": {ANNOTATION_CONFIG_HASH: config_hash(exp)}}
+                     "annotations": {ANNOTATION_CONFIG_HASH: actor_hash(exp)}}
+    meta = _meta(exp, n.actors, "actor", owner, namespace)
+    if spec.queue_name:
+        # Kueue's Deployment integration admits each actor pod in the same queue, so that the
+        # actors' resources count against the quota as the learner's do.
+        meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
+        template_meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
     return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": _meta(exp, n.actors, "actor", owner, namespace),
-            "spec": {"replicas": actor_replicas(exp, finished),
+            "metadata": meta,
+            "spec": {"replicas": actor_replicas(exp, finished, admitted),
                      "selector": {"matchLabels": selector_labels(exp.metadata.name, "actor")},
                      "strategy": {"type": "RollingUpdate",
                                   "rollingUpdate": {"maxSurge": "25%",
@@ -408,7 +656,8 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
 
 
 def render(exp: Experiment, owner: Mapping[str, Any] | None = None,
-           namespace: str | None = None, finished: bool = False) -> list[dict[str, Any]]:
+           namespace: str | None = None, finished: bool = False,
+           admitted: bool = True) -> list[dict[str, Any]]:
     """Every object that runs ``exp``, in the order to create them (config first).
 
     Args:
@@ -416,11 +665,13 @@ def render(exp: Experiment, owner: Mapping[str, Any] | None = None,
       owner: an owner reference (see :func:`owner_reference`) put on every object.
       namespace: put in every object's metadata when given (else ``exp.metadata.namespace``).
       finished: the learner Job has completed or failed: no actors are rendered to run.
+      admitted: whether Kueue admitted the learner (see :func:`admitted`); no actors before.
     """
     ns = namespace or exp.metadata.namespace
-    return [render_config_map(exp, owner, ns), render_service(exp, owner, ns),
-            render_network_policy(exp, owner, ns), render_learner_job(exp, owner, ns),
-            render_actors(exp, owner, ns, finished)]
+    volume = [render_run_volume(exp, owner, ns)] if needs_run_volume(exp) else []
+    return [render_config_map(exp, owner, ns), *volume, render_service(exp, owner, ns),
+            render_network_policy(exp, owner, ns), render_disruption_budget(exp, owner, ns),
+            render_learner_job(exp, owner, ns), render_actors(exp, owner, ns, finished, admitted)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -491,7 +742,9 @@ def compute_status(exp: Experiment, *, generation: int | None,
                    job: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None,
                    learner: LearnerStatus | None, learner_error: str | None = None,
                    refused: list[str] | tuple[str, ...] = (),
-                   now: str | None = None) -> dict[str, Any]:
+                   now: str | None = None,
+                   learner_pods: list[Mapping[str, Any]] | tuple = (),
+                   replacing: bool = False) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
     Args:
@@ -504,6 +757,9 @@ def compute_status(exp: Experiment, *, generation: int | None,
       refused: paths of immutable fields whose change was refused (see
         :func:`immutable_changes`); the children then still run the spec they were made from.
       now: the timestamp for transitions.
+      learner_pods: the learner's pods as listed (a failure's reason and message come from
+        the last one that failed).
+      replacing: the learner Job runs an older spec and is being replaced.
 
     Returns:
       A status (the keys this function owns; cost is added by the operator).
@@ -517,6 +773,15 @@ def compute_status(exp: Experiment, *, generation: int | None,
                       f"{', '.join(refused)} cannot change once an experiment has started "
                       f"(its checkpoints belong to the old value); revert the change or "
                       f"create a new Experiment", generation, now)
+    elif replacing:
+        set_condition(conditions, "SpecApplied", False, "ReplacingLearner",
+                      "The learner Job runs an older spec: it is being replaced, and its new "
+                      "pod resumes from the checkpoint.", generation, now)
+    elif job is not None and job_finished(job) and _job_hash(job) not in (None,
+                                                                          learner_hash(exp)):
+        set_condition(conditions, "SpecApplied", False, "LearnerFinished",
+                      "The learner finished before this spec: a finished experiment is not run "
+                      "again; create a new Experiment to train more.", generation, now)
     else:
         set_condition(conditions, "SpecApplied", True, "Applied",
                       "The children match the spec.", generation, now)
@@ -525,7 +790,9 @@ def compute_status(exp: Experiment, *, generation: int | None,
     complete = _job_condition(job, "Complete")
     failed = _job_condition(job, "Failed")
     cleaned_up = job is None and finished_before(prev)
-    desired = actor_replicas(exp, bool(complete or failed or cleaned_up))
+    queued = job is not None and not admitted(exp, job) and not exp.spec.suspend
+    desired = actor_replicas(exp, bool(complete or failed or cleaned_up),
+                             job is None or not queued)
     ready_actors = int(dep_status.get("readyReplicas") or 0)
     learner_ready = int(job_status.get("ready") or 0) >= 1
 
@@ -554,9 +821,11 @@ def compute_status(exp: Experiment, *, generation: int | None,
     else:
         active = int(job_status.get("active") or 0)
         set_condition(conditions, "LearnerReady", False,
-                      "Suspended" if exp.spec.suspend else
+                      "Suspended" if exp.spec.suspend else "Queued" if queued else
                       ("PodNotReady" if active else "NoPod"),
                       "The learner is suspended." if exp.spec.suspend else
+                      f"Waiting for Kueue to admit the learner in queue "
+                      f"{exp.spec.queue_name}; the actors start once it is." if queued else
                       (f"{active} learner pod(s), none ready." if active else
                        "No learner pod is running."), generation, now)
     if desired == 0:
@@ -600,8 +869,8 @@ def compute_status(exp: Experiment, *, generation: int | None,
                       complete.get("message") or "The learner reached its budget.",
                       generation, now)
     if failed:
-        set_condition(conditions, "Failed", True, failed.get("reason") or "JobFailed",
-                      failed.get("message") or "The learner Job failed.", generation, now)
+        reason, message = failure_reason(failed, learner_pods)
+        set_condition(conditions, "Failed", True, reason, message, generation, now)
     ready = phase == "Running" and learner_ready and actors_ok
     set_condition(conditions, "Ready", ready, "Ready" if ready else phase,
                   "Learner and actors are ready." if ready else f"Phase {phase}.",

@@ -1,5 +1,5 @@
 """Preemption and crashes of a real learner checkpointing to GCS (the real fake-gcs-server):
-SIGKILL mid-run resumes from the last published checkpoint; SIGTERM publishes a final one."""
+SIGKILL mid-run resumes from the last published checkpoint; SIGTERM publishes a final one and the learner is run again."""
 
 import json
 import os
@@ -87,7 +87,8 @@ def test_a_killed_learner_resumes_from_its_last_checkpoint_on_gcs(tmp_path, gcs_
     assert not processes_mentioning(str(tmp_path))
 
 
-def test_sigterm_publishes_a_final_checkpoint_and_exits_0(tmp_path, gcs_bucket):
+def test_sigterm_publishes_a_final_checkpoint_and_the_learner_is_run_again(tmp_path,
+                                                                          gcs_bucket):
     uri = f"gs://{gcs_bucket}/runs/e2e-preempt"
     proc = _start(tmp_path, "e2e-preempt", uri, "spec.budget.maxEnvSteps=100000000",
                   "spec.checkpoint.intervalSeconds=0")  # only the final checkpoint
@@ -95,26 +96,36 @@ def test_sigterm_publishes_a_final_checkpoint_and_exits_0(tmp_path, gcs_bucket):
     try:
         _wait(proc, lambda: (_status(run_dir).get("learner_steps") or 0) >= 20, 180, "training")
         assert _manifest(gcs_bucket, "runs/e2e-preempt") is None
+        first = _status(run_dir)
         pid = _learner_pid(run_dir)
         sent = time.monotonic()
-        os.kill(pid, signal.SIGTERM)  # what Kubernetes sends a preempted pod
-        wait_for(lambda: not processes_mentioning(f"learner --config {run_dir}"), 60,
-                 "the learner to exit")
+        os.kill(pid, signal.SIGTERM)  # what Kubernetes sends a drained or preempted pod
+        _wait(proc, lambda: _manifest(gcs_bucket, "runs/e2e-preempt"), 60,
+              "the final checkpoint")
         took = time.monotonic() - sent
-        out, _ = proc.communicate(timeout=60)
+        final = _manifest(gcs_bucket, "runs/e2e-preempt")["checkpoints"][-1]
+        stopped = read_json(run_dir / "summary.json")
+        # Stopped before its budget: exit STOPPED (75), so the launcher runs it again (as the
+        # learner Job's podFailurePolicy does) and the new learner resumes from that checkpoint.
+        _wait(proc, lambda: _status(run_dir).get("run_id") not in (None, first["run_id"])
+              and _status(run_dir).get("state") == "running", 120, "the learner run again")
+        resumed = _status(run_dir)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    summary = read_json(run_dir / "summary.json")
-    assert summary["stop_reason"] == "terminated"
-    assert "learner exited" not in out  # exit 0: not treated as a crash, not restarted
-    manifest = _manifest(gcs_bucket, "runs/e2e-preempt")
-    final = manifest["checkpoints"][-1]
-    assert final["learner_steps"] == summary["learner_steps"] >= 20
-    assert summary["last_checkpoint"] == f"{uri}/{final['name']}"
+    assert stopped["stop_reason"] == "terminated"
+    assert final["learner_steps"] == stopped["learner_steps"] >= 20
+    assert stopped["last_checkpoint"] == f"{uri}/{final['name']}"
+    assert "learner exited with exit code 75 (stopped before the budget" in out, out
+    assert "starting it again" in out and "restarting it (" not in out, out
+    assert resumed["learner_steps"] >= final["learner_steps"]
+    assert f"resumed from {uri}/{final['name']}" in (run_dir / "learner.log").read_text()
     # Well inside Kubernetes's default 30 s grace period.
     assert took < 30, took
 
     # A new run may not take that location over without --resume.
+    manifest = _manifest(gcs_bucket, "runs/e2e-preempt")
     refused = subprocess.run(train_cmd(tmp_path, "e2e-other", f"spec.checkpoint.uri={uri}"),
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 3

@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+import re
+
 from seedrl.common.learner_status import STATES, LearnerStatus
-from seedrl.actors.main import auto_index
 from seedrl.common.config import parse_experiment
 from seedrl.service.operator import handlers as operator, reconcile
 
@@ -32,6 +33,7 @@ def localize(command, tmp_path, service, port):
     for arg in command:
         arg = arg.replace(reconcile.CONFIG_FILE, str(tmp_path / "config.yaml"))
         arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
+        arg = arg.replace(reconcile.TERMINATION_LOG, str(tmp_path / "termination-log"))
         arg = arg.replace(f"{service}:{port}", f"127.0.0.1:{port}")
         out.append(arg)
     assert out[0] == "python"
@@ -85,7 +87,13 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     assert any(s.state == "running" and s.env_steps > 0 for s in seen), seen[-3:]
     assert any(s.episodes > 0 and s.mean_return is not None and s.actors >= 1
                for s in seen), seen[-3:]
-    # Each actor derived its index from its pod name.
-    for log, pod in zip(logs[1:], ("pods-actors-5d8c9b7f4-x2k9q",
-                                   "pods-actors-5d8c9b7f4-m7w4z")):
-        assert f"actor-{auto_index(pod, 2)} " in log, log
+    # The learner granted the two actors distinct indices (`--index auto`).
+    granted = [int(m.group(1)) for log in logs[1:]
+               for m in [re.search(r"the learner granted index (\d+)", log)] if m]
+    assert sorted(granted) == [0, 1], logs[1:]
+    # The learner left its final status where the kubelet reads a termination message.
+    final = reconcile.final_learner_status([{"metadata": {"name": "l"}, "status": {
+        "containerStatuses": [{"name": "learner", "state": {"terminated": {
+            "exitCode": 0, "message": (tmp_path / "termination-log").read_text()}}}]}}])
+    assert final.state == "finished" and final.stop_reason == "max_env_steps"
+    assert final.env_steps == summary["env_steps"]

@@ -49,7 +49,13 @@ def test_lints_strict_and_every_manifest_is_valid(name, tmp_path):
 
 def test_installs_the_generated_crd():
     manifests = render(OPERATOR_CHART, include_crds=True)
-    (crd,) = of_kind(manifests, "CustomResourceDefinition")
+    crds = {c["metadata"]["name"]: c for c in of_kind(manifests, "CustomResourceDefinition")}
+    # kopf's peering CRDs come along, for the replicas' leader election.
+    assert set(crds) == {"experiments.seedrl.dev", "clusterkopfpeerings.kopf.dev",
+                         "kopfpeerings.kopf.dev"}
+    for other in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
+        validate_builtin(crds[other])
+    crd = crds["experiments.seedrl.dev"]
     assert crd == yaml.safe_load(CRD_FILE.read_text())
     validate_builtin(crd)  # apiextensions.k8s.io/v1, strict, Kubernetes 1.29 to 1.33
     assert crd["metadata"]["name"] == "experiments.seedrl.dev"
@@ -70,18 +76,26 @@ def _check_least_privilege(role):
     # The operator reads and patches Experiments; users create and delete them.
     assert rules[("seedrl.dev", "experiments")] == {"get", "list", "watch", "patch"}
     assert rules[("seedrl.dev", "experiments/status")] == {"get", "patch"}
-    # Exactly what service/operator/handlers.py does with the children (k8s/README.md, "The operator").
-    for child in [("batch", "jobs"), ("apps", "deployments"), ("", "services"),
-                  ("", "configmaps"), ("networking.k8s.io", "networkpolicies")]:
+    # Exactly what service/operator/handlers.py does with the children (k8s/README.md, "The
+    # operator"): the Jobs and Deployments are watched as well.
+    for child in [("batch", "jobs"), ("apps", "deployments")]:
+        assert rules[child] == {"get", "list", "watch", "create", "patch", "delete"}, child
+    for child in [("", "services"), ("", "configmaps"), ("", "persistentvolumeclaims"),
+                  ("networking.k8s.io", "networkpolicies"),
+                  ("policy", "poddisruptionbudgets")]:
         assert rules[child] == {"get", "create", "patch", "delete"}, child
-    # Pods are only read, to price them (status.cost).
-    assert rules[("", "pods")] == {"get", "list"}
+    # Pods are only read and watched, to price them (status.cost) and name failures.
+    assert rules[("", "pods")] == {"get", "list", "watch"}
     assert rules[("", "events")] == {"create"}
+    assert rules[("kueue.x-k8s.io", "workloads")] == {"get", "list", "patch"}
+    assert rules[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
     assert set(rules) == {("seedrl.dev", "experiments"), ("seedrl.dev", "experiments/status"),
                           ("seedrl.dev", "experiments/finalizers"), ("batch", "jobs"),
                           ("apps", "deployments"), ("", "services"), ("", "configmaps"),
+                          ("", "persistentvolumeclaims"), ("policy", "poddisruptionbudgets"),
                           ("networking.k8s.io", "networkpolicies"), ("", "events"),
-                          ("", "pods")}
+                          ("", "pods"), ("kueue.x-k8s.io", "workloads"),
+                          ("kopf.dev", "kopfpeerings"), ("kopf.dev", "clusterkopfpeerings")}
     return rules
 
 
@@ -92,8 +106,10 @@ def test_cluster_scope_binds_one_cluster_role():
     assert set(roles) == {f"seedrl-system-op-seedrl-operator-{suffix}"
                           for suffix in ("operator", "discovery", "edit", "view")}
     operator = roles["seedrl-system-op-seedrl-operator-operator"]
-    rules = _check_least_privilege(operator)
-    assert not any(group == "kopf.dev" for group, _ in rules)  # standalone: no peering
+    _check_least_privilege(operator)
+    # Two replicas by default, electing the active one through this peering object.
+    (peering,) = of_kind(manifests, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "op-seedrl-operator"
     discovery = _rules(roles["seedrl-system-op-seedrl-operator-discovery"])
     assert discovery == {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
                          ("", "namespaces"): {"list", "watch"}}
@@ -105,7 +121,15 @@ def test_cluster_scope_binds_one_cluster_role():
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     # No --namespace: python -m seedrl.service.operator then watches every namespace.
     assert args == ["--poll-seconds=10", "--liveness=http://0.0.0.0:8080/healthz",
-                    "--metrics-port=8081"]
+                    "--metrics-port=8081", "--peering=op-seedrl-operator"]
+    assert deployment["spec"]["replicas"] == 2
+    # One replica runs standalone: no peering.
+    manifests = render(OPERATOR_CHART, release="op", namespace="seedrl-system",
+                       sets=["replicaCount=1"])
+    assert not of_kind(manifests, "ClusterKopfPeering")
+    (deployment,) = of_kind(manifests, "Deployment")
+    assert "--peering" not in " ".join(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
 def test_users_get_experiment_rights_through_the_default_roles():
@@ -142,7 +166,10 @@ def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
     (deployment,) = of_kind(manifests, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["--namespace=team-a", "--namespace=team-b", "--poll-seconds=10",
-                    "--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=8081"]
+                    "--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=8081",
+                    "--peering=op-seedrl-operator"]
+    (peering,) = of_kind(manifests, "KopfPeering")
+    assert peering["metadata"]["namespace"] == "team-a"
 
     # No namespaces listed: only the release's own.
     manifests = render(OPERATOR_CHART, release="op", namespace="ops",
@@ -157,7 +184,8 @@ def test_operator_values_reach_the_container(tmp_path):
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["args"] == ["--poll-seconds=2.5", "--liveness=http://0.0.0.0:9000/healthz",
-                                 "--metrics-port=9100", "--extra=1"]
+                                 "--metrics-port=9100", "--peering=test-seedrl-operator",
+                                 "--extra=1"]
     assert container["ports"] == [{"name": "health", "containerPort": 9000, "protocol": "TCP"},
                                   {"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
     assert {"name": "SEEDRL_X", "value": "1"} in container["env"]
@@ -168,9 +196,11 @@ def test_operator_values_reach_the_container(tmp_path):
 
 
 def test_operator_pod_is_locked_down():
-    (deployment,) = of_kind(render(OPERATOR_CHART), "Deployment")
+    (deployment,) = of_kind(render(OPERATOR_CHART, sets=["replicaCount=1"]), "Deployment")
     spec = deployment["spec"]
     assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    (deployment,) = of_kind(render(OPERATOR_CHART), "Deployment")
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
@@ -232,6 +262,8 @@ def test_pod_monitor_scrapes_the_operator_itself(tmp_path):
     assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in \
         pod["spec"]["containers"][0]["ports"]
     assert endpoint["relabelings"] == [{"targetLabel": "seedrl_role", "replacement": "operator"}]
+    # Its series carry each Experiment's namespace: Prometheus must keep that label.
+    assert endpoint["honorLabels"] is True
     # metricsPort 0: no endpoint, so nothing to scrape.
     manifests = render(OPERATOR_CHART, sets=["metrics.podMonitor.enabled=true",
                                              "operator.metricsPort=0"])

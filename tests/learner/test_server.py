@@ -150,3 +150,48 @@ def test_streams_are_told_when_the_run_is_finished(learner):
     s.send(step())
     assert s.recv().finished
     s.close()
+
+
+def test_a_learner_stopping_early_sends_its_actors_to_reconnect_not_home(learner):
+    s = connect(learner)
+    s.send(step())
+    actions_of(s.recv())
+    # A signal (drain, preemption, suspend): the run is not finished, so the actors must not
+    # exit as if it were; UNAVAILABLE is what they retry until the next learner serves.
+    learner.runtime.finish("terminated")
+    s.send(step())
+    with pytest.raises(grpc.RpcError) as err:
+        s.recv()
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "before the experiment is finished" in err.value.details()
+    s.close()
+
+
+def test_assign_index_grants_unique_indices_and_the_welcome_confirms_them(learner):
+    stub_channel = grpc.insecure_channel(learner.address)
+    from seedrl.common import seedrl_pb2_grpc
+
+    stub = seedrl_pb2_grpc.LearnerStub(stub_channel)
+    name = learner.runtime.experiment.metadata.name
+    grants = [stub.AssignIndex(seedrl_pb2.IndexRequest(experiment=name, actor_id=f"pod-{i}"),
+                               timeout=10).actor_index for i in range(3)]
+    assert sorted(grants) == grants and len(set(grants)) == 3
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.AssignIndex(seedrl_pb2.IndexRequest(experiment="other", actor_id="x"), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    # Each streams with its grant; one that claims an index another live actor holds acts as
+    # another one, and the Welcome says which.
+    a = Stream(learner.address)
+    a.send(hello(actor_id="pod-0", actor_index=grants[0]))
+    assert a.recv().welcome.actor_index == grants[0]
+    b = Stream(learner.address)
+    b.send(hello(actor_id="pod-9", actor_index=grants[0]))
+    other = b.recv().welcome.actor_index
+    assert other not in grants
+    b.send(step(2))
+    actions_of(b.recv())
+    (stream,) = [st for st in learner.runtime._streams.values() if st.actor_id == "pod-9"]
+    assert stream.actor_index == other
+    a.close()
+    b.close()
+    stub_channel.close()

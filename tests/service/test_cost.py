@@ -405,3 +405,59 @@ def test_status_and_records_validate_against_the_schema_offered_to_the_crd():
     jsonschema.validate([r.to_dict() for r in records], to_json_schema(schema["records"]))
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"totalUsd": "lots"}, to_json_schema(schema["cost"]))
+
+
+def test_ten_thousand_pods_keep_the_stored_records_bounded_and_the_cost_exact():
+    """An Experiment whose actors churn through 10,000 pods (preemptions, scaling): the records
+    the operator stores stay bounded (an Experiment object is limited to 1.5 MiB), and the
+    cost is what pricing every pod one by one gives."""
+    import datetime as dt
+    import json
+
+    from seedrl.service import cost as cost_mod
+
+    prices = cost_mod.load_prices(environ={})
+
+    def iso(ts):
+        return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def pod(i, start, end=None):
+        spot = i % 3 == 0
+        state = ({"terminated": {"exitCode": 0, "startedAt": iso(start),
+                                 "finishedAt": iso(end)}} if end else
+                 {"running": {"startedAt": iso(start)}})
+        return {"metadata": {"name": f"exp-actors-{i:05d}",
+                             "labels": {"seedrl.dev/experiment": "exp",
+                                        "seedrl.dev/role": "actor"}},
+                "spec": {"nodeSelector": {"cloud.google.com/gke-spot": "true"} if spot else {},
+                         "containers": [{"name": "actor", "resources": {
+                             "requests": {"cpu": "1" if i % 2 else "2", "memory": "2Gi"}}}]},
+                "status": {"phase": "Succeeded" if end else "Running", "startTime": iso(start),
+                           "containerStatuses": [{"name": "actor", "state": state}]}}
+
+    t0 = 1_800_000_000.0
+    stored: list[dict] = []
+    every = []
+    biggest = 0
+    # 500 polls, 20 pods each: every pod is seen running at one poll and found gone at the
+    # next, which ends it there (merge_records closes a gone pod at the observation).
+    for poll in range(500):
+        now = t0 + 60 * (poll + 1)
+        live = [pod(poll * 20 + k, now - 60 + k) for k in range(20)]
+        stored, report = cost_mod.price_pods(stored, live, prices, now=now)
+        every += [pod(poll * 20 + k, now - 60 + k, now + 60) for k in range(20)]
+        biggest = max(biggest, len(json.dumps(stored)))
+    # The last pods end: priced once more with none listed.
+    end = t0 + 60 * 501
+    stored, report = cost_mod.price_pods(stored, [], prices, now=end)
+    exact = cost_mod.compute_cost([cost_mod.pod_record(p) for p in every], prices, now=end)
+    assert len(every) == 10_000
+    assert report.roles["actor"].pods == 10_000
+    assert report.total_usd == pytest.approx(exact.total_usd, rel=1e-9)
+    assert report.roles["actor"].pod_hours == pytest.approx(exact.roles["actor"].pod_hours,
+                                                            rel=1e-9)
+    # Bounded: the recent pods one by one and a record per machine for the rest, far below
+    # what 10,000 records take (~2 MB) and etcd's 1.5 MiB.
+    assert biggest < 64 * 1024, biggest
+    assert len(stored) <= cost_mod.KEEP_GONE_RECORDS + 20 + 4
+    assert "10000 x" in report.description or "actors 10000" in report.description

@@ -47,3 +47,17 @@ def test_resume_may_change_the_budget_but_not_the_env_or_agent(tmp_path):
 def test_learner_address_is_a_unix_socket_unless_the_path_is_too_long(tmp_path):
     assert learner_address(str(tmp_path)) == f"unix:{tmp_path}/learner.sock"
     assert learner_address("/" + "x" * 120).startswith("127.0.0.1:")
+
+
+def test_restarts_follow_the_exit_codes_as_the_job_does():
+    from seedrl.common.exit_codes import ExitCode
+    from seedrl.service.local.launcher import should_restart
+
+    assert not should_restart(ExitCode.OK, 0, 3)
+    for code in (ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION):
+        assert not should_restart(code, 0, 3)
+    # Stopped from outside: always run again, however often it happened.
+    assert should_restart(ExitCode.STOPPED, 3, 3)
+    # Crashes (an exception, SIGKILL) are run again up to the limit.
+    assert should_restart(ExitCode.FAILED, 2, 3) and not should_restart(ExitCode.FAILED, 3, 3)
+    assert should_restart(137, 0, 3) and not should_restart(137, 3, 3)

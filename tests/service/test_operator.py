@@ -180,7 +180,7 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
     document = copy.deepcopy(CARTPOLE)
     document["metadata"].update(name="scale", namespace=NS)
     document["spec"]["actors"]["replicas"] = 2
-    expected = reconcile.config_hash(parse_experiment(document))
+    expected = reconcile.actor_hash(parse_experiment(document))
     template = k8s.child("Deployment", "scale-actors")["spec"]["template"]
     assert template["metadata"]["annotations"][reconcile.ANNOTATION_CONFIG_HASH] == expected
     generation = k8s.get("scale")["metadata"]["generation"]
@@ -245,11 +245,18 @@ def test_invalid_experiment_fails_and_others_still_reconcile(k8s):
     wait_for(lambda: k8s.condition("broken", "Valid").get("status") == "True", what="Valid")
 
 
-def test_deletion_removes_every_child(k8s):
-    k8s.create("gone")
-    wait_for(lambda: all(k8s.children("gone").values()), what="children")
+def test_deletion_needs_no_finalizer_and_children_are_owned(k8s):
+    uid = k8s.create("gone")["metadata"]["uid"]
+    children = wait_for(lambda: (c := k8s.children("gone")) and all(c.values()) and c,
+                        what="children")
+    wait_for(lambda: k8s.status("gone").get("phase"), what="a status")
+    # No finalizer: the deletion never waits for the operator (it may be down). The children
+    # go with their owner, through the cluster's garbage collector (tests/support/cluster:
+    # the simulated cluster has one; this emulator has none).
+    assert not k8s.get("gone")["metadata"].get("finalizers")
+    for obj in children.values():
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == uid
     k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "gone")
-    wait_for(lambda: not any(k8s.children("gone").values()), what="children deleted")
 
     def experiment_gone():
         try:
@@ -257,7 +264,7 @@ def test_deletion_removes_every_child(k8s):
         except kubernetes.client.ApiException as exc:
             return exc.status == 404
         return False
-    wait_for(experiment_gone, what="the Experiment itself (finalizer released)")
+    wait_for(experiment_gone, what="the Experiment itself")
 
 
 # ------------------------------------------------------------------------------------------
@@ -470,3 +477,59 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
                                 {"trigger": "poll"}) == 1
     assert reg.get_sample_value("seedrl_operator_reconcile_errors_total",
                                 {"trigger": "change"}) == 0
+
+
+def test_only_the_live_peer_of_the_highest_priority_is_active():
+    import datetime as dt
+
+    from seedrl.service.operator.handlers import is_active_peer
+
+    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+    fresh = (now - dt.timedelta(seconds=10)).isoformat()
+    stale = (now - dt.timedelta(seconds=120)).isoformat()
+    peers = {"a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
+             "b": {"priority": 9, "lifetime": 60, "lastseen": fresh}}
+    assert is_active_peer(peers, "b", 9, now) and not is_active_peer(peers, "a", 5, now)
+    # The leader stopped renewing its record: the other takes over once it expires.
+    peers["b"]["lastseen"] = stale
+    assert is_active_peer(peers, "a", 5, now)
+    # A tie never leaves two active.
+    tie = {"a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
+           "b": {"priority": 5, "lifetime": 60, "lastseen": fresh}}
+    assert is_active_peer(tie, "a", 5, now) != is_active_peer(tie, "b", 5, now)
+
+
+def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(k8s):
+    k8s.create("queued", queueName="team-a-queue")
+    wait_for(lambda: all(k8s.children("queued").values()), what="children")
+    job = k8s.child("Job", "queued-learner")
+    assert job["spec"]["suspend"] is True  # Kueue admits it by unsuspending it
+    # Not admitted yet: no actor runs outside the quota, and the status says why.
+    assert k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0
+    deployment = k8s.child("Deployment", "queued-actors")
+    assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    wait_for(lambda: k8s.condition("queued", "LearnerReady").get("reason") == "Queued",
+             what="LearnerReady Queued")
+    # Kueue makes a Workload for the Job and admits it: it unsuspends the Job.
+    k8s.custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", NS, "workloads", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+        "metadata": {"name": "job-queued-learner-abcde",
+                     "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]}},
+        "spec": {"active": True, "queueName": "team-a-queue", "podSets": []}})
+    k8s.batch.patch_namespaced_job("queued-learner", NS, {"spec": {"suspend": False}})
+    wait_for(lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 4,
+             what="actors once admitted")
+    # Suspend: the operator deactivates the Workload (Kueue then suspends the Job) and never
+    # writes the Job's spec.suspend, which Kueue owns: no patch fight.
+    k8s.patch_spec("queued", {"suspend": True})
+
+    def workload_active():
+        return k8s.custom.get_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta1", NS, "workloads",
+            "job-queued-learner-abcde")["spec"]["active"]
+    wait_for(lambda: workload_active() is False, what="Workload deactivated")
+    wait_for(lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0,
+             what="actors scaled to zero")
+    assert k8s.child("Job", "queued-learner")["spec"]["suspend"] is False
+    k8s.patch_spec("queued", {"suspend": False})
+    wait_for(lambda: workload_active() is True, what="Workload active again")

@@ -138,7 +138,8 @@ def test_rendered_manifests_pass_kubernetes_validate_strict(path):
 
 def test_children_have_owner_references_and_labels():
     objects = reconcile.render(exp_of(), OWNER, "team-a")
-    assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "NetworkPolicy", "Job",
+    assert [o["kind"] for o in objects] == ["ConfigMap", "PersistentVolumeClaim", "Service",
+                                           "NetworkPolicy", "PodDisruptionBudget", "Job",
                                            "Deployment"]
     for obj in objects:
         assert obj["metadata"]["ownerReferences"] == [OWNER]
@@ -181,16 +182,103 @@ def test_containers_are_locked_down():
             assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
-def test_learner_job_restarts_in_place_and_has_time_to_checkpoint():
+def test_learner_job_is_replaced_by_exit_code_and_has_time_to_checkpoint():
     job = by_kind(reconcile.render(exp_of(backoffLimit=3, activeDeadlineSeconds=99,
                                           ttlSecondsAfterFinished=60)))["Job"]
     assert job["spec"]["completions"] == 1 and job["spec"]["backoffLimit"] == 3
     assert job["spec"]["activeDeadlineSeconds"] == 99
     assert job["spec"]["ttlSecondsAfterFinished"] == 60
     pod = job["spec"]["template"]["spec"]
-    assert pod["restartPolicy"] == "OnFailure"
+    # Never restarted in place: the Job decides, through its podFailurePolicy, and only once
+    # the old pod has stopped (two learners never write the same checkpoints).
+    assert pod["restartPolicy"] == "Never"
+    assert job["spec"]["podReplacementPolicy"] == "Failed"
     assert pod["terminationGracePeriodSeconds"] == 300
     assert job["spec"]["suspend"] is False
+    assert pod["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def _first_rule(policy, *, exit_code=None, conditions=()):
+    """The action of the first podFailurePolicy rule matching a failed pod, as the Job
+    controller picks it (None: no rule matches, the failure counts against backoffLimit)."""
+    for rule in policy["rules"]:
+        codes = rule.get("onExitCodes")
+        if codes and exit_code is not None and (exit_code in codes["values"]) == (
+                codes["operator"] == "In"):
+            return rule["action"]
+        for pattern in rule.get("onPodConditions") or []:
+            if (pattern["type"], pattern.get("status", "True")) in conditions:
+                return rule["action"]
+    return None
+
+
+def test_failure_policy_follows_the_exit_codes():
+    from seedrl.common.exit_codes import ExitCode
+
+    policy = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["podFailurePolicy"]
+    # A drained, evicted or preempted pod is replaced without counting, whatever it exited.
+    assert _first_rule(policy, exit_code=137, conditions=[("DisruptionTarget", "True")]) == \
+        "Ignore"
+    assert _first_rule(policy, exit_code=ExitCode.STOPPED) == "Ignore"
+    assert _first_rule(policy, exit_code=ExitCode.BAD_CONFIG) == "FailJob"
+    assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION) == "FailJob"
+    # Crashes count against backoffLimit.
+    assert _first_rule(policy, exit_code=ExitCode.FAILED) is None
+    assert _first_rule(policy, exit_code=137) is None
+    for rule in policy["rules"]:
+        assert 0 not in (rule.get("onExitCodes") or {}).get("values", [])  # the API refuses 0
+
+
+def test_learner_is_protected_from_voluntary_disruption_and_kept_off_spot():
+    objs = by_kind(reconcile.render(exp_of()))
+    pod_template = objs["Job"]["spec"]["template"]
+    assert pod_template["metadata"]["annotations"][reconcile.ANNOTATION_SAFE_TO_EVICT] == \
+        "false"
+    pdb = objs["PodDisruptionBudget"]["spec"]
+    assert pdb["maxUnavailable"] == 0 and pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert pdb["selector"]["matchLabels"].items() <= pod_template["metadata"]["labels"].items()
+    terms = pod_template["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "cloud.google.com/gke-spot",
+                                            "operator": "DoesNotExist"}]}]
+    # Asked for, it goes to Spot nodes.
+    spot = by_kind(reconcile.render(exp_of(learner={"spot": True})))["Job"]["spec"][
+        "template"]["spec"]
+    assert "affinity" not in spot
+    assert spot["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
+    assert spot["tolerations"][0]["key"] == "cloud.google.com/gke-spot"
+
+
+def test_without_a_checkpoint_uri_the_run_directory_outlives_the_pod():
+    objs = by_kind(reconcile.render(exp_of(checkpoint={"volumeSize": "5Gi"})))
+    claim = objs["PersistentVolumeClaim"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    volumes = {v["name"]: v for v in objs["Job"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["run"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    actor_volumes = {v["name"]: v for v in
+                     objs["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert actor_volumes["run"] == {"name": "run", "emptyDir": {}}
+    with_uri = by_kind(reconcile.render(exp_of(checkpoint={"uri": "gs://bucket/runs/x"})))
+    assert "PersistentVolumeClaim" not in with_uri
+    volumes = {v["name"]: v for v in with_uri["Job"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["run"] == {"name": "run", "emptyDir": {}}
+
+
+def test_probes_on_healthz_and_readyz():
+    objs = by_kind(reconcile.render(exp_of()))
+    for kind in ("Job", "Deployment"):
+        container = objs[kind]["spec"]["template"]["spec"]["containers"][0]
+        for probe in ("startupProbe", "livenessProbe"):
+            assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz",
+                                                          "port": "metrics"}
+        assert "metrics" in [p["name"] for p in container["ports"]]
+
+
+def test_spot_actors_get_at_most_the_15_seconds_gke_gives():
+    pod = by_kind(reconcile.render(exp_of(actors={"spot": True})))["Deployment"]["spec"][
+        "template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] <= 15
 
 
 def test_tpu_learner_gets_node_selectors_chips_and_toleration():
@@ -258,12 +346,40 @@ def test_network_policy_admits_only_this_experiments_actors_to_grpc():
     assert [p["port"] for p in service["ports"]] == [7000, 7001]
 
 
-def test_config_change_rolls_the_actors():
-    a = by_kind(reconcile.render(exp_of()))["Deployment"]
-    b = by_kind(reconcile.render(exp_of(budget={"maxEnvSteps": 5})))["Deployment"]
-    key = reconcile.ANNOTATION_CONFIG_HASH
-    assert a["spec"]["template"]["metadata"]["annotations"][key] != \
-        b["spec"]["template"]["metadata"]["annotations"][key]
+def _template_hash(objs):
+    return objs["Deployment"]["spec"]["template"]["metadata"]["annotations"][
+        reconcile.ANNOTATION_CONFIG_HASH]
+
+
+def _job_hash(objs):
+    return objs["Job"]["metadata"]["annotations"][reconcile.ANNOTATION_LEARNER_HASH]
+
+
+def test_only_what_actors_read_rolls_them():
+    base = by_kind(reconcile.render(exp_of()))
+    for change in ({"env": {"id": "Acrobot-v1"}}, {"seed": 7},
+                   {"actors": {"envsPerActor": 3}}):
+        assert _template_hash(by_kind(reconcile.render(exp_of(**change)))) != \
+            _template_hash(base), change
+    # Scaling, and any learner-only edit, leave the actors' template as it is.
+    for change in ({"actors": {"replicas": 17}}, {"budget": {"maxEnvSteps": 5}},
+                   {"learner": {"batchSize": 4}}, {"suspend": True}):
+        objs = by_kind(reconcile.render(exp_of(**change)))
+        assert objs["Deployment"]["spec"]["template"] == base["Deployment"]["spec"][
+            "template"], change
+
+
+def test_learner_hash_covers_what_the_learner_runs_but_scaling_and_suspend():
+    base = _job_hash(by_kind(reconcile.render(exp_of())))
+    for change in ({"budget": {"maxEnvSteps": 5}}, {"learner": {"batchSize": 4}},
+                   {"backoffLimit": 1}, {"learner": {"image": "example.com/l:2"}}):
+        assert _job_hash(by_kind(reconcile.render(exp_of(**change)))) != base, change
+    for change in ({"actors": {"replicas": 17}}, {"suspend": True}):
+        assert _job_hash(by_kind(reconcile.render(exp_of(**change)))) == base, change
+    # R2D2's exploration schedule is defined over the actor count: the learner must know it.
+    r2d2 = {"agent": {"name": "r2d2"}}
+    assert _job_hash(by_kind(reconcile.render(exp_of(**r2d2)))) != \
+        _job_hash(by_kind(reconcile.render(exp_of(actors={"replicas": 3}, **r2d2))))
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,3 +580,47 @@ def test_strict_validation_does_reject_a_bad_manifest():
     job["spec"]["backoffLimit"] = "six"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(job, "1.29.0", strict=True)
+
+
+def _failed_pod(name, exit_code, finished, reason="Error", message=""):
+    return {"metadata": {"name": name}, "status": {"phase": "Failed", "containerStatuses": [
+        {"name": "learner", "state": {"terminated": {
+            "exitCode": exit_code, "reason": reason, "message": message,
+            "finishedAt": finished}}}]}}
+
+
+def test_a_failed_experiment_names_the_cause_from_the_last_failed_pod():
+    job_failed = {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                  "message": "Container learner for pod team-a/exp-learner-b failed with exit "
+                             "code 4 matching FailJob rule at index 2"}
+    pods = [_failed_pod("exp-learner-a", 1, "2026-01-01T00:00:01Z"),
+            _failed_pod("exp-learner-b", 4, "2026-01-01T00:00:09Z",
+                        message="cannot use the checkpoints at gs://x: not a bucket\n")]
+    reason, message = reconcile.failure_reason(job_failed, pods)
+    assert reason == "CheckpointLocationUnusable"
+    assert "exp-learner-b" in message and "exit code 4" in message
+    assert message.endswith("not a bucket")
+    oom = [_failed_pod("exp-learner-c", 137, "2026-01-01T00:00:09Z", reason="OOMKilled")]
+    reason, message = reconcile.failure_reason(
+        {"type": "Failed", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit"}, oom)
+    assert reason == "OOMKilled" and "reason OOMKilled" in message and "SIGKILL" in message
+    assert reconcile.failure_reason({"reason": "DeadlineExceeded", "message": "m"}) == \
+        ("DeadlineExceeded", "m")
+
+
+def test_a_learner_edit_replaces_an_unfinished_job_only():
+    exp = exp_of()
+    job = by_kind(reconcile.render(exp))["Job"]
+    assert not reconcile.job_outdated(exp, job)
+    assert not reconcile.job_outdated(exp_of(actors={"replicas": 9}), job)
+    edited = exp_of(budget={"maxEnvSteps": 99})
+    assert reconcile.job_outdated(edited, job)
+    finished = {**job, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert not reconcile.job_outdated(edited, finished)
+    status = reconcile.compute_status(edited, generation=2, previous=None, job=job,
+                                      deployment=None, learner=None, replacing=True)
+    assert reconcile.condition(status, "SpecApplied")["reason"] == "ReplacingLearner"
+    status = reconcile.compute_status(edited, generation=2, previous=None, job=finished,
+                                      deployment=None, learner=None)
+    assert reconcile.condition(status, "SpecApplied")["reason"] == "LearnerFinished"

@@ -121,8 +121,21 @@ def validate_all(manifests: Iterable[Mapping[str, Any]]) -> None:
         key = (m.get("apiVersion"), m.get("kind"))
         if key == ("seedrl.dev/v1alpha1", "Experiment"):
             validate_experiment(m)
+        elif key[0] == "kopf.dev/v1":
+            validate_peering(m)
         elif key not in CUSTOM_KINDS:
             validate_builtin(m)
+
+
+def validate_peering(manifest: Mapping[str, Any]) -> None:
+    """Validates a kopf peering object against the CRD the operator chart installs for it."""
+    crds = {d["spec"]["names"]["kind"]: d for d in yaml.safe_load_all(
+        (OPERATOR_CHART / "crds" / "kopf-peerings.yaml").read_text())}
+    definition = crds[manifest["kind"]]
+    assert (definition["spec"]["scope"] == "Namespaced") == bool(
+        manifest["metadata"].get("namespace")), manifest
+    schema = definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    jsonschema.validate(manifest, schema)
 
 
 @functools.cache

@@ -26,8 +26,9 @@ Bridged for kmock 0.8 (pinned in pyproject.toml; re-check these when it moves):
 
 Not bridged (the tests do not need them): controllers (nothing makes pods; tests write Job and
 Deployment status themselves, as the Job and Deployment controllers would), owner-reference
-garbage collection (the operator deletes its children itself), PUT, CRD schema validation
-(tested apart with jsonschema), field pruning.
+garbage collection, PUT, CRD schema validation (tested apart with jsonschema), field pruning.
+The simulated cluster (:mod:`support.sim_cluster`) has all of these, and runs the pods: the
+scenario tests use it.
 
 Use :class:`EmulatedCluster` as a context manager: it runs the emulator on its own event loop
 in a thread and gives the URL and a ``kubernetes`` client configuration for it.
@@ -51,7 +52,9 @@ from kmock._internal import enums
 #: plural -> kind of the resources the tests touch (kmock guesses kinds badly).
 KINDS = {"experiments": "Experiment", "configmaps": "ConfigMap", "services": "Service",
          "networkpolicies": "NetworkPolicy", "jobs": "Job", "deployments": "Deployment",
-         "events": "Event", "namespaces": "Namespace", "pods": "Pod"}
+         "events": "Event", "namespaces": "Namespace", "pods": "Pod",
+         "persistentvolumeclaims": "PersistentVolumeClaim",
+         "poddisruptionbudgets": "PodDisruptionBudget", "workloads": "Workload"}
 RESOURCES = {
     "seedrl.dev/v1alpha1/experiments": dict(kind="Experiment", namespaced=True,
                                             subresources={"status", "scale"}),
@@ -64,6 +67,10 @@ RESOURCES = {
     "batch/v1/jobs": dict(kind="Job", namespaced=True, subresources={"status"}),
     "apps/v1/deployments": dict(kind="Deployment", namespaced=True,
                                 subresources={"status", "scale"}),
+    "v1/persistentvolumeclaims": dict(kind="PersistentVolumeClaim", namespaced=True),
+    "policy/v1/poddisruptionbudgets": dict(kind="PodDisruptionBudget", namespaced=True),
+    "kueue.x-k8s.io/v1beta1/workloads": dict(kind="Workload", namespaced=True,
+                                             subresources={"status"}),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 

@@ -113,6 +113,9 @@ then operator.extraArgs. No --namespace means every namespace.
 {{- $args = append $args (printf "--poll-seconds=%v" .Values.operator.pollSeconds) }}
 {{- $args = append $args (printf "--liveness=http://0.0.0.0:%d/healthz" (int .Values.operator.livenessPort)) }}
 {{- $args = append $args (printf "--metrics-port=%d" (int .Values.operator.metricsPort)) }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- $args = append $args (printf "--peering=%s" (include "seedrl-operator.fullname" .)) }}
+{{- end }}
 {{- toYaml (concat $args .Values.operator.extraArgs) }}
 {{- end }}
 
@@ -121,8 +124,9 @@ The rules the operator needs in a namespace it watches (a Role there, or the Clu
 Experiments and the objects it renders for each, plus kopf's events.
 */}}
 {{- define "seedrl-operator.rules" -}}
-# The Experiments themselves: read and watch them, add kopf's finalizer and annotations (patch),
-# write their status.
+# The Experiments themselves: read and watch them, keep kopf's annotations (patch), write
+# their status. No finalizer is ever added: the children go with their owner through the
+# garbage collector.
 - apiGroups: ["seedrl.dev"]
   resources: ["experiments"]
   verbs: ["get", "list", "watch", "patch"]
@@ -133,30 +137,43 @@ Experiments and the objects it renders for each, plus kopf's events.
 - apiGroups: ["seedrl.dev"]
   resources: ["experiments/finalizers"]
   verbs: ["update"]
-# What each Experiment becomes: the learner Job, the actor Deployment, the learner's Service,
-# the ConfigMap holding config.yaml, and the NetworkPolicy on the learner port. The operator
-# reads, creates, server-side-applies (patch) and deletes them by name; it never lists or
-# watches them (suspending sets the Job's spec.suspend and the Job controller stops the pod).
+# What each Experiment becomes: the learner Job, its PodDisruptionBudget and (without a
+# checkpoint uri) its run-directory claim, the actor Deployment, the learner's Service, the
+# ConfigMap holding config.yaml, and the NetworkPolicy on the learner port. The operator
+# creates, server-side-applies (patch) and deletes them by name, and watches the Jobs and
+# Deployments (list, watch) instead of reading them at every refresh.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
-  resources: ["services", "configmaps"]
+  resources: ["services", "configmaps", "persistentvolumeclaims"]
   verbs: ["get", "create", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create", "patch", "delete"]
-# Cost: each poll lists an Experiment's pods (label seedrl.dev/experiment) to price what they
-# requested for as long as they ran. Read only: the operator never creates, changes or deletes
-# a pod.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch", "delete"]
+# Cost and failure reasons: the operator watches an Experiment's pods (label
+# seedrl.dev/experiment) to price what they requested for as long as they ran, and reads a
+# failed learner pod's exit. Read only: it never creates, changes or deletes a pod.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list"]
-# kopf posts Kubernetes events about handler progress and errors.
+  verbs: ["get", "list", "watch"]
+# Events on the Experiments (phase changes, failures, learner replacements) and kopf's own.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# kopf's peering between replicas: each keeps its keep-alive in the peering object's status.
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings", "clusterkopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+# Kueue (spec.queueName): suspend and resume a queued learner through its Workload's
+# spec.active; Kueue itself suspends and admits the Job.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "patch"]
 {{- end }}

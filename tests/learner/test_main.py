@@ -1,0 +1,46 @@
+"""The learner's exit code once it stops (learner/main.py:exit_code)."""
+
+import pytest
+
+from seedrl.common.exit_codes import ExitCode
+from seedrl.learner.main import exit_code
+
+
+@pytest.mark.parametrize("reason", ["max_env_steps", "max_seconds", "target_return"])
+def test_zero_only_when_the_experiment_is_finished(reason):
+    assert exit_code(reason, False, False, False) == ExitCode.OK
+    # The budget was reached: a failed final checkpoint does not make it run again.
+    assert exit_code(reason, False, True, False) == ExitCode.OK
+
+
+@pytest.mark.parametrize("reason", ["terminated", "interrupted"])
+def test_a_signal_before_the_budget_is_stopped_not_finished(reason):
+    assert exit_code(reason, False, False, False) == ExitCode.STOPPED
+    # Without its final checkpoint it is a crash: counted, resumed from the previous one.
+    assert exit_code(reason, False, True, False) == ExitCode.FAILED
+
+
+def test_training_failures_and_checkpoint_conflicts():
+    assert exit_code("train_error", True, False, False) == ExitCode.FAILED
+    assert exit_code("terminated", False, False, True) == ExitCode.CHECKPOINT_LOCATION
+
+
+def test_the_termination_log_holds_the_final_status_within_the_kubelets_4096_bytes(tmp_path):
+    import dataclasses
+
+    from seedrl.common.learner_status import LearnerStatus
+    from seedrl.learner.main import write_termination_log
+
+    status = LearnerStatus(state="finished", env_steps=123, learner_steps=4, episodes=5,
+                           mean_return=21.5, stop_reason="terminated",
+                           metrics={f"loss/{i}": 1.0 for i in range(500)})
+    path = tmp_path / "termination-log"
+    write_termination_log(str(path), status)
+    back = LearnerStatus.from_json(path.read_text())
+    assert (back.state, back.env_steps, back.mean_return, back.stop_reason) == \
+        ("finished", 123, 21.5, "terminated")
+    assert len(path.read_bytes()) <= 4096  # the metrics stay out
+    huge = dataclasses.replace(status, last_checkpoint="gs://b/" + "x" * 5000)
+    write_termination_log(str(path), huge)
+    assert len(path.read_bytes()) <= 4096
+    assert LearnerStatus.from_json(path.read_text()).env_steps == 123
