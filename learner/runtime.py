@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 BUDGET_REASONS = ("max_env_steps", "max_seconds", "target_return")
 
 
+#: Longest the trainer holds back its first (tracing) step for the first actions to go out.
+FIRST_ACTIONS_WAIT_S = 10.0
+
+
 class HandshakeError(Exception):
     """An actor the learner must refuse; ``code`` names the gRPC status to fail with."""
 
@@ -122,6 +126,7 @@ class LearnerRuntime:
         #: Unix times of the first actions sent to an actor (its first env step follows) and
         #: of the stop; start-up and learner updates/s are measured between them.
         self.first_actions_time: float | None = None
+        self._first_actions = threading.Event()
         self.stop_time: float | None = None
         #: Step messages received from actors (a learner's load is messages, not env steps).
         self.messages = 0
@@ -276,6 +281,7 @@ class LearnerRuntime:
             results.append(part["action"])
         if self.first_actions_time is None:
             self.first_actions_time = time.time()
+            self._first_actions.set()
         return results
 
     def _enqueue(self, unroll: dict) -> None:
@@ -299,6 +305,15 @@ class LearnerRuntime:
             while not self.agent_ready.wait(0.1):
                 if self.stop_event.is_set():
                     return
+            # The first training step traces its graph: ~0.7 s of GIL-bound Python that, begun
+            # at once, held back the first inference (tracing too) and so the actors' first
+            # env steps. Unrolls cannot be ready before the first actions anyway.
+            deadline = time.monotonic() + FIRST_ACTIONS_WAIT_S
+            while not self._first_actions.wait(0.1):
+                if self.stop_event.is_set():
+                    return
+                if time.monotonic() > deadline:
+                    break
             if self.agent.uses_replay:
                 self._train_from_replay()
             else:
