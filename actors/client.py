@@ -28,8 +28,9 @@ FATAL_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILE
                          grpc.StatusCode.UNAUTHENTICATED})
 
 
-#: First retry delay (seconds) while the learner has never answered; doubles up to 4x this.
-STARTUP_RETRY_S = 0.05
+#: First retry delay (seconds) while the learner has never answered; doubles up to 4x this
+#: (0.1 s: the first env step waits at most that long after the learner is up).
+STARTUP_RETRY_S = 0.025
 
 
 class ActorRefused(RuntimeError):
