@@ -1,6 +1,7 @@
 """Compiled runs a tf.function with an input signature through one concrete function."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from seedrl.learner.compiled import Compiled
@@ -28,3 +29,6 @@ def test_calls_trace_once_for_every_batch_size_and_match_the_python_function():
             np.testing.assert_array_equal(doubled.numpy(), x * 2)
             assert float(total) == x.sum() + n
         assert len(traces) == 1, concrete
+    fn, _ = make(True)
+    with pytest.raises((ValueError, TypeError)):
+        fn(np.zeros((1, 3), np.float32), [np.zeros(1, np.float32)] * 2)  # one tensor too many
