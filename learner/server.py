@@ -56,11 +56,11 @@ def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData
             raise WireError(f"step.{name}: expected {k} values, got {len(values)}")
     # A few values are checked faster in Python than by a numpy call (most messages of a
     # learner with many streams carry one or a few envs).
-    if k <= 8 and not all(map(math.isfinite, rewards)):
+    if k <= 32 and not all(map(math.isfinite, rewards)):
         raise WireError("step.rewards: must be finite")
     # fromiter with the count checked above: ~2x faster than asarray on repeated fields.
     rewards = np.fromiter(rewards, np.float32, k)
-    if k > 8 and not np.isfinite(rewards).all():
+    if k > 32 and not np.isfinite(rewards).all():
         raise WireError("step.rewards: must be finite")
     terminated = np.fromiter(terminated, bool, k)
     truncated = np.fromiter(truncated, bool, k)
