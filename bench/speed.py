@@ -219,24 +219,34 @@ def main(argv=None) -> int:
                       f"{r['startup_s'] or float('nan'):.2f} s", flush=True)
                 if r["output_tail"]:
                     print(r["output_tail"], flush=True)
+    errors = []
     pong_result = None
     if "pong" not in args.skip:
-        pong_result = pong(args.pong_seconds, args.pong_warmup)
-        print(f"Pong: raw {pong_result['raw_steps_per_s']:,.0f} env steps/s; end to end "
-              f"{pong_result['inference_only']['steps_per_s']:,.0f} inference only, "
-              f"{pong_result['training']['steps_per_s']:,.0f} training on", flush=True)
+        try:
+            pong_result = pong(args.pong_seconds, args.pong_warmup)
+            print(f"Pong: raw {pong_result['raw_steps_per_s']:,.0f} env steps/s; end to end "
+                  f"{pong_result['inference_only']['steps_per_s']:,.0f} inference only, "
+                  f"{pong_result['training']['steps_per_s']:,.0f} training on", flush=True)
+        except (RuntimeError, OSError, ValueError) as exc:  # the other figures still count
+            errors.append(f"Pong: {exc}")
+            print(f"Pong failed: {exc}", flush=True)
     streams_result = None
     if "streams" not in args.skip:
-        streams_result = many_streams(args.streams, args.streams_seconds, args.streams_warmup)
-        print(f"{args.streams} streams: {streams_result['steps_per_s']:,.0f} env steps/s, mean "
-              f"batch {streams_result['mean_inference_batch'] or 0:.1f}, failed "
-              f"{streams_result['failed_streams']}, reconnects "
-              f"{streams_result['reconnects']}", flush=True)
+        try:
+            streams_result = many_streams(args.streams, args.streams_seconds,
+                                          args.streams_warmup)
+            print(f"{args.streams} streams: {streams_result['steps_per_s']:,.0f} env steps/s, "
+                  f"mean batch {streams_result['mean_inference_batch'] or 0:.1f}, failed "
+                  f"{streams_result['failed_streams']}, reconnects "
+                  f"{streams_result['reconnects']}", flush=True)
+        except (RuntimeError, OSError, ValueError) as exc:
+            errors.append(f"{args.streams} streams: {exc}")
+            print(f"{args.streams} streams failed: {exc}", flush=True)
     figures = summarize(cartpole, pong_result, streams_result)
     print(format_table(figures))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"cores": os.cpu_count(), "figures": figures,
+            json.dump({"cores": os.cpu_count(), "figures": figures, "errors": errors,
                        "targets": {k: {"bound": b, "sense": s} for k, _, _, b, s in TARGETS
                                    if b is not None},
                        "cartpole": cartpole, "pong": pong_result, "streams": streams_result},
@@ -244,7 +254,7 @@ def main(argv=None) -> int:
     failed_runs = [r for r in cartpole if not r["solved"]]
     broken_streams = streams_result and (streams_result["failed_streams"]
                                          or streams_result["connected"] != args.streams)
-    return 1 if failed_runs or broken_streams else 0
+    return 1 if failed_runs or broken_streams or errors else 0
 
 
 if __name__ == "__main__":
