@@ -25,6 +25,34 @@ test: $(STAMP) football helm kubectl prometheus
 test-all: $(STAMP) football helm kubectl prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The inner loop: no system packages (no gfootball build, no helm, no Prometheus) and no
+# end-to-end runs; the tests that need one of those carry its marker (pyproject.toml).
+.PHONY: test-unit
+test-unit: $(STAMP)
+	$(PY) -m pytest -m "not slow and not e2e and not football and not helm and not prometheus" \
+	  $(PYTEST_ARGS)
+
+# ruff (lint, and format on the files below) and mypy, configured in pyproject.toml. mypy reads
+# the package as it installs (seedrl.common, ...): the editable install maps those names with an
+# import hook mypy cannot follow, so a tree of links in build/lint mirrors the installed layout.
+# FORMAT_CHECKED lists the files already in `ruff format`'s style; once the whole tree has been
+# formatted (`ruff format .`, one commit), it becomes `.`.
+FORMAT_CHECKED := common/exit_codes.py common/quantity.py common/resume.py learner/app.py service/cost \
+	service/kube.py service/generate/__init__.py service/generate/__main__.py \
+	service/generate/proto.py tests/common/test_exit_codes.py tests/common/test_quantity.py \
+	tests/common/test_resume.py tests/common/test_learner_status.py tests/service/cost \
+	tests/service/generate/test_generate.py tests/service/test_metrics.py \
+	tests/support/cost_data.py tests/conftest.py
+LINT_TREE := build/lint
+
+.PHONY: lint
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check $(FORMAT_CHECKED)
+	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/seedrl
+	for d in common learner actors service; do ln -s ../../../$$d $(LINT_TREE)/seedrl/$$d; done
+	MYPYPATH=$(LINT_TREE) $(VENV)/bin/mypy -p seedrl
+
 bench: football bench-throughput bench-streams
 
 # End-to-end against raw env steps and naive baselines, in one run (JSON beside the table).
@@ -198,18 +226,6 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 bench-devices: $(STAMP)
 	$(PY) bench/devices.py --devices 1 2 4 --json bench-devices.json
 
-# Regenerates the gRPC/protobuf stubs from common/seedrl.proto (they are committed). protoc runs
-# on a copy at seedrl/common/, the import path the package installs under.
-proto: $(STAMP)
-	rm -rf build/proto && mkdir -p build/proto/seedrl/common
-	cp common/seedrl.proto build/proto/seedrl/common/
-	cd build/proto && $(abspath $(PY)) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
-	  --grpc_python_out=. seedrl/common/seedrl.proto
-	cp build/proto/seedrl/common/seedrl_pb2.py build/proto/seedrl/common/seedrl_pb2.pyi \
-	  build/proto/seedrl/common/seedrl_pb2_grpc.py common/
-
-# Regenerates the Experiment CRD from the dataclasses of common/config.py, into k8s/crd/ and the
-# operator chart's crds/ (a test fails while either is out of date).
 # Prometheus and promtool (Debian's package): the observability tests run a real Prometheus
 # against real runs and unit-test the alert rules with promtool. Installed only if missing.
 .PHONY: prometheus
@@ -221,19 +237,32 @@ prometheus:
 	$$SUDO apt-get install -y --no-install-recommends prometheus; \
 	prometheus --version
 
-# Regenerates the Grafana dashboards of the operator chart from service/generate/dashboards.py.
-.PHONY: dashboards
-dashboards: $(STAMP)
-	$(PY) -m seedrl.service.generate.dashboards --write
+# Files generated from code (a test fails while any is out of date): the Experiment CRD (k8s/crd/
+# and the operator chart's crds/) and the experiment chart's values.yaml and values.schema.json
+# from the dataclasses of common/config.py, the Grafana dashboards of the operator chart, and the
+# gRPC stubs of common/seedrl.proto (committed). `make generate` rewrites them all after a change
+# to their source; `make check-generated` fails naming the stale ones. The old per-file targets
+# remain as shorthands.
+GENERATE := $(PY) -m seedrl.service.generate
+
+.PHONY: generate check-generated crd chart-values dashboards
+generate: $(STAMP)
+	$(GENERATE) --write
+
+check-generated: $(STAMP)
+	$(GENERATE) --check
 
 crd: $(STAMP)
 	$(PY) -m seedrl.service.operator.crd --write
 
-# Regenerates the experiment chart's values.yaml and values.schema.json from common/config.py
-# (after a change to the Experiment's fields; a test fails while they are out of date).
-.PHONY: chart-values
 chart-values: $(STAMP)
 	$(PY) -m seedrl.service.generate.chart_values --write
+
+dashboards: $(STAMP)
+	$(PY) -m seedrl.service.generate.dashboards --write
+
+proto: $(STAMP)
+	$(PY) -m seedrl.service.generate.proto --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -18,7 +18,13 @@ import grpc
 import numpy as np
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
-from seedrl.common.wire import PROTOCOL_VERSION, WireError, decode_array, encode_array
+from seedrl.common.wire import (
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    WireError,
+    decode_array,
+    encode_array,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +107,8 @@ class ActorClient:
         self._env_ids = list(range(k))
 
     def _channel(self):
-        options = [("grpc.max_send_message_length", 64 * 1024 * 1024),
-                   ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.keepalive_time_ms", 20_000)]
         if self.credentials is not None:
             return grpc.aio.secure_channel(self.address, self.credentials, options=options)
@@ -115,7 +121,6 @@ class ActorClient:
             env_spec=self.envs.spec.to_proto(), actor_index=self.actor_index))
 
     def _step_message(self) -> seedrl_pb2.ActorMessage:
-        k = self.envs.num_envs
         episodes = [seedrl_pb2.Episode(env_id=i, episode_return=ret, length=n)
                     for i, ret, n in self._episodes]
         # .tolist() first: protobuf fills repeated fields from Python lists ~20x faster than

@@ -42,8 +42,12 @@ def make_env(config: EnvConfig) -> gym.Env:
             if config.max_episode_steps is not None:
                 kwargs["max_episode_steps"] = config.max_episode_steps
             env = gym.make(config.id, **kwargs)
-    except gym.error.Error as exc:
+    except (gym.error.Error, ImportError) as exc:
+        # ImportError: the env family's package (ale-py, gfootball) is not installed here.
         raise ValueError(f"spec.env.id: cannot make {config.id!r}: {exc}") from None
+    except TypeError as exc:  # gymnasium passes spec.env.options on as keyword arguments
+        raise ValueError(f"spec.env.options: cannot make {config.id!r} with them: {exc}") \
+            from None
     space = env.observation_space
     if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
         # MuJoCo and friends observe float64; float32 halves what crosses the wire and is what
@@ -70,6 +74,20 @@ def spec_of(env: gym.Env, env_id: str) -> EnvSpec:
     if isinstance(act, gym.spaces.Box):
         return EnvSpec(env_id, obs.dtype.name, tuple(obs.shape), "float32", tuple(act.shape), 0)
     raise ValueError(f"{env_id}: action space {act} is neither Discrete nor Box")
+
+
+def probe_spec(config: EnvConfig) -> EnvSpec:
+    """The wire spec of ``spec.env``, from one environment made and closed at once: how the
+    launcher (and ``seedrl validate``) derive from the Experiment the spec the learner serves.
+
+    Raises:
+      ValueError: the environment cannot be made, or its spaces cannot travel on the wire.
+    """
+    env = make_env(config)
+    try:
+        return spec_of(env, config.id)
+    finally:
+        env.close()
 
 
 class EnvBatch:
@@ -134,7 +152,7 @@ class EnvBatch:
         for i, env in enumerate(self.envs):
             try:
                 o, r, term, trunc, _ = env.step(acts[i])
-            except Exception:  # noqa: BLE001 - one broken env must not stop the others
+            except Exception:  # one broken env must not stop the others
                 log.exception("env %d raised; recreating it", i)
                 self._restart(i)
                 env = self.envs[i]

@@ -1,9 +1,13 @@
 """Actor entry point: ``python -m seedrl.actors --config experiment.yaml --learner ADDRESS``.
 
 Steps ``spec.actors.envsPerActor`` environments and streams them to the learner until it says
-the run is finished (exit 0). Exits 2 on a bad Experiment or environment, 3 if the learner
-refuses this actor, and 75 (STOPPED) on SIGTERM/SIGINT: the run is not finished, so a launcher
-runs it again (:class:`seedrl.common.exit_codes.ExitCode`).
+the run is finished (exit 0). Exits (:class:`seedrl.common.exit_codes.ExitCode`) BAD_CONFIG (2)
+on a bad Experiment or environment, REFUSED (3) if the learner refuses this actor, and STOPPED
+(75) on SIGTERM/SIGINT: the run is not finished, so a launcher runs it again.
+
+``--env-spec-out FILE`` instead makes one environment, writes its wire spec as JSON and exits
+(OK, or BAD_CONFIG with the reason when the env cannot be made): the learner serves that spec,
+derived from the Experiment by the very code the actors step with.
 """
 
 from __future__ import annotations
@@ -29,18 +33,26 @@ log = logging.getLogger("actors")
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="actors", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="the Experiment YAML file")
-    p.add_argument("--learner", required=True, help="learner address: host:port or unix:PATH")
+    p.add_argument("--learner", help="learner address: host:port or unix:PATH (required "
+                                      "unless --env-spec-out)")
+    p.add_argument("--env-spec-out", metavar="FILE",
+                   help="make one env, write its spec as JSON to FILE ('-': stdout) and exit")
     p.add_argument("--index", type=_index, default=0,
                    help="this actor's index among the replicas, or 'auto' to be granted one "
                         "by the learner (unique among live actors: a Deployment's pods have "
                         "no ordinal)")
-    p.add_argument("--actor-id", help="stable id across reconnects (default: name-host-index)")
+    p.add_argument("--actor-id", help="stable id across reconnects, unique among the actors "
+                                      "(default: name-pod-index, the pod from $POD_NAME, else "
+                                      "the host name)")
     p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner")
     p.add_argument("--metrics-address",
                    help="host:port of the HTTP endpoint with /metrics and /healthz (default "
                         "0.0.0.0:spec.actors.metricsPort); 'off' serves none")
     p.add_argument("--log-level", default="INFO")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.learner and not args.env_spec_out:
+        p.error("--learner is required (unless --env-spec-out)")
+    return args
 
 
 def _index(text: str) -> int | str:
@@ -153,6 +165,29 @@ def serve_metrics(args, exp, clients):
     return http
 
 
+def write_env_spec(exp, path: str) -> int:
+    """Writes the env spec of ``spec.env`` as JSON to ``path`` ('-': stdout); returns the exit
+    code (2, with the reason on stderr, when the env cannot be made)."""
+    import json
+
+    from seedrl.actors.envs import probe_spec
+
+    try:
+        spec = probe_spec(exp.spec.env)
+    except ValueError as exc:
+        print(f"cannot make environments: {exc}", file=sys.stderr)
+        return ExitCode.BAD_CONFIG
+    text = json.dumps(spec.to_json(), sort_keys=True) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    return ExitCode.OK
+
+
 def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -161,17 +196,21 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"invalid experiment {args.config}:\n{exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
+    if args.env_spec_out:
+        return write_env_spec(exp, args.env_spec_out)
     from seedrl.actors.client import ActorClient, ActorRefused, request_index
 
     credentials = None
     if args.tls_ca:
         with open(args.tls_ca, "rb") as fh:
             credentials = grpc.ssl_channel_credentials(root_certificates=fh.read())
+    # The pod's name: unique per pod, and what the learner tells actors apart by (it refuses
+    # a second live stream of one id).
+    host = os.environ.get("POD_NAME") or socket.gethostname()
     if args.index == "auto":
         logging.basicConfig(level=args.log_level.upper(),
                             format="%(asctime)s actor-? %(levelname)s %(message)s")
-        pod = os.environ.get("POD_NAME") or socket.gethostname()
-        args.actor_id = args.actor_id or f"{exp.metadata.name}-{pod}"
+        args.actor_id = args.actor_id or f"{exp.metadata.name}-{host}"
         try:
             index = _until_signal(request_index(args.learner, exp.metadata.name,
                                                 args.actor_id, credentials))
@@ -193,7 +232,7 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
-    actor_id = args.actor_id or f"{exp.metadata.name}-{socket.gethostname()}-{args.index}"
+    actor_id = args.actor_id or f"{exp.metadata.name}-{host}-{args.index}"
     # Several streams per actor: while the learner answers one, the actor steps another.
     clients = [ActorClient(envs, exp.metadata.name,
                            actor_id if len(batches) == 1 else f"{actor_id}/{j}",

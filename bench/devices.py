@@ -24,7 +24,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+
+from seedrl.common import finite_json  # noqa: E402
 
 
 def _worker(args) -> dict:
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     p.add_argument("--mirrored", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker is not None:
-        print(json.dumps(_worker(args)))
+        print(finite_json.dumps(_worker(args)))
         return 0
     if 1 not in args.devices:
         args.devices = [1] + args.devices
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
               f"{r['ratio_to_1']:>6.2f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"agent": args.agent, "batch_size": args.batch_size,
+            finite_json.dump({"agent": args.agent, "batch_size": args.batch_size,
                        "unroll_length": args.unroll, "hidden": args.hidden, "lstm": args.lstm,
                        "cpu_cores": os.cpu_count(), "results": rows}, fh, indent=2)
     return 0

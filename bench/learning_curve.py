@@ -17,10 +17,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
+from seedrl.common import finite_json
 from seedrl.common.config import load_experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def curve(rows: list[dict], points: int, skip: int) -> list[dict]:
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
           f"frames in {summary.get('seconds', 0):.0f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"env": exp.spec.env.id, "frame_skip": skip, "summary": summary,
+            finite_json.dump({"env": exp.spec.env.id, "frame_skip": skip, "summary": summary,
                        "curve": table}, fh, indent=1)
     return 0
 

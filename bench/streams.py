@@ -23,10 +23,12 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import numpy as np
 
-import numpy as np  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+from seedrl.common import finite_json  # noqa: E402
 
 EXPERIMENT = """\
 apiVersion: seedrl.dev/v1alpha1
@@ -229,7 +231,7 @@ def main(argv=None) -> int:
         learner.close()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=1)
+            finite_json.dump(rows, fh, indent=1)
     bad = [r for r in rows if r["failed_streams"] or r["reconnects"]
            or r["connected"] != r["streams"]]
     return 1 if bad else 0

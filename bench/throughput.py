@@ -21,10 +21,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
+from seedrl.common import finite_json
 from seedrl.common.config import load_experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _raw_worker(env_cfg, num_envs, seconds, index, out):
@@ -69,7 +69,8 @@ def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> No
     import tensorflow as tf
 
     from seedrl.actors.envs import make_env, spec_of
-    from seedrl.learner.agents.vtrace.networks import make_network
+    from seedrl.learner import distributions
+    from seedrl.learner.networks import make_actor_critic
 
     make = [lambda: make_env(exp.spec.env)] * num_envs
     envs = (gym.vector.AsyncVectorEnv(make) if vector == "async" else
@@ -79,7 +80,7 @@ def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> No
     probe.close()
     obs, _ = envs.reset(seed=0)
     # The very network the learner would build for this Experiment.
-    net = make_network(exp.spec.agent.network, spec)
+    net = make_actor_critic(exp.spec.agent.network, spec, distributions.for_env(spec))
     dist = net.distribution
     rng = tf.random.Generator.from_seed(0)
 
@@ -111,7 +112,8 @@ def baseline_steps_per_second(exp, vector: str, num_envs: int, seconds: float) -
             break
         except queue.Empty:
             if not proc.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the {vector} baseline failed (exit code {proc.exitcode})")
+                raise RuntimeError(f"the {vector} baseline failed (exit code "
+                                   f"{proc.exitcode})") from None
     proc.join()
     return rate
 
@@ -176,7 +178,7 @@ def main(argv=None) -> int:
         print(f"{name:<44} {rate:>12,.0f} {rate / raw:>7.2f} {batch_text:>11}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"env": exp.spec.env.id, "replicas": a.replicas,
+            finite_json.dump({"env": exp.spec.env.id, "replicas": a.replicas,
                        "envs_per_actor": a.envs_per_actor, "raw_steps_per_s": raw,
                        "inference_only": infer, "training": train,
                        "baseline_async_vector_env": {"num_envs": env_processes,

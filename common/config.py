@@ -18,11 +18,13 @@ import difflib
 import re
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import yaml
 
 from seedrl.common.quantity import QUANTITY
+
+T = TypeVar("T")
 
 #: The Experiment custom resource's coordinates in the Kubernetes API: the CRD, the operator's
 #: watches, ``seedrl submit``/``status``/``cost`` and the documents' ``apiVersion`` use these.
@@ -162,6 +164,11 @@ class EnvConfig:
     atari: AtariConfig = param(doc="Atari preprocessing, for ALE/ ids.", factory=AtariConfig)
     football: FootballConfig = param(doc="Google Research Football settings, for Football/ ids.",
                                      factory=FootballConfig)
+    max_abs_reward: float = param(
+        1e6, "Largest |reward| of one env step the learner accepts from an actor, and so "
+             "|return| <= maxAbsReward x length for an episode it reports: a step or episode "
+             "beyond it fails that actor's stream (gymnasium envs declare no reward range). "
+             "Raise it for an env with larger rewards.", gt=0.0)
 
     @property
     def is_atari(self) -> bool:
@@ -429,6 +436,11 @@ class AcceleratorConfig:
 class LearnerConfig:
     """The central learner: batched inference and training (``spec.learner``)."""
 
+    max_envs_per_actor: int = param(
+        4096, "Most envs one actor stream may declare in its hello (each of an actor's "
+              "streamsPerActor streams counts on its own). A larger hello, or one whose steps "
+              "would exceed the learner's message limit, is refused before the learner "
+              "allocates anything for it.", ge=1, le=65536)
     inference_batch_size: int = param(
         64, "Most environment steps evaluated in one inference call, summed over all actor "
             "streams.", ge=1)
@@ -534,6 +546,11 @@ class BudgetConfig:
               "evaluation actors' episodes when the agent has any); null means never.")
     return_window: int = param(100, "Episodes averaged for the mean return and targetReturn.",
                                ge=1)
+    no_progress_seconds: float = param(
+        600.0, "A run with no env step for this long (from its start, or since its last env "
+               "step) cannot make progress: `seedrl train` stops it and exits non-zero with "
+               "the reason, and in a cluster the Experiment's Progressing condition turns "
+               "False (reason NoProgress). 0 never gives up.", ge=0.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -673,7 +690,7 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
         if value is None:
             return None
         return _parse_value(inner[0], value, path, problems)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _parse_dataclass(tp, value, path, problems)
     if tp is bool:
         if isinstance(value, bool):
@@ -807,6 +824,13 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
         problems.append(("spec.learner.devices.trainingDevices",
                          f"the default strategy trains on one device, got "
                          f"{devices.training_devices}; use strategy mirrored or tpu"))
+    actors = exp.spec.actors
+    per_stream = -(-actors.envs_per_actor // max(1, min(actors.streams_per_actor,
+                                                         actors.envs_per_actor)))
+    if per_stream > learner.max_envs_per_actor:
+        problems.append(("spec.learner.maxEnvsPerActor",
+                         f"must be at least the envs of one actor stream (envsPerActor / "
+                         f"streamsPerActor = {per_stream}), got {learner.max_envs_per_actor}"))
     if exp.spec.learner.optimizer.linear_decay and exp.spec.budget.max_env_steps == 0:
         problems.append(("spec.learner.optimizer.linearDecay",
                          "needs spec.budget.maxEnvSteps > 0 to decay over"))
@@ -827,12 +851,98 @@ def parse_experiment(document: Any) -> Experiment:
     return exp
 
 
+def parse_section(cls: type[T], value: Any, path: str,
+                  problems: list[tuple[str, str]]) -> T | None:
+    """Parses ``value`` into ``cls``, any dataclass whose fields are declared with
+    :func:`param` (an Experiment section, or another document such as the price table), with
+    the Experiment's rules: camelCase keys, unknown keys refused, types and constraints checked.
+
+    Appends ``(field path, reason)`` to ``problems`` rather than raising, so that a caller can
+    add checks of its own before reporting everything at once; returns None when invalid.
+    """
+    out = _parse_dataclass(cls, value, path, problems)
+    return None if out is _INVALID else out
+
+
+def parse_document(cls: type[T], value: Any, path: str = "") -> T:
+    """:func:`parse_section` that raises.
+
+    Raises:
+      ConfigError: naming every problem's field path.
+    """
+    problems: list[tuple[str, str]] = []
+    out = parse_section(cls, value, path, problems)
+    if problems or out is None:
+        raise ConfigError(problems or [(path or "<document>", "invalid")])
+    return out
+
+
+#: Largest Experiment or price file read, in bytes: checked before parsing, so a huge file
+#: costs nothing (a real Experiment is a few kilobytes).
+MAX_YAML_BYTES = 1 << 20
+#: Most values (scalars, lists, mappings) a document may expand to through YAML aliases: a
+#: "billion laughs" document is a few hundred bytes that aliases expand exponentially, and
+#: everything that walks the parsed document (validation, printing) pays for the expansion.
+MAX_YAML_VALUES = 100_000
+#: Deepest nesting of lists and mappings accepted (an Experiment nests about 6 deep).
+MAX_YAML_DEPTH = 64
+
+
+class _YAMLBomb(yaml.YAMLError):
+    """A document refused for its shape (recursive, too deep, or expanding too far)."""
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuses a composed document whose aliases recurse, nest too deep, or expand it beyond
+    :data:`MAX_YAML_VALUES` values (or twice its distinct values, for a large plain document).
+
+    Composition shares aliased nodes, so this walk is linear in the distinct nodes: each
+    node's expanded size is computed once (as an exact integer, however large).
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        line = node.start_mark.line + 1
+        if key in active:
+            raise _YAMLBomb(f"line {line}: a recursive alias (a value that contains itself)")
+        if depth > MAX_YAML_DEPTH:
+            raise _YAMLBomb(f"line {line}: nested deeper than {MAX_YAML_DEPTH} levels")
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        active.add(key)
+        total = 1 + sum(size(child, depth + 1) for child in children)
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    expanded = size(root, 0)
+    if expanded > max(MAX_YAML_VALUES, 2 * len(sizes)):
+        raise _YAMLBomb(f"aliases expand the document from {len(sizes)} to {expanded:.3g} "
+                        f"values, over the limit of {MAX_YAML_VALUES}; write the values out "
+                        f"instead")
+
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 floats: ``3e-4`` is a number, as in kubectl.
 
     PyYAML follows YAML 1.1, where a float needs a dot (``3.0e-4``), so the usual way of writing
-    a learning rate would otherwise arrive as a string.
+    a learning rate would otherwise arrive as a string. Aliases are allowed but bounded: each
+    document is checked by :func:`_check_expansion` before it is turned into Python values.
     """
+
+    def compose_document(self):
+        node = super().compose_document()
+        _check_expansion(node)
+        return node
 
 
 _Loader.add_implicit_resolver(
@@ -846,18 +956,70 @@ _Loader.add_implicit_resolver(
 
 
 def _yaml_load_all(text: str) -> list[Any]:
-    return list(yaml.load_all(text, Loader=_Loader))  # noqa: S506 - a SafeLoader subclass
+    """Every document of ``text``.
+
+    Raises:
+      yaml.YAMLError: a syntax error, or a document refused for its shape; deep nesting that
+        exhausts PyYAML's recursive parser is reported the same way.
+    """
+    if len(text) > MAX_YAML_BYTES:
+        raise _YAMLBomb(f"{len(text)} characters, over the limit of {MAX_YAML_BYTES}")
+    try:
+        return list(yaml.load_all(text, Loader=_Loader))  # a SafeLoader subclass
+    except RecursionError:
+        raise _YAMLBomb("nested too deeply to parse") from None
+
+
+def _one_line(exc: yaml.YAMLError) -> str:
+    """A YAML error as one line (PyYAML's own messages span several, with a caret drawing)."""
+    if isinstance(exc, _YAMLBomb):
+        return str(exc)
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())
+
 
 
 def load_yaml(text: str, source: str = "<string>") -> Any:
-    """Parses YAML text into plain data, turning syntax errors into a ConfigError."""
+    """Parses YAML text into plain data, turning syntax errors into a ConfigError.
+
+    Raises:
+      ConfigError: invalid YAML, more or fewer than one document, text over
+        :data:`MAX_YAML_BYTES`, or aliases that recurse or expand past :data:`MAX_YAML_VALUES`.
+    """
     try:
         docs = [d for d in _yaml_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise ConfigError([(source, f"not valid YAML: {exc}")]) from None
+        raise ConfigError([(source, f"not valid YAML: {_one_line(exc)}")]) from None
     if len(docs) != 1:
         raise ConfigError([(source, f"must hold exactly one YAML document, found {len(docs)}")])
     return docs[0]
+
+
+def read_yaml_file(path: str, what: str = "file") -> Any:
+    """Reads and parses a YAML file of at most :data:`MAX_YAML_BYTES`, refusing a larger one
+    before reading it whole.
+
+    Raises:
+      ConfigError: the file cannot be read, is too large, or is not valid YAML (see
+        :func:`load_yaml`).
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError([(path, f"cannot read the {what}: {exc.strerror}")]) from None
+    if len(data) > MAX_YAML_BYTES:
+        raise ConfigError([(path, f"the {what} is over {MAX_YAML_BYTES} bytes; refused "
+                                  f"unread")])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([(path, f"not UTF-8 text: {exc.reason} at byte {exc.start}")]) \
+            from None
+    return load_yaml(text, path)
 
 
 def set_path(document: dict, dotted: str, value: Any) -> None:
@@ -889,19 +1051,15 @@ def apply_overrides(document: Any, overrides: Sequence[str]) -> Any:
             docs = _yaml_load_all(raw) if raw.strip() else [""]
             value = docs[0] if len(docs) == 1 else raw
         except yaml.YAMLError as exc:
-            raise ConfigError([(path, f"override value is not valid YAML: {exc}")]) from None
+            raise ConfigError([(path, f"override value is not valid YAML: "
+                                      f"{_one_line(exc)}")]) from None
         set_path(document, path.strip(), value)
     return document
 
 
 def load_experiment(path: str, overrides: Sequence[str] = ()) -> Experiment:
     """Reads an Experiment YAML file, applies ``--set`` overrides and validates it."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ConfigError([(path, f"cannot read: {exc.strerror}")]) from None
-    document = apply_overrides(load_yaml(text, path), overrides)
+    document = apply_overrides(read_yaml_file(path, "Experiment"), overrides)
     return parse_experiment(document)
 
 

@@ -74,6 +74,19 @@ class LearnerStatus:
     first_actions_time: Optional[float] = _field(None, "Unix time of the first actions sent to "
                                                        "an actor (start-up ends there; None "
                                                        "before).")
+    seconds_without_env_steps: Optional[float] = _field(
+        None, "Seconds since an env step last arrived (since the learner started, before the "
+              "first): past spec.budget.noProgressSeconds the run cannot make progress.")
+    refused_streams: int = _field(0, "Actor streams refused at their hello or failed for a bad "
+                                     "message.")
+    last_refusal: Optional[str] = _field(None, "The latest refusal: the actor id and the "
+                                               "reason.")
+    skipped_updates: int = _field(0, "Training steps skipped because their gradients were not "
+                                     "finite.")
+    invalid_actions: int = _field(0, "Actions inference produced outside the action space "
+                                     "(replaced before use).")
+    unverified_episodes: int = _field(0, "Episodes reported that began before their stream "
+                                         "(not counted: nothing could verify them).")
     metrics: dict[str, Optional[float]] = _field(
         doc="The last training step's metrics (losses, gradient norm, ...).", factory=dict)
     eval_episodes: Optional[int] = _field(None, "Episodes of the evaluation actors (None: the "

@@ -10,13 +10,14 @@ readiness probe: the learner once it serves the actors' streams, an actor while 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from seedrl.common import finite_json
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +60,13 @@ class MetricsServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server API
+            def do_GET(self):  # the http.server API
                 path = self.path.split("?", 1)[0]
                 try:
                     if path == "/metrics":
                         self._send(200, CONTENT_TYPE_LATEST, generate_latest(server.registry))
                     elif path == "/status" and server.status is not None:
-                        body = json.dumps(server.status(), default=str).encode()
+                        body = finite_json.dumps(server.status(), default=str).encode()
                         self._send(200, "application/json", body)
                     elif path == "/healthz":
                         self._send(200, "text/plain", b"ok\n")
@@ -76,7 +77,7 @@ class MetricsServer:
                             self._send(503, "text/plain", b"not ready\n")
                     else:
                         self._send(404, "text/plain", b"not found\n")
-                except Exception:  # noqa: BLE001 - one bad scrape must not kill the server
+                except Exception:  # one bad scrape must not kill the server
                     log.exception("serving %s failed", path)
                     self._send(500, "text/plain", b"internal error\n")
 

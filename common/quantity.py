@@ -14,12 +14,20 @@ QUANTITY = r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)
 
 _SIGNED = re.compile(f"[+-]?{QUANTITY}")
 _NUMBER = re.compile(r"[+-]?[0-9.]*")
-_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50,
-           "Ei": 2 ** 60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-            "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-            "P": Decimal("1e15"), "E": Decimal("1e18")}
-_GIB = 2 ** 30
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_GIB = 2**30
 
 
 def parse_quantity(value: Any) -> float:
@@ -38,8 +46,9 @@ def parse_quantity(value: Any) -> float:
     text = str(value).strip()
     if not _SIGNED.fullmatch(text):
         raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    number = _NUMBER.match(text).group(0)
-    base, rest = Decimal(number), text[len(number):]
+    matched = _NUMBER.match(text)
+    number = matched.group(0) if matched else ""
+    base, rest = Decimal(number), text[len(number) :]
     if rest in _BINARY:
         return float(base * _BINARY[rest])
     if rest in _DECIMAL:

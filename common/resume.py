@@ -20,8 +20,9 @@ def bound_part(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {key: spec.get(key) for key in BOUND_SECTIONS}
 
 
-def bound_changes(old: Mapping[str, Any], new: Mapping[str, Any],
-                  sections: Iterable[str] = BOUND_SECTIONS) -> list[str]:
+def bound_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], sections: Iterable[str] = BOUND_SECTIONS
+) -> list[str]:
     """Dotted paths (``spec.env.id``) of the leaves where two spec documents differ inside the
     bound ``sections`` (a section missing from one of them differs as a whole)."""
     out: list[str] = []

@@ -1,8 +1,8 @@
-"""Schemas of the Experiment document, generated from the dataclasses in :mod:`seedrl.common.config`.
+"""Schemas of the Experiment document, generated from the dataclasses of :mod:`.config`.
 
 The dataclasses are the one source of truth for every field: the CRD's structural
-``openAPIV3Schema`` (``k8s/crd/``, written by ``python -m seedrl.service.operator.crd --write``), the Helm
-chart's ``values.schema.json`` and the local validator all come from them. This module is pure
+``openAPIV3Schema`` (``k8s/crd/``, written by ``make generate``), the Helm chart's
+``values.schema.json`` and the local validator all come from them. This module is pure
 and imports nothing of ours but :mod:`seedrl.common.config`.
 
 Two flavours:
@@ -43,7 +43,7 @@ def _type_schema(tp: Any, meta: dict[str, Any]) -> dict[str, Any]:
         out = _type_schema(inner[0], meta)
         out["nullable"] = True
         return out
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return dataclass_schema(tp)
     if tp in _SCALARS:
         out = {"type": _SCALARS[tp]}
@@ -88,7 +88,7 @@ def _default(f: dataclasses.Field) -> Any:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
-        if dataclasses.is_dataclass(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
             # The section with only what differs from its class's own defaults (usually
             # nothing): the server fills in the rest from the fields' defaults, so a stored
             # Experiment is as complete as the one `seedrl validate` prints.
@@ -134,6 +134,16 @@ def dataclass_schema(cls: type) -> dict[str, Any]:
     if required:
         out["required"] = required
     return out
+
+
+def without_defaults(schema: Any) -> Any:
+    """A copy of a schema with every ``default`` left out: for documents that only a program
+    writes (an object's ``status``), where the API server should not fill anything in."""
+    if isinstance(schema, dict):
+        return {k: without_defaults(v) for k, v in schema.items() if k != "default"}
+    if isinstance(schema, list):
+        return [without_defaults(v) for v in schema]
+    return schema
 
 
 def spec_schema() -> dict[str, Any]:

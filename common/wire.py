@@ -9,6 +9,7 @@ field, so the learner can fail that one stream with INVALID_ARGUMENT and keep se
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,19 @@ PROTOCOL_VERSION = 1
 #: Dtypes that may travel on the wire (no object or structured dtypes: they would need pickle).
 ALLOWED_DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "int32", "int64", "float16",
                             "float32", "float64", "bool"})
+
+
+#: Largest gRPC message either end sends or accepts: a Step of many large frames (e.g. 256
+#: envs of 84x84x4 uint8 is 7 MB) fits with room to spare. A stream whose every Step would be
+#: larger is refused at its Hello.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+#: Largest env spec file read (a real one is about 200 bytes).
+MAX_SPEC_FILE_BYTES = 64 * 1024
+
+#: Most dimensions of an observation or action (numpy itself stops at 64; real observations
+#: have at most 3 or 4). A Hello beyond it is refused before anything is allocated.
+MAX_RANK = 8
 
 
 class WireError(ValueError):
@@ -137,6 +151,10 @@ class EnvSpec:
         for name in ("observation_dtype", "action_dtype"):
             if getattr(spec, name) not in ALLOWED_DTYPES:
                 raise WireError(f"env_spec.{name}: {getattr(spec, name)!r} is not allowed")
+        for name in ("observation_shape", "action_shape"):
+            if len(getattr(spec, name)) > MAX_RANK:
+                raise WireError(f"env_spec.{name}: at most {MAX_RANK} dimensions, got "
+                                f"{len(getattr(spec, name))}")
         if any(d <= 0 for d in spec.observation_shape + spec.action_shape):
             raise WireError("env_spec: shapes must have positive dimensions")
         if spec.num_actions < 0:
@@ -145,11 +163,68 @@ class EnvSpec:
             raise WireError("env_spec: discrete actions must be int32 scalars")
         return spec
 
-    def differences(self, other: "EnvSpec") -> list[str]:
-        """Human-readable differences from another spec (empty when they match)."""
+    @property
+    def observation_bytes(self) -> int:
+        """Bytes of one observation (exact, however large the shape)."""
+        return math.prod(self.observation_shape) * np.dtype(self.observation_dtype).itemsize
+
+    def to_json(self) -> dict:
+        """The spec as plain JSON data (``env_spec.json`` beside a run, the learner's
+        ``--env-spec``), keyed as in the protobuf message."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, data: object) -> "EnvSpec":
+        """Reads a spec written by :meth:`to_json`, with the checks of :meth:`from_proto`.
+
+        Raises:
+          WireError: a missing, unknown or mistyped key, or a spec :meth:`from_proto` refuses.
+        """
+        fields = dataclasses.fields(cls)
+        names = {f.name for f in fields}
+        required = {f.name for f in fields if f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING}
+        if not isinstance(data, dict) or not required <= set(data) <= names:
+            got = sorted(data) if isinstance(data, dict) else type(data).__name__
+            raise WireError(f"env spec: expected the keys {sorted(names)}, got {got}")
+        try:
+            msg = seedrl_pb2.EnvSpec(**data)
+        except (TypeError, ValueError) as exc:
+            raise WireError(f"env spec: {exc}") from None
+        return cls.from_proto(msg)
+
+    @classmethod
+    def read(cls, path: str) -> "EnvSpec":
+        """Reads a spec from a JSON file written with :meth:`to_json`.
+
+        Raises:
+          OSError: the file cannot be read.
+          WireError: it is not JSON, too large, or not a valid spec.
+        """
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_SPEC_FILE_BYTES + 1)
+        if len(data) > MAX_SPEC_FILE_BYTES:
+            raise WireError(f"{path}: over {MAX_SPEC_FILE_BYTES} bytes, not an env spec")
+        try:
+            return cls.from_json(json.loads(data))
+        except ValueError as exc:
+            raise WireError(f"{path}: {exc}") from None
+
+    def describe(self) -> str:
+        """One line for people: ``float32[4] observations, 2 discrete actions``."""
+        obs = f"{self.observation_dtype}{list(self.observation_shape)} observations"
+        if self.discrete:
+            return f"{obs}, {self.num_actions} discrete actions"
+        return f"{obs}, {self.action_dtype}{list(self.action_shape)} actions"
+
+    def differences(self, other: "EnvSpec", mine: str = "learner",
+                    theirs: str = "actor") -> list[str]:
+        """Human-readable differences from another spec (empty when they match); ``mine``
+        and ``theirs`` name the holders of the two specs."""
         out = []
         for f in dataclasses.fields(self):
-            mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if mine != theirs:
-                out.append(f"{f.name}: learner has {mine!r}, actor has {theirs!r}")
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if a != b:
+                out.append(f"{f.name}: {mine} has {a!r}, {theirs} has {b!r}")
         return out

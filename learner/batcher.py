@@ -101,7 +101,8 @@ class InferenceBatcher:
         With ``loop`` (the running loop of the calling thread) the future is an asyncio future
         of that loop, resolved there; otherwise a ``concurrent.futures.Future``.
         """
-        future = loop.create_future() if loop is not None else concurrent.futures.Future()
+        future: asyncio.Future | concurrent.futures.Future = (
+            loop.create_future() if loop is not None else concurrent.futures.Future())
         pending = _Pending(item, size, future, loop)
         with self._cond:
             if self._stopped:
@@ -171,7 +172,7 @@ class InferenceBatcher:
                 if len(results) != len(batch):
                     raise RuntimeError(f"process returned {len(results)} results for "
                                        f"{len(batch)} items")
-            except BaseException as exc:  # noqa: BLE001 - forwarded to the waiting streams
+            except BaseException as exc:  # forwarded to the waiting streams
                 log.exception("inference batch failed")
                 self._resolve(batch, None, exc)
                 continue

@@ -29,9 +29,11 @@ No pickle anywhere: TensorFlow's format, ``np.load(allow_pickle=False)``, YAML a
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -45,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
+from seedrl.common import finite_json
 from seedrl.common.config import Experiment, dump_experiment, to_document
 from seedrl.common.resume import bound_changes
 from seedrl.common.storage import (
@@ -56,6 +59,7 @@ from seedrl.common.storage import (
     open_store,
     with_retries,
 )
+from seedrl.common.wire import EnvSpec, WireError
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.runtime import LearnerRuntime
 
@@ -104,6 +108,28 @@ class CheckpointError(RuntimeError):
 
 class CheckpointConflict(CheckpointError):
     """Another learner published to the same location since this one last read it."""
+
+
+class NonFiniteVariables(CheckpointError):
+    """The agent's variables hold NaN or infinity: publishing them would push good
+    checkpoints out of the ``keep`` window, so they are not saved."""
+
+
+def non_finite_variables(objects: dict[str, object]) -> list[str]:
+    """Names of the floating variables of ``objects`` (an agent's checkpointables: Keras
+    layers, optimizers, modules, variables) that hold NaN or infinity."""
+    bad = []
+    for name, obj in objects.items():
+        if isinstance(obj, tf.Variable):
+            variables = [obj]
+        else:
+            variables = list(getattr(obj, "variables", None) or [])
+        for v in variables:
+            # Keras 3 variables name their dtype as a string.
+            if tf.as_dtype(v.dtype).is_floating and \
+                    not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v)))):
+                bad.append(f"{name}/{getattr(v, 'path', None) or v.name}")
+    return bad
 
 
 def checkpoint_uri(uri: str, run_dir: str | None) -> str | None:
@@ -184,7 +210,7 @@ def _download_verified(store: ObjectStore, entry: dict) -> _Downloaded:
                 raise CheckpointError(f"{name}: bad file name {file!r}")
             local = os.path.join(directory, file)
             try:
-                with_retries(lambda: store.download_file(f"{name}/{file}", local),
+                with_retries(functools.partial(store.download_file, f"{name}/{file}", local),
                              what=f"downloading {name}/{file}")
             except NotFound:
                 raise CheckpointError(f"{name}/{file} is missing") from None
@@ -225,7 +251,7 @@ class Checkpointer:
         self.interval_steps = interval_steps
         self.interval_seconds = interval_seconds
         self._sleep = sleep
-        window = runtime.returns.maxlen
+        window = runtime.returns.maxlen or 0
         self._counters = {
             "learner_steps": tf.Variable(0, dtype=tf.int64),
             "env_steps": tf.Variable(0, dtype=tf.int64),
@@ -235,10 +261,13 @@ class Checkpointer:
             "returns_count": tf.Variable(0, dtype=tf.int64),
         }
         self._checkpoint: tf.train.Checkpoint | None = None
+        self._objects: dict[str, object] = {}
         self._agent: Agent | None = None
         self._manifest: dict | None = None
         self._generation = 0
         self._resume_from: _Downloaded | None = None
+        #: The env spec the checkpoint to resume from was trained on (None: none recorded).
+        self.env_spec: EnvSpec | None = None
         self._opened = False
         self._lock = threading.Lock()
         self._last_save_time = time.monotonic()
@@ -280,6 +309,13 @@ class Checkpointer:
             self._resume_from = got
             with open(got.path(METADATA), encoding="utf-8") as fh:
                 metadata = json.load(fh)
+            if metadata.get("env_spec") is not None:
+                try:
+                    self.env_spec = EnvSpec.from_json(metadata["env_spec"])
+                except WireError as exc:
+                    got.cleanup()
+                    raise CheckpointError(f"checkpoint {got.name} records an unreadable env "
+                                          f"spec ({exc}); nothing was changed") from None
             # Reported from now on; attach() restores the same values with the variables.
             r = self.runtime
             r.learner_steps = int(metadata["learner_steps"])
@@ -308,7 +344,13 @@ class Checkpointer:
         """Binds the agent's variables and restores the checkpoint :meth:`open` found."""
         if not self._opened:
             self.open()
+        ours = self.runtime.env_spec
+        if self.env_spec is not None and ours is not None and ours != self.env_spec:
+            raise CheckpointError(
+                "the checkpoint to resume was trained on another env spec: " +
+                "; ".join(self.env_spec.differences(ours, "checkpoint", "this run")))
         self._agent = agent
+        self._objects = agent.checkpointables()
         self._checkpoint = tf.train.Checkpoint(**trackables(agent), **self._counters)
         got, self._resume_from = self._resume_from, None
         if got is None:
@@ -328,7 +370,9 @@ class Checkpointer:
         r.elapsed_before = float(c["elapsed"].numpy())
         count = int(c["returns_count"].numpy())
         r.returns.clear()
-        r.returns.extend(c["returns"].numpy()[:count].tolist())
+        # Only finite returns: an infinite one saved by an older learner would otherwise meet
+        # any targetReturn and stop every resumed run at once.
+        r.returns.extend(x for x in c["returns"].numpy()[:count].tolist() if math.isfinite(x))
         self._last_save_step = r.learner_steps
         self.last_checkpoint = f"{self.store.uri}/{got.name}"
         log.info("resumed from %s at learner step %d, %d env steps", self.last_checkpoint,
@@ -340,12 +384,18 @@ class Checkpointer:
         """Publishes a checkpoint now; returns its URI (None if no agent is attached yet).
 
         Raises:
+          NonFiniteVariables: the variables hold NaN or infinity; nothing was written.
           CheckpointConflict: another learner published here; nothing of ours was listed.
           StorageError, OSError, tf.errors.OpError: the publication failed; the previous
             checkpoints are untouched and still load.
         """
         if self._checkpoint is None or self.conflict is not None:
             return None
+        bad = non_finite_variables(self._objects)
+        if bad:
+            raise NonFiniteVariables(f"not saved: {len(bad)} variable(s) hold NaN or infinity "
+                                     f"({', '.join(bad[:3])}); the last good checkpoint stays "
+                                     f"the newest")
         with self._lock:
             start = time.monotonic()
             stage = tempfile.mkdtemp(prefix="seedrl-ckpt-")
@@ -353,7 +403,8 @@ class Checkpointer:
                 entry = self._write_local(stage)
                 for file in entry["files"]:
                     path = os.path.join(stage, file)
-                    with_retries(lambda: self.store.upload_file(f"{entry['name']}/{file}", path),
+                    with_retries(functools.partial(self.store.upload_file,
+                                                   f"{entry['name']}/{file}", path),
                                  what=f"uploading {entry['name']}/{file}", sleep=self._sleep)
                 dropped = self._publish(entry)
             finally:
@@ -378,7 +429,7 @@ class Checkpointer:
         recent = list(r.returns)
         for key, value in snap.items():
             c[key].assign(value)
-        returns = np.zeros(r.returns.maxlen)
+        returns = np.zeros(r.returns.maxlen or 0)
         returns[:len(recent)] = recent
         c["returns"].assign(returns)
         c["returns_count"].assign(len(recent))
@@ -395,10 +446,11 @@ class Checkpointer:
             "mean_return": float(np.mean(recent)) if recent else None,
             "agent": exp.spec.agent.name,
             "env": exp.spec.env.id, "run_id": r.run_id, "created": _utc_now(),
+            "env_spec": r.env_spec.to_json() if r.env_spec is not None else None,
             "tensorflow": tf.__version__,
         }
         with open(os.path.join(stage, METADATA), "w", encoding="utf-8") as fh:
-            json.dump(metadata, fh, indent=1, sort_keys=True)
+            finite_json.dump(metadata, fh, indent=1, sort_keys=True)
         files = {f: _file_digest(os.path.join(stage, f)) for f in sorted(os.listdir(stage))}
         name = f"ckpt-{snap['learner_steps']:012d}-{secrets.token_hex(4)}"
         return {"name": name, "learner_steps": snap["learner_steps"],
@@ -412,7 +464,7 @@ class Checkpointer:
         manifest = {"format": FORMAT, "experiment": self.runtime.experiment.metadata.name,
                     "writer": self.runtime.run_id, "updated": entry["created"],
                     "checkpoints": kept}
-        data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        data = finite_json.dumps(manifest, indent=1, sort_keys=True).encode()
 
         def write():
             try:
@@ -437,7 +489,7 @@ class Checkpointer:
 
     def _delete_unlisted(self, dropped: list[dict]) -> None:
         """Removes dropped checkpoints and orphans of interrupted uploads (best effort)."""
-        listed = {e["name"] for e in self._manifest["checkpoints"]}
+        listed = {e["name"] for e in (self._manifest or {}).get("checkpoints", [])}
         try:
             names = self.store.list("ckpt-")
         except StorageError as exc:
@@ -472,7 +524,7 @@ class Checkpointer:
         except CheckpointConflict as exc:
             log.error("%s", exc)
             self.runtime.finish("checkpoint_conflict")
-        except (StorageError, OSError, tf.errors.OpError) as exc:
+        except (NonFiniteVariables, StorageError, OSError, tf.errors.OpError) as exc:
             self.failures += 1
             self._last_save_time = time.monotonic()
             self._last_save_step = self.runtime.learner_steps

@@ -333,7 +333,8 @@ class ReplicatedStep:
         self._optimizer = optimizer
         self._variables = variables
         self._clip_norm = float(clip_norm)
-        self._step = tf.function(self._step_impl, reduce_retracing=True)
+        self._gradients = tf.function(self._gradients_impl, reduce_retracing=True)
+        self._apply = tf.function(self._apply_impl, reduce_retracing=True)
 
     def __call__(self, args: Sequence[np.ndarray], axes: Sequence[int | None]):
         """Runs the step on a whole batch.
@@ -363,21 +364,29 @@ class ReplicatedStep:
                 for a, ax in zip(args, axes))
 
         values = strategy.experimental_distribute_values_from_function(shard)
-        metrics, per_sample = self._step(values)
+        grads, grad_norm, metrics, per_sample = self._gradients(values)
         local = strategy.experimental_local_results
+        # Every replica holds the same all-reduced norm. A non-finite one skips the update:
+        # nothing changes (see seedrl.learner.optimizers.clip_and_apply).
+        if np.isfinite(local(grad_norm)[0].numpy()):
+            self._apply(grads, grad_norm)
         metrics = {k: local(v)[0] for k, v in metrics.items()}
+        metrics["grad_norm"] = local(grad_norm)[0]
         per_sample = tuple(np.concatenate([np.asarray(p) for p in local(t)])
                            for t in per_sample)
         return metrics, per_sample
 
-    def _step_impl(self, values):
-        return self._placement.strategy.run(self._replica_step, args=values)
+    def _gradients_impl(self, values):
+        return self._placement.strategy.run(self._replica_gradients, args=values)
 
-    def _replica_step(self, share, *shard):
-        """share: this shard's fraction of the batch; shard: the loss function's arguments."""
+    def _apply_impl(self, grads, grad_norm):
+        return self._placement.strategy.run(self._replica_apply, args=(grads, grad_norm))
+
+    def _replica_gradients(self, share, *shard):
+        """share: this shard's fraction of the batch; shard: the loss function's arguments.
+        Returns the all-reduced gradients and their global norm, the metrics and the
+        per-sample outputs."""
         import tensorflow as tf
-
-        from seedrl.learner.optimizers import clip_and_apply
 
         ctx = tf.distribute.get_replica_context()
         variables = self._variables()
@@ -387,11 +396,16 @@ class ReplicatedStep:
         grads = tape.gradient(weighted, variables)
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        grad_norm = clip_and_apply(self._optimizer, grads, variables, self._clip_norm)
         metrics = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
                                  {k: tf.cast(v, tf.float32) * share for k, v in metrics.items()})
-        metrics["grad_norm"] = grad_norm
-        return metrics, tuple(per_sample)
+        return grads, tf.linalg.global_norm(grads), metrics, tuple(per_sample)
+
+    def _replica_apply(self, grads, grad_norm):
+        """Clips and applies the all-reduced gradients (finite: checked by the caller)."""
+        from seedrl.learner.optimizers import clip_and_apply_finite
+
+        clip_and_apply_finite(self._optimizer, list(grads), self._variables(),
+                              self._clip_norm, grad_norm)
 
 
 def split_sizes(batch: int, replicas: int) -> list[int]:

@@ -123,6 +123,16 @@ class _ScrapeTimeCollector:
                       "Environment frames of all actors (steps x Atari frame skip).",
                       m.env_frames)
         yield counter("seedrl_learner_steps", "Training steps of the learner.", r.learner_steps)
+        yield counter("seedrl_learner_skipped_updates",
+                      "Training steps skipped because their gradients were not finite.",
+                      r.skipped_updates)
+        yield counter("seedrl_learner_refused_streams",
+                      "Actor streams refused or failed for what they sent.", r.refused_streams)
+        yield counter("seedrl_learner_invalid_actions",
+                      "Actions inference produced outside the action space (replaced).",
+                      r.invalid_actions)
+        yield gauge("seedrl_learner_seconds_without_env_steps",
+                    "Seconds since the last env step arrived.", r.seconds_without_env_steps)
         episodes = CounterMetricFamily("seedrl_learner_episodes", "Finished episodes.",
                                        labels=["experiment", "kind"])
         episodes.add_metric(exp + ["train"], r.episodes)

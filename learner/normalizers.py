@@ -33,8 +33,11 @@ class RunningMeanStd(tf.Module):
         return tf.where(self.count > 0, self.m2 / tf.maximum(self.count, 1.0),
                         tf.ones_like(self.m2))
 
-    def update(self, batch) -> None:
-        """Merges a batch [N, *shape] into the statistics."""
+    def update(self, batch) -> bool:
+        """Merges a batch [N, *shape] into the statistics (eagerly); returns False, changing
+        nothing, when the merged statistics would not be finite (values so large that their
+        squares overflow): one such batch would otherwise turn every later normalized value
+        into NaN."""
         x = tf.cast(batch, tf.float64)
         n = tf.cast(tf.shape(x)[0], tf.float64)
         batch_mean = tf.math.divide_no_nan(tf.reduce_sum(x, axis=0), n)
@@ -42,9 +45,15 @@ class RunningMeanStd(tf.Module):
         total = self.count + n
         weight = tf.math.divide_no_nan(n, total)  # an empty batch changes nothing
         delta = batch_mean - self.mean
-        self.mean.assign(self.mean + delta * weight)
-        self.m2.assign(self.m2 + batch_m2 + tf.square(delta) * self.count * weight)
+        mean = self.mean + delta * weight
+        m2 = self.m2 + batch_m2 + tf.square(delta) * self.count * weight
+        if not bool(tf.reduce_all(tf.math.is_finite(mean)) and
+                    tf.reduce_all(tf.math.is_finite(m2))):
+            return False
+        self.mean.assign(mean)
+        self.m2.assign(m2)
         self.count.assign(total)
+        return True
 
     def normalize(self, x, center: bool = True) -> tf.Tensor:
         """(x - mean) / std, or x / std with ``center=False``, clipped; float32."""

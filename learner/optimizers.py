@@ -48,15 +48,37 @@ def make_optimizer(config: OptimizerConfig, variables,
 def apply_gradients(optimizer, tape: tf.GradientTape, loss, variables,
                     clip_norm: float) -> tf.Tensor:
     """Takes one optimizer step on ``loss``, clipping gradients to a global norm (0: no
-    clipping); returns the global norm before clipping."""
+    clipping); returns the global norm before clipping. The step is skipped when that norm is
+    not finite (see :func:`clip_and_apply`)."""
     return clip_and_apply(optimizer, tape.gradient(loss, variables), variables, clip_norm)
 
 
 def clip_and_apply(optimizer, grads, variables, clip_norm: float) -> tf.Tensor:
     """Clips ``grads`` to a global norm (0: no clipping), applies them and returns the global
-    norm before clipping."""
+    norm before clipping.
+
+    When that norm is NaN or infinite (a NaN or infinite loss or gradient anywhere, e.g. from
+    an observation large enough to overflow the network), nothing changes: not the variables,
+    not the optimizer's moments or step count. The caller sees the non-finite norm and counts a
+    skipped update; one bad batch costs one update, never the run. One device only: under a
+    distribution strategy the check runs between two replicated calls (see
+    ``seedrl.learner.devices.ReplicatedStep``), as a condition cannot hold a cross-replica
+    update.
+    """
     grad_norm = tf.linalg.global_norm(grads)
+
+    def apply():
+        clip_and_apply_finite(optimizer, grads, variables, clip_norm, grad_norm)
+        return tf.constant(True)
+
+    tf.cond(tf.math.is_finite(grad_norm), apply, lambda: tf.constant(False))
+    return grad_norm
+
+
+def clip_and_apply_finite(optimizer, grads, variables, clip_norm: float,
+                          grad_norm: tf.Tensor) -> None:
+    """Clips ``grads`` (whose global norm is ``grad_norm``, known to be finite) to
+    ``clip_norm`` (0: no clipping) and applies them."""
     if clip_norm > 0:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=grad_norm)
     optimizer.apply_gradients(zip(grads, variables))
-    return grad_norm

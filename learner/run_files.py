@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
+from seedrl.common import finite_json
 from seedrl.common.learner_status import LearnerStatus
 
 
 def write_json_atomic(path: str, data: dict) -> None:
-    """Writes JSON through a temporary file and a rename, so readers never see half a file."""
+    """Writes JSON through a temporary file and a rename, so readers never see half a file;
+    non-finite numbers are written as null (see ``seedrl.common.finite_json``)."""
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
+        finite_json.dump(data, fh, indent=1, sort_keys=True)
     os.replace(tmp, path)
 
 
@@ -34,8 +35,8 @@ class RunFiles:
     def append_metrics(self, status: LearnerStatus) -> None:
         """Appends one line to the metrics log."""
         with open(self.metrics_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({**status.to_json(), "time": time.time()}, sort_keys=True)
-                     + "\n")
+            fh.write(finite_json.dumps({**status.to_json(), "time": time.time()},
+                                       sort_keys=True) + "\n")
 
     def write_summary(self, summary: dict) -> None:
         """Writes the final summary of the run."""

@@ -6,8 +6,17 @@ Threads:
     step to its stream's unroll builder (one batcher thread per inference device when the
     learner has several, each serving its share of the streams);
   - the trainer thread stacks unrolls into batches and runs the agent's training step.
-The agent is built when the first actor says hello, from the environment spec it declares, so
-the learner needs no environment packages of its own (the TPU image stays small).
+
+The Experiment is the authority on the environment: the agent is built, before any actor is
+served, for the env spec derived from it (:meth:`LearnerRuntime.build`; the launcher makes the
+env once and passes the spec, so the learner needs no environment packages of its own), and
+every Hello is checked against that spec. Without one (a learner started with no
+``--env-spec`` and no checkpoint to resume), the first Hello naming the Experiment's env id
+decides, as a fallback.
+
+Nothing an actor sends can stop training: a Hello is checked and capped before anything is
+allocated for it, an actor id has one live stream at a time, actions sent back are always in
+the action space, and an update whose gradients are not finite is skipped and counted.
 """
 
 from __future__ import annotations
@@ -21,13 +30,14 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from seedrl.common.config import Experiment
 from seedrl.common.learner_status import LearnerStatus
-from seedrl.common.wire import EnvSpec
+from seedrl.common.wire import MAX_MESSAGE_BYTES, EnvSpec
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.batcher import InferenceBatcher
 from seedrl.learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
@@ -90,12 +100,14 @@ class LearnerRuntime:
       on_agent_built: called once with the agent, e.g. to restore a checkpoint.
       inference_lanes: batcher threads, each serving its share of the streams, so that
         inference runs on several inference devices at once (one lane per device).
+      env_spec: the env spec derived from the Experiment; the agent is built for it at once.
+        None leaves the first Hello naming ``spec.env.id`` to decide (see :meth:`build`).
     """
 
     def __init__(self, experiment: Experiment,
                  build_agent: Callable[[Experiment, EnvSpec], Agent], train: bool = True,
                  on_agent_built: Callable[[Agent], None] | None = None,
-                 inference_lanes: int = 1):
+                 inference_lanes: int = 1, env_spec: EnvSpec | None = None):
         self.experiment = experiment
         spec = experiment.spec
         self.run_id = uuid.uuid4().hex[:12]
@@ -106,8 +118,10 @@ class LearnerRuntime:
         self.env_spec: EnvSpec | None = None
         self.agent_ready = threading.Event()
         self._agent_lock = threading.Lock()
-        self._lanes_lock = threading.Lock()
-        self._streams: dict[str, Stream] = {}
+        # Guards the stream registry: hellos are handled in executor threads concurrently.
+        self._streams_lock = threading.Lock()
+        # None: reserved by a hello being registered (see open_stream).
+        self._streams: dict[str, Stream | None] = {}
         self._unrolls: queue.Queue = queue.Queue(maxsize=spec.learner.queue_capacity)
         self.stop_event = threading.Event()
         self.stop_reason: str | None = None
@@ -130,8 +144,19 @@ class LearnerRuntime:
         self.stop_time: float | None = None
         #: Step messages received from actors (a learner's load is messages, not env steps).
         self.messages = 0
+        #: Updates skipped because their gradients were not finite.
+        self.skipped_updates = 0
+        #: Actions the agent produced outside the action space, replaced before sending.
+        self.invalid_actions = 0
+        #: Episodes reported that began before their stream: not counted (see the server).
+        self.unverified_episodes = 0
+        #: Streams refused or failed for what they sent, and the latest ("actor id: reason").
+        self.refused_streams = 0
+        self.last_refusal: str | None = None
+        self._last_env_step = time.monotonic()
+        self._stepped = False  # an env step arrived in this process's lifetime
         #: Receives episodes and inference batches as they happen (``seedrl.learner.metrics``).
-        self.observer = None
+        self.observer: Any = None
         self.started = time.monotonic()
         self.batchers = [
             InferenceBatcher(self._infer, spec.learner.inference_batch_size,
@@ -144,34 +169,98 @@ class LearnerRuntime:
         self._after_train_step: list[Callable[[], None]] = []
         self._trainer = threading.Thread(target=self._train_loop, name="trainer", daemon=True)
         self._trainer.start()
+        if env_spec is not None:
+            self.build(env_spec)
+
+    def build(self, env_spec: EnvSpec) -> Agent:
+        """Builds the agent for ``env_spec`` (once; later calls must name the same spec) and
+        restores it through ``on_agent_built``.
+
+        Raises:
+          ValueError: the agent cannot be built for this spec, or one was built for another.
+        """
+        with self._agent_lock:
+            if self.agent is not None:
+                if env_spec != self.env_spec:
+                    raise ValueError("env spec differs from the learner's: " +
+                                     "; ".join(self.env_spec.differences(env_spec)))
+                return self.agent
+            agent = self._build_agent(self.experiment, env_spec)
+            self.env_spec = env_spec  # what on_agent_built sees (a checkpoint checks it)
+            try:
+                if self._on_agent_built is not None:
+                    self._on_agent_built(agent)
+            except BaseException:
+                self.env_spec = None
+                raise
+            self.agent = agent
+            self.agent_ready.set()
+            log.info("agent %s built for %s: %s", self.experiment.spec.agent.name,
+                     env_spec.env_id, env_spec.describe())
+            return agent
 
     # -- streams ------------------------------------------------------------------------
 
     def open_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec,
                     actor_index: int = 0) -> Stream:
-        """Registers an actor after its handshake, building the agent on the first one.
+        """Registers an actor after its handshake; nothing is allocated before every check.
 
         Raises:
-          HandshakeError: if the env spec differs from the one the agent was built for, or
-            the agent cannot be built for it.
+          HandshakeError: INVALID_ARGUMENT for a number of envs out of bounds (its steps
+            would not fit a message); FAILED_PRECONDITION if the env spec differs from the
+            learner's (or, with none yet, names another env id or cannot be built for);
+            ALREADY_EXISTS if ``actor_id`` has a live stream (its reconnect must wait for
+            that stream to end, or it would silently take the old stream's envs).
         """
-        if num_envs < 1:
-            raise HandshakeError("INVALID_ARGUMENT", "hello.num_envs: must be >= 1")
-        with self._agent_lock:
-            if self.agent is None:
-                try:
-                    agent = self._build_agent(self.experiment, env_spec)
-                except ValueError as exc:
-                    raise HandshakeError("FAILED_PRECONDITION", str(exc)) from None
-                if self._on_agent_built is not None:
-                    self._on_agent_built(agent)
-                self.env_spec, self.agent = env_spec, agent
-                self.agent_ready.set()
-                log.info("agent %s built for %s", self.experiment.spec.agent.name, env_spec)
-            elif env_spec != self.env_spec:
-                raise HandshakeError(
-                    "FAILED_PRECONDITION", "env spec differs from the learner's: " +
-                    "; ".join(self.env_spec.differences(env_spec)))
+        cap = self.experiment.spec.learner.max_envs_per_actor
+        if not 1 <= num_envs <= cap:
+            raise HandshakeError("INVALID_ARGUMENT", f"hello.num_envs: must be in [1, {cap}] "
+                                                     f"(spec.learner.maxEnvsPerActor), got "
+                                                     f"{num_envs}")
+        if self.agent is None:
+            wanted = self.experiment.spec.env.id
+            if env_spec.env_id != wanted:
+                raise HandshakeError("FAILED_PRECONDITION",
+                                     f"env spec differs from the learner's: env_id: learner "
+                                     f"has {wanted!r}, actor has {env_spec.env_id!r}")
+            if env_spec.observation_bytes > MAX_MESSAGE_BYTES:
+                raise HandshakeError("INVALID_ARGUMENT",
+                                     f"hello.env_spec.observation_shape: one observation of "
+                                     f"{env_spec.observation_bytes} bytes exceeds the "
+                                     f"{MAX_MESSAGE_BYTES}-byte message limit")
+            try:
+                self.build(env_spec)
+            except ValueError as exc:
+                raise HandshakeError("FAILED_PRECONDITION", str(exc)) from None
+        elif env_spec != self.env_spec:
+            raise HandshakeError(
+                "FAILED_PRECONDITION", "env spec differs from the learner's: " +
+                "; ".join(self.env_spec.differences(env_spec)))
+        step_bytes = num_envs * env_spec.observation_bytes
+        if step_bytes > MAX_MESSAGE_BYTES:
+            raise HandshakeError("INVALID_ARGUMENT",
+                                 f"hello.num_envs: {num_envs} observations of "
+                                 f"{env_spec.observation_bytes} bytes make {step_bytes}-byte "
+                                 f"steps, over the {MAX_MESSAGE_BYTES}-byte message limit")
+        with self._streams_lock:
+            if actor_id in self._streams:
+                raise HandshakeError("ALREADY_EXISTS",
+                                     f"actor id {actor_id!r} already has an open stream; a "
+                                     f"reconnect is welcome once that one has ended")
+            # Reserved now, filled below: a concurrent hello with this id is refused.
+            self._streams[actor_id] = None
+        try:
+            stream = self._new_stream(actor_id, num_envs, env_spec, actor_index)
+        except BaseException:
+            with self._streams_lock:
+                del self._streams[actor_id]
+            raise
+        with self._streams_lock:
+            self._streams[actor_id] = stream
+        return stream
+
+    def _new_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec,
+                    actor_index: int) -> Stream:
         agent = self.agent
         fields = {
             "observation": (env_spec.observation_shape, np.dtype(env_spec.observation_dtype)),
@@ -187,34 +276,40 @@ class LearnerRuntime:
         stream = Stream(actor_id, num_envs, builder,
                         agent.initial_state(num_envs, actor_index), actor_index,
                         agent.is_evaluation_actor(actor_index))
-        with self._lanes_lock:
-            # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in
-            # order.
+        # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in order.
+        with self._streams_lock:
             stream.lane = self._streams_opened % len(self.batchers)
             self._streams_opened += 1
             # The lane's batcher closes a batch early once every env it serves is waiting.
             self.batchers[stream.lane].open_envs += num_envs
             stream.counted = True
-            old = self._streams.get(actor_id)
-            if old is not None:
-                old.closed = True  # a reconnect: the old stream's partial unroll is dropped
-            self._streams[actor_id] = stream
         return stream
 
     def close_stream(self, stream: Stream) -> None:
-        """Forgets a stream that ended."""
-        with self._lanes_lock:
-            stream.closed = True
+        """Forgets a stream that ended (its partial unrolls are dropped)."""
+        stream.closed = True
+        with self._streams_lock:
             if stream.counted:
                 stream.counted = False
                 self.batchers[stream.lane].open_envs -= stream.num_envs
             if self._streams.get(stream.actor_id) is stream:
                 del self._streams[stream.actor_id]
 
+    def note_refusal(self, actor_id: str, reason: str) -> None:
+        """Records a stream refused at its hello or failed for a bad message (status)."""
+        self.refused_streams += 1
+        self.last_refusal = f"{actor_id or 'an actor with no id'}: {reason}"[:500]
+
     @property
     def connected_actors(self) -> int:
-        """Actors with an open stream."""
-        return len(self._streams)
+        """Actor streams open now (one per actor id)."""
+        with self._streams_lock:
+            return sum(1 for s in self._streams.values() if s is not None)
+
+    @property
+    def seconds_without_env_steps(self) -> float:
+        """Seconds since the last env step arrived (since the start before the first)."""
+        return time.monotonic() - self._last_env_step
 
     @property
     def queued_unrolls(self) -> int:
@@ -238,6 +333,8 @@ class LearnerRuntime:
         a ``concurrent.futures.Future``."""
         self.env_steps += stream.num_envs
         self.messages += 1
+        self._last_env_step = time.monotonic()
+        self._stepped = True
         for episode_return, length in episodes:
             if self.observer is not None:
                 self.observer.episode(episode_return, length, stream.evaluation)
@@ -265,6 +362,9 @@ class LearnerRuntime:
         state = [np.concatenate(parts) for parts in zip(*states_before)] if states_before[0] \
             else []
         outputs, new_state = agent.inference(observations, state)
+        # Before the unrolls store them: a stored action outside the space would fail the
+        # training step that reads it, as surely as a sent one would fail the actor's env.
+        outputs["action"] = self._legal_actions(outputs["action"])
         results, offset = [], 0
         for i, (stream, step) in enumerate(items):
             k = stream.num_envs
@@ -277,19 +377,38 @@ class LearnerRuntime:
             if not stream.closed and self._train_enabled and not stream.evaluation:
                 unroll = stream.builder.append(row, states_before[i])
                 if unroll is not None:
-                    self._enqueue(unroll)
+                    self._enqueue(unroll, stream.actor_id)
             results.append(part["action"])
         if self.first_actions_time is None:
             self.first_actions_time = time.time()
             self._first_actions.set()
         return results
 
-    def _enqueue(self, unroll: dict) -> None:
+    def _legal_actions(self, actions: np.ndarray) -> np.ndarray:
+        """The batch's actions with any outside the action space replaced, so that an actor
+        is never sent one its env would refuse, nor an unroll one its training step would
+        (a network gone non-finite samples out of range)."""
+        spec = self.env_spec
+        if spec.discrete:
+            bad = (actions < 0) | (actions >= spec.num_actions)
+        elif np.issubdtype(actions.dtype, np.floating):
+            bad = ~np.isfinite(actions)
+        else:
+            return actions
+        if not bad.any():  # the usual case: one vectorised test per batch
+            return actions
+        count = int(bad.sum())
+        self.invalid_actions += count
+        log.error("inference produced %d action(s) outside the action space (%s); using %s "
+                  "instead", count, spec.describe(), "action 0" if spec.discrete else "0.0")
+        return np.where(bad, np.zeros((), actions.dtype), actions)
+
+    def _enqueue(self, unroll: dict, actor_id: str) -> None:
         for single in split_unroll(unroll):
             # A full queue blocks inference: backpressure on the actors bounds policy lag.
             while not self.stop_event.is_set():
                 try:
-                    self._unrolls.put(single, timeout=0.1)
+                    self._unrolls.put((actor_id, single), timeout=0.1)
                     break
                 except queue.Full:
                     continue
@@ -318,7 +437,7 @@ class LearnerRuntime:
                 self._train_from_replay()
             else:
                 self._train_on_fresh_unrolls()
-        except BaseException as exc:  # noqa: BLE001 - reported and ends the run
+        except BaseException as exc:  # reported and ends the run
             log.exception("training failed")
             self.train_error = exc
             self.finish("train_error")
@@ -330,7 +449,16 @@ class LearnerRuntime:
             frac = max(0.0, 1.0 - self.env_steps / max_steps)
             self.agent.set_learning_rate(opt.learning_rate * frac)
 
-    def _after_step(self, metrics: dict[str, float]) -> None:
+    def _after_step(self, metrics: dict[str, float], actors: set[str]) -> None:
+        """Counts a finished update, or a skipped one: an update whose gradients were not
+        finite is not applied (see ``seedrl.learner.optimizers``), and says so here."""
+        grad_norm = metrics.get("grad_norm", 0.0)
+        if not math.isfinite(grad_norm):
+            self.skipped_updates += 1
+            log.warning("training step skipped (%d so far): non-finite gradients (global norm "
+                        "%s) on a batch with unrolls from actor(s) %s", self.skipped_updates,
+                        grad_norm, ", ".join(sorted(actors)) or "unknown")
+            return
         self.last_metrics = metrics
         self.learner_steps += 1
         for hook in self._after_train_step:
@@ -340,20 +468,27 @@ class LearnerRuntime:
         """On-policy: every batch is the next ``batchSize`` unrolls, each used once."""
         batch_size = self.experiment.spec.learner.batch_size
         while not self.stop_event.is_set():
-            unrolls = []
+            unrolls: list[Mapping[str, object]] = []
+            actors: set[str] = set()
+
             while len(unrolls) < batch_size and not self.stop_event.is_set():
                 try:
-                    unrolls.append(self._unrolls.get(timeout=0.1))
+                    actor_id, unroll = self._unrolls.get(timeout=0.1)
                 except queue.Empty:
                     continue
+                unrolls.append(unroll)
+                actors.add(actor_id)
             if len(unrolls) < batch_size:
                 break
             self._decay_learning_rate()
-            self._after_step(self.agent.train(stack_unrolls(unrolls)))
+            self._after_step(self.agent.train(stack_unrolls(unrolls)), actors)
 
     def _train_from_replay(self) -> None:
         """Replay: unrolls go into the agent's replay as they arrive; a step runs whenever the
-        agent says its replay is full enough and the replay ratio allows one."""
+        agent says its replay is full enough and the replay ratio allows one. A skipped step
+        names the actors whose unrolls entered the replay since the last good step (the
+        sampled batch itself may hold older ones)."""
+        recent: set[str] = set()
         while not self.stop_event.is_set():
             fresh = []
             if not self.agent.can_train():
@@ -368,10 +503,14 @@ class LearnerRuntime:
                 except queue.Empty:
                     break
             if fresh:
-                self.agent.add_unrolls(fresh)
+                recent.update(actor_id for actor_id, _ in fresh)
+                self.agent.add_unrolls([unroll for _, unroll in fresh])
             if self.agent.can_train():
                 self._decay_learning_rate()
-                self._after_step(self.agent.train_from_replay())
+                steps = self.learner_steps
+                self._after_step(self.agent.train_from_replay(), recent)
+                if self.learner_steps != steps:
+                    recent = set()
 
     # -- budget and status --------------------------------------------------------------
 
@@ -434,7 +573,7 @@ class LearnerRuntime:
             experiment=self.experiment.metadata.name,
             run_id=self.run_id,
             state="finished" if self.finished else
-                  ("running" if self.agent_ready.is_set() else "waiting_for_actors"),
+                  ("running" if self._stepped else "waiting_for_actors"),
             env_steps=self.env_steps,
             learner_steps=self.learner_steps,
             episodes=self.episodes,
@@ -442,6 +581,12 @@ class LearnerRuntime:
             return_window=len(self.returns),
             elapsed=self.elapsed,
             actors=self.connected_actors,
+            seconds_without_env_steps=round(self.seconds_without_env_steps, 1),
+            refused_streams=self.refused_streams,
+            last_refusal=self.last_refusal,
+            skipped_updates=self.skipped_updates,
+            invalid_actions=self.invalid_actions,
+            unverified_episodes=self.unverified_episodes,
             mean_inference_batch=(sum(b.items for b in self.batchers) /
                                   max(1, sum(b.batches for b in self.batchers))),
             inference_batches=sum(b.batches for b in self.batchers),

@@ -7,71 +7,198 @@ result comes back through an asyncio future (resolved with the rest of its batch
 callback), so one slow batch never blocks reading other streams.
 
 A bad message fails its own stream with INVALID_ARGUMENT and a reason; every other stream goes
-on. No message is ever unpickled: arrays are raw bytes with dtype and shape.
+on. Every number from the wire is checked before use (see :class:`StepChecker`), and a Hello
+is checked against the learner's env spec and capped before anything is allocated for it (see
+``LearnerRuntime.open_stream``). Refusals are counted in the learner's status, with the latest
+reason. No message is ever unpickled: arrays are raw bytes with dtype and shape.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import math
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
-from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec, WireError, decode_array, encode_array
+from seedrl.common.wire import (
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    EnvSpec,
+    WireError,
+    decode_array,
+    encode_array,
+)
 from seedrl.learner.actor_indices import ActorIndices, NotYet
 from seedrl.learner.batcher import BatcherStopped
-from seedrl.learner.runtime import HandshakeError, LearnerRuntime, StepData, Stream
+from seedrl.learner.runtime import HandshakeError, LearnerRuntime, StepData
 
 log = logging.getLogger(__name__)
 
-#: Largest message accepted: a step of many large frames (e.g. 256 envs of 84x84x4 uint8).
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Longest actor id accepted (ids appear in logs, status and metrics).
+MAX_ACTOR_ID = 256
+#: Relative tolerance between an episode's reported return and the learner's own sum of the
+#: rewards it received: the wire carries float32 rewards (relative rounding <= 2**-24 each),
+#: the actor sums the env's own (usually float64) ones.
+RETURN_RTOL = 1e-6
+#: Up to this many envs a Step's rewards are range-checked in Python: for a few values that
+#: costs less than numpy's per-call overhead (most messages of a learner with many streams carry
+#: one or a few envs).
+SMALL_STEP = 32
 
 
-def decode_step(msg: seedrl_pb2.Step, stream: Stream, spec: EnvSpec) -> StepData:
-    """Checks a Step against its stream's handshake and returns arrays in env-id order.
+class StepChecker:
+    """Checks one stream's Steps against its handshake and the Experiment, and tallies each
+    env's episode from the rewards received, to check the episodes the actor reports.
 
-    Raises:
-      WireError: naming the offending field.
+    Every check is a handful of vectorised numpy operations per message, whatever K is:
+    observations finite (floating dtypes), rewards finite and within ``spec.env.maxAbsReward``.
+
+    Episodes: every reported one must be finite, at least one step long and within
+    ``maxAbsReward`` x length, and (but on a stream's first Step, which may repeat episodes
+    that ended as a previous connection broke) belong to an env whose episode ended in that
+    Step. An episode this stream saw whole (its length is the number of outcomes the stream
+    sent since the env's previous episode ended, or since the stream began) must add up to
+    the rewards sent, to float32 rounding; only such verified episodes are counted. One that
+    began before the stream (a reconnect, a learner restart) cannot be verified: it is
+    dropped, not counted (``unverified``), so no actor can make up the mean return.
+
+    Args:
+      num_envs: K, from the Hello.
+      spec: the learner's env spec.
+      max_abs_reward: ``spec.env.maxAbsReward``.
     """
-    k = stream.num_envs
-    ids = msg.env_ids
-    in_order = ids == stream.env_ids  # the usual case, checked in one comparison
-    if not in_order:
-        ids = list(ids)
+
+    def __init__(self, num_envs: int, spec: EnvSpec, max_abs_reward: float):
+        self.num_envs = num_envs
+        self.env_ids = list(range(num_envs))
+        self.spec = spec
+        self.max_abs_reward = float(max_abs_reward)
+        dtype = np.dtype(spec.observation_dtype)
+        # float16/32 sum exactly enough in float64 (no finite input overflows it), which
+        # costs less than isfinite(); float64 needs isfinite itself.
+        self._obs_check = None if dtype.kind != "f" else ("sum" if dtype.itemsize < 8
+                                                          else "isfinite")
+        self._shape = (num_envs,) + spec.observation_shape
+        self.steps = 0
+        #: Episodes reported but not counted: they began before this stream.
+        self.unverified = 0
+        self.ep_return = np.zeros(num_envs)
+        self.ep_abs = np.zeros(num_envs)
+        self.ep_length = np.zeros(num_envs, np.int64)
+
+    def decode(self, msg: seedrl_pb2.Step) -> tuple[StepData, list[tuple[float, int]]]:
+        """Checks a Step; returns its arrays in env-id order and its verified episodes.
+
+        Raises:
+          WireError: naming the offending field.
+        """
+        k = self.num_envs
+        ids = msg.env_ids
+        # Lengths first: a repeated field is only copied once its size is known to be K.
         if len(ids) != k:
             raise WireError(f"step.env_ids: expected {k} ids (one per env), got {len(ids)}")
-        if sorted(ids) != stream.env_ids:
-            raise WireError(f"step.env_ids: must be a permutation of 0..{k - 1}, got "
-                            f"{ids[:16]}")
-    obs = decode_array(msg.observations, "step.observations", spec.observation_dtype,
-                       (k,) + spec.observation_shape)
-    rewards, terminated, truncated = msg.rewards, msg.terminated, msg.truncated
-    for name, values in (("rewards", rewards), ("terminated", terminated),
-                         ("truncated", truncated)):
-        if len(values) != k:
-            raise WireError(f"step.{name}: expected {k} values, got {len(values)}")
-    # A few values are checked faster in Python than by a numpy call (most messages of a
-    # learner with many streams carry one or a few envs).
-    if k <= 32 and not all(map(math.isfinite, rewards)):
-        raise WireError("step.rewards: must be finite")
-    # fromiter with the count checked above: ~2x faster than asarray on repeated fields.
-    rewards = np.fromiter(rewards, np.float32, k)
-    if k > 32 and not np.isfinite(rewards).all():
-        raise WireError("step.rewards: must be finite")
-    terminated = np.fromiter(terminated, bool, k)
-    truncated = np.fromiter(truncated, bool, k)
-    for ep in msg.episodes:
-        if ep.env_id >= k:
-            raise WireError(f"step.episodes.env_id: {ep.env_id} is not an env of this actor")
-    if not in_order:
-        order = np.argsort(ids)
-        obs, rewards = obs[order], rewards[order]
-        terminated, truncated = terminated[order], truncated[order]
-    return StepData(obs, rewards, terminated, truncated)
+        in_order = ids == self.env_ids  # the usual case: one comparison, no copy
+        if not in_order:
+            ids = list(ids)
+            if sorted(ids) != self.env_ids:
+                raise WireError(f"step.env_ids: must be a permutation of 0..{k - 1}, got "
+                                f"{ids[:16]}")
+        obs = decode_array(msg.observations, "step.observations", self.spec.observation_dtype,
+                           self._shape)
+        if self._obs_check == "sum":
+            finite = math.isfinite(obs.sum(dtype=np.float64))
+        else:
+            finite = self._obs_check is None or bool(np.isfinite(obs).all())
+        if not finite:
+            raise WireError("step.observations: must be finite (found NaN or infinity)")
+        rewards, terminated, truncated = msg.rewards, msg.terminated, msg.truncated
+        for name, values in (("rewards", rewards), ("terminated", terminated),
+                             ("truncated", truncated)):
+            if len(values) != k:
+                raise WireError(f"step.{name}: expected {k} values, got {len(values)}")
+        limit = self.max_abs_reward
+        # Small steps: |r| <= limit in Python (NaN fails the comparison too); numpy decides,
+        # and words the reason, only when that fails.
+        checked = k <= SMALL_STEP and all(map(limit.__ge__, map(abs, rewards)))
+        # fromiter with the count checked above: ~2x faster than asarray on repeated fields.
+        rewards = np.fromiter(rewards, np.float32, k)
+        magnitudes = np.abs(rewards)
+        if not checked:
+            largest = float(magnitudes.max())
+            if not largest <= limit:  # also catches NaN
+                if not np.isfinite(rewards).all():
+                    raise WireError("step.rewards: must be finite")
+                raise WireError(f"step.rewards: {largest:g} is beyond the largest reward the "
+                                f"Experiment allows (spec.env.maxAbsReward = {limit:g})")
+        terminated = np.fromiter(terminated, bool, k)
+        truncated = np.fromiter(truncated, bool, k)
+        if not in_order:
+            order = np.argsort(ids)
+            obs, rewards, magnitudes = obs[order], rewards[order], magnitudes[order]
+            terminated, truncated = terminated[order], truncated[order]
+        done = terminated | truncated
+        first = self.steps == 0
+        if not first:  # the first Step of a stream carries no outcome
+            self.ep_return += rewards
+            self.ep_abs += magnitudes
+            self.ep_length += 1
+        episodes = self._episodes(msg.episodes, done, first) if msg.episodes else []
+        if not first and done.any():
+            self.ep_return[done] = 0.0
+            self.ep_abs[done] = 0.0
+            self.ep_length[done] = 0
+        self.steps += 1
+        return StepData(obs, rewards, terminated, truncated), episodes
+
+    def _episodes(self, messages, done: np.ndarray, first: bool) -> list[tuple[float, int]]:
+        """Checks a Step's episodes; returns the verified ones. A loop: a Step carries a few
+        (measured: for 1 to 20 episodes a loop costs half what numpy's fixed overhead does;
+        they break even near 100)."""
+        k = self.num_envs
+        if len(messages) > k:
+            raise WireError(f"step.episodes: {len(messages)} episodes from {k} envs in one "
+                            f"step")
+        seen = set()
+        out = []
+        for j, ep in enumerate(messages):
+            what = f"step.episodes[{j}]"
+            i, ret, length = ep.env_id, ep.episode_return, ep.length
+            if i >= k:
+                raise WireError(f"{what}.env_id: {i} is not an env of this actor")
+            if i in seen:
+                raise WireError(f"{what}.env_id: env {i} ended two episodes in one step")
+            seen.add(i)
+            if not math.isfinite(ret):
+                raise WireError(f"{what}.episode_return: must be finite, got {ret}")
+            if length < 1:
+                raise WireError(f"{what}.length: must be >= 1, got {length}")
+            if abs(ret) > self.max_abs_reward * length:
+                raise WireError(f"{what}.episode_return: {ret:g} over {length} steps is "
+                                f"beyond spec.env.maxAbsReward ({self.max_abs_reward:g}) "
+                                f"per step")
+            if first:  # repeated from a broken connection: nothing to check it against
+                self.unverified += 1
+                continue
+            if not done[i]:
+                raise WireError(f"{what}.env_id: env {i} did not end an episode in this step")
+            seen_length = int(self.ep_length[i])
+            if length < seen_length:
+                raise WireError(f"{what}.length: {length}, but this stream alone sent "
+                                f"{seen_length} steps of that episode")
+            if length > seen_length:  # it began before this stream
+                self.unverified += 1
+                continue
+            tally = float(self.ep_return[i])
+            if abs(ret - tally) > RETURN_RTOL * (float(self.ep_abs[i]) + 1.0):
+                raise WireError(f"{what}.episode_return: {ret:g}, but the rewards this "
+                                f"stream sent for it add up to {tally:g}")
+            out.append((float(ret), int(length)))
+        return out
 
 
 class LearnerService(seedrl_pb2_grpc.LearnerServicer):
@@ -81,6 +208,8 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         self.runtime = runtime
         #: Which actor holds which index (unique among live actors).
         self.indices = indices or ActorIndices()
+        # Hellos are registered off the event loop (a first one may build the agent).
+        self._hellos = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="hello")
 
     async def AssignIndex(self, request, context):  # noqa: N802 - gRPC method name
         name = self.runtime.experiment.metadata.name
@@ -98,77 +227,115 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         log.info("actor %s is index %d", request.actor_id, index)
         return seedrl_pb2.IndexGrant(actor_index=index)
 
+    async def _open_stream(self, actor_id: str, hello: seedrl_pb2.Hello, spec: EnvSpec,
+                           index: int):
+        """Registers the stream in a worker thread. If this call is cancelled meanwhile (the
+        actor went away), the registration still completes there: it is undone as soon as it
+        does, or the actor id would stay taken for good."""
+        registering = self._hellos.submit(self.runtime.open_stream, actor_id, hello.num_envs,
+                                          spec, index)
+        try:
+            return await asyncio.wrap_future(registering)
+        except asyncio.CancelledError:
+            def undo(done: concurrent.futures.Future) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self.runtime.close_stream(done.result())
+            registering.add_done_callback(undo)
+            raise
+
+    async def _refuse(self, context, code: grpc.StatusCode, actor_id: str, reason: str):
+        """Fails this stream with ``code`` and ``reason``, recording it in the status."""
+        self.runtime.note_refusal(actor_id, reason)
+        log.warning("refused actor %s: %s: %s", actor_id or context.peer(), code.name, reason)
+        await context.abort(code, reason)
+
     async def Stream(self, request_iterator, context):  # noqa: N802 - gRPC method name
         runtime = self.runtime
-        first = await _next_message(request_iterator)
+        try:
+            first = await _next_message(request_iterator)
+        except WireError as exc:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "", str(exc))
         if first is None:
             return
         if first.WhichOneof("kind") != "hello":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "the first message of a stream must be a hello")
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "",
+                               "the first message of a stream must be a hello")
         hello = first.hello
+        actor_id = hello.actor_id[:MAX_ACTOR_ID]
         if hello.protocol_version != PROTOCOL_VERSION:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"protocol version {hello.protocol_version} is not supported; "
-                                f"this learner speaks {PROTOCOL_VERSION}")
+            await self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION, actor_id,
+                               f"protocol version {hello.protocol_version} is not supported; "
+                               f"this learner speaks {PROTOCOL_VERSION}")
         name = runtime.experiment.metadata.name
         if hello.experiment != name:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"this learner serves experiment {name!r}, not "
-                                f"{hello.experiment!r}")
-        stream_id = hello.actor_id or context.peer()
-        index = self.indices.connect(stream_id, hello.actor_index)
+            await self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION, actor_id,
+                               f"this learner serves experiment {name!r}, not "
+                               f"{hello.experiment[:100]!r}")
+        if not hello.actor_id or len(hello.actor_id) > MAX_ACTOR_ID:
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                               f"hello.actor_id: must be 1 to {MAX_ACTOR_ID} characters, got "
+                               f"{len(hello.actor_id)}")
+        index = self.indices.connect(actor_id, hello.actor_index)
         try:
             spec = EnvSpec.from_proto(hello.env_spec)
-            stream = await asyncio.get_running_loop().run_in_executor(
-                None, runtime.open_stream, stream_id, hello.num_envs, spec, index)
+            stream = await self._open_stream(actor_id, hello, spec, index)
         except WireError as exc:
-            self.indices.disconnect(stream_id, index)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"hello.{exc}")
+            self.indices.disconnect(actor_id, index)
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                               f"hello.{exc}")
         except HandshakeError as exc:
-            self.indices.disconnect(stream_id, index)
-            await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+            self.indices.disconnect(actor_id, index)
+            await self._refuse(context, getattr(grpc.StatusCode, exc.code), actor_id,
+                               str(exc))
+        except asyncio.CancelledError:
+            self.indices.disconnect(actor_id, index)
+            raise
         if index != hello.actor_index:
             log.warning("actor %s said index %d, held by another live actor: it acts as %d",
-                        stream_id, hello.actor_index, index)
+                        actor_id, hello.actor_index, index)
+        checker = StepChecker(stream.num_envs, runtime.env_spec,
+                              runtime.experiment.spec.env.max_abs_reward)
         log.info("actor %s connected with %d envs", stream.actor_id, stream.num_envs)
         loop = asyncio.get_running_loop()
-        env_spec = runtime.env_spec
         try:
             yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
                 protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id, actor_index=index))
             # Per message: read, check, decode, queue for inference, answer. Everything else
             # is per batch or per stream (profiled: this loop is what a learner with many
             # streams spends its CPU on).
-            async for msg in request_iterator:
-                if runtime.finished:
-                    if runtime.experiment_finished:
-                        yield seedrl_pb2.LearnerMessage(finished=True)
-                        return
-                    await _stopping_early(context, runtime)
-                if msg.WhichOneof("kind") != "step":
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                        "expected a step after the hello")
-                step_msg = msg.step
-                try:
-                    step = decode_step(step_msg, stream, env_spec)
-                except WireError as exc:
-                    log.warning("actor %s sent a bad step: %s", stream.actor_id, exc)
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                episodes = [(ep.episode_return, ep.length) for ep in step_msg.episodes] \
-                    if step_msg.episodes else ()
-                try:
-                    actions = await runtime.submit(stream, step, episodes, loop)
-                except BatcherStopped:
-                    if runtime.experiment_finished:
-                        yield seedrl_pb2.LearnerMessage(finished=True)
-                        return
-                    await _stopping_early(context, runtime)
-                yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
-                    env_ids=stream.env_ids, actions=encode_array(actions)))
+            try:
+                async for msg in request_iterator:
+                    if runtime.finished:
+                        if runtime.experiment_finished:
+                            yield seedrl_pb2.LearnerMessage(finished=True)
+                            return
+                        await _stopping_early(context, runtime)
+                    if msg.WhichOneof("kind") != "step":
+                        await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                                           "expected a step after the hello")
+                    unverified = checker.unverified
+                    try:
+                        step, episodes = checker.decode(msg.step)
+                    except WireError as exc:
+                        await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                                           str(exc))
+                    if checker.unverified != unverified:
+                        runtime.unverified_episodes += checker.unverified - unverified
+                    try:
+                        actions = await runtime.submit(stream, step, episodes, loop)
+                    except BatcherStopped:
+                        if runtime.experiment_finished:
+                            yield seedrl_pb2.LearnerMessage(finished=True)
+                            return
+                        await _stopping_early(context, runtime)
+                    yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
+                        env_ids=checker.env_ids, actions=encode_array(actions)))
+            except DecodeError as exc:  # gRPC decodes each message lazily, as it is read
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                                   _undecodable(exc))
         finally:
             runtime.close_stream(stream)
-            self.indices.disconnect(stream_id, index)
+            self.indices.disconnect(actor_id, index)
             log.info("actor %s disconnected", stream.actor_id)
 
 
@@ -182,16 +349,30 @@ async def _stopping_early(context, runtime: LearnerRuntime) -> None:
 
 
 async def _next_message(request_iterator):
+    """The next message, or None at the end of the stream.
+
+    Raises:
+      WireError: the bytes are not an ActorMessage (gRPC decodes lazily, here).
+    """
     try:
         return await request_iterator.__anext__()
     except StopAsyncIteration:
         return None
+    except DecodeError as exc:
+        raise WireError(_undecodable(exc)) from None
+
+
+def _undecodable(exc: DecodeError) -> str:
+    """The refusal of bytes that are not an ActorMessage."""
+    return f"the message is not a valid ActorMessage ({exc})"
 
 
 def server_credentials(cert_file: str | None, key_file: str | None):
     """TLS credentials from PEM files, or None for an insecure port."""
     if not cert_file:
         return None
+    if not key_file:
+        raise ValueError("--tls-key is required with --tls-cert")
     with open(cert_file, "rb") as fh:
         cert = fh.read()
     with open(key_file, "rb") as fh:

@@ -1,3 +1,17 @@
 """Fixtures shared by every test directory."""
 
+from pathlib import Path
+
+import pytest
+
 from support.gcs import gcs_bucket, gcs_emulator  # noqa: F401 - fixtures
+
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks every test under tests/e2e/ with ``e2e`` (`make test-unit` leaves them out)."""
+    for item in items:
+        if Path(item.path).resolve().is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)

@@ -73,8 +73,9 @@ class Agent(abc.ABC):
         write beside a checkpoint; None when there is none or it should not be written."""
         return None
 
-    def load_extra_state(self, state: Mapping[str, np.ndarray]) -> None:
-        """Restores what :meth:`extra_state` returned."""
+    def load_extra_state(self, state: Mapping[str, np.ndarray]) -> None:  # noqa: B027
+        """Restores what :meth:`extra_state` returned (an agent without extra state has
+        nothing to restore: optional, hence not abstract)."""
 
 
 class ReplayAgent(Agent):

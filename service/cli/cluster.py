@@ -1,8 +1,7 @@
 """Experiments in a cluster, for the ``seedrl status`` and ``seedrl submit`` commands.
 
-Everything goes through the official ``kubernetes`` client: a kubeconfig (``--kubeconfig``,
-``$KUBECONFIG`` or ``~/.kube/config``, optionally a ``--context``) or, inside a pod, its service
-account.
+Everything goes through the official ``kubernetes`` client, from
+:func:`seedrl.service.kube.api_client` (its docstring says which credentials win).
 """
 
 from __future__ import annotations
@@ -10,40 +9,16 @@ from __future__ import annotations
 import copy
 import datetime
 import json
-from typing import Any, Mapping, Optional
+from collections.abc import Sequence
+from typing import Any, Mapping, Optional, cast
 
 import kubernetes
 
-from seedrl.common.config import GROUP, PLURAL, VERSION
+from seedrl.common.config import GROUP, PLURAL, VERSION, AgentConfig, EnvConfig
 from seedrl.common.learner_status import LearnerStatus
 
 FIELD_MANAGER = "seedrl-cli"
 APPLY = "application/apply-patch+yaml"
-
-
-def api_client(kubeconfig: str | None = None, context: str | None = None
-               ) -> kubernetes.client.ApiClient:
-    """A client for the cluster the kubeconfig (or, with none, the pod's account) points at."""
-    if kubeconfig is None and context is None:
-        try:
-            kubernetes.config.load_incluster_config()
-            return kubernetes.client.ApiClient()
-        except kubernetes.config.ConfigException:
-            pass
-    cfg = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=kubeconfig, context=context,
-                                       client_configuration=cfg)
-    return kubernetes.client.ApiClient(cfg)
-
-
-def default_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
-    """The namespace of the kubeconfig's current (or given) context; ``default`` if none."""
-    try:
-        contexts, current = kubernetes.config.list_kube_config_contexts(kubeconfig)
-    except (kubernetes.config.ConfigException, OSError):
-        return "default"
-    chosen = next((c for c in contexts if c["name"] == context), None) if context else current
-    return ((chosen or {}).get("context") or {}).get("namespace") or "default"
 
 
 def list_experiments(client: kubernetes.client.ApiClient, namespace: str | None
@@ -56,7 +31,7 @@ def list_experiments(client: kubernetes.client.ApiClient, namespace: str | None
     else:
         response = api.list_namespaced_custom_object(GROUP, VERSION, namespace,
                                                      PLURAL, _preload_content=False)
-    items = json.loads(response.data).get("items") or []
+    items = json.loads(cast(Any, response).data).get("items") or []
     return sorted(items, key=lambda o: (o["metadata"].get("namespace") or "",
                                         o["metadata"]["name"]))
 
@@ -81,7 +56,7 @@ def apply_experiment(client: kubernetes.client.ApiClient, document: Mapping[str,
         GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"], body,
         field_manager=FIELD_MANAGER, force=force_conflicts, _content_type=APPLY,
         _preload_content=False)
-    return json.loads(response.data)
+    return json.loads(cast(Any, response).data)
 
 
 def _age(created: str | None, now: datetime.datetime) -> str:
@@ -108,7 +83,7 @@ def _count(value: Optional[int]) -> str:
     return str(value)
 
 
-def status_rows(items: list[Mapping[str, Any]], now: datetime.datetime | None = None,
+def status_rows(items: Sequence[Mapping[str, Any]], now: datetime.datetime | None = None,
                 with_namespace: bool = False) -> list[list[str]]:
     """The table ``seedrl status`` prints: a header row, then one row per Experiment."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -133,8 +108,9 @@ def status_rows(items: list[Mapping[str, Any]], now: datetime.datetime | None = 
                       if c.get("type") == "Valid"), None)
         if valid and valid.get("status") == "False":
             phase = f"{phase} ({valid.get('reason')})"
-        row = [meta.get("name", "?"), phase, (spec.get("agent") or {}).get("name", "vtrace"),
-               (spec.get("env") or {}).get("id", "CartPole-v1"),
+        row = [meta.get("name", "?"), phase,
+               (spec.get("agent") or {}).get("name", AgentConfig().name),
+               (spec.get("env") or {}).get("id", EnvConfig().id),
                f"{actors.get('ready', 0)}/{desired}",
                _count(learner.env_steps) if learner else "-",
                "-" if mean is None else f"{mean:.1f}",

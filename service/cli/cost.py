@@ -64,21 +64,18 @@ def cluster_cost(name: str, namespace: str | None = None,
     API (None before the operator has priced it).
 
     Args:
-      api_client: a configured ``kubernetes.client.ApiClient``; default: the kubeconfig, or
-        the in-cluster service account.
+      api_client: a configured ``kubernetes.client.ApiClient``; default:
+        :func:`seedrl.service.kube.api_client`'s.
     """
-    from kubernetes import client, config
+    from kubernetes import client
+
+    from seedrl.service import kube
 
     if api_client is None:
-        try:
-            config.load_kube_config()
-            if namespace is None:
-                namespace = config.list_kube_config_contexts()[1]["context"].get("namespace")
-        except config.ConfigException:
-            config.load_incluster_config()
-        api_client = client.ApiClient()
+        api_client = kube.api_client()
+        namespace = namespace or kube.default_namespace()
     namespace = namespace or "default"
-    obj = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+    obj: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name)
     return namespace, ((obj or {}).get("status") or {}).get("cost")
 
@@ -146,18 +143,20 @@ def cmd_plan(args) -> int:
             throughput = cost_plan.read_throughput(source, exp, args.inference_from)
         else:
             # Nothing measured by the user yet: the packaged figures of the example envs.
-            throughput = cost_plan.reference_throughput(exp)
-            if throughput is None:
+            reference = cost_plan.reference_throughput(exp)
+            if reference is None:
                 known = ", ".join(sorted(cost_plan.load_reference().envs))
                 print(f"error: no throughput for {exp.spec.env.id}: {source} does not exist "
                       f"and reference figures exist only for {known}; pass --throughput "
                       f"bench-throughput.json (make bench-throughput) or a run's "
                       f"summary.json", file=sys.stderr)
                 return ExitCode.BAD_CONFIG
+            throughput = reference
+        machines = cost.rendered_machines(exp)
         result = cost_plan.plan(
             frames=int(args.frames), frames_per_step=exp.spec.env.frames_per_step,
             replicas=args.actors or exp.spec.actors.replicas,
-            learner=cost.machine_for(exp, "learner"), actor=cost.machine_for(exp, "actor"),
+            learner=machines["learner"], actor=machines["actor"],
             throughput=throughput, prices=prices,
             learner_steps_per_s=args.learner_steps_per_s)
     except ConfigError as exc:

@@ -42,11 +42,15 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check an Experiment and print it resolved")
     with_overrides(validate)
+    validate.add_argument("--no-env-check", action="store_true",
+                          help="skip making one env of spec.env (to check that its id is "
+                               "registered, after spec.env.imports): for a machine without "
+                               "the env's packages")
     cost_cli.add_parser(sub)
 
     def with_cluster(sp):
-        sp.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or "
-                                             "~/.kube/config; in a pod, its service account)")
+        sp.add_argument("--kubeconfig", help="kubeconfig file (default: in a pod, its service "
+                                             "account; else $KUBECONFIG or ~/.kube/config)")
         sp.add_argument("--context", help="kubeconfig context (default: the current one)")
         sp.add_argument("-n", "--namespace", help="namespace (default: the context's)")
 
@@ -79,12 +83,39 @@ def _load(args):
 
 
 def cmd_validate(args) -> int:
-    """Prints the resolved Experiment, or the problems with it."""
+    """Prints the resolved Experiment, or the problems with it; then checks that spec.env can
+    be made here (its id registered after spec.env.imports) and says so."""
     exp = _load(args)
     if exp is None:
         return ExitCode.BAD_CONFIG
     sys.stdout.write(dump_experiment(exp))
+    if args.no_env_check:
+        return ExitCode.OK
+    problem, spec = check_env(exp)
+    if problem:
+        print(f"error: invalid experiment {args.file}:\n  {problem}", file=sys.stderr)
+        return ExitCode.BAD_CONFIG
+    print(f"spec.env.id: {exp.spec.env.id} is registered: {spec.describe()}", file=sys.stderr)
     return ExitCode.OK
+
+
+def check_env(exp):
+    """Makes one env of ``spec.env`` with the actors' own code, in a child process (the CLI
+    does not import the actors); returns (None, its EnvSpec) or (the reason, None)."""
+    import os
+    import tempfile
+
+    from seedrl.common.wire import EnvSpec
+    from seedrl.service.local.launcher import derive_env_spec
+    from seedrl.service.local.processes import child_env
+
+    with tempfile.TemporaryDirectory(prefix="seedrl-validate-") as tmp:
+        config = os.path.join(tmp, "config.yaml")
+        with open(config, "w", encoding="utf-8") as fh:
+            fh.write(dump_experiment(exp))
+        out = os.path.join(tmp, "env_spec.json")
+        problem = derive_env_spec(config, out, child_env())
+        return (problem, None) if problem else (None, EnvSpec.read(out))
 
 
 def cmd_train(args) -> int:
@@ -95,7 +126,8 @@ def cmd_train(args) -> int:
         check_checkpoint_location,
         prepare_run_dir,
     )
-    from seedrl.service.local.progress import Progress, format_duration
+    from seedrl.service.cost.report import format_duration
+    from seedrl.service.local.progress import Progress
 
     exp = _load(args)
     if exp is None:
@@ -135,6 +167,9 @@ def cmd_train(args) -> int:
         print(f"error: the learner failed (exit code {summary.get('learner_exit_code')}); "
               f"see {summary.get('log')}", file=sys.stderr)
         return ExitCode.FAILED
+    if reason == "no_progress":
+        print(f"error: {summary.get('error')} (logs in {run_dir})", file=sys.stderr)
+        return ExitCode.FAILED
     mean = summary.get("mean_return_100")
     mean_text = "n/a" if mean is None else f"{mean:.1f}"
     print(f"stopped ({reason}) after {summary.get('env_steps', 0):,} env steps in "
@@ -154,7 +189,9 @@ def cmd_submit(args) -> int:
     """Validates an Experiment locally (every field, as the operator will), then applies it."""
     import yaml
 
-    from seedrl.common.config import apply_overrides, load_yaml
+    from seedrl.common.config import apply_overrides, read_yaml_file
+    from seedrl.service import kube
+
     from seedrl.service.cli import cluster
     from seedrl.service.operator import reconcile
 
@@ -163,8 +200,7 @@ def cmd_submit(args) -> int:
         return ExitCode.BAD_CONFIG
     # What is applied is the document as written (plus --set), so that defaults stay the
     # operator's; it was just validated, resolved, above.
-    with open(args.file, encoding="utf-8") as fh:
-        document = apply_overrides(load_yaml(fh.read(), args.file), args.overrides)
+    document = apply_overrides(read_yaml_file(args.file, "Experiment"), args.overrides)
     try:
         reconcile.validate(document)  # the cluster's own rules, e.g. the name's length
     except ConfigError as exc:
@@ -173,7 +209,7 @@ def cmd_submit(args) -> int:
             print(f"  {path}: {reason}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     namespace = (args.namespace or exp.metadata.namespace
-                 or cluster.default_namespace(args.kubeconfig, args.context))
+                 or kube.default_namespace(args.kubeconfig, args.context))
     if not exp.spec.checkpoint.uri:
         # Allowed (short runs, trials), but a preempted or rescheduled learner starts over.
         print("warning: spec.checkpoint.uri is empty: the learner checkpoints into its pod's "
@@ -184,7 +220,7 @@ def cmd_submit(args) -> int:
         sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
         return ExitCode.OK
     try:
-        client = cluster.api_client(args.kubeconfig, args.context)
+        client = kube.api_client(args.kubeconfig, args.context)
         stored = cluster.apply_experiment(client, document, namespace, args.force_conflicts)
     except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
         print(f"error: could not apply {exp.metadata.name} to namespace {namespace}: "
@@ -197,12 +233,13 @@ def cmd_submit(args) -> int:
 
 def cmd_status(args) -> int:
     """Prints a table of the Experiments in a namespace (or all)."""
+    from seedrl.service import kube
     from seedrl.service.cli import cluster
 
     namespace = None if args.all_namespaces else (
-        args.namespace or cluster.default_namespace(args.kubeconfig, args.context))
+        args.namespace or kube.default_namespace(args.kubeconfig, args.context))
     try:
-        client = cluster.api_client(args.kubeconfig, args.context)
+        client = kube.api_client(args.kubeconfig, args.context)
         items = cluster.list_experiments(client, namespace)
     except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
         print(f"error: could not list experiments: {_api_error(exc)}", file=sys.stderr)

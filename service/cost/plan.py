@@ -28,8 +28,9 @@ accelerator (SEED) and with inference on each actor's CPUs (IMPALA):
    1 / (1 / r_seed + c_inf)`` steps/s, so reaching the same rate takes ``K_i = ceil(K r_seed /
    r_impala)`` actors of the same machine type. The learner is the same machine (it still
    trains) and runs for the same ``T``. Cost: ``T x (learner hourly + K_i x actor hourly)``.
-4. Hourly prices come from the price table (:mod:`seedrl.service.cost`): vCPUs, GiB and accelerator
-   chips each pod requests, Spot rates for Spot pods.
+4. Hourly prices come from the price table (:mod:`seedrl.service.cost.prices`): vCPUs, GiB
+   and accelerator chips each pod requests (the pods the operator would render), Spot rates for
+   Spot pods.
 
 What it leaves out: the learner's own capacity unless given (a TPU learner serving thousands of
 actors is SEED's premise, not a measurement here), the IMPALA actors' parameter downloads,
@@ -44,10 +45,11 @@ import math
 import os
 from typing import Any
 
-import yaml
-
-from seedrl.common.config import ConfigError, parse_experiment
-from seedrl.service import cost
+from seedrl.common.config import ConfigError, load_yaml, parse_experiment, read_yaml_file
+from seedrl.service.cost.prices import PriceTable
+from seedrl.service.cost.pricing import hourly
+from seedrl.service.cost.records import Resources, rendered_machines
+from seedrl.service.cost.report import format_duration
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +95,7 @@ def _read_json(path: str) -> dict:
     return data
 
 
-def _positive(data: dict, key: str, path: str) -> float:
+def _positive(data: Any, key: str, path: str) -> float:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise _fail(f"{path}: {key}", f"must be a number > 0, got {value!r}")
@@ -120,8 +122,7 @@ def benchmark_rates(data: dict, path: str = "benchmark") -> tuple[float, float]:
 def _run_experiment(summary_path: str, fallback: Any) -> Any:
     config = os.path.join(os.path.dirname(os.path.abspath(summary_path)), "config.yaml")
     if os.path.exists(config):
-        with open(config, encoding="utf-8") as fh:
-            return parse_experiment(yaml.safe_load(fh))
+        return parse_experiment(read_yaml_file(config, "Experiment"))
     return fallback
 
 
@@ -141,16 +142,22 @@ def read_throughput(path: str, plan_exp: Any, inference_from: str | None = None)
     rate = _positive(summary, "env_steps_per_s", path)
     run_exp = _run_experiment(path, plan_exp)
     replicas = data.get("replicas") or run_exp.spec.actors.replicas
-    actor_cpu = cost.machine_for(run_exp, "actor")[0].cpu
-    c_inf = None
+    actor_cpu = rendered_machines(run_exp)["actor"][0].cpu
+    inference_cpu_s: float | None = None
     if inference_from:
         bench = _read_json(inference_from)
         if not is_benchmark(bench):
-            raise _fail(inference_from, "must be a bench/throughput.py --json result "
-                                        "(raw_steps_per_s, baseline_sync_vector_env)")
-        c_inf = benchmark_rates(bench, inference_from)[1]
-    return Throughput(rate / replicas / actor_cpu, c_inf,
-                      f"{path} (run, {replicas} actors x {actor_cpu:g} vCPU)")
+            raise _fail(
+                inference_from,
+                "must be a bench/throughput.py --json result "
+                "(raw_steps_per_s, baseline_sync_vector_env)",
+            )
+        inference_cpu_s = benchmark_rates(bench, inference_from)[1]
+    return Throughput(
+        rate / replicas / actor_cpu,
+        inference_cpu_s,
+        f"{path} (run, {replicas} actors x {actor_cpu:g} vCPU)",
+    )
 
 
 #: The packaged reference rates of the example environments (``service/cost/``).
@@ -200,16 +207,29 @@ def parse_reference(data: Any, path: str = REFERENCE_FILE) -> ReferenceTable:
             problems.append((f"{where}.stepsPerCpu", f"must be a number > 0, got {steps!r}"))
         costs = entry.get("inferenceCpuSeconds") or {}
         if not isinstance(costs, dict):
-            problems.append((f"{where}.inferenceCpuSeconds",
-                             "must map network names to CPU-seconds per env step"))
+            problems.append(
+                (
+                    f"{where}.inferenceCpuSeconds",
+                    "must map network names to CPU-seconds per env step",
+                )
+            )
             costs = {}
         for network, value in costs.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                problems.append((f"{where}.inferenceCpuSeconds.{network}",
-                                 f"must be a number >= 0, got {value!r}"))
-        envs[str(env_id)] = (float(steps) if isinstance(steps, (int, float)) else 0.0,
-                             {str(k): float(v) for k, v in costs.items()
-                              if isinstance(v, (int, float)) and not isinstance(v, bool)})
+                problems.append(
+                    (
+                        f"{where}.inferenceCpuSeconds.{network}",
+                        f"must be a number >= 0, got {value!r}",
+                    )
+                )
+        envs[str(env_id)] = (
+            float(steps) if isinstance(steps, (int, float)) else 0.0,
+            {
+                str(k): float(v)
+                for k, v in costs.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            },
+        )
     if problems:
         raise ConfigError(problems)
     return ReferenceTable(data["version"], data["measuredOn"], envs)
@@ -220,7 +240,8 @@ def load_reference() -> ReferenceTable:
     from importlib import resources
 
     text = resources.files("seedrl.service.cost").joinpath(REFERENCE_FILE).read_text("utf-8")
-    return parse_reference(yaml.safe_load(text), f"service/cost/{REFERENCE_FILE}")
+    where = f"service/cost/{REFERENCE_FILE}"
+    return parse_reference(load_yaml(text, where), where)
 
 
 def reference_throughput(exp: Any, table: ReferenceTable | None = None) -> Throughput | None:
@@ -232,22 +253,16 @@ def reference_throughput(exp: Any, table: ReferenceTable | None = None) -> Throu
         return None
     steps, costs = table.envs[env_id]
     network = exp.spec.agent.network.name
-    return Throughput(steps, costs.get(network),
-                      f"reference figures for {env_id}"
-                      + (f" and {network}" if network in costs else "")
-                      + f", measured on {table.measured_on} ({table.version}), not on your "
-                        f"machines; pass --throughput with a benchmark or run summary of "
-                        f"your own",
-                      reference=True)
-
-
-def hourly(resources: cost.Resources, spot: bool, prices: cost.PriceTable) -> float:
-    """USD per hour of one pod with these requests."""
-    usd = resources.cpu * prices.cpu.get(spot) + resources.memory_gib * prices.memory.get(spot)
-    if resources.accelerator and resources.accelerator_count:
-        usd += resources.accelerator_count * prices.accelerator_rate(
-            resources.accelerator, resources.accelerator_type, spot)
-    return usd
+    return Throughput(
+        steps,
+        costs.get(network),
+        f"reference figures for {env_id}"
+        + (f" and {network}" if network in costs else "")
+        + f", measured on {table.measured_on} ({table.version}), not on your "
+        f"machines; pass --throughput with a benchmark or run summary of "
+        f"your own",
+        reference=True,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,10 +303,16 @@ class Plan:
         return 1.0 - self.seed.total_usd / self.impala.total_usd
 
 
-def plan(frames: int, frames_per_step: int, replicas: int,
-         learner: tuple[cost.Resources, bool], actor: tuple[cost.Resources, bool],
-         throughput: Throughput, prices: cost.PriceTable,
-         learner_steps_per_s: float | None = None) -> Plan:
+def plan(
+    frames: int,
+    frames_per_step: int,
+    replicas: int,
+    learner: tuple[Resources, bool],
+    actor: tuple[Resources, bool],
+    throughput: Throughput,
+    prices: PriceTable,
+    learner_steps_per_s: float | None = None,
+) -> Plan:
     """Estimates time and cost to ``frames`` env frames (see the module docstring).
 
     Args:
@@ -311,56 +332,93 @@ def plan(frames: int, frames_per_step: int, replicas: int,
     actor_hourly = hourly(*actor, prices)
     cpu = actor[0].cpu
     if cpu <= 0 or replicas < 1:
-        raise ConfigError([("spec.actors", f"planning needs at least one actor with CPUs, got "
-                                           f"{replicas} actors of {cpu:g} vCPU")])
+        raise ConfigError(
+            [
+                (
+                    "spec.actors",
+                    f"planning needs at least one actor with CPUs, got "
+                    f"{replicas} actors of {cpu:g} vCPU",
+                )
+            ]
+        )
     steps = frames / frames_per_step
     rate = replicas * cpu * throughput.seed_per_cpu
     if learner_steps_per_s:
         rate = min(rate, learner_steps_per_s)
     seconds = steps / rate
     hours = seconds / 3600.0
-    seed = LayoutPlan("SEED (inference on the learner)", replicas, rate,
-                      rate * frames_per_step, seconds, hours * learner_hourly,
-                      hours * replicas * actor_hourly)
+    seed = LayoutPlan(
+        "SEED (inference on the learner)",
+        replicas,
+        rate,
+        rate * frames_per_step,
+        seconds,
+        hours * learner_hourly,
+        hours * replicas * actor_hourly,
+    )
     impala = None
     if throughput.impala_per_cpu is not None:
         impala_actors = math.ceil(rate / (cpu * throughput.impala_per_cpu) - 1e-9)
-        impala = LayoutPlan("IMPALA (inference on the actors)", impala_actors, rate,
-                            rate * frames_per_step, seconds, hours * learner_hourly,
-                            hours * impala_actors * actor_hourly)
-    return Plan(frames=frames, seed=seed, impala=impala, throughput=throughput,
-                learner=learner[0].describe() + (" spot" if learner[1] else ""),
-                actor=actor[0].describe() + (" spot" if actor[1] else ""),
-                price_table=prices.version)
+        impala = LayoutPlan(
+            "IMPALA (inference on the actors)",
+            impala_actors,
+            rate,
+            rate * frames_per_step,
+            seconds,
+            hours * learner_hourly,
+            hours * impala_actors * actor_hourly,
+        )
+    return Plan(
+        frames=frames,
+        seed=seed,
+        impala=impala,
+        throughput=throughput,
+        learner=learner[0].describe() + (" spot" if learner[1] else ""),
+        actor=actor[0].describe() + (" spot" if actor[1] else ""),
+        price_table=prices.version,
+    )
 
 
 def format_plan(p: Plan) -> str:
     """The planner's table and verdict."""
     t = p.throughput
-    lines = [f"plan: {p.frames:,} env frames; learner {p.learner}; actors {p.actor}",
-             f"{'reference' if t.reference else 'measured'}: {t.seed_per_cpu:,.0f} env "
-             f"steps/s per actor vCPU stepping envs only"
-             + ("" if t.inference_cpu_s is None else
-                f", inference on an actor {t.inference_cpu_s * 1e3:.4f} ms CPU per step "
-                f"({t.impala_per_cpu:,.0f} steps/s per vCPU)") + f" [{t.source}]",
-             f"{'layout':<34} {'actors':>6} {'frames/s':>10} {'time':>10} {'learner $':>11} "
-             f"{'actors $':>11} {'total $':>11} {'$/1M frames':>12}"]
+    lines = [
+        f"plan: {p.frames:,} env frames; learner {p.learner}; actors {p.actor}",
+        f"{'reference' if t.reference else 'measured'}: {t.seed_per_cpu:,.0f} env "
+        f"steps/s per actor vCPU stepping envs only"
+        + (
+            ""
+            if t.inference_cpu_s is None
+            else f", inference on an actor {t.inference_cpu_s * 1e3:.4f} ms CPU per step "
+            f"({t.impala_per_cpu:,.0f} steps/s per vCPU)"
+        )
+        + f" [{t.source}]",
+        f"{'layout':<34} {'actors':>6} {'frames/s':>10} {'time':>10} {'learner $':>11} "
+        f"{'actors $':>11} {'total $':>11} {'$/1M frames':>12}",
+    ]
     for row in (p.seed, p.impala):
         if row is None:
             continue
-        lines.append(f"{row.layout:<34} {row.actors:>6} {row.frames_per_s:>10,.0f} "
-                     f"{cost.format_duration(row.seconds):>10} {row.learner_usd:>11,.4f} "
-                     f"{row.actors_usd:>11,.4f} {row.total_usd:>11,.4f} "
-                     f"{row.total_usd / (p.frames / 1e6):>12,.4f}")
+        lines.append(
+            f"{row.layout:<34} {row.actors:>6} {row.frames_per_s:>10,.0f} "
+            f"{format_duration(row.seconds):>10} {row.learner_usd:>11,.4f} "
+            f"{row.actors_usd:>11,.4f} {row.total_usd:>11,.4f} "
+            f"{row.total_usd / (p.frames / 1e6):>12,.4f}"
+        )
     saving = p.seed_saving
     if saving is None:
-        lines.append("IMPALA comparison: needs the model's inference cost; pass a benchmark "
-                     "file (make bench-throughput) as --throughput or --inference-from")
+        lines.append(
+            "IMPALA comparison: needs the model's inference cost; pass a benchmark "
+            "file (make bench-throughput) as --throughput or --inference-from"
+        )
     elif saving >= 0:
-        lines.append(f"SEED's layout is {saving * 100:.1f}% cheaper than IMPALA's for the same "
-                     f"frames")
+        lines.append(
+            f"SEED's layout is {saving * 100:.1f}% cheaper than IMPALA's for the same frames"
+        )
     else:
-        lines.append(f"IMPALA's layout is {-saving / (1 - saving) * 100:.1f}% cheaper than "
-                     f"SEED's for the same frames (local inference of this model is cheap)")
+        lines.append(
+            f"IMPALA's layout is {-saving / (1 - saving) * 100:.1f}% cheaper than "
+            f"SEED's for the same frames (local inference of this model is cheap)"
+        )
     lines.append(f"prices: {p.price_table}")
     return "\n".join(lines)

@@ -1,13 +1,13 @@
 """The seedrl-experiment chart's ``values.yaml`` and ``values.schema.json``, generated.
 
-Both come from the config dataclasses in :mod:`seedrl.common.config`, like the CRD, so every Experiment
-field is still declared once: ``values.yaml`` carries every ``spec`` field with its docstring as
-a comment and its default as the value, and ``values.schema.json`` is the Experiment's own schema
-(:func:`seedrl.common.schema.spec_schema`) in JSON Schema form, closed to unknown keys, so that
-``helm install`` rejects a bad value with its path before anything reaches the cluster.
+Both come from the config dataclasses in :mod:`seedrl.common.config`, like the CRD, so every
+Experiment field is still declared once: ``values.yaml`` carries every ``spec`` field with its
+docstring as a comment and its default as the value, and ``values.schema.json`` is the Experiment's
+own schema (:func:`seedrl.common.schema.spec_schema`) in JSON Schema form, closed to unknown keys,
+so that ``helm install`` rejects a bad value with its path before anything reaches the cluster.
 
-    python -m seedrl.service.generate.chart_values --write   # rewrite both files in helm/seedrl-experiment/
-    python -m seedrl.service.generate.chart_values --check   # exit 1 if either file is out of date
+    python -m seedrl.service.generate.chart_values --write  # both files in helm/seedrl-experiment/
+    python -m seedrl.service.generate.chart_values --check  # exit 1 if either is out of date
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import json
 import sys
 import textwrap
 import typing
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -27,8 +26,8 @@ from seedrl.common.schema import dataclass_schema, spec_schema, to_json_schema
 from seedrl.service import generate as generated
 from seedrl.service.operator.reconcile import MAX_NAME_LENGTH
 
-#: The experiment chart, beside this package in the repository.
-CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "seedrl-experiment"
+#: The experiment chart, relative to the repository root.
+CHART_DIR = "helm/seedrl-experiment"
 WIDTH = 96
 
 _HEADER = f"""\
@@ -133,18 +132,18 @@ def values_schema() -> dict[str, Any]:
     }
 
 
-def rendered() -> dict[Path, str]:
-    """Each generated file and the text it should hold."""
+def outputs() -> dict[str, str]:
+    """Each generated file (relative to the repository root) and the text it should hold."""
     return {
-        CHART_DIR / "values.yaml": values_yaml(),
-        CHART_DIR / "values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
+        f"{CHART_DIR}/values.yaml": values_yaml(),
+        f"{CHART_DIR}/values.schema.json": json.dumps(values_schema(), indent=2) + "\n",
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     """Writes or checks the generated chart files; prints them with neither flag."""
-    return generated.main("python -m seedrl.service.generate.chart_values", __doc__.splitlines()[0],
-                          rendered(), argv)
+    return generated.main("python -m seedrl.service.generate.chart_values",
+                          __doc__.splitlines()[0], outputs, argv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The Grafana dashboards, generated from code into the operator chart.
 
-``python -m seedrl.service.generate.dashboards --write`` writes ``helm/seedrl-operator/dashboards/*.json``; the
-chart turns each into a ConfigMap labelled for Grafana's dashboard sidecar. Two dashboards:
+``python -m seedrl.service.generate.dashboards --write`` writes
+``helm/seedrl-operator/dashboards/*.json``; the chart turns each into a ConfigMap labelled for
+Grafana's dashboard sidecar. Two dashboards:
 
 - **seedrl / Experiments**: every Experiment at a glance (phase, throughput, learning, cost);
 - **seedrl / Experiment**: one Experiment in depth (throughput, inference batching and latency,
@@ -9,19 +10,19 @@ chart turns each into a ConfigMap labelled for Grafana's dashboard sidecar. Two 
 
 Both have a ``datasource`` variable (any Prometheus) and an ``experiment`` variable filled from
 the metrics. Every query is tested against a real Prometheus scraping real runs
-(``tests/service/test_dashboards.py``).
+(``tests/service/generate/test_dashboards.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 
 from seedrl.service import generate as generated
 
-DASHBOARD_DIR = os.path.join("helm", "seedrl-operator", "dashboards")
+#: Where the dashboards are checked in, relative to the repository root.
+DASHBOARD_DIR = "helm/seedrl-operator/dashboards"
 EXP = 'experiment=~"$experiment"'
 RATE = "$__rate_interval"
 
@@ -60,8 +61,8 @@ def overview_rows() -> list[Row]:
             ('count by (phase) (seedrl_experiment_phase{%s} == 1)' % EXP, "{{phase}}")],
             kind="stat", width=6, description="From the operator (or seedrl train)."),
         Panel("Env frames per second", [
-            (f"sum by (experiment) (rate(seedrl_learner_env_frames_total{{{EXP}}}[{RATE}]))",
-             "{{experiment}}")], width=9),
+            (f"sum by (experiment) (rate(seedrl_learner_env_frames_total"
+             f"{{{EXP}}}[{RATE}]))", "{{experiment}}")], width=9),
         Panel("Mean return", [
             (f"max by (experiment) (seedrl_learner_mean_return{{{EXP}}})", "{{experiment}}")],
             width=9, description="Mean of the last returnWindow training episodes."),
@@ -69,8 +70,8 @@ def overview_rows() -> list[Row]:
             ('max by (experiment) (seedrl_experiment_cost_usd{%s, role="total"})' % EXP,
              "{{experiment}}")], unit="currencyUSD", width=8),
         Panel("USD per million frames", [
-            (f"max by (experiment) (seedrl_experiment_cost_usd_per_million_frames{{{EXP}}})",
-             "{{experiment}}")], unit="currencyUSD", width=8),
+            (f"max by (experiment) (seedrl_experiment_cost_usd_per_million_frames"
+             f"{{{EXP}}})", "{{experiment}}")], unit="currencyUSD", width=8),
         Panel("Connected actor streams", [
             (f"sum by (experiment) (seedrl_learner_connected_actors{{{EXP}}})",
              "{{experiment}}")], width=8),
@@ -94,7 +95,8 @@ def experiment_rows() -> list[Row]:
         Row("Inference", [
             Panel("Inference batch size (env steps)", [
                 (_quantile(0.5, "seedrl_learner_inference_batch_size"), "p50"),
-                (f"sum(rate(seedrl_learner_inference_batch_size_sum{{{EXP}}}[{RATE}])) / "
+                (f"sum(rate(seedrl_learner_inference_batch_size_sum{{{EXP}}}[{RATE}]))"
+                 " / "
                  f"sum(rate(seedrl_learner_inference_batch_size_count{{{EXP}}}[{RATE}]))",
                  "mean")]),
             Panel("Inference latency", [
@@ -108,7 +110,8 @@ def experiment_rows() -> list[Row]:
                 (_quantile(0.5, "seedrl_learner_episode_return", "kind"), "median, {{kind}}")]),
             Panel("Episode length (steps)", [
                 (f"sum by (kind) (rate(seedrl_learner_episode_length_steps_sum{{{EXP}}}"
-                 f"[{RATE}])) / sum by (kind) (rate(seedrl_learner_episode_length_steps_count"
+                 f"[{RATE}])) / "
+                 "sum by (kind) (rate(seedrl_learner_episode_length_steps_count"
                  f"{{{EXP}}}[{RATE}]))", "mean, {{kind}}")]),
             Panel("Episodes per second", [
                 (f"sum by (kind) (rate(seedrl_learner_episodes_total{{{EXP}}}[{RATE}]))",
@@ -239,10 +242,15 @@ def render_all() -> dict[str, str]:
             for uid in DASHBOARDS}
 
 
+def outputs() -> dict[str, str]:
+    """Each dashboard file (relative to the repository root) and its JSON text."""
+    return {f"{DASHBOARD_DIR}/{name}": text for name, text in render_all().items()}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m seedrl.service.generate.dashboards [--write | --check]``: the chart's dashboards."""
-    files = {generated.ROOT / DASHBOARD_DIR / name: text for name, text in render_all().items()}
-    return generated.main("python -m seedrl.service.generate.dashboards", __doc__.splitlines()[0], files, argv)
+    """``python -m seedrl.service.generate.dashboards [--write | --check] [--root DIR]``."""
+    return generated.main("python -m seedrl.service.generate.dashboards",
+                          __doc__.splitlines()[0], outputs, argv)
 
 
 if __name__ == "__main__":

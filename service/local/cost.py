@@ -1,9 +1,9 @@
 """The cost estimate of a local run: its processes priced as the cluster pods they stand for.
 
 `seedrl train` runs one learner and N actors on this machine; a cluster would run the same
-processes as pods on the machine types the Experiment asks for. :class:`LocalCost` turns each
-process's wall-clock running time into a :class:`seedrl.service.cost.PodRecord` with that machine type
-and writes ``runs/<name>/cost.json``: the report (the same mapping the operator writes as
+processes as the pods the operator renders for the Experiment. :class:`LocalCost` turns each
+process's wall-clock running time into a :class:`seedrl.service.cost.PodRecord` with its pod's
+requests and writes ``runs/<name>/cost.json``: the report (the same mapping the operator writes as
 ``status.cost``) and the records it was priced from, so ``seedrl cost NAME`` can re-price them.
 A resumed run keeps the records of its earlier sessions: its cost is the whole run's.
 """
@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from seedrl.common import finite_json
 from seedrl.service import cost
 
 COST_FILE = "cost.json"
@@ -75,6 +76,6 @@ class LocalCost:
         path = os.path.join(self.run_dir, COST_FILE)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
+            finite_json.dump(data, fh, indent=1)
         os.replace(tmp, path)
         return status

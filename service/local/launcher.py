@@ -1,14 +1,21 @@
 """`seedrl train`: the whole Experiment on one machine, as local processes.
 
 Starts one learner and ``spec.actors.replicas`` actors (the very entry points the Kubernetes
-pods run), connected over a unix socket in the run directory. Shows progress read from the
-learner's ``status.json`` and restarts processes by their exit codes, as the cluster's learner
-Job does (:mod:`seedrl.common.exit_codes`): 0 ends the run (finished); STOPPED (a learner or
-actor stopped by a signal from outside, after its final checkpoint) is run again without
+pods run), connected over a unix socket in the run directory. Before either, the env spec is
+derived from the Experiment by making the env once with the actors' own code (``python -m
+seedrl.actors --env-spec-out``): a run whose env cannot be made fails at once with the reason,
+and the learner serves that spec (``--env-spec``), checking every actor against it.
+
+Shows progress read from the learner's ``status.json``. Restarts the learner by its exit code,
+as the cluster's learner Job does (:mod:`seedrl.common.exit_codes`): 0 ends the run (finished);
+STOPPED (stopped by a signal from outside, after its final checkpoint) is run again without
 counting; a crash is run again from the last checkpoint up to a limit; a permanent code
-(configuration, checkpoint location, refused actor) is not retried. On Ctrl-C it stops the
-learner first (it writes a final checkpoint and the summary), then the actors, leaving no
-process behind.
+(configuration, checkpoint location) is not retried. Restarts an actor that exits while the run
+goes on (whatever its exit code, with backoff and a cap, saying why on the console). On Ctrl-C
+it stops the learner first (it writes a final checkpoint and the summary), then the actors,
+leaving no process behind. A run with no env step for ``spec.budget.noProgressSeconds`` cannot
+make progress: it is stopped and reported as failed with the reason (stop_reason
+``no_progress``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from collections.abc import Callable
 
 import yaml
 
+from seedrl.common import finite_json
 from seedrl.common.config import Experiment, dump_experiment, to_document
 from seedrl.common.exit_codes import PERMANENT, RETRY_FREELY, ExitCode, describe
 from seedrl.common.learner_status import LearnerStatus
@@ -44,6 +52,20 @@ log = logging.getLogger(__name__)
 #: from outside, exit STOPPED, is restarted without counting).
 MAX_ACTOR_RESTARTS = 20
 MAX_LEARNER_RESTARTS = 3
+#: Actor restarts wait 1 s, then twice as long after each quick failure, up to 30 s; an actor
+#: that ran this long before it exited starts over at 1 s. Actors are restarted whatever their
+#: exit code (a learner's refusal may pass: it restarted, the duplicate stream ended): the cap
+#: and spec.budget.noProgressSeconds end a hopeless run instead.
+ACTOR_BACKOFF_INITIAL_S = 1.0
+ACTOR_BACKOFF_MAX_S = 30.0
+ACTOR_HEALTHY_AFTER_S = 60.0
+#: The env spec derived from the Experiment, in the run directory (the learner's --env-spec).
+ENV_SPEC_FILE = "env_spec.json"
+#: Longest that making one env may take (a Football scenario takes seconds; a hung import
+#: must not hang the launcher).
+ENV_SPEC_TIMEOUT_S = 300.0
+#: The stop reason of a run stopped for making no progress.
+NO_PROGRESS = "no_progress"
 #: The namespace label of a local run's phase series (no Kubernetes namespace here).
 LOCAL_NAMESPACE = "local"
 #: Seconds between rewrites of cost.json while the run goes on.
@@ -157,6 +179,39 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def last_line(path: str, limit: int = 8192) -> str:
+    """The last non-empty line of a text file (read from its end only), or ''."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - limit))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def derive_env_spec(config_path: str, out_path: str, env: dict[str, str] | None = None,
+                    timeout: float = ENV_SPEC_TIMEOUT_S) -> str | None:
+    """Makes the Experiment's env once, with the actors' code, and writes its spec to
+    ``out_path``; returns None, or why the env cannot be made (one line)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(python_module("seedrl.actors", "--config", config_path,
+                                            "--env-spec-out", out_path),
+                              capture_output=True, text=True, env=env, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"making one {config_path} env took over {timeout:.0f} s"
+    if done.returncode == 0:
+        return None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    reason = lines[-1] if lines else f"exit code {done.returncode}"
+    return reason.removeprefix("cannot make environments: ")
+
+
 #: Prometheus file-based service discovery of a local run's /metrics endpoints.
 PROMETHEUS_TARGETS = "prometheus-targets.json"
 
@@ -176,7 +231,7 @@ def write_prometheus_targets(run_dir: str, experiment: str, ports: list[int]) ->
     path = os.path.join(run_dir, PROMETHEUS_TARGETS)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(groups, fh, indent=1)
+        finite_json.dump(groups, fh, indent=1)
     os.replace(tmp, path)
     return path
 
@@ -204,7 +259,17 @@ class LocalRun:
         self.address = learner_address(run_dir)
         self._stop_signal: int | None = None
         config = os.path.join(run_dir, "config.yaml")
+        self.config_path = config
+        self.env_spec_path = os.path.join(run_dir, ENV_SPEC_FILE)
         env = child_env()
+        self.child_env = env
+        #: Why the run failed to progress (the summary's ``error``), or None.
+        self.failure: str | None = None
+        #: The latest actor exit worth telling, with the last line of its log.
+        self.last_actor_failure: str | None = None
+        self._restart_at: dict[int, float] = {}
+        self._quick_failures = [0] * exp.spec.actors.replicas
+        self._given_up: set[int] = set()
         replicas = exp.spec.actors.replicas
         #: Loopback ports of each process's /metrics: the learner's, then each actor's, then
         #: this launcher's own (the run's phase and cost, as the operator exports them).
@@ -214,6 +279,7 @@ class LocalRun:
                                              port=self.metrics_ports[-1])
         self.learner = Child("learner", python_module(
             "seedrl.learner", "--config", config, "--run-dir", run_dir, "--listen", self.address,
+            "--env-spec", self.env_spec_path,
             "--metrics-address", f"127.0.0.1:{self.metrics_ports[0]}", *learner_args),
             os.path.join(run_dir, "learner.log"), env)
         self.actors = [Child(f"actor-{i}", python_module(
@@ -236,13 +302,19 @@ class LocalRun:
         self._metrics_server.start()
         name = self.exp.metadata.name
         self.gauges.set_phase(name, LOCAL_NAMESPACE, "Running")
+        cannot = derive_env_spec(self.config_path, self.env_spec_path, self.child_env)
+        if cannot is not None:
+            self.failure = f"actors could not start: {cannot}"
+            return self._end({"experiment": name, "env_steps": 0}, summary_path)
         self.learner.start()
         for actor in self.actors:
             actor.start()
         forwarded = False
         last_status_time = None
         last_cost = time.monotonic()
-        env_steps = 0
+        env_steps = None
+        last_progress = time.monotonic()
+        status: LearnerStatus | None = None
         try:
             while True:
                 if self._stop_signal is not None and not forwarded:
@@ -253,17 +325,27 @@ class LocalRun:
                     if forwarded or not self._restart(self.learner, code,
                                                       MAX_LEARNER_RESTARTS):
                         break
-                if not forwarded:
-                    self._restart_crashed_actors()
-                status = read_status(status_path)
-                if status and status.time != last_status_time:
+                fresh = read_status(status_path)
+                if fresh and fresh.time != last_status_time:
+                    status = fresh
                     last_status_time = status.time
+                    if env_steps is not None and status.env_steps > env_steps:
+                        last_progress = time.monotonic()
                     env_steps = status.env_steps
                     if self.on_status:
                         self.on_status(status)
+                if not forwarded:
+                    finished = status is not None and status.state == "finished"
+                    self._supervise_actors(finished)
+                    if not finished:
+                        self.failure = self._no_progress(time.monotonic() - last_progress,
+                                                         status)
+                        if self.failure:
+                            break
                 if self.cost and time.monotonic() - last_cost >= COST_EVERY_S:
                     last_cost = time.monotonic()
-                    self.cost.update([self.learner, *self.actors], env_steps, running=True)
+                    self.cost.update([self.learner, *self.actors], env_steps or 0,
+                                     running=True)
                     self.gauges.set_cost(name, LOCAL_NAMESPACE, self.cost.last_report)
                 time.sleep(0.25)
         finally:
@@ -277,24 +359,85 @@ class LocalRun:
             summary = {"experiment": self.exp.metadata.name, "stop_reason": "learner_failed",
                        "learner_exit_code": self.learner.poll(),
                        "log": self.learner.log_path}
+        return self._end(summary, summary_path, env_steps or 0)
+
+    def _end(self, summary: dict, summary_path: str, env_steps: int = 0) -> dict:
+        """Completes and writes the summary (a failure's reason, when there is one), prices
+        the run and sets its final phase."""
+        name = self.exp.metadata.name
+        if self.failure:
+            summary = {**summary, "stop_reason": NO_PROGRESS, "error": self.failure}
+        if self.failure or summary.get("stop_reason") == "learner_failed":
             with open(summary_path, "w", encoding="utf-8") as fh:
-                json.dump(summary, fh, indent=1)
+                finite_json.dump(summary, fh, indent=1)
         if self.cost:
             self.cost_status = self.cost.update([self.learner, *self.actors],
                                                 summary.get("env_steps", env_steps),
                                                 running=False)
             self.gauges.set_cost(name, LOCAL_NAMESPACE, self.cost.last_report)
-        failed = summary.get("stop_reason") in ("learner_failed", "train_error")
+        failed = summary.get("stop_reason") in ("learner_failed", "train_error", NO_PROGRESS)
         self.gauges.set_phase(name, LOCAL_NAMESPACE, "Failed" if failed else "Succeeded")
         self._metrics_server.stop()
         return summary
 
-    def _restart_crashed_actors(self) -> None:
-        for actor in self.actors:
+    def _no_progress(self, idle: float, status: LearnerStatus | None) -> str | None:
+        """Why the run cannot make progress, or None: no env step for noProgressSeconds, or
+        every actor given up on."""
+        limit = self.exp.spec.budget.no_progress_seconds
+        hopeless = len(self._given_up) == len(self.actors)
+        if not hopeless and not (limit and idle >= limit):
+            return None
+        refusal = status.last_refusal if status else None
+        detail = self.last_actor_failure or (
+            f"the learner refused them: {refusal}" if refusal else
+            f"no actor sent an env step (see {self.run_dir}/actor-*.log)")
+        if status is None or (not status.env_steps and status.state != "running"):
+            return f"actors could not start: {detail}"
+        if hopeless:
+            return f"every actor failed {MAX_ACTOR_RESTARTS + 1} times: {detail}"
+        return f"no env steps for {idle:.0f} s: {detail}"
+
+    def _supervise_actors(self, finished: bool) -> None:
+        """Restarts actors that exited while the run goes on, with backoff and a cap."""
+        now = time.monotonic()
+        for i, actor in enumerate(self.actors):
+            if i in self._given_up or actor.proc is None:
+                continue
             code = actor.poll()
-            if code is not None and actor.exit_seen != actor.starts:
-                actor.exit_seen = actor.starts
-                self._restart(actor, code, MAX_ACTOR_RESTARTS)
+            if code is None:
+                continue
+            if i not in self._restart_at:  # an exit not seen before
+                if finished:
+                    continue  # told by the learner that the run is finished
+                ran = now - actor.started_at
+                self._quick_failures[i] = 1 if ran >= ACTOR_HEALTHY_AFTER_S else \
+                    self._quick_failures[i] + 1
+                why = last_line(actor.log_path)
+                left = code in (ExitCode.OK, ExitCode.STOPPED)  # finished or stopped, not a crash
+                if not left:
+                    self.last_actor_failure = f"{actor.name} exited with code {code}" + (
+                        f": {why}" if why else "")
+                if actor.restarts >= MAX_ACTOR_RESTARTS:
+                    self._given_up.add(i)
+                    log.error("%s exited with code %s after %d restarts; giving up on it: %s",
+                              actor.name, code, actor.restarts, why)
+                    continue
+                delay = min(ACTOR_BACKOFF_MAX_S,
+                            ACTOR_BACKOFF_INITIAL_S * 2 ** (self._quick_failures[i] - 1))
+                self._restart_at[i] = now + delay
+                if not left:
+                    log.warning("%s exited with code %s: %s; restarting it in %.0f s (%d/%d)",
+                                actor.name, code, why or "(its log is empty)", delay,
+                                actor.restarts + 1, MAX_ACTOR_RESTARTS)
+            elif now >= self._restart_at[i]:
+                del self._restart_at[i]
+                if finished:
+                    continue
+                actor.restarts += 1
+                if code in (ExitCode.OK, ExitCode.STOPPED):
+                    log.warning("%s left while the run goes on; restarting it (%d/%d)",
+                                actor.name, actor.restarts, MAX_ACTOR_RESTARTS)
+                actor.start()
 
     @staticmethod
     def _restart(child: Child, code: int, limit: int) -> bool:

@@ -9,12 +9,7 @@ from typing import TextIO
 
 from seedrl.common.config import BudgetConfig
 from seedrl.common.learner_status import LearnerStatus
-
-
-def format_duration(seconds: float) -> str:
-    """``H:MM:SS``."""
-    seconds = int(max(0, seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+from seedrl.service.cost.report import format_duration
 
 
 class Progress:

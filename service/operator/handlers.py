@@ -1,7 +1,8 @@
 """The seedrl operator: thin kopf handlers over :mod:`seedrl.service.operator.reconcile`.
 
 Run it with ``python -m seedrl.service.operator`` (in a cluster it logs in with the pod's service
-account; elsewhere with the current kubeconfig). For every Experiment it:
+account; elsewhere with the current kubeconfig: :mod:`seedrl.service.kube`). For every
+Experiment it:
 
 - validates the spec with :func:`seedrl.common.config.parse_experiment`; an invalid one gets phase
   Failed, reason ValidationFailed and a message naming each field, and nothing else happens to
@@ -9,13 +10,13 @@ account; elsewhere with the current kubeconfig). For every Experiment it:
 - refuses a change of an immutable field (``spec.env``, ``spec.agent``) by comparing with
   ``status.appliedImmutable``: condition SpecApplied=False, reason ImmutableFieldChanged, and
   the children keep running what they were made from;
-- otherwise applies what :func:`seedrl.service.operator.reconcile.render` returns (server-side apply, field
-  manager ``seedrl-operator``). A Job's pod template is immutable, so the learner Job is
-  created once; when an edit changes what the learner runs (its
-  :func:`~seedrl.service.operator.reconcile.learner_hash`), the Job is deleted in the
-  foreground (its pod checkpoints on SIGTERM and is gone before the Job is) and created
-  again, and the new pod resumes from the checkpoint; meanwhile SpecApplied=False, reason
-  ReplacingLearner. Otherwise only its ``spec.suspend`` changes;
+- otherwise applies what :func:`seedrl.service.operator.reconcile.render` returns (server-side
+  apply, field manager ``seedrl-operator``). A Job's pod template is immutable, so the learner Job
+  is created once; when an edit changes what the learner runs (its
+  :func:`~seedrl.service.operator.reconcile.learner_hash`), the Job is deleted in the foreground
+  (its pod checkpoints on SIGTERM and is gone before the Job is) and created again, and the new pod
+  resumes from the checkpoint; meanwhile SpecApplied=False, reason ReplacingLearner. Otherwise only
+  its ``spec.suspend`` changes;
 - watches the Jobs, Deployments and pods it made (kopf indexes, fed by watch streams) instead of
   reading them on every refresh, and reconciles an Experiment at once when its learner Job
   changes; every ``poll_seconds`` it reads the learner's ``GET /status`` (progress has nothing
@@ -29,13 +30,13 @@ account; elsewhere with the current kubeconfig). For every Experiment it:
   Workload ``spec.active`` (Kueue then suspends or re-queues the Job itself), never the Job's
   ``spec.suspend``, which Kueue owns;
 - prices the Experiment's pods at every status refresh (:func:`seedrl.service.cost.price_pods`: the
-  resources each pod requested x the time it ran, learner and actors apart) into
-  ``status.cost``, keeping the pods' records in ``status.costRecords`` so that a pod that is
-  gone is still counted (beyond the 50 most recent, gone pods fold into one record per role
-  and machine: :func:`seedrl.service.cost.compact_records`, so the object stays bounded). Pricing never fails a reconcile: when the pods cannot be listed or
-  priced the previous cost stays and the log says why;
-- exports its own metrics (:mod:`seedrl.service.operator.metrics`): reconciles and errors by trigger,
-  each Experiment's phase and cost so far, served on ``--metrics-port``.
+  resources each pod requested x the time it ran, learner and actors apart) into ``status.cost``,
+  keeping the pods' records in ``status.costRecords`` so that a pod that is gone is still counted
+  (beyond the 50 most recent, gone pods fold into one record per role and machine:
+  :func:`seedrl.service.cost.compact_records`, so the object stays bounded). Pricing never fails a
+  reconcile: when the pods cannot be listed or priced the previous cost stays and the log says why;
+- exports its own metrics (:mod:`seedrl.service.operator.metrics`): reconciles and errors by
+  trigger, each Experiment's phase and cost so far, served on ``--metrics-port``.
 
 Suspending (``spec.suspend: true``) sets the learner Job's ``spec.suspend``: the Job controller
 deletes the learner pod gracefully, the learner gets SIGTERM and writes a final checkpoint
@@ -78,6 +79,7 @@ from seedrl.common.config import GROUP, PLURAL, VERSION, ConfigError, Experiment
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service import cost
+from seedrl.service.kube import api_client
 from seedrl.service.operator import reconcile
 from seedrl.service.operator.metrics import OperatorMetrics
 
@@ -216,7 +218,8 @@ class Children:
     def workloads(self, namespace: str, job_uid: str) -> list[dict]:
         """The Kueue Workloads of a Job (Kueue labels them with the Job's uid)."""
         group, version, plural = KUEUE
-        response = kubernetes.client.CustomObjectsApi(self.api_client).list_namespaced_custom_object(
+        api = kubernetes.client.CustomObjectsApi(self.api_client)
+        response = api.list_namespaced_custom_object(
             group, version, namespace, plural, label_selector=f"{LABEL_KUEUE_JOB_UID}={job_uid}",
             _preload_content=False)
         return list(json.loads(response.data).get("items") or [])
@@ -650,7 +653,7 @@ class Poller:
             for namespace, name in targets:
                 try:
                     self.refresh(namespace, name)
-                except Exception:  # noqa: BLE001 - one Experiment never stops the others
+                except Exception:  # one Experiment never stops the others
                     log.exception("refreshing Experiment %s/%s failed", namespace, name)
 
     def refresh(self, namespace: str, name: str) -> None:
@@ -754,15 +757,6 @@ def build_registry(config: OperatorConfig,
     return registry
 
 
-def default_api_client() -> kubernetes.client.ApiClient:
-    """A kubernetes client from the in-cluster service account, else the local kubeconfig."""
-    try:
-        kubernetes.config.load_incluster_config()
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
-    return kubernetes.client.ApiClient()
-
-
 def serve_metrics(metrics: OperatorMetrics, port: int,
                   host: str = "0.0.0.0") -> MetricsServer | None:
     """Starts serving the operator's registry on ``/metrics`` (and ``/healthz``); port 0
@@ -816,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         p.error(f"the price table ({cost.PRICES_ENV}): {exc}")
     log.info("pricing pods with table %s (%s)", prices.version, prices.region)
-    config = OperatorConfig(api_client=default_api_client(), poll_seconds=args.poll_seconds,
+    config = OperatorConfig(api_client=api_client(), poll_seconds=args.poll_seconds,
                             prices=prices)
     identity = f"seedrl-operator@{socket.gethostname()}/{os.getpid()}"
     priority = peering_priority(args.priority)

@@ -23,8 +23,9 @@
 
 :func:`compute_status` derives ``status`` (phase, Kubernetes-style conditions, progress) from
 what the operator observed: the Job, the Deployment and the learner's ``/status`` JSON (a
-:class:`seedrl.common.learner_status.LearnerStatus`). The operator (``service/operator/handlers.py``) only fetches, applies
-and patches; every decision lives here, where tests can reach it without a cluster.
+:class:`seedrl.common.learner_status.LearnerStatus`). The operator
+(``service/operator/handlers.py``) only fetches, applies and patches; every decision lives here,
+where tests can reach it without a cluster.
 """
 
 from __future__ import annotations
@@ -592,7 +593,7 @@ def failure_reason(failed: Mapping[str, Any],
     if not ended:
         return reason, message
     term, pod = max(ended, key=lambda tp: tp[0].get("finishedAt") or "")
-    code = term.get("exitCode")
+    code: Any = term.get("exitCode")
     try:
         known = ExitCode(code)
     except (ValueError, TypeError):
@@ -840,7 +841,18 @@ def compute_status(exp: Experiment, *, generation: int | None,
                       "AllReady" if actors_ok else "NotAllReady",
                       f"{ready_actors} of {desired} actor pods ready.", generation, now)
 
-    if learner is not None and learner.state == "running":
+    idle = learner.seconds_without_env_steps if learner is not None else None
+    limit = exp.spec.budget.no_progress_seconds
+    if (learner is not None and learner.state != "finished" and limit and idle is not None
+            and idle >= limit):
+        # The same condition `seedrl train` fails a local run on (spec.budget.noProgressSeconds).
+        refusals = (f" {learner.refused_streams} actor stream(s) refused, the last: "
+                   f"{learner.last_refusal}" if learner.refused_streams else
+                   " No actor stream was refused: are the actor pods running?")
+        set_condition(conditions, "Progressing", False, "NoProgress",
+                      f"No env steps for {idle:.0f} s (spec.budget.noProgressSeconds = "
+                      f"{limit:g}).{refusals}", generation, now)
+    elif learner is not None and learner.state == "running":
         set_condition(conditions, "Progressing", True, "Training",
                       f"{learner.env_steps} env steps, {learner.learner_steps} learner steps "
                       f"with {learner.actors} actor stream(s).", generation, now)

@@ -10,6 +10,8 @@ from gymnasium.utils.env_checker import check_env
 from seedrl.actors.football import is_football, make_football
 from seedrl.common.config import FootballConfig
 
+pytestmark = pytest.mark.football
+
 EMPTY_GOAL = "Football/academy_empty_goal_close"
 
 

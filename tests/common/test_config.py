@@ -13,6 +13,7 @@ import pytest
 from seedrl.common.config import (
     API_VERSION,
     KIND,
+    MAX_YAML_BYTES,
     ConfigError,
     Experiment,
     Metadata,
@@ -22,6 +23,7 @@ from seedrl.common.config import (
     load_experiment,
     load_yaml,
     parse_experiment,
+    read_yaml_file,
     set_path,
     to_document,
 )
@@ -238,7 +240,8 @@ def test_python_attribute_name_lambda_underscore_is_not_a_key():
 
 @pytest.mark.parametrize("path, value, fragment", [
     ("spec.agent.name", "dqn", "must be one of vtrace, r2d2, ppo; got 'dqn'"),
-    ("spec.agent.network.name", "cnn", "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'"),
+    ("spec.agent.network.name", "cnn",
+     "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'"),
     ("spec.agent.network.activation", "gelu", "must be one of relu, tanh; got 'gelu'"),
     ("spec.learner.optimizer.name", "adagrad", "must be one of adam, rmsprop, sgd; got 'adagrad'"),
     ("spec.agent.vtrace.rewardClipping", "clip",
@@ -863,13 +866,14 @@ ALL_FIELDS = [(cls, f) for cls in _dataclasses_from(Experiment) for f in datacla
 def test_every_section_is_reached():
     names = {cls.__name__ for cls in _dataclasses_from(Experiment)}
     assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
-                     "FootballConfig", "AgentConfig",
-                     "NetworkConfig", "VTraceConfig", "R2D2Config", "PPOConfig", "LearnerConfig", "OptimizerConfig",
-                     "DevicesConfig", "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
+                     "FootballConfig", "AgentConfig", "NetworkConfig", "VTraceConfig", "R2D2Config",
+                     "PPOConfig", "LearnerConfig", "OptimizerConfig", "DevicesConfig",
+                     "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
                      "AcceleratorConfig", "TPUConfig", "GPUConfig"}
 
 
-@pytest.mark.parametrize("cls, f", ALL_FIELDS, ids=[f"{c.__name__}.{f.name}" for c, f in ALL_FIELDS])
+@pytest.mark.parametrize("cls, f", ALL_FIELDS,
+                         ids=[f"{c.__name__}.{f.name}" for c, f in ALL_FIELDS])
 def test_every_field_has_doc(cls, f):
     assert isinstance(f.metadata.get("doc"), str) and f.metadata["doc"].strip()
 
@@ -976,3 +980,66 @@ def test_the_custom_resource_coordinates_make_the_api_version():
 
     assert API_VERSION == f"{GROUP}/{VERSION}" == "seedrl.dev/v1alpha1"
     assert (PLURAL, SINGULAR, KIND) == ("experiments", "experiment", "Experiment")
+
+# --------------------------------------------------------------------------------------------
+# Bounded YAML: aliases, recursion, nesting and size
+# --------------------------------------------------------------------------------------------
+
+LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10) if i else 'lol, lol'}]\n"
+                 for i in range(9))
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("r: &r [*r]\n", "line 1: a recursive alias"),
+    ("a: &a {b: *a}\n", "a recursive alias"),
+    (LAUGHS, "aliases expand the document from"),
+    ("[" * 5000 + "]" * 5000, "nested too deeply"),
+    ("a: " + "[" * 100 + "]" * 100, "nested deeper than 64 levels"),
+    ("a: [1, 2\n", "expected ',' or ']'"),
+])
+def test_hostile_yaml_is_refused_in_one_line(text, reason):
+    with pytest.raises(ConfigError) as e:
+        load_yaml(text, "f.yaml")
+    (path, message), = e.value.problems
+    assert path == "f.yaml" and reason in message
+    assert "\n" not in message
+
+
+def test_bounded_aliases_and_large_plain_documents_still_load():
+    assert load_yaml("x: &x {a: 1}\ny: {<<: *x, b: 2}\nz: [*x, *x]\n") == {
+        "x": {"a": 1}, "y": {"a": 1, "b": 2}, "z": [{"a": 1}, {"a": 1}]}
+    plain = "\n".join(f"k{i}: {i}" for i in range(60_000))  # no alias: size is what it is
+    assert len(load_yaml(plain)) == 60_000
+
+
+def test_a_file_over_the_limit_is_refused_unread(tmp_path):
+    path = tmp_path / "huge.yaml"
+    with open(path, "wb") as fh:
+        fh.truncate(50 * 1024 * 1024)  # 50 MB (sparse: nothing to write, nothing to read)
+    with pytest.raises(ConfigError, match="over 1048576 bytes; refused unread"):
+        read_yaml_file(str(path), "Experiment")
+    with pytest.raises(ConfigError, match="over the limit"):
+        load_yaml("#" * (MAX_YAML_BYTES + 1))
+
+
+def test_an_experiment_bomb_under_any_field_is_refused(tmp_path):
+    for where in ("metadata:\n  name: *l8\n", "metadata: {name: x}\nspec:\n  env:\n"
+                                             "    options: {o: *l8}\n"):
+        path = tmp_path / "bomb.yaml"
+        path.write_text(LAUGHS + where)
+        with pytest.raises(ConfigError, match="aliases expand"):
+            load_experiment(str(path))
+
+
+def test_max_envs_per_actor_bounds_one_stream():
+    exp = parse_experiment({"metadata": {"name": "x"}, "spec": {
+        "actors": {"envsPerActor": 300, "streamsPerActor": 2},
+        "learner": {"maxEnvsPerActor": 150}}})
+    assert exp.spec.learner.max_envs_per_actor == 150
+    with pytest.raises(ConfigError) as e:
+        parse_experiment({"metadata": {"name": "x"}, "spec": {
+            "actors": {"envsPerActor": 301, "streamsPerActor": 2},
+            "learner": {"maxEnvsPerActor": 150}}})
+    assert e.value.problems == [("spec.learner.maxEnvsPerActor",
+                                 "must be at least the envs of one actor stream (envsPerActor "
+                                 "/ streamsPerActor = 151), got 150")]

@@ -17,8 +17,9 @@ def test_changes_are_named_by_their_leaf_paths_and_other_sections_are_free():
     base = spec()
     assert bound_changes(base, spec(actors={"replicas": 7})) == []
     assert bound_changes(base, spec(env={"id": "Acrobot-v1"})) == ["spec.env.id"]
-    assert bound_changes(base, spec(agent={"network": {"hiddenSizes": [8]}})) == \
-        ["spec.agent.network.hiddenSizes"]
+    assert bound_changes(base, spec(agent={"network": {"hiddenSizes": [8]}})) == [
+        "spec.agent.network.hiddenSizes"
+    ]
 
 
 def test_a_missing_section_differs_as_a_whole_unless_left_out():

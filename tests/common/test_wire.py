@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -279,3 +280,37 @@ def test_differences_all_fields():
 def test_differences_empty_for_equal_specs():
     assert CARTPOLE.differences(dataclasses.replace(CARTPOLE)) == []
     assert ATARI.differences(EnvSpec.from_proto(ATARI.to_proto())) == []
+
+
+def test_an_env_spec_round_trips_through_json_and_a_file(tmp_path):
+    spec = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
+    assert spec.to_json()["observation_shape"] == [84, 84, 4]
+    path = tmp_path / "env_spec.json"
+    path.write_text(json.dumps(spec.to_json()))
+    assert EnvSpec.read(str(path)) == spec
+    assert spec.observation_bytes == 84 * 84 * 4
+    assert spec.describe() == "uint8[84, 84, 4] observations, 6 discrete actions"
+
+
+@pytest.mark.parametrize("data, reason", [
+    ([], "expected the keys"),
+    ({"env_id": "x"}, "expected the keys"),
+    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "extra": 1},
+     "expected the keys"),
+    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "num_actions": "two"},
+     "env spec"),
+    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "observation_dtype": "object"},
+     "not allowed"),
+    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "observation_shape": [1] * 9},
+     "at most 8 dimensions"),
+])
+def test_a_bad_env_spec_file_is_refused(tmp_path, data, reason):
+    with pytest.raises(WireError, match=reason):
+        EnvSpec.from_json(data)
+    path = tmp_path / "env_spec.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(WireError, match=reason):
+        EnvSpec.read(str(path))
+    path.write_text("{not json")
+    with pytest.raises(WireError, match="env_spec.json"):
+        EnvSpec.read(str(path))

@@ -1,11 +1,13 @@
 """Preemption and crashes of a real learner checkpointing to GCS (the real fake-gcs-server):
-SIGKILL mid-run resumes from the last published checkpoint; SIGTERM publishes a final one and the learner is run again."""
+SIGKILL mid-run resumes from the last published checkpoint; SIGTERM publishes a final one and
+the learner is run again."""
 
 import json
 import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
@@ -26,7 +28,7 @@ def _status(run_dir):
 
 def _learner_pid(run_dir):
     pids = processes_mentioning(f"-m seedrl.learner --config {run_dir}/config.yaml")
-    assert len(pids) == 1, [open(f"/proc/{p}/cmdline").read() for p in pids]
+    assert len(pids) == 1, [Path(f"/proc/{p}/cmdline").read_text() for p in pids]
     return pids[0]
 
 

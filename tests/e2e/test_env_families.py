@@ -37,7 +37,8 @@ def _train(tmp_path, example, name, steps, *overrides, env=None):
 
 
 def _logs(run_dir: Path) -> str:
-    return "".join(f"\n--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(run_dir.glob("*.log")))
+    return "".join(f"\n--- {p.name}\n{p.read_text()[-3000:]}"
+                   for p in sorted(run_dir.glob("*.log")))
 
 
 def test_atari_pong_with_the_nature_network(tmp_path):
@@ -63,11 +64,13 @@ def test_users_own_environment_from_its_package(tmp_path, network):
     assert summary["episodes"] > 0
 
 
+@pytest.mark.football
 def test_football_with_the_super_minimap_network(tmp_path):
     _train(tmp_path, "football-vtrace.yaml", "football", 300, "spec.actors.envsPerActor=1",
            "spec.agent.network.resnetChannels=[8, 8]", "spec.agent.network.denseSize=32")
 
 
+@pytest.mark.football
 def test_football_simple115_with_an_mlp(tmp_path):
     _train(tmp_path, "football-vtrace.yaml", "football-115", 300, "spec.actors.envsPerActor=1",
            "spec.env.football.representation=simple115v2", "spec.env.football.stacked=false",

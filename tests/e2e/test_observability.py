@@ -3,13 +3,11 @@ panels have data); every query of every Grafana dashboard must parse and return 
 them, and the alert rules load and evaluate."""
 
 import json
-import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 
@@ -59,7 +57,7 @@ def prometheus(tmp_path):
                                 for name in RUNS], "refresh_interval": "1s"}]}],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = open(tmp_path / "prometheus.log", "wb")
+    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - the child writes it
     proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{port}"],
@@ -82,11 +80,12 @@ def prometheus(tmp_path):
         log.close()
 
 
+@pytest.mark.prometheus
 def test_every_dashboard_query_returns_data_from_real_runs(tmp_path, prometheus):
     runs = []
     for name, (example, overrides) in RUNS.items():
-        cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(ROOT / example), "--runs-dir",
-               str(tmp_path), "--quiet", "--set", f"metadata.name={name}",
+        cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(ROOT / example),
+               "--runs-dir", str(tmp_path), "--quiet", "--set", f"metadata.name={name}",
                "--set", "spec.budget.maxEnvSteps=0", "--set", "spec.budget.maxSeconds=240",
                "--set", "spec.budget.targetReturn=null",
                "--set", "spec.checkpoint.intervalSeconds=3"]

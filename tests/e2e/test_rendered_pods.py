@@ -44,7 +44,8 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     port, metrics = free_port(), free_port()
     exp = parse_experiment({"metadata": {"name": "pods", "namespace": "ml"}, "spec": {
         "learner": {"port": port, "metricsPort": metrics, "batchSize": 4},
-        # Both actors share one port here (one pod each in a cluster): the second goes without.
+        # Both actors share one port here (one pod each in a cluster): the second goes
+        # without.
         "actors": {"replicas": 2, "envsPerActor": 4, "metricsPort": free_port()},
         "budget": {"maxEnvSteps": 6000}}})
     objs = {o["kind"]: o for o in reconcile.render(exp)}

@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cartpole-vtrace.yaml"
@@ -51,6 +50,12 @@ def processes_mentioning(text):
     return [int(p) for p in out.split() if int(p) != os.getpid()]
 
 
+def actor_processes(tmp_path, actor_id):
+    """This test's actor processes of ``actor_id`` (other sessions may run the same test)."""
+    mine = set(processes_mentioning(str(tmp_path)))
+    return [p for p in processes_mentioning(f"--actor-id {actor_id}") if p in mine]
+
+
 def status_value(run_dir, key):
     status = read_json(run_dir / "status.json") or {}
     return status.get(key) or 0
@@ -88,7 +93,7 @@ def test_killing_an_actor_mid_run_does_not_stop_training(tmp_path):
     proc, run_dir = start_run(tmp_path, "e2e-kill", 100000)
     try:
         wait_for_learner_steps(run_dir, 20, 180, "training")
-        victims = processes_mentioning("--actor-id e2e-kill-local-0")
+        victims = actor_processes(tmp_path, "e2e-kill-local-0")
         assert len(victims) == 1
         os.kill(victims[0], signal.SIGKILL)
         steps_at_kill = status_value(run_dir, "learner_steps")
@@ -104,6 +109,91 @@ def test_killing_an_actor_mid_run_does_not_stop_training(tmp_path):
     log = (run_dir / "actor-0.log").read_text()
     assert log.count("connected to unix:") == 2, log  # restarted by the launcher, reconnected
     assert not processes_mentioning(str(tmp_path))
+
+
+def test_actors_that_leave_while_the_run_goes_on_are_restarted(tmp_path):
+    """An actor stopped by SIGTERM exits STOPPED (75), not a crash: while the run goes on it is
+    restarted without counting as a failure (issue 19, finding 1: such actors were left
+    dead, and a run could end with 0 env steps), and training continues."""
+    proc, run_dir = start_run(tmp_path, "e2e-leave", 10_000_000)
+    try:
+        wait_for_learner_steps(run_dir, 10, 180, "training")
+        (victim,) = actor_processes(tmp_path, "e2e-leave-local-1")
+        os.kill(victim, signal.SIGTERM)
+        wait_for(lambda: (run_dir / "actor-1.log").read_text().count("connected to unix:") == 2,
+                 120, "actor-1 restarted and connected again")
+        steps = status_value(run_dir, "learner_steps")
+        wait_for_learner_steps(run_dir, steps + 10, 120, "training after the restart")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert "actor-1 left while the run goes on; restarting it" in out, out
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_a_run_whose_env_cannot_be_made_fails_at_once_with_the_reason(tmp_path):
+    """Issue 19, finding 6: it ended with exit 0 after 0 env steps (or never, with
+    maxSeconds 0). Now the env is made once before anything starts."""
+    result = subprocess.run(train_cmd(tmp_path, "e2e-nosuch", "spec.env.id=NoSuchEnv-v99",
+                                      "spec.budget.maxSeconds=0"),
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert ("error: actors could not start: spec.env.id: cannot make 'NoSuchEnv-v99'"
+            in result.stderr), result.stderr
+    summary = read_json(tmp_path / "e2e-nosuch" / "summary.json")
+    assert summary["stop_reason"] == "no_progress" and summary["env_steps"] == 0
+    assert "NoSuchEnv-v99" in summary["error"]
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reason(tmp_path):
+    """An env that can be made but never reset: every actor crashes at once, is restarted
+    with growing waits, its failure shown on the console; after noProgressSeconds the run
+    stops and fails with the reason. Meanwhile the learner's status says how long it has had
+    no env step, which is what turns the operator's Progressing condition False."""
+    from seedrl.common.config import parse_experiment
+    from seedrl.common.learner_status import LearnerStatus
+    from seedrl.service.operator import reconcile
+
+    support = str(ROOT / "tests" / "support")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [support, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(
+        train_cmd(tmp_path, "e2e-broken", "spec.env.id=SeedrlTest/BrokenReset-v0",
+                  "spec.env.imports=[seedrl_test_envs]", "spec.budget.noProgressSeconds=60",
+                  "spec.budget.maxSeconds=0"),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    run_dir = tmp_path / "e2e-broken"
+    try:
+        learner_status = wait_for(
+            lambda: (s := read_json(run_dir / "status.json")) and
+            s.get("state") == "waiting_for_actors" and
+            (s.get("seconds_without_env_steps") or 0) >= 2 and s, 120,
+            "the learner's status to show seconds without env steps")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out + err
+    assert "actor-0 exited with code 1: RuntimeError: this corridor is closed for repairs; " \
+           "restarting it in 1 s (1/20)" in err, err
+    assert "restarting it in 2 s (2/20)" in err, err
+    assert ("error: actors could not start: actor-" in err and
+            "exited with code 1: RuntimeError: this corridor is closed for repairs" in err), err
+    summary = read_json(run_dir / "summary.json")
+    assert summary["stop_reason"] == "no_progress" and summary["env_steps"] == 0
+    assert not processes_mentioning(str(tmp_path))
+    # In a cluster, the operator reads the same status from the learner's /status (its limit
+    # set to what the snapshot shows: how long the learner had been up varies with load).
+    idle = learner_status["seconds_without_env_steps"]
+    exp = parse_experiment({"metadata": {"name": "e2e-broken"},
+                            "spec": {"budget": {"noProgressSeconds": idle}}})
+    status = reconcile.compute_status(
+        exp, generation=1, previous=None, job={"status": {"ready": 1, "active": 1}},
+        deployment={"status": {"readyReplicas": 2}},
+        learner=LearnerStatus.from_json(learner_status))
+    progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "NoProgress")
 
 
 def test_ctrl_c_checkpoints_and_resume_continues_without_overwriting(tmp_path):

@@ -4,6 +4,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from support.charts import OPERATOR_CHART, lint, of_kind, render
@@ -18,6 +19,7 @@ def _promtool() -> str:
     return path
 
 
+@pytest.mark.prometheus
 def test_promtool_checks_the_rules():
     result = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True,
                             text=True, timeout=60)
@@ -25,6 +27,7 @@ def test_promtool_checks_the_rules():
     assert "SUCCESS: 5 rules found" in result.stdout
 
 
+@pytest.mark.prometheus
 def test_each_alert_fires_and_stays_quiet_as_unit_tested():
     # alerts_test.yaml: every alert once firing, and beside it series that must not fire.
     result = subprocess.run([_promtool(), "test", "rules", "alerts_test.yaml"], cwd=HERE,
@@ -39,6 +42,7 @@ def test_each_alert_fires_and_stays_quiet_as_unit_tested():
                                 "SeedrlExperimentFailed"}
 
 
+@pytest.mark.helm
 def test_the_chart_renders_the_same_rules_as_a_prometheus_rule():
     lint(OPERATOR_CHART, sets=["alerts.enabled=true"])
     manifests = render(OPERATOR_CHART, sets=["alerts.enabled=true",

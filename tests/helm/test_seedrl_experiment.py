@@ -9,6 +9,8 @@ from seedrl.common import config
 from support.charts import (EXPERIMENT_CHART, ROOT, lint, load_manifests, render, template,
                             validate_all, validate_experiment)
 
+pytestmark = pytest.mark.helm
+
 #: A learner on one TPU VM host (v5e, 2x2 = 4 chips) with Spot actors: the GKE case.
 TPU = {
     "name": "pong-tpu",

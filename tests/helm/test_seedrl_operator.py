@@ -12,6 +12,8 @@ import yaml
 from support.charts import (CRD_FILE, OPERATOR_CHART, lint, load_manifests, of_kind, render,
                             run_helm, template, validate_all, validate_builtin)
 
+pytestmark = pytest.mark.helm
+
 #: Value sets every test of the chart's validity runs over.
 VALUE_SETS = {
     "defaults": {},
@@ -405,7 +407,7 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide
 
     monkeypatch.setattr(operator, "MetricsServer", Server)
     monkeypatch.delenv("SEEDRL_PRICES", raising=False)
-    monkeypatch.setattr(operator, "default_api_client", lambda: None)
+    monkeypatch.setattr(operator, "api_client", lambda: None)
     monkeypatch.setattr(operator.kopf, "run", lambda **kwargs: started.append(kwargs))
     (deployment,) = of_kind(render(OPERATOR_CHART, values=VALUE_SETS[name], tmp_path=tmp_path),
                             "Deployment")

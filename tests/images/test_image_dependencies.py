@@ -8,7 +8,6 @@ import `packaging` without declaring it, for one). Slow: it installs every depen
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

@@ -4,6 +4,7 @@ process. Each scenario prints one JSON line of results as its last line.
 
   python tests/learner/device_scenarios.py train REPLICAS OUT_DIR
   python tests/learner/device_scenarios.py runtime
+  python tests/learner/device_scenarios.py skip REPLICAS
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import sys
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from seedrl.common.config import DevicesConfig, parse_experiment
@@ -276,7 +276,7 @@ def runtime() -> dict:
             assert s.recv().WhichOneof("kind") == "welcome"
         rng = np.random.default_rng(0)
         for _ in range(30):
-            for i, s in enumerate(streams):
+            for s in streams:
                 s.send(step(2, obs=rng.normal(size=(2, 4)).astype(np.float32)))
             for i, s in enumerate(streams):
                 if s.recv().WhichOneof("kind") == "actions":
@@ -305,9 +305,54 @@ def runtime() -> dict:
         loop.call_soon_threadsafe(loop.stop)
 
 
+def skip(replicas: int) -> dict:
+    """Every agent given one batch holding a NaN observation, on the one-device path (0) or
+    on ``replicas`` training replicas: returns, per agent, how far any floating variable moved,
+    the optimizer's step count before and after, and the reported gradient norm."""
+    import tensorflow as tf
+
+    from seedrl.learner.agents import build_agent
+
+    devices.configure_logical_cpus(LOGICAL_CPUS)
+    where = placement(replicas)
+    rng = np.random.default_rng(0)
+    results = {}
+    for name in ("vtrace", "ppo", "r2d2"):
+        make_exp, env_spec, _ = AGENTS[name]
+        agent = build_agent(make_exp(), env_spec, where)
+        floating = [v for v in _variables(agent) if tf.as_dtype(v.dtype).is_floating]
+        before = [np.array(_numpy(v)) for v in floating]
+        steps_before = int(_numpy(agent.optimizer.iterations))
+        if name == "r2d2":
+            length = agent.config.sequence_length
+            unrolls = []
+            for _ in range(8):
+                one = _batch(rng, length, 1, env_spec, 1)
+                one["observation"][:] = np.nan
+                unroll = {k: v[:, 0] for k, v in one.items() if k != "initial_state"}
+                unroll["initial_state"] = [s[0] for s in one["initial_state"]]
+                unrolls.append(unroll)
+            agent.add_unrolls(unrolls)
+            metrics = agent.train_from_replay()
+        else:
+            batch = _batch(rng, 6, 8, env_spec, agent.dist.param_size)
+            batch["observation"][2, 3] = np.nan
+            batch["policy_version"] = np.zeros((6, 8), np.int64)
+            metrics = agent.train(batch)
+        moved = max(float(np.nanmax(np.abs(np.array(_numpy(v)) - b), initial=0.0))
+                    if np.isfinite(_numpy(v)).all() else float("inf")
+                    for v, b in zip(floating, before))
+        results[name] = {"moved": moved, "steps_before": steps_before,
+                         "steps_after": int(_numpy(agent.optimizer.iterations)),
+                         "grad_norm": float(metrics["grad_norm"])}
+    return results
+
+
 def main(argv):
     if argv[0] == "train":
         result = train(int(argv[1]), argv[2])
+    elif argv[0] == "skip":
+        result = skip(int(argv[1]))
     elif argv[0] == "runtime":
         result = runtime()
     else:

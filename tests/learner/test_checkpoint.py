@@ -11,7 +11,13 @@ from seedrl.common.config import parse_experiment
 from seedrl.common.storage import LocalStore, ObjectStore, TransientStorageError, open_store
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents import build_agent
-from seedrl.learner.checkpoint import MANIFEST, CheckpointConflict, CheckpointError, Checkpointer
+from seedrl.learner.checkpoint import (
+    MANIFEST,
+    CheckpointConflict,
+    CheckpointError,
+    Checkpointer,
+    NonFiniteVariables,
+)
 from seedrl.learner.runtime import LearnerRuntime
 
 SPEC = EnvSpec("Toy", "float32", (3,), "int32", (), 2)
@@ -61,7 +67,7 @@ def _fill(agent, n, seed):
 def _variables(agent):
     """Every variable the agent checkpoints, in a stable order."""
     out = []
-    for name, obj in sorted(agent.checkpointables().items()):
+    for _, obj in sorted(agent.checkpointables().items()):
         if isinstance(obj, tf.Variable):
             out.append(obj)
         elif isinstance(obj, tf.random.Generator):
@@ -348,3 +354,44 @@ def test_a_replay_over_the_size_limit_is_not_written(tmp_path, learner):
     name = saver.save().rsplit("/", 1)[1]
     files = {n.split("/")[1] for n in store.list(name)}
     assert "extra.npz" not in files and "variables.index" in files
+
+
+def test_non_finite_variables_are_never_published(tmp_path, learner):
+    store = LocalStore(str(tmp_path / "c"))
+    runtime, agent, saver = learner(_vtrace(), store)
+    saver.open()
+    saver.attach(agent)
+    runtime.learner_steps = 1
+    good = saver.save()
+    weights = agent.network.trainable_variables[0]
+    weights.assign(tf.fill(weights.shape, float("nan")))
+    runtime.learner_steps = 2
+    with pytest.raises(NonFiniteVariables, match="NaN or infinity"):
+        saver.save()
+    saver.maybe_save()  # during training: counted as a failure, training goes on
+    assert saver.failures == 1 and runtime.stop_reason is None
+    manifest = json.loads(store.read(MANIFEST)[0])
+    assert [e["learner_steps"] for e in manifest["checkpoints"]] == [1]
+    assert saver.last_checkpoint == good
+
+
+def test_the_env_spec_is_recorded_and_binds_the_resume(tmp_path, learner):
+    uri = str(tmp_path / "c")
+    runtime, agent, saver = learner(_ppo(), open_store(uri))
+    runtime.env_spec = SPEC
+    saver.open()
+    saver.attach(agent)
+    runtime.learner_steps = 1
+    runtime.returns.extend([1.0, float("inf"), 3.0])  # as an older learner might have saved
+    saver.save()
+    resumed, agent2, saver2 = learner(_ppo(), open_store(uri))
+    saver2.open()
+    assert saver2.env_spec == SPEC  # what a learner without --env-spec builds its agent for
+    resumed.env_spec = SPEC
+    saver2.attach(agent2)
+    assert list(resumed.returns) == [1.0, 3.0]  # the infinite one is not restored
+    other, agent3, saver3 = learner(_ppo(), open_store(uri))
+    saver3.open()
+    other.env_spec = EnvSpec("Toy", "float32", (5,), "int32", (), 2)
+    with pytest.raises(CheckpointError, match="observation_shape: checkpoint has"):
+        saver3.attach(agent3)

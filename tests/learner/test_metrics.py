@@ -35,13 +35,19 @@ def test_metrics_follow_streams_episodes_and_training(learner):
         s.send(hello(num_envs=2))
         s.recv()
         for i in range(30):
-            episodes = [(0, 10.0 + i, 20)] if i % 10 == 9 else ()
-            s.send(step(num_envs=2, episodes=episodes))
+            # Env 0 ends an episode of 10 steps at steps 10, 20 and 30: returns 19, 29, 39.
+            reward = 1.9 + (i - 1) // 10 if i else 0.0
+            ends = i % 10 == 0 and i > 0
+            s.send(step(num_envs=2, rewards=[reward, 0.0], terminated=[ends, False],
+                        episodes=[(0, 10 * reward, 10)] if ends else ()))
             s.recv()
             metrics.tick()
+        s.send(step(num_envs=2, rewards=[3.9, 0.0], terminated=[True, False],
+                    episodes=[(0, 39.0, 10)]))
+        s.recv()
         samples = _scrape(port)
-        assert _value(samples, "seedrl_learner_env_steps_total") == 60
-        assert _value(samples, "seedrl_learner_env_frames_total") == 60
+        assert _value(samples, "seedrl_learner_env_steps_total") == 62
+        assert _value(samples, "seedrl_learner_env_frames_total") == 62
         assert _value(samples, "seedrl_learner_connected_actors") == 1
         assert _value(samples, "seedrl_learner_episodes_total", kind="train") == 3
         assert _value(samples, "seedrl_learner_episode_return_count", kind="train") == 3
@@ -50,19 +56,19 @@ def test_metrics_follow_streams_episodes_and_training(learner):
                       le="30.0") == 2
         assert _value(samples, "seedrl_learner_episode_return_bucket", kind="train",
                       le="100.0") == 3
-        assert _value(samples, "seedrl_learner_episode_length_steps_sum", kind="train") == 60
+        assert _value(samples, "seedrl_learner_episode_length_steps_sum", kind="train") == 30
         assert _value(samples, "seedrl_learner_mean_return") == 29.0
-        # One inference call per step here (a single stream): 30 batches of 2 env steps.
-        assert _value(samples, "seedrl_learner_inference_batch_size_count") == 30
-        assert _value(samples, "seedrl_learner_inference_batch_size_sum") == 60
-        assert _value(samples, "seedrl_learner_inference_latency_seconds_count") == 30
+        # One inference call per step here (a single stream): 31 batches of 2 env steps.
+        assert _value(samples, "seedrl_learner_inference_batch_size_count") == 31
+        assert _value(samples, "seedrl_learner_inference_batch_size_sum") == 62
+        assert _value(samples, "seedrl_learner_inference_latency_seconds_count") == 31
         assert _value(samples, "seedrl_learner_env_frames_per_second") > 0
         # unrollLength 5, batchSize 2: 30 steps make unrolls, and the trainer takes them.
         assert _value(samples, "seedrl_learner_steps_total") >= 1 or \
             _value(samples, "seedrl_learner_queued_unrolls") >= 1
         status = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/status",
                                                   timeout=10))
-        assert status["env_steps"] == 60 and status["actors"] == 1
+        assert status["env_steps"] == 62 and status["actors"] == 1
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
         assert health.status == 200
         s.close()

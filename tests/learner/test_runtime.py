@@ -45,8 +45,9 @@ class CountingAgent(Agent):
 
 def make_runtime(agent):
     exp = parse_experiment({"metadata": {"name": "t"}, "spec": {
+        "env": {"id": SPEC.env_id},
         "learner": {"unrollLength": 3, "batchSize": 1, "inferenceMaxWaitMs": 0}}})
-    return LearnerRuntime(exp, lambda e, s: agent, train=True)
+    return LearnerRuntime(exp, lambda e, s: agent, train=True, env_spec=SPEC)
 
 
 def step(k, done_envs=()):

@@ -1,5 +1,7 @@
 """The learner's gRPC service over a real unix socket: handshake, batched actions, bad input."""
 
+import asyncio
+import threading
 import time
 
 import grpc
@@ -7,9 +9,10 @@ import numpy as np
 import pytest
 
 from seedrl.common import seedrl_pb2
-from seedrl.common.wire import EnvSpec, decode_array
+from seedrl.common.wire import EnvSpec, WireError, decode_array, encode_array
+from seedrl.learner.server import LearnerService, StepChecker
 
-from support.learner_harness import Stream, hello, step
+from support.learner_harness import CARTPOLE, Stream, hello, start_learner, step, stop_learner
 
 
 def connect(learner, **kw):
@@ -46,18 +49,49 @@ def test_the_hello_carries_the_actor_index_to_the_stream(learner):
     s = connect(learner, actor_id="seventh", actor_index=7)
     s.send(step(2))
     actions_of(s.recv())
-    (stream,) = [st for st in learner.runtime._streams.values() if st.actor_id == "seventh"]
+    (stream,) = [st for st in learner.runtime._streams.values()
+                 if st is not None and st.actor_id == "seventh"]
     assert stream.actor_index == 7
     s.close()
 
 
 def test_episodes_are_counted_toward_the_mean_return(learner):
     s = connect(learner)
-    s.send(step(episodes=[(0, 10.0, 10), (1, 30.0, 30)]))
+    # A stream's first step may repeat episodes that ended as an earlier connection broke:
+    # they began before this stream, so nothing can verify them, and they are not counted.
+    s.send(step(episodes=[(0, 7.0, 70)]))
     actions_of(s.recv())
+    for t in range(1, 31):
+        ends = [t == 10, t == 30]
+        s.send(step(rewards=[1.0, 1.0], terminated=ends,
+                    episodes=[(i, float(t), t) for i in (0, 1) if ends[i]]))
+        actions_of(s.recv())
     s.close()
     assert learner.runtime.episodes == 2
     assert learner.runtime.mean_return == 20.0
+    assert learner.runtime.status().unverified_episodes == 1
+
+
+@pytest.mark.parametrize("episode, reason", [
+    ((0, 11.0, 10), "add up to 10"),
+    ((0, 10.0, 9), "but this stream alone sent 10 steps"),
+    ((1, 10.0, 10), "env 1 did not end an episode"),
+])
+def test_an_episode_the_stream_saw_whole_must_match_its_rewards(learner, episode, reason):
+    s = connect(learner)
+    s.send(step())
+    actions_of(s.recv())
+    for t in range(1, 11):
+        s.send(step(rewards=[1.0, 1.0], terminated=[t == 10, False],
+                    episodes=[episode] if t == 10 else ()))
+        if t < 10:
+            actions_of(s.recv())
+    with pytest.raises(grpc.RpcError) as err:
+        s.recv()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in err.value.details()
+    s.close()
+    assert learner.runtime.episodes == 0
 
 
 BAD_STEPS = {
@@ -71,6 +105,14 @@ BAD_STEPS = {
     "env id out of range": (step(env_ids=[0, 2]), "permutation"),
     "too few rewards": (step(rewards=[1.0]), "step.rewards: expected 2 values"),
     "nan reward": (step(rewards=[float("nan"), 0.0]), "must be finite"),
+    "infinite reward": (step(rewards=[0.0, float("-inf")]), "step.rewards: must be finite"),
+    "reward beyond maxAbsReward": (step(rewards=[2e6, 0.0]), "spec.env.maxAbsReward = 1e+06"),
+    "nan observation": (step(obs=np.array([[0, 0, 0, 0], [0, np.nan, 0, 0]], np.float32)),
+                        "step.observations: must be finite"),
+    "more episodes than envs": (step(episodes=[(0, 1.0, 1), (1, 1.0, 1), (0, 1.0, 1)]),
+                                "3 episodes from 2 envs"),
+    "episode of an env that did not end": (step(episodes=[(1, 0.0, 1)]),
+                                           "env 1 did not end an episode"),
     "episode of another env": (step(episodes=[(5, 1.0, 1)]), "not an env of this actor"),
     "second hello": (hello(), "expected a step"),
 }
@@ -105,8 +147,16 @@ def test_a_malformed_message_fails_only_its_own_stream(learner, case):
     ({"version": 99}, grpc.StatusCode.FAILED_PRECONDITION, "protocol version 99"),
     ({"experiment": "other"}, grpc.StatusCode.FAILED_PRECONDITION, "serves experiment"),
     ({"num_envs": 0}, grpc.StatusCode.INVALID_ARGUMENT, "num_envs"),
+    ({"num_envs": 4097}, grpc.StatusCode.INVALID_ARGUMENT, "spec.learner.maxEnvsPerActor"),
+    ({"num_envs": 2 ** 32 - 1}, grpc.StatusCode.INVALID_ARGUMENT, "got 4294967295"),
     ({"spec": EnvSpec("X", "float32", (4,), "float32", (2, 3), 0)},
-     grpc.StatusCode.FAILED_PRECONDITION, "must be a vector"),
+     grpc.StatusCode.FAILED_PRECONDITION, "env_id: learner has 'CartPole-v1', actor has 'X'"),
+    ({"spec": EnvSpec("CartPole-v1", "float32", (2 ** 40,), "int32", (), 2)},
+     grpc.StatusCode.FAILED_PRECONDITION, "observation_shape"),
+    ({"spec": EnvSpec("CartPole-v1", "float32", (1,) * 9, "int32", (), 2)},
+     grpc.StatusCode.INVALID_ARGUMENT, "at most 8 dimensions"),
+    ({"actor_id": ""}, grpc.StatusCode.INVALID_ARGUMENT, "hello.actor_id"),
+    ({"actor_id": "x" * 257}, grpc.StatusCode.INVALID_ARGUMENT, "hello.actor_id"),
 ])
 def test_bad_handshakes_are_refused_with_a_reason(learner, kwargs, code, reason):
     s = Stream(learner.address)
@@ -116,6 +166,42 @@ def test_bad_handshakes_are_refused_with_a_reason(learner, kwargs, code, reason)
     assert err.value.code() == code
     assert reason in err.value.details()
     s.close()
+    # Counted in the status with the reason, and nothing was kept for the refused stream.
+    status = learner.runtime.status()
+    assert status.refused_streams == 1
+    assert reason in status.last_refusal
+    assert status.actors == 0
+
+
+def test_the_agent_is_built_before_any_actor_says_hello(learner):
+    assert learner.runtime.agent is not None
+    assert learner.runtime.env_spec == CARTPOLE
+    assert learner.runtime.status().state == "waiting_for_actors"
+
+
+def test_without_a_spec_the_first_hello_naming_the_experiments_env_decides(tmp_path):
+    running = start_learner(f"unix:{tmp_path}/fallback.sock", env_spec=None)
+    try:
+        for spec, reason in [
+                (EnvSpec("Pong", "float32", (4,), "int32", (), 2), "env_id: learner has"),
+                (EnvSpec("CartPole-v1", "float32", (4,), "float32", (2, 3), 0),
+                 "must be a vector"),
+                (EnvSpec("CartPole-v1", "float32", (2 ** 40,), "int32", (), 2),
+                 "exceeds the 67108864-byte message limit")]:
+            s = Stream(running.address)
+            s.send(hello(spec=spec))
+            with pytest.raises(grpc.RpcError) as err:
+                s.recv()
+            assert reason in err.value.details()
+            s.close()
+        assert running.runtime.agent is None
+        s = Stream(running.address)
+        s.send(hello())
+        assert s.recv().WhichOneof("kind") == "welcome"
+        assert running.runtime.env_spec == CARTPOLE
+        s.close()
+    finally:
+        stop_learner(running)
 
 
 def test_an_actor_with_a_different_env_spec_is_refused(learner):
@@ -195,3 +281,78 @@ def test_assign_index_grants_unique_indices_and_the_welcome_confirms_them(learne
     a.close()
     b.close()
     stub_channel.close()
+
+
+def test_a_hello_cancelled_while_registering_leaves_nothing_behind(learner):
+    """An actor that goes away while its hello is being registered (in a worker thread):
+    the registration is undone once it completes, so its actor id is free again."""
+    runtime = learner.runtime
+    gate, registered = threading.Event(), threading.Event()
+    original = runtime.open_stream
+
+    def slow_open_stream(*args, **kwargs):
+        gate.wait(30)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            registered.set()
+
+    runtime.open_stream = slow_open_stream
+    service = LearnerService(runtime)
+
+    async def hello_then_leave():
+        task = asyncio.ensure_future(service._open_stream("leaver", hello().hello, CARTPOLE, 0))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(hello_then_leave())
+    gate.set()
+    assert registered.wait(30)
+    deadline = time.monotonic() + 30
+    while "leaver" in runtime._streams and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "leaver" not in runtime._streams and runtime.connected_actors == 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "uint8"])
+def test_the_step_checker_finds_non_finite_observations_of_any_floating_dtype(dtype):
+    spec = EnvSpec("X", dtype, (3,), "int32", (), 2)
+    checker = StepChecker(2, spec, 1e6)
+    obs = np.zeros((2, 3), dtype)
+    good = seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs), rewards=[0, 0],
+                           terminated=[False, False], truncated=[False, False])
+    checker.decode(good)
+    if dtype == "uint8":
+        return
+    big = np.finfo(dtype).max
+    obs[1] = [big, big, big]  # finite, however large: accepted (their sum overflows dtype)
+    checker.decode(seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs),
+                                   rewards=[0, 0], terminated=[False, False],
+                                   truncated=[False, False]))
+    for value in (np.inf, -np.inf, np.nan):
+        obs[0, 2] = value
+        with pytest.raises(WireError, match="must be finite"):
+            checker.decode(seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs),
+                                           rewards=[0, 0], terminated=[False, False],
+                                           truncated=[False, False]))
+
+
+def test_the_tally_follows_env_ids_when_a_step_lists_them_permuted():
+    checker = StepChecker(3, CARTPOLE, 1e6)
+
+    def send(ids, rewards, terminated=(False,) * 3, episodes=()):
+        return checker.decode(seedrl_pb2.Step(
+            env_ids=ids, observations=encode_array(np.zeros((3, 4), np.float32)),
+            rewards=rewards, terminated=terminated, truncated=[False] * 3,
+            episodes=[seedrl_pb2.Episode(env_id=e, episode_return=r, length=n)
+                      for e, r, n in episodes]))
+
+    send([0, 1, 2], [0, 0, 0])
+    send([2, 0, 1], [3.0, 1.0, 2.0])  # env 2 got 3, env 0 got 1, env 1 got 2
+    step_data, episodes = send([1, 2, 0], [2.0, 3.0, 1.0], terminated=(False, True, False),
+                               episodes=[(2, 6.0, 2)])
+    assert episodes == [(6.0, 2)]
+    assert step_data.terminated.tolist() == [False, False, True]  # back in env-id order
+    np.testing.assert_array_equal(checker.ep_return, [2.0, 4.0, 0.0])

@@ -111,7 +111,8 @@ def validate_builtin(manifest: Mapping[str, Any]) -> None:
         except kubernetes_validate.ValidationError as exc:
             where = "/".join(str(p) for p in exc.path)
             raise AssertionError(f"{manifest['kind']}/{manifest['metadata']['name']} is not "
-                                 f"valid for Kubernetes {version} at {where}: {exc.message}")
+                                 f"valid for Kubernetes {version} at {where}: "
+                                 f"{exc.message}") from None
 
 
 def validate_all(manifests: Iterable[Mapping[str, Any]]) -> None:

@@ -93,7 +93,7 @@ class BridgedEmulator(kmock.KubernetesEmulator):
             return self.objects[key]
         return None
 
-    async def _handle(self, request):  # noqa: D401 - kmock's hook
+    async def _handle(self, request):  # kmock's hook
         # kmock keeps every request for assertions and scans them all to match each new one,
         # which grows quadratic over an operator's polling; keep only those in flight.
         self._requests[:] = [r for r in self._requests

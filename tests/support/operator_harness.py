@@ -2,10 +2,10 @@
 
 :class:`OperatorHarness` starts, each in its own thread: the bridged kmock emulator (see
 :mod:`support.k8s_emulator`), a local HTTP server that plays the learners' ``GET /status``
-endpoints, ``kopf.operator`` with the handlers of ``service/operator/handlers.py``, and the operator's
-``/metrics`` endpoint (:class:`seedrl.common.metrics_http.MetricsServer`, as ``main`` serves it). Tests talk to
-the emulator with the official ``kubernetes`` client and wait on conditions with
-:func:`wait_for`, never on fixed sleeps.
+endpoints, ``kopf.operator`` with the handlers of ``service/operator/handlers.py``, and the
+operator's ``/metrics`` endpoint (:class:`seedrl.common.metrics_http.MetricsServer`, as ``main``
+serves it). Tests talk to the emulator with the official ``kubernetes`` client and wait on
+conditions with :func:`wait_for`, never on fixed sleeps.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class LearnerStatusServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
+            def do_GET(self):  # http.server's name
                 outer.requests.append(self.path)
                 parts = self.path.strip("/").split("/")
                 body = outer.statuses.get(tuple(parts[:2])) if len(parts) == 3 else None

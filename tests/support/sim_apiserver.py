@@ -43,7 +43,7 @@ import math
 import random
 import re
 import uuid
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import jsonpatch
 import jsonschema

@@ -267,8 +267,9 @@ class PodRun:
             await self._run()
         except Exception as exc:  # noqa: BLE001 - a broken pod must not stop the kubelet
             self.kubelet.errors.append(f"{self.namespace}/{self.name}: {exc!r}")
+            message = str(exc)
             self.update(lambda p: p["status"].update(phase="Failed", reason="KubeletError",
-                                                     message=str(exc)))
+                                                     message=message))
 
     async def _run(self) -> None:
         pod = self.current()
@@ -575,8 +576,8 @@ class Kubelet:
 
     def runs_pod(self, pod: dict) -> bool:
         """Whether a kubelet has this pod (its deletion then waits for the containers)."""
-        return pod["metadata"].get("uid") in self.runs and not (
-            (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+        phase = (pod.get("status") or {}).get("phase")
+        return pod["metadata"].get("uid") in self.runs and phase not in ("Succeeded", "Failed")
 
     def sync(self) -> None:
         """Starts pods newly bound to a node, stops pods being deleted, writes the DNS."""

@@ -175,13 +175,18 @@ class PPOAgent(Agent):
                     behaviour[:, mb], adv[:, mb], returns[:, mb], coefficient))
         params, _ = self._evaluate(obs, ended, state)
         kl = float(tf.reduce_mean(self.dist.kl(behaviour, params[:-1])))
-        if self._uses_kl:
+        # A minibatch step whose gradients were not finite was skipped (the batch holds data
+        # the network cannot digest): its statistics are kept out of the normalizers and the
+        # KL coefficient too, and its non-finite grad_norm tells the runtime.
+        skipped = not all(np.isfinite(float(m["grad_norm"])) for m in step_metrics)
+        if self._uses_kl and not skipped and np.isfinite(kl):
             self.kl_coefficient.assign(losses.updated_kl_coefficient(
                 float(self.kl_coefficient.numpy()), kl, cfg.kl_target))
         # Statistics move only now: this batch acted and trained on identical inputs.
-        if self._normalize_obs:
-            self.obs_rms.update(obs[:-1].reshape((-1,) + obs.shape[2:]))
-        self.reward_rms.update(discounted.reshape(-1))
+        if not skipped:
+            if self._normalize_obs:
+                self.obs_rms.update(obs[:-1].reshape((-1,) + obs.shape[2:]))
+            self.reward_rms.update(discounted.reshape(-1))
         self.updates.assign_add(1)
         out = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
         out.update({"kl": kl, "kl_coefficient": float(self.kl_coefficient.numpy()),

@@ -163,7 +163,11 @@ class R2D2Agent(ReplayAgent):
         metrics, priorities = self._train_step(items["observation"], items["action"],
                                                items["reward"], items["terminated"],
                                                items["truncated"], state, weights)
-        self.replay.update_priorities(slots, np.asarray(priorities))
+        priorities = np.asarray(priorities)
+        # A sequence whose TD errors are not finite holds data the network cannot digest
+        # (its update was skipped): the replay's floor priority all but stops its sampling.
+        self.replay.update_priorities(slots, np.where(np.isfinite(priorities), priorities,
+                                                      0.0))
         self._sampled += self.batch_size
         if int(self.train_steps.numpy()) % self.config.target_update_period == 0:
             self._sync_target()

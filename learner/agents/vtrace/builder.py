@@ -5,8 +5,9 @@ from __future__ import annotations
 from seedrl.common.config import Experiment
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.vtrace.learner import VTraceAgent
-from seedrl.learner.agents.vtrace.networks import make_network
+from seedrl.learner import distributions
 from seedrl.learner.devices import Placement, default_placement
+from seedrl.learner.networks import make_actor_critic
 from seedrl.learner.optimizers import make_optimizer
 
 
@@ -17,7 +18,10 @@ def build(experiment: Experiment, env_spec: EnvSpec,
     spec = experiment.spec
     placement = placement or default_placement()
     with placement.scope():
-        network = make_network(spec.agent.network, env_spec)
+        # The shared actor-critic, with a policy head for the env's actions (a softmax, or a
+        # diagonal Gaussian with tanh-bounded means and a learned log-std).
+        network = make_actor_critic(spec.agent.network, env_spec,
+                                    distributions.for_env(env_spec))
         optimizer = make_optimizer(spec.learner.optimizer, network.trainable_variables,
                                    pre_reduced=placement.distributed)
         return VTraceAgent(network, optimizer, spec.agent.vtrace, env_spec,

@@ -1,5 +1,6 @@
 """A user's own environment package, as a test stands it in: importing it registers
-``SeedrlTest/Corridor-v0`` with gymnasium (what ``spec.env.imports`` is for)."""
+``SeedrlTest/Corridor-v0`` (and ``SeedrlTest/BrokenReset-v0``, which no actor can reset) with
+gymnasium (what ``spec.env.imports`` is for)."""
 
 import gymnasium as gym
 import numpy as np
@@ -35,3 +36,15 @@ class Corridor(gym.Env):
 
 if "SeedrlTest/Corridor-v0" not in gym.registry:
     gym.register("SeedrlTest/Corridor-v0", entry_point=Corridor, max_episode_steps=100)
+
+
+class BrokenReset(Corridor):
+    """A registered env that can be made (its spaces are fine) but never reset: the actors
+    that step it fail at their first reset, every time they are started."""
+
+    def reset(self, *, seed=None, options=None):
+        raise RuntimeError("this corridor is closed for repairs")
+
+
+if "SeedrlTest/BrokenReset-v0" not in gym.registry:
+    gym.register("SeedrlTest/BrokenReset-v0", entry_point=BrokenReset)

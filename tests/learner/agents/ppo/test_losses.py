@@ -74,7 +74,7 @@ def test_running_mean_std_matches_numpy_over_many_batches():
     rng = np.random.default_rng(1)
     rms = RunningMeanStd((3,), clip=0.0)
     seen = []
-    for i in range(50):
+    for _ in range(50):
         batch = rng.normal(loc=[1.0, -5.0, 100.0], scale=[0.1, 2.0, 30.0],
                            size=(int(rng.integers(0, 40)), 3))
         rms.update(batch)

@@ -52,9 +52,8 @@ def test_recurrent_policy_trains_and_keeps_state_per_env():
     assert [s.shape for s in state] == [(4, 8), (4, 8)]
     out, new_state = agent.inference(np.ones((4, 3), np.float32), state)
     assert not np.allclose(new_state[0], 0.0)
-    probs_of = lambda: agent.inference(np.zeros((256, 3), np.float32),  # noqa: E731
-                                       agent.initial_state(256))[0]["policy_params"]
     for i in range(40):
         agent.train(_one_step_batch(agent, (3,), lambda a: (a == 2).astype(np.float32), seed=i))
-    logits = probs_of()
+    logits = agent.inference(np.zeros((256, 3), np.float32),
+                             agent.initial_state(256))[0]["policy_params"]
     assert (logits.argmax(-1) == 2).all()

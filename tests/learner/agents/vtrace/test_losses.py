@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from seedrl.learner.agents.vtrace import losses
+from support import vtrace_logits as logit_losses
 
 # float32 results against a float64 ground truth of the same formula, on one fixed order of
 # operations (no comparison of two summation orders): the recursion over T <= 11 steps and the
@@ -160,7 +161,7 @@ def test_log_probs_match_numpy_log_softmax(dtype):
     rng = np.random.RandomState(0)
     logits = (3.0 * rng.randn(6, 3, 4)).astype(np.float32)
     actions = rng.randint(0, 4, size=(6, 3)).astype(dtype)
-    got = losses.log_probs_from_logits_and_actions(logits, actions)
+    got = logit_losses.log_probs_from_logits_and_actions(logits, actions)
     assert got.shape == (6, 3)
     assert got.dtype == tf.float32
     np.testing.assert_allclose(
@@ -209,7 +210,7 @@ def test_vtrace_from_importance_weights_off_policy(clip_rho, clip_pg_rho, lambda
 )
 def test_vtrace_from_logits_matches_ground_truth(clip_rho, clip_pg_rho, lambda_):
     batch = make_batch(seed=2, T=6, B=3, A=4)
-    got = losses.vtrace_from_logits(
+    got = logit_losses.vtrace_from_logits(
         **batch,
         clip_rho_threshold=clip_rho,
         clip_pg_rho_threshold=clip_pg_rho,
@@ -222,7 +223,7 @@ def test_vtrace_from_logits_matches_ground_truth(clip_rho, clip_pg_rho, lambda_)
         clip_pg_rho_threshold=clip_pg_rho,
         lambda_=lambda_,
     )
-    assert isinstance(got, losses.VTraceFromLogitsReturns)
+    assert isinstance(got, logit_losses.VTraceFromLogitsReturns)
     np.testing.assert_allclose(got.vs.numpy(), want_vs, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(got.pg_advantages.numpy(), want_adv, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(got.log_rhos.numpy(), log_rhos, rtol=RTOL, atol=ATOL)
@@ -333,7 +334,7 @@ def test_on_policy_reduces_to_n_step_returns(clip_rho, clip_pg_rho):
 def test_on_policy_from_logits_equal_policies():
     batch = make_batch(seed=5, T=5, B=2)
     batch["behaviour_policy_logits"] = batch["target_policy_logits"]
-    got = losses.vtrace_from_logits(**batch)
+    got = logit_losses.vtrace_from_logits(**batch)
     np.testing.assert_allclose(got.log_rhos.numpy(), 0.0, atol=ATOL)
     returns = np_n_step_returns(batch["discounts"], batch["rewards"], batch["bootstrap_value"])
     np.testing.assert_allclose(got.vs.numpy(), returns, rtol=RTOL, atol=ATOL)
@@ -387,7 +388,7 @@ def test_vtrace_from_logits_in_tf_function_with_unknown_shapes():
         ]
     )
     def fn(*args):
-        out = losses.vtrace_from_logits(*args)
+        out = logit_losses.vtrace_from_logits(*args)
         return out.vs, out.pg_advantages
 
     for seed, (T, B, A) in [(8, (4, 3, 5)), (9, (6, 1, 3))]:
@@ -422,8 +423,8 @@ def test_gradients():
 
     with tf.GradientTape(persistent=True) as tape:
         inputs.update(target_policy_logits=target_logits, values=values, bootstrap_value=bootstrap)
-        out = losses.vtrace_from_logits(**inputs)
-        pg = losses.policy_gradient_loss(target_logits, batch["actions"], out.pg_advantages)
+        out = logit_losses.vtrace_from_logits(**inputs)
+        pg = logit_losses.policy_gradient_loss(target_logits, batch["actions"], out.pg_advantages)
         bl = losses.baseline_loss(out.vs, values)
         total = pg + bl
 
@@ -469,7 +470,7 @@ def test_losses_stop_gradient_through_targets():
     actions = tf.constant([[0, 1], [2, 0]])
     with tf.GradientTape(persistent=True) as tape:
         bl = losses.baseline_loss(vs, values)
-        pg = losses.policy_gradient_loss(logits, actions, adv)
+        pg = logit_losses.policy_gradient_loss(logits, actions, adv)
     assert tape.gradient(bl, vs) is None
     assert tape.gradient(pg, adv) is None
     del tape
@@ -488,7 +489,7 @@ def test_policy_gradient_and_baseline_loss_values():
     vs = rng.randn(4, 3).astype(np.float32)
     values = rng.randn(4, 3).astype(np.float32)
 
-    pg = losses.policy_gradient_loss(logits, actions, adv)
+    pg = logit_losses.policy_gradient_loss(logits, actions, adv)
     assert pg.shape == ()
     np.testing.assert_allclose(
         pg.numpy(), np.mean(-np_action_log_probs(logits, actions) * adv), rtol=RTOL, atol=ATOL
@@ -503,7 +504,7 @@ def test_policy_gradient_and_baseline_loss_values():
 @pytest.mark.parametrize("num_actions", [1, 2, 7, 18])
 def test_entropy_of_uniform_policy_is_log_num_actions(num_actions):
     logits = np.full((3, 2, num_actions), 1.234, np.float32)
-    got = losses.entropy_loss(logits)
+    got = logit_losses.entropy_loss(logits)
     assert got.shape == ()
     np.testing.assert_allclose(got.numpy(), -np.log(num_actions), rtol=RTOL, atol=ATOL)
 
@@ -513,14 +514,14 @@ def test_entropy_loss_matches_numpy_and_is_minimized_by_uniform():
     logits = (2.0 * rng.randn(5, 4, 6)).astype(np.float32)
     lp = np_log_softmax(logits)
     want = np.mean(np.sum(np.exp(lp) * lp, axis=-1))
-    got = losses.entropy_loss(logits)
+    got = logit_losses.entropy_loss(logits)
     np.testing.assert_allclose(got.numpy(), want, rtol=RTOL, atol=ATOL)
     assert got.numpy() > -np.log(6)  # non-uniform policy has lower entropy
 
 
 def test_entropy_loss_finite_for_extreme_logits():
     logits = np.array([[[1000.0, -1000.0, 0.0]]], np.float32)
-    got = losses.entropy_loss(logits).numpy()
+    got = logit_losses.entropy_loss(logits).numpy()
     assert np.isfinite(got)
     np.testing.assert_allclose(got, 0.0, atol=ATOL)
 

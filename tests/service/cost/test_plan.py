@@ -12,22 +12,45 @@ from seedrl.service.cost import plan as cost_plan
 from seedrl.service.cli.main import main
 from seedrl.service.cost import Resources
 
-PRICES = cost.parse_prices({
-    "version": "plan-1", "region": "r", "takenOn": "2026-11-01", "currency": "USD",
-    "cpu": {"onDemand": 0.04, "spot": 0.01}, "memory": {"onDemand": 0.005, "spot": 0.001},
-    "tpu": {"v5e": {"onDemand": 1.2, "spot": 0.4}}, "gpu": {},
-})
-PRICES_YAML = yaml.safe_dump({
-    "version": "plan-1", "region": "r", "takenOn": "2026-11-01",
-    "cpu": {"onDemand": 0.04, "spot": 0.01}, "memory": {"onDemand": 0.005, "spot": 0.001}})
+EXAMPLES = pathlib.Path(__file__).parents[3] / "examples"
+
+PRICES = cost.parse_prices(
+    {
+        "version": "plan-1",
+        "region": "r",
+        "takenOn": "2026-11-01",
+        "currency": "USD",
+        "cpu": {"onDemand": 0.04, "spot": 0.01},
+        "memory": {"onDemand": 0.005, "spot": 0.001},
+        "tpu": {"v5e": {"onDemand": 1.2, "spot": 0.4}},
+        "gpu": {},
+    }
+)
+PRICES_YAML = yaml.safe_dump(
+    {
+        "version": "plan-1",
+        "region": "r",
+        "takenOn": "2026-11-01",
+        "cpu": {"onDemand": 0.04, "spot": 0.01},
+        "memory": {"onDemand": 0.005, "spot": 0.001},
+    }
+)
 # raw: 2,000 steps/s over 2 env processes = 1,000 per vCPU; one process stepping envs and
 # running the model: 500 steps/s.
-BENCH = {"env": "ALE/Pong-v5", "replicas": 2, "envs_per_actor": 16, "raw_steps_per_s": 2000.0,
-         "inference_only": {"steps_per_s": 900.0}, "training": {"steps_per_s": 600.0},
-         "baseline_async_vector_env": {"num_envs": 2, "steps_per_s": 300.0},
-         "baseline_sync_vector_env": {"num_envs": 32, "steps_per_s": 500.0}}
-TPU_LEARNER = (Resources(cpu=4, memory_gib=16, accelerator="tpu", accelerator_type="v5e",
-                         accelerator_count=1), False)
+BENCH = {
+    "env": "ALE/Pong-v5",
+    "replicas": 2,
+    "envs_per_actor": 16,
+    "raw_steps_per_s": 2000.0,
+    "inference_only": {"steps_per_s": 900.0},
+    "training": {"steps_per_s": 600.0},
+    "baseline_async_vector_env": {"num_envs": 2, "steps_per_s": 300.0},
+    "baseline_sync_vector_env": {"num_envs": 32, "steps_per_s": 500.0},
+}
+TPU_LEARNER = (
+    Resources(cpu=4, memory_gib=16, accelerator="tpu", accelerator_type="v5e", accelerator_count=1),
+    False,
+)
 ACTOR = (Resources(cpu=1, memory_gib=2), False)
 
 
@@ -40,8 +63,15 @@ def test_benchmark_rates():
 def test_seed_against_impala_by_hand():
     throughput = cost_plan.Throughput(seed_per_cpu=1000.0, inference_cpu_s=0.001, source="t")
     assert throughput.impala_per_cpu == pytest.approx(500.0)  # 1 / (0.001 + 0.001)
-    p = cost_plan.plan(frames=36_000_000, frames_per_step=4, replicas=10, learner=TPU_LEARNER,
-                       actor=ACTOR, throughput=throughput, prices=PRICES)
+    p = cost_plan.plan(
+        frames=36_000_000,
+        frames_per_step=4,
+        replicas=10,
+        learner=TPU_LEARNER,
+        actor=ACTOR,
+        throughput=throughput,
+        prices=PRICES,
+    )
     # 9,000,000 steps at 10 actors x 1 vCPU x 1,000 = 10,000 steps/s: 900 s = 0.25 h.
     assert p.seed.seconds == pytest.approx(900.0)
     assert p.seed.frames_per_s == pytest.approx(40_000.0)
@@ -60,9 +90,16 @@ def test_seed_against_impala_by_hand():
 def test_a_learner_cap_and_spot_actors():
     throughput = cost_plan.Throughput(seed_per_cpu=1000.0, inference_cpu_s=0.001, source="t")
     spot_actor = (Resources(cpu=2, memory_gib=4), True)
-    p = cost_plan.plan(frames=9_000_000, frames_per_step=1, replicas=10, learner=TPU_LEARNER,
-                       actor=spot_actor, throughput=throughput, prices=PRICES,
-                       learner_steps_per_s=5000.0)
+    p = cost_plan.plan(
+        frames=9_000_000,
+        frames_per_step=1,
+        replicas=10,
+        learner=TPU_LEARNER,
+        actor=spot_actor,
+        throughput=throughput,
+        prices=PRICES,
+        learner_steps_per_s=5000.0,
+    )
     # 10 actors x 2 vCPU x 1,000 = 20,000 steps/s, capped at 5,000: 1,800 s = 0.5 h.
     assert p.seed.seconds == pytest.approx(1800.0)
     # spot actor: 2 x 0.01 + 4 x 0.001 = 0.024 $/h
@@ -79,10 +116,12 @@ def test_a_run_summary_gives_seed_rates_and_needs_a_benchmark_for_impala(tmp_pat
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({"env_steps_per_s": 3000.0}))
-    (run / "config.yaml").write_text(yaml.safe_dump({"metadata": {"name": "r1"},
-                                                     "spec": {"actors": {"replicas": 3}}}))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({"metadata": {"name": "r1"}, "spec": {"actors": {"replicas": 3}}})
+    )
     (tmp_path / "bench.json").write_text(json.dumps(BENCH))
     from seedrl.common.config import parse_experiment
+
     exp = parse_experiment({"metadata": {"name": "other"}})
     t = cost_plan.read_throughput(str(run / "summary.json"), exp)
     assert t.seed_per_cpu == 1000.0 and t.impala_per_cpu is None  # 3,000 / 3 actors / 1 vCPU
@@ -94,6 +133,7 @@ def test_a_run_summary_gives_seed_rates_and_needs_a_benchmark_for_impala(tmp_pat
 
 def test_bad_throughput_files_name_the_file_and_the_figure(tmp_path):
     from seedrl.common.config import parse_experiment
+
     exp = parse_experiment({"metadata": {"name": "x"}})
     bad = dict(BENCH, raw_steps_per_s=0)
     (tmp_path / "b.json").write_text(json.dumps(bad))
@@ -107,11 +147,24 @@ def test_bad_throughput_files_name_the_file_and_the_figure(tmp_path):
 def test_seedrl_cost_plan_prints_the_table(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(BENCH))
     (tmp_path / "prices.yaml").write_text(PRICES_YAML)
-    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(
-        {"metadata": {"name": "pong"}, "spec": {"env": {"id": "ALE/Pong-v5"}}}))
-    code = main(["cost", "plan", str(tmp_path / "exp.yaml"), "--frames", "36e6", "--throughput",
-                 str(tmp_path / "bench.json"), "--actors", "10", "--prices",
-                 str(tmp_path / "prices.yaml")])
+    (tmp_path / "exp.yaml").write_text(
+        yaml.safe_dump({"metadata": {"name": "pong"}, "spec": {"env": {"id": "ALE/Pong-v5"}}})
+    )
+    code = main(
+        [
+            "cost",
+            "plan",
+            str(tmp_path / "exp.yaml"),
+            "--frames",
+            "36e6",
+            "--throughput",
+            str(tmp_path / "bench.json"),
+            "--actors",
+            "10",
+            "--prices",
+            str(tmp_path / "prices.yaml"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     # learner (the default 4 vCPU / 16 GiB, no accelerator): 0.25 h x 0.24 $/h = 0.06
@@ -123,10 +176,12 @@ def test_seedrl_cost_plan_prints_the_table(tmp_path, capsys):
 
 
 def test_seedrl_cost_plan_without_measurements_says_what_to_pass(tmp_path, capsys):
-    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(
-        {"metadata": {"name": "nothing"}, "spec": {"env": {"id": "Acrobot-v1"}}}))
-    code = main(["cost", "plan", str(tmp_path / "exp.yaml"), "--frames", "1e6", "--runs-dir",
-                 str(tmp_path)])
+    (tmp_path / "exp.yaml").write_text(
+        yaml.safe_dump({"metadata": {"name": "nothing"}, "spec": {"env": {"id": "Acrobot-v1"}}})
+    )
+    code = main(
+        ["cost", "plan", str(tmp_path / "exp.yaml"), "--frames", "1e6", "--runs-dir", str(tmp_path)]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "--throughput" in err and "Acrobot-v1" in err and "CartPole-v1" in err
@@ -136,8 +191,7 @@ def test_the_packaged_reference_covers_every_example_env():
     from seedrl.common.config import load_experiment
 
     table = cost_plan.load_reference()
-    examples = pathlib.Path(__file__).parents[2] / "examples"
-    for path in sorted(examples.glob("*.yaml")):
+    for path in sorted(EXAMPLES.glob("*.yaml")):
         exp = load_experiment(str(path))
         t = cost_plan.reference_throughput(exp, table)
         assert t is not None and t.reference and t.seed_per_cpu > 0, path.name
@@ -145,7 +199,7 @@ def test_the_packaged_reference_covers_every_example_env():
 
 
 def test_seedrl_cost_plan_falls_back_on_the_reference_and_says_so(tmp_path, capsys):
-    pong = str(pathlib.Path(__file__).parents[2] / "examples" / "pong-vtrace.yaml")
+    pong = str(EXAMPLES / "pong-vtrace.yaml")
     code = main(["cost", "plan", pong, "--frames", "2e8", "--runs-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -157,16 +211,25 @@ def test_seedrl_cost_plan_falls_back_on_the_reference_and_says_so(tmp_path, caps
     assert "nature_cnn" in costs and "IMPALA (inference on the actors)" in out
     # --throughput still wins over the reference.
     (tmp_path / "bench.json").write_text(json.dumps(BENCH))
-    assert main(["cost", "plan", pong, "--frames", "2e8",
-                 "--throughput", str(tmp_path / "bench.json")]) == 0
+    code = main(
+        ["cost", "plan", pong, "--frames", "2e8", "--throughput", str(tmp_path / "bench.json")]
+    )
+    assert code == 0
     out = capsys.readouterr().out
     assert "measured: 1,000 env steps/s per actor vCPU" in out and "reference" not in out
 
 
 def test_a_bad_reference_table_names_the_field():
     with pytest.raises(ConfigError) as info:
-        cost_plan.parse_reference({"version": "r", "measuredOn": "here", "envs": {
-            "CartPole-v1": {"stepsPerCpu": -1, "inferenceCpuSeconds": {"mlp": "fast"}}}})
+        cost_plan.parse_reference(
+            {
+                "version": "r",
+                "measuredOn": "here",
+                "envs": {
+                    "CartPole-v1": {"stepsPerCpu": -1, "inferenceCpuSeconds": {"mlp": "fast"}}
+                },
+            }
+        )
     paths = [path for path, _ in info.value.problems]
     assert any(p.endswith("envs.CartPole-v1.stepsPerCpu") for p in paths)
     assert any(p.endswith("envs.CartPole-v1.inferenceCpuSeconds.mlp") for p in paths)
@@ -175,5 +238,6 @@ def test_a_bad_reference_table_names_the_field():
 def test_a_plan_without_actor_cpus_is_refused():
     throughput = cost_plan.Throughput(seed_per_cpu=1000.0, inference_cpu_s=None, source="t")
     with pytest.raises(ConfigError, match="at least one actor"):
-        cost_plan.plan(1000, 1, 2, TPU_LEARNER, (Resources(cpu=0, memory_gib=1), False),
-                       throughput, PRICES)
+        cost_plan.plan(
+            1000, 1, 2, TPU_LEARNER, (Resources(cpu=0, memory_gib=1), False), throughput, PRICES
+        )

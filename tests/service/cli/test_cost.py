@@ -19,7 +19,7 @@ from seedrl.service.cli.cost import cluster_cost
 from seedrl.service.local.cost import LocalCost, read_cost_file
 from seedrl.service.local.processes import Child
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PRICES = cost.parse_prices({
     "version": "cli-1", "region": "r", "takenOn": "2026-11-01", "currency": "USD",
     "cpu": {"onDemand": 0.04, "spot": 0.01}, "memory": {"onDemand": 0.005, "spot": 0.001},
@@ -96,7 +96,7 @@ class ExperimentServer(BaseHTTPRequestHandler):
 
     obj: dict = {}
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
+    def do_GET(self):  # http.server's naming
         meta = self.obj["metadata"]
         path = (f"/apis/seedrl.dev/v1alpha1/namespaces/{meta['namespace']}/experiments/"
                 f"{meta['name']}")

@@ -61,3 +61,28 @@ def test_restarts_follow_the_exit_codes_as_the_job_does():
     # Crashes (an exception, SIGKILL) are run again up to the limit.
     assert should_restart(ExitCode.FAILED, 2, 3) and not should_restart(ExitCode.FAILED, 3, 3)
     assert should_restart(137, 0, 3) and not should_restart(137, 3, 3)
+
+
+def test_an_actors_failure_is_told_by_the_last_line_of_its_log(tmp_path):
+    from seedrl.service.local.launcher import last_line
+
+    log = tmp_path / "actor-0.log"
+    log.write_text("x" * 20000 + "\nTraceback (most recent call last):\n  ...\n"
+                   "RuntimeError: the env is gone\n\n  \n")
+    assert last_line(str(log)) == "RuntimeError: the env is gone"
+    assert last_line(str(tmp_path / "missing.log")) == ""
+
+
+def test_the_env_spec_is_derived_with_the_actors_code_or_the_reason_given(tmp_path):
+    from seedrl.common.wire import EnvSpec
+    from seedrl.service.local.launcher import derive_env_spec
+
+    config = tmp_path / "config.yaml"
+    config.write_text("metadata: {name: x}\nspec: {env: {id: CartPole-v1}}\n")
+    assert derive_env_spec(str(config), str(tmp_path / "spec.json")) is None
+    assert EnvSpec.read(str(tmp_path / "spec.json")).describe() == \
+        "float32[4] observations, 2 discrete actions"
+    config.write_text("metadata: {name: x}\nspec: {env: {id: CartPole-v1, options: {wings: 2}}}\n")
+    reason = derive_env_spec(str(config), str(tmp_path / "other.json"))
+    assert reason.startswith("spec.env.options: cannot make 'CartPole-v1' with them")
+    assert not (tmp_path / "other.json").exists()

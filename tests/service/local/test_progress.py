@@ -4,7 +4,7 @@ import io
 
 from seedrl.common.config import BudgetConfig
 from seedrl.common.learner_status import LearnerStatus
-from seedrl.service.local.progress import Progress, format_duration
+from seedrl.service.local.progress import Progress
 
 
 def snapshot(**fields) -> LearnerStatus:
@@ -38,10 +38,6 @@ def test_not_a_terminal_prints_whole_lines():
     p.update(snapshot(env_steps=1, elapsed=1.0))
     p.close()
     assert out.getvalue().count("\n") == 1 and "\r" not in out.getvalue()
-
-
-def test_format_duration():
-    assert format_duration(3725.9) == "1:02:05"
 
 
 def test_evaluation_return_is_shown_when_the_agent_has_evaluation_actors():

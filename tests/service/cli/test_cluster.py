@@ -16,7 +16,7 @@ from seedrl.service.cli import main as cli, cluster
 from seedrl.service.operator import reconcile
 from support.operator_harness import OperatorHarness, wait_for
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 EXAMPLE = ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml"
 
 
@@ -61,8 +61,15 @@ def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
     harness.learners.statuses[("ml", "cli-cart")] = {
         "state": "running", "env_steps": 1_234_567, "learner_steps": 3000, "episodes": 900,
         "mean_return": 187.25, "actors": 4}
-    wait_for(lambda: get(harness, "ml", "cli-cart").get("status", {}).get("envFrames"),
-             what="progress")
+    # The operator sees the Job and Deployment through its watch cache and polls the learner:
+    # wait until one refresh has all three.
+
+    def shows_progress():
+        status = get(harness, "ml", "cli-cart").get("status", {})
+        return (status.get("envFrames") and status.get("phase") == "Running"
+                and (status.get("actors") or {}).get("ready") == 4)
+
+    wait_for(shows_progress, what="progress")
     capsys.readouterr()
     assert cli.main(["status", "--kubeconfig", kubeconfig]) == ExitCode.OK
     lines = capsys.readouterr().out.splitlines()

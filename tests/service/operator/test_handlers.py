@@ -1,5 +1,5 @@
-"""The operator (kopf, service/operator/handlers.py) against kmock's emulated Kubernetes API over HTTP,
-driven with the real ``kubernetes`` client. Nothing here sleeps: every step waits on a
+"""The operator (kopf, service/operator/handlers.py) against kmock's emulated Kubernetes API over
+HTTP, driven with the real ``kubernetes`` client. Nothing here sleeps: every step waits on a
 condition with a timeout."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from seedrl.service.operator.metrics import OperatorMetrics
 from support.operator_harness import OperatorHarness, wait_for
 
 NS = "team-a"
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 CARTPOLE = yaml.safe_load((ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml").read_text())
 MERGE = "application/merge-patch+json"
 CHILDREN = [("ConfigMap", "{}-config"), ("Service", "{}-learner"),
@@ -336,8 +336,17 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     learner = 2.0 * (4 * CPU + 16 * MEM + 4 * V5E)            # 10.11352
     actors = 1.5 * ACTOR_SPOT_HOURLY + 0.5 * ACTOR_SPOT_HOURLY  # 0.0591068
     total = learner + actors                                   # 10.1726268
-    status = wait_for(lambda: (s := k8s.status(name)).get("cost", {}).get("envFrames") ==
-                      2_000_000 and s, what="status.cost with the learner's frames")
+    # The operator sees pods through its watch cache, so a refresh may price before the pods
+    # created above reach it: wait for a cost that has the learner's frames and every pod.
+
+    def priced_everything():
+        s = k8s.status(name)
+        c = s.get("cost", {})
+        b = c.get("breakdown", {})
+        return (c.get("envFrames") == 2_000_000 and b.get("learner", {}).get("pods") == 1
+                and b.get("actor", {}).get("pods") == 2 and s)
+
+    status = wait_for(priced_everything, what="status.cost with the learner's frames")
     cost = status["cost"]
     assert cost["totalUsd"] == pytest.approx(total, abs=1e-6)
     assert cost["usdPerMillionFrames"] == pytest.approx(total / 2, abs=1e-6)
@@ -409,7 +418,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
 
 def scrape(harness) -> dict[tuple[str, tuple], float]:
     """``{(sample name, sorted labels): value}`` of the operator's /metrics."""
-    with urllib.request.urlopen(harness.metrics_url, timeout=5) as response:
+    with urllib.request.urlopen(harness.metrics_url, timeout=5) as response:  # noqa: S310 - http://127.0.0.1
         text = response.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
@@ -449,7 +458,8 @@ def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
                                            "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"))
     expected = 2 * CPU + 2 * MEM
     wait_for(lambda: sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
-                            namespace=NS, role="total") == pytest.approx(expected), what="cost gauge")
+                            namespace=NS, role="total") == pytest.approx(expected),
+             what="cost gauge")
     assert sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
                   namespace=NS, role="actor") == pytest.approx(expected)
     assert sample(harness, "seedrl_experiment_cost_usd", experiment="metered",

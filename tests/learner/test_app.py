@@ -1,0 +1,118 @@
+"""The learner application assembled by build(): it serves real gRPC streams, trains to its
+budget, writes its run files and final checkpoint; a checkpoint location it cannot use stops it
+before it serves, with that exit code and nothing left running."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from seedrl.common.config import parse_experiment
+from seedrl.common.exit_codes import ExitCode
+from seedrl.common.learner_status import LearnerStatus
+from seedrl.learner.app import SetupError, build
+from seedrl.learner.main import parse_args
+from support.learner_harness import Stream, hello, step
+
+
+def experiment(max_env_steps=300):
+    return parse_experiment({"metadata": {"name": "test-exp"}, "spec": {
+        "learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
+        "agent": {"network": {"hiddenSizes": [8]}},
+        "budget": {"maxEnvSteps": max_env_steps}}})
+
+
+def arguments(tmp_path, metrics_address="off"):
+    """The learner's own command line (the config file is not read: build() takes exp)."""
+    return parse_args(["--config", "unused.yaml", "--run-dir", str(tmp_path / "run"),
+                       "--listen", f"unix:{tmp_path}/l.sock", "--metrics-address",
+                       metrics_address, "--termination-log", str(tmp_path / "termination")])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def started(app):
+    """Runs ``app`` in a thread; returns the thread and the list its exit code goes to, once
+    the app's server listens."""
+    codes = []
+    runner = threading.Thread(target=lambda: codes.append(app.run()))
+    runner.start()
+    assert app.serving.wait(120), "the learner never started serving"
+    return runner, codes
+
+
+def test_the_app_serves_and_trains_to_its_budget_then_leaves_its_files(tmp_path):
+    app = build(experiment(), arguments(tmp_path))
+    runner, codes = started(app)
+    stream = None
+    try:
+        stream = Stream(f"unix:{tmp_path}/l.sock")
+        stream.send(hello(num_envs=2))
+        assert stream.recv().WhichOneof("kind") == "welcome"
+        rng = np.random.default_rng(0)
+        for _ in range(400):  # 300 env steps, 2 envs per step: the budget ends it first
+            stream.send(step(2, obs=rng.normal(size=(2, 4)).astype(np.float32)))
+            if stream.recv().finished:
+                break
+        else:
+            pytest.fail("the learner never said the run is finished")
+    finally:
+        if stream is not None:
+            stream.close()
+        app.stop("interrupted")  # a no-op once the budget has ended the run
+        runner.join(120)
+        app.close()
+    assert codes == [ExitCode.OK]
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == "max_env_steps" and summary["env_steps"] >= 300
+    status = LearnerStatus.from_json((run / "status.json").read_text())
+    assert status.state == "finished" and status.env_steps == summary["env_steps"]
+    assert status.last_checkpoint and status.learner_steps == summary["learner_steps"] >= 1
+    assert app.status().last_checkpoint == status.last_checkpoint
+    # Start-up ends at the first actions sent; updates/s count from there to the stop.
+    assert status.first_actions_time == summary["first_actions_time"] <= summary["stop_time"]
+    assert summary["learner_steps_per_s"] > 0
+    final = LearnerStatus.from_json((tmp_path / "termination").read_text())  # for the operator
+    assert final.state == "finished" and final.stop_reason == "max_env_steps"
+
+
+def test_an_unusable_checkpoint_location_stops_it_before_it_serves(tmp_path):
+    checkpoints = tmp_path / "run" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "MANIFEST.json").write_text("not json")
+    port = free_port()
+    with pytest.raises(SetupError) as err:
+        build(experiment(), arguments(tmp_path, f"127.0.0.1:{port}"))
+    assert err.value.code == ExitCode.CHECKPOINT_LOCATION
+    assert "MANIFEST.json" in str(err.value)
+    with socket.socket() as s:  # the metrics endpoint it had started is stopped again
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_stop_ends_the_run_early_with_a_final_checkpoint(tmp_path):
+    app = build(experiment(max_env_steps=0), arguments(tmp_path))
+    runner, codes = started(app)
+    stream = Stream(f"unix:{tmp_path}/l.sock")
+    try:
+        stream.send(hello(num_envs=2))
+        stream.recv()
+        while app.runtime.learner_steps < 1:
+            stream.send(step(2))
+            stream.recv()
+    finally:
+        app.stop("terminated")
+        stream.close()
+        runner.join(120)
+        app.close()
+    assert codes == [ExitCode.STOPPED]  # not finished: run it again
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stop_reason"] == "terminated" and summary["last_checkpoint"]
