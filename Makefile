@@ -21,8 +21,8 @@ CURVE = $(PY) bench/learning_curve.py --resume --minutes $(BENCH_MINUTES) --runs
 # with 2 streams so it steps one half of its envs while the learner answers the other.
 PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
 
-.PHONY: run test test-all bench bench-throughput bench-streams bench-atari bench-football \
-	bench-mujoco bench-pendulum bench-cartpole-r2d2 install proto crd clean
+.PHONY: run test test-all bench bench-throughput bench-streams bench-speed bench-atari \
+	bench-football bench-mujoco bench-pendulum bench-cartpole-r2d2 install proto crd clean
 
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
@@ -70,6 +70,18 @@ bench-throughput: $(STAMP) football
 	  --json bench-throughput-pong.json
 	$(PY) bench/throughput.py --config examples/pong-vtrace.yaml $(PONG_THROUGHPUT) \
 	  --set spec.actors.replicas=1 --json bench-throughput-pong-1.json
+
+# Every speed figure in one run (~6 min): CartPole V-trace time to 475 over 3 seeds (wall from
+# the command, env steps, learner updates/s, start-up to the first env step), Pong end to end
+# against raw stepping, and the 1,000-stream p50/p99 with the learner's CPU per message.
+bench-speed: $(STAMP)
+	$(PY) bench/speed.py --json bench-speed.json
+
+# Re-measures the packaged reference throughputs `seedrl cost plan` falls back on when the user
+# has no measurement of their own (service/cost/reference_throughput.yaml; ~2 min).
+.PHONY: reference-throughput
+reference-throughput: $(STAMP) football
+	$(PY) bench/reference.py --write service/cost/reference_throughput.yaml
 
 # PPO on HalfCheetah-v5 to 1M env steps (target 2,000).
 bench-mujoco: $(STAMP)

@@ -34,6 +34,11 @@ FATAL_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILE
                          grpc.StatusCode.UNAUTHENTICATED})
 
 
+#: First retry delay (seconds) while the learner has never answered; doubles up to 4x this
+#: (0.1 s: the first env step waits at most that long after the learner is up).
+STARTUP_RETRY_S = 0.025
+
+
 class ActorRefused(RuntimeError):
     """The learner refused this actor; retrying would not help."""
 
@@ -73,7 +78,7 @@ class ActorClient:
 
     def __init__(self, envs, experiment: str, actor_id: str, address: str,
                  credentials=None, backoff: Backoff | None = None, actor_index: int = 0,
-                 first_env: int = 0):
+                 first_env: int = 0, startup_backoff: Backoff | None = None):
         self.envs = envs
         self.actor_index = actor_index
         #: Index of these envs' first among the actor's (it may split them over streams).
@@ -83,6 +88,11 @@ class ActorClient:
         self.address = address
         self.credentials = credentials
         self.backoff = backoff or Backoff()
+        #: Retries before the first connection: a learner that has not answered yet is
+        #: usually starting beside its actors (TensorFlow's import takes seconds), and every
+        #: moment the actor sleeps past its start delays the first env step.
+        self.startup_backoff = startup_backoff or Backoff(STARTUP_RETRY_S, STARTUP_RETRY_S * 4)
+        self._waited_for_start = False
         self.env_steps = 0
         self.connections = 0
         #: Whether a stream to the learner is open now.
@@ -143,9 +153,17 @@ class ActorClient:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in FATAL_CODES:
                     raise ActorRefused(f"{exc.code().name}: {exc.details()}") from None
-                wait = self.backoff.delay()
-                log.warning("learner at %s unavailable (%s: %s); retrying in %.1fs",
-                            self.address, exc.code().name, exc.details(), wait)
+                if self.connections:
+                    wait = self.backoff.delay()
+                    log.warning("learner at %s unavailable (%s: %s); retrying in %.1fs",
+                                self.address, exc.code().name, exc.details(), wait)
+                else:
+                    # Polling a learner that is still starting: one line, not one per try.
+                    wait = self.startup_backoff.delay()
+                    level = logging.DEBUG if self._waited_for_start else logging.INFO
+                    self._waited_for_start = True
+                    log.log(level, "waiting for the learner at %s (%s: %s)", self.address,
+                            exc.code().name, exc.details())
                 await asyncio.sleep(wait)
 
     async def _session(self) -> bool:

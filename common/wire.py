@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,11 +47,14 @@ class WireError(ValueError):
 def encode_array(array: np.ndarray) -> seedrl_pb2.Tensor:
     """Encodes a numpy array as a Tensor message (little-endian, C order)."""
     array = np.asarray(array)
-    if array.dtype.name not in ALLOWED_DTYPES:
-        raise WireError(f"dtype {array.dtype.name} cannot be sent on the wire")
-    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-    return seedrl_pb2.Tensor(dtype=array.dtype.name, shape=list(array.shape),
-                             data=np.ascontiguousarray(little).tobytes())
+    name = _DTYPE_NAMES.get(array.dtype)
+    if name is None:
+        name = array.dtype.name
+        if name not in ALLOWED_DTYPES:
+            raise WireError(f"dtype {name} cannot be sent on the wire")
+        array = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    # tobytes() writes C order whatever the array's layout.
+    return seedrl_pb2.Tensor(dtype=name, shape=array.shape, data=array.tobytes())
 
 
 def decode_array(tensor: seedrl_pb2.Tensor, what: str, dtype: str | None = None,
@@ -70,22 +74,35 @@ def decode_array(tensor: seedrl_pb2.Tensor, what: str, dtype: str | None = None,
       WireError: on an unknown or unexpected dtype, a bad shape, or a byte count that does not
         match the shape.
     """
-    if tensor.dtype not in ALLOWED_DTYPES:
-        raise WireError(f"{what}: dtype {tensor.dtype!r} is not allowed on the wire")
-    if dtype is not None and tensor.dtype != dtype:
-        raise WireError(f"{what}: expected dtype {dtype}, got {tensor.dtype}")
-    got_shape = tuple(int(d) for d in tensor.shape)
-    if any(d < 0 for d in got_shape):
+    name = tensor.dtype
+    wire_dtype = _WIRE_DTYPES.get(name)
+    if wire_dtype is None:
+        raise WireError(f"{what}: dtype {name!r} is not allowed on the wire")
+    if dtype is not None and name != dtype:
+        raise WireError(f"{what}: expected dtype {dtype}, got {name}")
+    got_shape = tuple(tensor.shape)
+    if shape is not None:
+        if got_shape != tuple(shape):
+            raise WireError(f"{what}: expected shape {list(shape)}, got {list(got_shape)}")
+    elif any(d < 0 for d in got_shape):
         raise WireError(f"{what}: negative dimension in shape {list(got_shape)}")
-    if shape is not None and got_shape != tuple(shape):
-        raise WireError(f"{what}: expected shape {list(shape)}, got {list(got_shape)}")
-    np_dtype = np.dtype(tensor.dtype).newbyteorder("<")
-    expected_bytes = math.prod(got_shape) * np_dtype.itemsize
-    if len(tensor.data) != expected_bytes:
-        raise WireError(f"{what}: shape {list(got_shape)} of {tensor.dtype} needs "
-                        f"{expected_bytes} bytes, got {len(tensor.data)}")
-    array = np.frombuffer(tensor.data, dtype=np_dtype).reshape(got_shape)
-    return array.astype(np_dtype.newbyteorder("="), copy=False)
+    data = tensor.data  # read once: every read of a bytes field makes a new object
+    expected_bytes = math.prod(got_shape) * wire_dtype.itemsize
+    if len(data) != expected_bytes:
+        raise WireError(f"{what}: shape {list(got_shape)} of {name} needs "
+                        f"{expected_bytes} bytes, got {len(data)}")
+    array = np.frombuffer(data, dtype=wire_dtype).reshape(got_shape)
+    if _NATIVE_IS_LITTLE:
+        return array
+    return array.astype(wire_dtype.newbyteorder("="), copy=False)
+
+
+#: The little-endian numpy dtype of each name allowed on the wire.
+_WIRE_DTYPES = {name: np.dtype(name).newbyteorder("<") for name in ALLOWED_DTYPES}
+_NATIVE_IS_LITTLE = sys.byteorder == "little"
+#: The name of each allowed dtype whose arrays are sent as they are (native order is little
+#: endian); reading ``dtype.name`` costs microseconds, a dict lookup a fraction of one.
+_DTYPE_NAMES = {np.dtype(name): name for name in ALLOWED_DTYPES} if _NATIVE_IS_LITTLE else {}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,8 +21,8 @@ the action space, and an update whose gradients are not finite is skipped and co
 
 from __future__ import annotations
 
+import asyncio
 import collections
-import concurrent.futures
 import dataclasses
 import logging
 import math
@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 #: The reasons :meth:`LearnerRuntime.check_budget` stops for: the Experiment is finished.
 BUDGET_REASONS = ("max_env_steps", "max_seconds", "target_return")
+
+
+#: Longest the trainer holds back its first (tracing) step for the first actions to go out.
+FIRST_ACTIONS_WAIT_S = 10.0
 
 
 class HandshakeError(Exception):
@@ -94,6 +98,8 @@ class Stream:
         #: observation (an env restarted after an error) bootstraps from.
         self.last_value = np.zeros(num_envs, np.float32)
         self.closed = False
+        #: Whether its envs count in its lane's ``open_envs`` (until it closes).
+        self.counted = False
 
 
 class LearnerRuntime:
@@ -143,6 +149,13 @@ class LearnerRuntime:
         self.eval_returns: collections.deque[float] = collections.deque(
             maxlen=spec.budget.return_window)
         self.last_metrics: dict[str, float] = {}
+        #: Unix times of the first actions sent to an actor (its first env step follows) and
+        #: of the stop; start-up and learner updates/s are measured between them.
+        self.first_actions_time: float | None = None
+        self._first_actions = threading.Event()
+        self.stop_time: float | None = None
+        #: Step messages received from actors (a learner's load is messages, not env steps).
+        self.messages = 0
         #: Updates skipped because their gradients were not finite.
         self.skipped_updates = 0
         #: Actions the agent produced outside the action space, replaced before sending.
@@ -280,12 +293,18 @@ class LearnerRuntime:
         with self._streams_lock:
             stream.lane = self._streams_opened % len(self.batchers)
             self._streams_opened += 1
+            # The lane's batcher closes a batch early once every env it serves is waiting.
+            self.batchers[stream.lane].open_envs += num_envs
+            stream.counted = True
         return stream
 
     def close_stream(self, stream: Stream) -> None:
         """Forgets a stream that ended (its partial unrolls are dropped)."""
         stream.closed = True
         with self._streams_lock:
+            if stream.counted:
+                stream.counted = False
+                self.batchers[stream.lane].open_envs -= stream.num_envs
             if self._streams.get(stream.actor_id) is stream:
                 del self._streams[stream.actor_id]
 
@@ -320,10 +339,13 @@ class LearnerRuntime:
         if self.observer is not None:
             self.observer.inference_batch(size, seconds)
 
-    def submit(self, stream: Stream, step: StepData,
-               episodes: list[tuple[float, int]]) -> concurrent.futures.Future:
-        """Queues one step of a stream for batched inference; resolves to its actions [K]."""
+    def submit(self, stream: Stream, step: StepData, episodes: list[tuple[float, int]],
+               loop: asyncio.AbstractEventLoop | None = None):
+        """Queues one step of a stream for batched inference; the future resolves to its
+        actions [K]: an asyncio future of ``loop`` (the caller's running loop) when given, else
+        a ``concurrent.futures.Future``."""
         self.env_steps += stream.num_envs
+        self.messages += 1
         self._last_env_step = time.monotonic()
         self._stepped = True
         for episode_return, length in episodes:
@@ -335,7 +357,7 @@ class LearnerRuntime:
             else:
                 self.episodes += 1
                 self.returns.append(float(episode_return))
-        return self.batchers[stream.lane].submit((stream, step), stream.num_envs)
+        return self.batchers[stream.lane].submit((stream, step), stream.num_envs, loop)
 
     # -- inference (batcher thread) -----------------------------------------------------
 
@@ -403,6 +425,9 @@ class LearnerRuntime:
                 if unroll is not None:
                     self._enqueue(unroll, stream.actor_id)
             results.append(env_actions[offset - k:offset])
+        if self.first_actions_time is None:
+            self.first_actions_time = time.time()
+            self._first_actions.set()
         return results
 
     @staticmethod
@@ -460,6 +485,15 @@ class LearnerRuntime:
             while not self.agent_ready.wait(0.1):
                 if self.stop_event.is_set():
                     return
+            # The first training step traces its graph: ~0.7 s of GIL-bound Python that, begun
+            # at once, held back the first inference (tracing too) and so the actors' first
+            # env steps. Unrolls cannot be ready before the first actions anyway.
+            deadline = time.monotonic() + FIRST_ACTIONS_WAIT_S
+            while not self._first_actions.wait(0.1):
+                if self.stop_event.is_set():
+                    return
+                if time.monotonic() > deadline:
+                    break
             if self.agent.uses_replay:
                 self._train_from_replay()
             else:
@@ -576,6 +610,7 @@ class LearnerRuntime:
         """Stops training and tells actors to stop; the first reason given is kept."""
         if self.stop_reason is None:
             self.stop_reason = reason
+            self.stop_time = time.time()
             log.info("stopping: %s", reason)
         self.stop_event.set()
 
@@ -624,6 +659,8 @@ class LearnerRuntime:
             inference_batches=sum(b.batches for b in self.batchers),
             inference_steps=sum(b.items for b in self.batchers),
             queued_unrolls=self.queued_unrolls,
+            messages=self.messages,
+            first_actions_time=self.first_actions_time,
             metrics=dict(self.last_metrics),
             eval_episodes=self.eval_episodes or None,
             eval_mean_return=float(np.mean(self.eval_returns)) if self.eval_returns else None,

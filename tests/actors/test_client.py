@@ -46,8 +46,11 @@ def test_actor_waits_for_the_learner_and_reconnects_after_it_restarts(tmp_path):
             result["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True)
-    thread.start()  # before the learner exists: the actor must retry with growing waits
-    wait_for(lambda: client.backoff._next >= 0.2, what="the actor to retry")
+    thread.start()  # before the learner exists: the actor must retry, quickly while the
+    # learner has never answered (it is usually starting), with growing waits up to 4x
+    wait_for(lambda: client.startup_backoff._next >= client.startup_backoff.cap,
+             what="the actor to retry")
+    assert client.startup_backoff.cap <= 0.1 and client.backoff._next == 0.05
     first = start_learner(address)
     try:
         wait_for(lambda: first.runtime.env_steps > 100, what="steps on the first learner")

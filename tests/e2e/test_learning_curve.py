@@ -26,7 +26,10 @@ def _session(tmp_path, *extra):
          "--config", str(ROOT / "examples" / "cartpole-vtrace.yaml"), "--name", "curve",
          "--runs-dir", str(tmp_path / "runs"), "--json", str(tmp_path / "curve.json"),
          "--minutes", "0.3", "--random-episodes", "3", "--set", "spec.actors.replicas=1",
-         "--set", "spec.checkpoint.intervalSeconds=5", *extra],
+         "--set", "spec.checkpoint.intervalSeconds=5",
+         # The example can reach its target within one session, which ends the run: the
+         # target is only drawn here, so that the second session has a run to continue.
+         "--set", "spec.budget.targetReturn=null", "--target", "475", *extra],
         capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
@@ -38,6 +41,7 @@ def test_a_curve_is_drawn_and_a_second_session_continues_it(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert data["random_return"] > 5 and data["target_return"] == 475
     assert len(data["sessions"]) == 1 and data["sessions"][0]["cores"] >= 1
+    assert data["sessions"][0]["stop_reason"] == "max_seconds"
     steps = data["points"][-1]["env_steps"]
     assert steps > 0
     # Without --resume the run directory is left alone; with it the run goes on.

@@ -38,6 +38,28 @@ def test_frames_are_scaled_to_unit_range():
     np.testing.assert_allclose(as_bytes, as_floats, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["nature_cnn", "impala_resnet"])
+def test_bfloat16_torso_computes_in_bfloat16_and_matches_float32(name):
+    full = make_actor_critic(NetworkConfig(name=name), PONG, Categorical(6))
+    mixed = make_actor_critic(NetworkConfig(name=name, precision="bfloat16"), PONG,
+                              Categorical(6))
+    assert len(full.trainable_variables) == len(mixed.trainable_variables)
+    for source, target in zip(full.trainable_variables, mixed.trainable_variables):
+        assert target.dtype == tf.float32 and target.shape == source.shape
+        target.assign(source)
+    convs = [layer for layer in mixed.torso.torso._flatten_layers()
+             if isinstance(layer, tf.keras.layers.Conv2D)]
+    assert convs and all(layer.compute_dtype == "bfloat16" for layer in convs)
+    frames = np.random.default_rng(1).integers(0, 256, (4,) + PONG.observation_shape, np.uint8)
+    (p32, v32), (p16, v16) = full(frames), mixed(frames)
+    assert p16.dtype == tf.float32 and v16.dtype == tf.float32
+    # bfloat16 keeps 8 bits of mantissa (~0.4% per rounding); a few layers of sums stay
+    # within a few percent of the outputs' scale.
+    for a, b in ((p32, p16), (v32, v16)):
+        scale = float(np.abs(a.numpy()).max())
+        np.testing.assert_allclose(b.numpy(), a.numpy(), atol=0.05 * scale)
+
+
 def test_conv_network_refuses_vector_observations():
     with pytest.raises(ValueError, match="reads frames"):
         make_actor_critic(NetworkConfig(name="impala_resnet"), VECTOR, Categorical(2))

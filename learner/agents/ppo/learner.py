@@ -31,6 +31,7 @@ from seedrl.common.config import PPOConfig
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.agents.ppo import losses
+from seedrl.learner.compiled import Compiled
 from seedrl.learner.devices import Placement, default_placement
 from seedrl.learner.networks import ActorCritic
 from seedrl.learner.normalizers import RunningMeanStd
@@ -94,14 +95,16 @@ class PPOAgent(Agent):
         action_shape = list(self.dist.action_shape)
         p = self.dist.param_size
         action_spec = tf.TensorSpec([None, None] + action_shape, self.dist.action_dtype)
-        self._infer = tf.function(self._infer_impl, input_signature=[
+        self._infer = Compiled(self._infer_impl, [
             tf.TensorSpec([None] + obs_shape, obs_dtype), state_specs,
-            tf.TensorSpec([None], tf.float32)])
-        self._evaluate = tf.function(self._evaluate_impl, input_signature=[
+            tf.TensorSpec([None], tf.float32)],
+            concrete=not self.placement.inference_devices)
+        one_device = not self.placement.distributed
+        self._evaluate = Compiled(self._evaluate_impl, [
             tf.TensorSpec([None, None] + obs_shape, obs_dtype),
             tf.TensorSpec([None, None], tf.bool), state_specs, action_spec,
-            tf.TensorSpec([None, None], tf.float32)])
-        self._step = tf.function(self._step_impl, input_signature=[
+            tf.TensorSpec([None, None], tf.float32)], concrete=one_device)
+        self._step = Compiled(self._step_impl, [
             tf.TensorSpec([None, None] + obs_shape, obs_dtype),          # observation [T+1]
             tf.TensorSpec([None, None], tf.bool),                        # episode starts
             state_specs,
@@ -111,7 +114,8 @@ class PPOAgent(Agent):
             tf.TensorSpec([None, None, p], tf.float32),                  # KL reference [T]
             tf.TensorSpec([None, None], tf.float32),                     # advantages
             tf.TensorSpec([None, None], tf.float32),                     # value targets
-            tf.TensorSpec([], tf.float32)])                              # KL coefficient
+            tf.TensorSpec([], tf.float32)],                              # KL coefficient
+            concrete=one_device)
         if self.placement.distributed:
             self._replicated = self.placement.make_train_step(
                 self._replica_loss, optimizer, lambda: self.network.trainable_variables,

@@ -23,6 +23,7 @@ from seedrl.common.config import R2D2Config
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import ReplayAgent
 from seedrl.learner.agents.r2d2 import losses
+from seedrl.learner.compiled import Compiled
 from seedrl.learner.devices import Placement, default_placement
 from seedrl.learner.networks import DuelingQNetwork
 from seedrl.learner.optimizers import apply_gradients
@@ -101,13 +102,14 @@ class R2D2Agent(ReplayAgent):
                tf.TensorSpec([None, rows], tf.bool),         # terminated
                tf.TensorSpec([None, rows], tf.bool),         # truncated
                tf.TensorSpec([None, rows], tf.float32)]      # final value
-        self._infer = tf.function(self._infer_impl, input_signature=[
+        self._infer = Compiled(self._infer_impl, [
             tf.TensorSpec([None, *obs_shape], tf_obs), state_specs,
-            tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.float32)])
-        self._train = tf.function(self._train_impl, input_signature=[
+            tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.float32)],
+            concrete=not self.placement.inference_devices)
+        self._train = Compiled(self._train_impl, [
             tf.TensorSpec([None, rows, *obs_shape], tf_obs), *seq, state_specs,
-            tf.TensorSpec([None], tf.float32)])
-        self._initial_priorities = tf.function(self._initial_priorities_impl, input_signature=[
+            tf.TensorSpec([None], tf.float32)], concrete=not self.placement.distributed)
+        self._initial_priorities = Compiled(self._initial_priorities_impl, [
             tf.TensorSpec([None, rows, env_spec.num_actions], tf.float32), *seq])
         self._sync_target = tf.function(self._sync_target_impl, input_signature=[])
         self._sync_target()

@@ -15,6 +15,7 @@ from seedrl.common.config import VTraceConfig
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.agents.vtrace import losses
+from seedrl.learner.compiled import Compiled
 from seedrl.learner.devices import Placement, default_placement
 from seedrl.learner.networks import ActorCritic
 from seedrl.learner.optimizers import apply_gradients
@@ -57,10 +58,11 @@ class VTraceAgent(Agent):
         action_spec = tf.TensorSpec([None, None] + list(self.dist.action_shape),
                                     self.dist.action_dtype)
 
-        self._infer = tf.function(self._infer_impl, input_signature=[
+        self._infer = Compiled(self._infer_impl, [
             tf.TensorSpec([None] + obs_shape, obs_dtype), state_specs,
-            tf.TensorSpec([None], tf.float32)])
-        self._train = tf.function(self._train_impl, input_signature=[
+            tf.TensorSpec([None], tf.float32)],
+            concrete=not self.placement.inference_devices)
+        self._train = Compiled(self._train_impl, [
             tf.TensorSpec([None, None] + obs_shape, obs_dtype),                  # observation
             action_spec,                                                         # action
             tf.TensorSpec([None, None], tf.float32),                             # reward
@@ -69,7 +71,7 @@ class VTraceAgent(Agent):
             tf.TensorSpec([None, None], tf.float32),                             # final value
             tf.TensorSpec([None, None, self.dist.param_size], tf.float32),       # behaviour
             state_specs,                                                         # initial state
-        ])
+        ], concrete=not self.placement.distributed)
         if self.placement.distributed:
             self._replicated = self.placement.make_train_step(
                 self._replica_loss, optimizer, lambda: self.network.trainable_variables,
