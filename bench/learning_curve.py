@@ -29,6 +29,7 @@ import time
 
 from seedrl.common import finite_json
 from seedrl.common.config import load_experiment
+from seedrl.common.exit_codes import ExitCode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -203,7 +204,7 @@ def main(argv=None) -> int:
         run_dir = prepare_run_dir(exp, args.runs_dir, resume=args.resume)
     except RunDirError as exc:
         print(f"learning_curve: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_CONFIG
     random_level = previous.get("random_return")
     if random_level is None and args.random_episodes:
         random_level = random_return(exp, args.random_episodes)

@@ -17,6 +17,7 @@ import datetime
 import multiprocessing as mp
 import os
 import platform
+import queue
 import sys
 import time
 
@@ -105,7 +106,20 @@ def steps_per_cpu_second(kind: str, exp, seconds: float) -> float:
     out = ctx.Queue()
     proc = ctx.Process(target=_worker, args=(kind, exp, seconds, out))
     proc.start()
-    rate = out.get(timeout=seconds + 300)
+    # A worker that dies (an import error, a crash in the env) puts nothing: poll for its exit
+    # instead of waiting out the whole timeout.
+    deadline = time.monotonic() + seconds + 300
+    while True:
+        try:
+            rate = out.get(timeout=1.0)
+            break
+        except queue.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"the {kind} worker exited with code {proc.exitcode} "
+                                   "without a measurement") from None
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the {kind} worker measured nothing in time") from None
     proc.join()
     if isinstance(rate, str):
         raise ValueError(rate)

@@ -520,7 +520,9 @@ class LearnerRuntime:
                         "%s) on a batch with unrolls from actor(s) %s", self.skipped_updates,
                         grad_norm, ", ".join(sorted(actors)) or "unknown")
             return
-        self.last_metrics = metrics
+        # A step that trained on nothing (PPO drops a batch whose unrolls all lag too far)
+        # reports only its lag; the loss, KL and the rest keep the last update's values.
+        self.last_metrics = {**self.last_metrics, **metrics}
         self.learner_steps += 1
         for hook in self._after_train_step:
             hook()

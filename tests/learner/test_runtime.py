@@ -250,3 +250,14 @@ def test_truncated_episodes_bootstrap_from_their_final_observations_value():
         np.testing.assert_allclose(by_env[2]["final_value"][:, 0], [0, 0, 60, 0])
     finally:
         runtime.shutdown()
+
+
+def test_a_step_that_trained_on_nothing_keeps_the_last_updates_metrics():
+    """PPO drops a batch whose unrolls all lag too far and reports only the lag; the status
+    must still carry the last real update's loss and KL (a run's /status lost its KL then)."""
+    runtime = make_runtime(CountingAgent())
+    runtime._after_step({"loss/total": 1.5, "kl": 0.01, "policy_lag": 1.0}, {"a"})
+    runtime._after_step({"policy_lag": 9.0, "dropped_unrolls": 4.0}, {"a"})
+    assert runtime.last_metrics == {"loss/total": 1.5, "kl": 0.01, "policy_lag": 9.0,
+                                    "dropped_unrolls": 4.0}
+    assert runtime.learner_steps == 2
