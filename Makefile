@@ -9,12 +9,20 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 RUN_NAME ?= cartpole-vtrace-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
-BENCH_ATARI_MINUTES ?= 30
+# Minutes of one session of a learning-curve benchmark (bench-atari, bench-football,
+# bench-mujoco, bench-pendulum, bench-cartpole-r2d2). Each resumes its run in
+# BENCH_RUNS/bench-* from the last checkpoint, so a long curve is built over several sessions;
+# delete BENCH_RUNS/bench-NAME to start one over. The curve goes to CURVES/NAME.json and .png.
+BENCH_MINUTES ?= 120
+BENCH_RUNS ?= runs
+CURVES ?= docs/curves
+CURVE = $(PY) bench/learning_curve.py --resume --minutes $(BENCH_MINUTES) --runs-dir $(BENCH_RUNS)
 # Pong for the throughput table: 2 actors x 16 envs stepped in the actor processes, each actor
 # with 2 streams so it steps one half of its envs while the learner answers the other.
 PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
 
-.PHONY: run test test-all bench bench-throughput bench-streams bench-atari bench-mujoco install proto crd clean
+.PHONY: run test test-all bench bench-throughput bench-streams bench-speed bench-atari \
+	bench-football bench-mujoco bench-pendulum bench-cartpole-r2d2 install proto crd clean
 
 run: $(STAMP)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
@@ -64,15 +72,56 @@ bench-throughput: $(STAMP) football
 	$(PY) bench/throughput.py --config examples/pong-vtrace.yaml $(PONG_THROUGHPUT) \
 	  --set spec.actors.replicas=1 --json bench-throughput-pong-1.json
 
-# PPO on HalfCheetah-v5 for 1M env steps: the learning curve, final mean return and wall time.
-bench-mujoco: $(STAMP)
-	$(PY) bench/learning_curve.py --config examples/halfcheetah-ppo.yaml --minutes 120 \
-	  --json bench-mujoco.json
+# Every speed figure in one run (~6 min): CartPole V-trace time to 475 over 3 seeds (wall from
+# the command, env steps, learner updates/s, start-up to the first env step), Pong end to end
+# against raw stepping, and the 1,000-stream p50/p99 with the learner's CPU per message.
+bench-speed: $(STAMP)
+	$(PY) bench/speed.py --json bench-speed.json
 
-# V-trace on Pong for BENCH_ATARI_MINUTES: mean return against frames, and frames/s.
+# Re-measures the packaged reference throughputs `seedrl cost plan` falls back on when the user
+# has no measurement of their own (service/cost/reference_throughput.yaml; ~2 min).
+.PHONY: reference-throughput
+reference-throughput: $(STAMP) football
+	$(PY) bench/reference.py --write service/cost/reference_throughput.yaml
+
+# PPO on HalfCheetah-v5 to 1M env steps (target 2,000).
+bench-mujoco: $(STAMP)
+	$(CURVE) --config examples/halfcheetah-ppo.yaml --name bench-halfcheetah --target 2000 \
+	  --json $(CURVES)/halfcheetah-ppo.json
+
+# PPO on Pendulum-v1 (torque bounds +-2) to 500k env steps, against rl-baselines3-zoo's PPO
+# (-172 after 100k steps): the curve goes on past the target.
+bench-pendulum: $(STAMP)
+	$(CURVE) --config examples/pendulum-ppo.yaml --name bench-pendulum \
+	  --set spec.budget.targetReturn=null --target -200 \
+	  --json $(CURVES)/pendulum-ppo.json
+
+# V-trace on Pong to 10M frames (2.5M agent steps of 4 frames); the goal is a mean return >= 0.
 bench-atari: $(STAMP)
-	$(PY) bench/learning_curve.py --config examples/pong-vtrace.yaml \
-	  --minutes $(BENCH_ATARI_MINUTES) --json bench-atari.json
+	$(CURVE) --config examples/pong-vtrace.yaml --name bench-pong \
+	  --set spec.budget.maxEnvSteps=2500000 --set spec.budget.targetReturn=null --target 0 \
+	  --json $(CURVES)/pong-vtrace.json
+
+# V-trace on Football academy_empty_goal_close until the mean score of 100 episodes reaches
+# 0.9 (scoring rewards only, so a return is the episode's score). On the 115-float
+# representation with an MLP: the super-minimap and its residual net ran at ~45 env steps/s on
+# 2 shared cores (FOOTBALL_SMM=1 keeps them).
+FOOTBALL_SMM ?= 0
+FOOTBALL_115 := --set spec.env.football.representation=simple115v2 \
+	--set spec.env.football.stacked=false --set spec.agent.network.name=mlp
+bench-football: $(STAMP) football
+	$(CURVE) --config examples/football-vtrace.yaml --name bench-football \
+	  $(if $(filter 1,$(FOOTBALL_SMM)),,$(FOOTBALL_115)) \
+	  --set spec.env.football.rewards=scoring --set spec.budget.targetReturn=0.9 \
+	  --set spec.budget.maxEnvSteps=20000000 \
+	  --json $(CURVES)/football-vtrace.json
+
+# R2D2 on CartPole-v1 up to 400k env steps; stops once the greedy evaluation actor's mean
+# return of 100 episodes reaches 475.
+bench-cartpole-r2d2: $(STAMP)
+	$(CURVE) --config examples/cartpole-r2d2.yaml --name bench-cartpole-r2d2 \
+	  --set spec.budget.maxEnvSteps=400000 \
+	  --json $(CURVES)/cartpole-r2d2.json
 
 # Scaling over 1..32 actor streams, then the 1,000-stream scale simulation.
 bench-streams: $(STAMP) football

@@ -6,6 +6,10 @@ skip with a max over the last two frames, the resize and the grayscale; then a c
 frame stack, so a convolutional network reads observations as [H, W, C] uint8 with no transpose.
 Rewards are left as the game gives them: clipping is the learner's business, so the returns the
 actors report are the game's own scores.
+
+Lost lives: with ``terminalOnLifeLoss`` gymnasium ends the episode and resets the whole game on
+each lost life (episodes and returns are then per life). With ``lifeLossTerminal`` a lost life
+ends the learner's episode while the game goes on (:class:`LifeLossTerminal`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ import gymnasium as gym
 import numpy as np
 
 from seedrl.common.config import ATARI_PREFIX, AtariConfig
+
+#: Set in a step's info when a terminal step leaves the game running (see actors/envs.py, which
+#: reads it for any env).
+GAME_CONTINUES = "seedrl.game_continues"
 
 
 def is_atari(env_id: str) -> bool:
@@ -62,6 +70,39 @@ class ChannelStack(gym.ObservationWrapper):
         return self._stacked()
 
 
+class LifeLossTerminal(gym.Wrapper):
+    """Marks each lost life that does not end the game as terminal for the learner only.
+
+    The step that loses a life returns ``terminated=True`` with ``info[GAME_CONTINUES]``, so the
+    actor's :class:`~seedrl.actors.envs.EnvBatch` keeps playing the same game (no reset, the
+    episode and its return go on) while the learner cuts returns and restarts its recurrent
+    state there: the usual "life loss ends the training episode, not the game".
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._lives = 0
+
+    def _ale_lives(self) -> int:
+        return int(self.env.unwrapped.ale.lives())
+
+    def reset(self, **kwargs):
+        """Resets the game and remembers its lives."""
+        obs, info = self.env.reset(**kwargs)
+        self._lives = self._ale_lives()
+        return obs, info
+
+    def step(self, action):
+        """Steps; a lost life with the game still on reads as terminal, flagged to go on."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self._ale_lives()
+        if lives < self._lives and not terminated and not truncated:
+            terminated = True
+            info = {**info, GAME_CONTINUES: True}
+        self._lives = lives
+        return obs, reward, terminated, truncated, info
+
+
 def make_atari(env_id: str, config: AtariConfig, options: dict,
                max_episode_steps: int | None = None) -> gym.Env:
     """Creates an ALE game with the standard preprocessing.
@@ -91,6 +132,8 @@ def make_atari(env_id: str, config: AtariConfig, options: dict,
         env, noop_max=config.noop_max, frame_skip=config.frame_skip,
         screen_size=config.screen_size, terminal_on_life_loss=config.terminal_on_life_loss,
         grayscale_obs=config.grayscale, grayscale_newaxis=False, scale_obs=False)
+    if config.life_loss_terminal:
+        env = LifeLossTerminal(env)
     if max_episode_steps is not None:
         env = gym.wrappers.TimeLimit(env, max_episode_steps)
     # Always wrapped, even for one frame: networks read [H, W, C] with a channel axis.

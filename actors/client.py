@@ -34,6 +34,11 @@ FATAL_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILE
                          grpc.StatusCode.UNAUTHENTICATED})
 
 
+#: First retry delay (seconds) while the learner has never answered; doubles up to 4x this
+#: (0.1 s: the first env step waits at most that long after the learner is up).
+STARTUP_RETRY_S = 0.025
+
+
 class ActorRefused(RuntimeError):
     """The learner refused this actor; retrying would not help."""
 
@@ -68,21 +73,30 @@ class ActorClient:
       address: the learner, ``host:port`` or ``unix:PATH``.
       credentials: ``grpc.ssl_channel_credentials`` for TLS, or None for plaintext.
       actor_index: this actor's index among the replicas (agents may explore per index).
+      first_env: index of ``envs``' first env among all of the actor's envs.
       tls_server_name: the name the learner's certificate must carry when it differs from the
         host of ``address`` (connecting by IP or through a tunnel); None: that host.
     """
 
     def __init__(self, envs, experiment: str, actor_id: str, address: str,
                  credentials=None, backoff: Backoff | None = None, actor_index: int = 0,
+                 first_env: int = 0, startup_backoff: Backoff | None = None,
                  tls_server_name: str | None = None):
         self.envs = envs
         self.actor_index = actor_index
+        #: Index of these envs' first among the actor's (it may split them over streams).
+        self.first_env = first_env
         self.experiment = experiment
         self.actor_id = actor_id
         self.address = address
         self.credentials = credentials
         self.tls_server_name = tls_server_name
         self.backoff = backoff or Backoff()
+        #: Retries before the first connection: a learner that has not answered yet is
+        #: usually starting beside its actors (TensorFlow's import takes seconds), and every
+        #: moment the actor sleeps past its start delays the first env step.
+        self.startup_backoff = startup_backoff or Backoff(STARTUP_RETRY_S, STARTUP_RETRY_S * 4)
+        self._waited_for_start = False
         self.env_steps = 0
         self.connections = 0
         #: Whether a stream to the learner is open now.
@@ -97,6 +111,7 @@ class ActorClient:
         self._terminated = np.zeros(k, bool)
         self._truncated = np.zeros(k, bool)
         self._episodes: list[tuple[int, float, int]] = []
+        self._finals: tuple[np.ndarray, np.ndarray] | None = None
         self._env_ids = list(range(k))
 
     def _channel(self):
@@ -108,17 +123,22 @@ class ActorClient:
         return seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
             protocol_version=PROTOCOL_VERSION, experiment=self.experiment,
             actor_id=self.actor_id, num_envs=self.envs.num_envs,
-            env_spec=self.envs.spec.to_proto(), actor_index=self.actor_index))
+            env_spec=self.envs.spec.to_proto(), actor_index=self.actor_index,
+            first_env=self.first_env))
 
     def _step_message(self) -> seedrl_pb2.ActorMessage:
         episodes = [seedrl_pb2.Episode(env_id=i, episode_return=ret, length=n)
                     for i, ret, n in self._episodes]
         # .tolist() first: protobuf fills repeated fields from Python lists ~20x faster than
         # from numpy arrays (measured: 12 us against 270 us for 128 envs).
-        return seedrl_pb2.ActorMessage(step=seedrl_pb2.Step(
+        step = seedrl_pb2.Step(
             env_ids=self._env_ids, observations=encode_array(self._obs),
             rewards=self._rewards.tolist(), terminated=self._terminated.tolist(),
-            truncated=self._truncated.tolist(), episodes=episodes))
+            truncated=self._truncated.tolist(), episodes=episodes)
+        if self._finals is not None and len(self._finals[0]):
+            step.final_env_ids.extend(self._finals[0].tolist())
+            step.final_observations.CopyFrom(encode_array(self._finals[1]))
+        return seedrl_pb2.ActorMessage(step=step)
 
     async def run(self) -> None:
         """Streams until the learner reports finished.
@@ -134,9 +154,17 @@ class ActorClient:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in FATAL_CODES:
                     raise ActorRefused(f"{exc.code().name}: {exc.details()}") from None
-                wait = self.backoff.delay()
-                log.warning("learner at %s unavailable (%s: %s); retrying in %.1fs",
-                            self.address, exc.code().name, exc.details(), wait)
+                if self.connections:
+                    wait = self.backoff.delay()
+                    log.warning("learner at %s unavailable (%s: %s); retrying in %.1fs",
+                                self.address, exc.code().name, exc.details(), wait)
+                else:
+                    # Polling a learner that is still starting: one line, not one per try.
+                    wait = self.startup_backoff.delay()
+                    level = logging.DEBUG if self._waited_for_start else logging.INFO
+                    self._waited_for_start = True
+                    log.log(level, "waiting for the learner at %s (%s: %s)", self.address,
+                            exc.code().name, exc.details())
                 await asyncio.sleep(wait)
 
     async def _session(self) -> bool:
@@ -172,6 +200,7 @@ class ActorClient:
         self._rewards[:] = 0
         self._terminated[:] = False
         self._truncated[:] = False
+        self._finals = None
         while True:
             sent = time.perf_counter()
             await call.write(self._step_message())
@@ -191,7 +220,7 @@ class ActorClient:
                 raise ActorRefused(f"learner sent bad actions: {exc}") from None
             started = time.perf_counter()
             (self._obs, self._rewards, self._terminated, self._truncated,
-             episodes) = self.envs.step(actions)
+             episodes, self._finals) = self.envs.step(actions)
             if self.observer is not None:
                 self.observer.round_trip(round_trip)
                 self.observer.env_step(time.perf_counter() - started)

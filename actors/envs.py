@@ -18,6 +18,13 @@ from seedrl.common.wire import EnvSpec
 
 log = logging.getLogger(__name__)
 
+#: An env that ends a training episode without ending the game (Atari's life loss) returns
+#: ``terminated=True`` with ``info[GAME_CONTINUES] = True``: the learner sees a terminal
+#: transition, while :class:`EnvBatch` neither resets the env nor reports an episode.
+GAME_CONTINUES = atari.GAME_CONTINUES
+
+_NO_ENVS = np.zeros(0, np.int64)
+
 
 def make_env(config: EnvConfig) -> gym.Env:
     """Creates one environment from ``spec.env``.
@@ -72,7 +79,16 @@ def spec_of(env: gym.Env, env_id: str) -> EnvSpec:
     if isinstance(act, gym.spaces.Discrete):
         return EnvSpec(env_id, obs.dtype.name, tuple(obs.shape), "int32", (), int(act.n))
     if isinstance(act, gym.spaces.Box):
-        return EnvSpec(env_id, obs.dtype.name, tuple(obs.shape), "float32", tuple(act.shape), 0)
+        # The bounds travel with the spec: the policy acts in [-1, 1] and the learner maps that
+        # range onto them, so an env bounded by +-2 or [0, 5] is reachable in full.
+        # A space unbounded anywhere sends no bounds: its actions go out as the policy chose.
+        bounded = bool(np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high)))
+        low = tuple(float(x) for x in np.broadcast_to(act.low, act.shape).ravel()) \
+            if bounded else ()
+        high = tuple(float(x) for x in np.broadcast_to(act.high, act.shape).ravel()) \
+            if bounded else ()
+        return EnvSpec(env_id, obs.dtype.name, tuple(obs.shape), "float32", tuple(act.shape), 0,
+                       action_low=low, action_high=high)
     raise ValueError(f"{env_id}: action space {act} is neither Discrete nor Box")
 
 
@@ -94,8 +110,10 @@ class EnvBatch:
     """K environments stepped in turn, with automatic reset and episode bookkeeping.
 
     After an episode ends the returned observation is already the first of the next episode,
-    as the wire protocol expects. An environment that raises is recreated and its episode is
-    reported as truncated; the other environments go on.
+    as the wire protocol expects; the final observation of an episode cut by truncation comes
+    back beside it, for the learner to bootstrap from. An environment that raises is recreated
+    and its episode is reported as truncated (with no final observation); the other
+    environments go on.
 
     Args:
       config: ``spec.env``.
@@ -134,7 +152,9 @@ class EnvBatch:
 
         Returns:
           observations [K, ...], rewards [K] float32, terminated [K] bool, truncated [K] bool,
-          and the episodes that ended as a list of (env_id, return, length).
+          the episodes that ended as a list of (env_id, return, length), and the final
+          observations of the episodes truncated by this step as (env ids [M] int64,
+          observations [M, ...]).
         """
         # Per-env work stays in plain Python objects and the arrays are built once at the end:
         # numpy scalar reads and writes cost about a microsecond each, as much as a CartPole step.
@@ -142,31 +162,37 @@ class EnvBatch:
         if self.spec.discrete:
             acts = [a + s for a, s in zip(actions.tolist(), self._starts)]
         else:
-            # A Gaussian policy samples beyond the bounds; the learner scores the unclipped
-            # sample it drew, the env only ever sees legal actions.
+            # The learner already maps the policy's [-1, 1] onto the bounds and clips; clipping
+            # again here guards the env against a learner that does not.
             space = self.envs[0].action_space
             acts = list(np.clip(actions, space.low, space.high))
         obs, rewards, terminated, truncated = [None] * k, [0.0] * k, [False] * k, [False] * k
         returns, lengths = self._returns, self._lengths
-        episodes = []
+        episodes, final_ids, finals = [], [], []
         for i, env in enumerate(self.envs):
             try:
-                o, r, term, trunc, _ = env.step(acts[i])
+                o, r, term, trunc, info = env.step(acts[i])
             except Exception:  # one broken env must not stop the others
                 log.exception("env %d raised; recreating it", i)
                 self._restart(i)
                 env = self.envs[i]
-                o, r, term, trunc = None, 0.0, False, True  # reset just below
+                o, r, term, trunc, info = None, 0.0, False, True, {}  # reset just below
             returns[i] += r
             lengths[i] += 1
-            if term or trunc:
+            if (term or trunc) and not (term and info.get(GAME_CONTINUES)):
                 episodes.append((i, float(returns[i]), lengths[i]))
                 returns[i] = 0.0
                 lengths[i] = 0
+                if trunc and not term and o is not None:
+                    final_ids.append(i)
+                    finals.append(o)
                 o, _ = env.reset()
             obs[i], rewards[i], terminated[i], truncated[i] = o, r, term, trunc
+        final = (np.asarray(final_ids, np.int64), np.asarray(finals, self._obs_dtype)) \
+            if final_ids else (_NO_ENVS, np.zeros((0,) + self.spec.observation_shape,
+                                                  self._obs_dtype))
         return (np.asarray(obs, self._obs_dtype), np.asarray(rewards, np.float32),
-                np.asarray(terminated, bool), np.asarray(truncated, bool), episodes)
+                np.asarray(terminated, bool), np.asarray(truncated, bool), episodes, final)
 
     def _restart(self, i: int) -> None:
         self.restarts += 1

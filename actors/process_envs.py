@@ -42,6 +42,8 @@ def _layout(spec: EnvSpec, k: int) -> dict[str, tuple[tuple[int, ...], np.dtype]
         "episode_end": ((k,), np.dtype(bool)),
         "episode_return": ((k,), np.dtype(np.float64)),
         "episode_length": ((k,), np.dtype(np.int64)),
+        "has_final": ((k,), np.dtype(bool)),
+        "final_obs": ((k,) + spec.observation_shape, np.dtype(spec.observation_dtype)),
     }
 
 
@@ -82,8 +84,10 @@ def _worker_main(config: EnvConfig, spec: EnvSpec, k: int, lo: int, hi: int,
             if cmd == _RESET:
                 a["obs"][lo:hi] = envs.reset()
                 a["episode_end"][lo:hi] = False
+                a["has_final"][lo:hi] = False
             elif cmd == _STEP:
-                obs, reward, terminated, truncated, episodes = envs.step(a["action"][lo:hi])
+                obs, reward, terminated, truncated, episodes, (final_ids, final_obs) = \
+                    envs.step(a["action"][lo:hi])
                 a["obs"][lo:hi] = obs
                 a["reward"][lo:hi] = reward
                 a["terminated"][lo:hi] = terminated
@@ -93,6 +97,9 @@ def _worker_main(config: EnvConfig, spec: EnvSpec, k: int, lo: int, hi: int,
                     a["episode_end"][lo + i] = True
                     a["episode_return"][lo + i] = ret
                     a["episode_length"][lo + i] = length
+                a["has_final"][lo:hi] = False
+                a["has_final"][lo + final_ids] = True
+                a["final_obs"][lo + final_ids] = final_obs
             elif cmd == _CLOSE:
                 return
             conn.send_bytes(_DONE)
@@ -219,11 +226,13 @@ class ProcessEnvBatch:
             a["terminated"][w.lo:w.hi] = False
             a["truncated"][w.lo:w.hi] = True
             a["episode_end"][w.lo:w.hi] = False
+            a["has_final"][w.lo:w.hi] = False
         ends = np.flatnonzero(a["episode_end"])
         episodes = [(int(i), float(a["episode_return"][i]), int(a["episode_length"][i]))
                     for i in ends]
+        final_ids = np.flatnonzero(a["has_final"]).astype(np.int64)
         return (a["obs"].copy(), a["reward"].copy(), a["terminated"].copy(),
-                a["truncated"].copy(), episodes)
+                a["truncated"].copy(), episodes, (final_ids, a["final_obs"][final_ids]))
 
     def worker_pids(self) -> list[int]:
         """Process ids of the workers (for tests and diagnostics)."""

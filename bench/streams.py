@@ -6,7 +6,9 @@
 One learner process serves inference only (no training) for a cheap built-in env (CartPole);
 one load process runs every stream as a real ActorClient stepping real envs in one event loop.
 For each stream count it reports env steps/s, the learner's mean inference batch, p50 and p99
-of the per-step round trip seen by the actors, and whether any stream failed or reconnected.
+of the per-step round trip seen by the actors, the learner's CPU time per message (user +
+system time of the learner process over the window, every thread included, divided by the Step
+messages it received) and whether any stream failed or reconnected.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
                            "bench-streams", f"load-{i}", address, backoff=Backoff(0.05, 1.0))
                for i in range(streams)]
 
+    import gc
+    gc.freeze()  # as the actors' main does: no full collections walking the clients
+
     async def main():
         tasks = [asyncio.ensure_future(c.run()) for c in clients]
         deadline = time.monotonic() + 120
@@ -68,7 +73,9 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
             c.latencies.clear()
         steps0 = sum(c.env_steps for c in clients)
         t0 = time.monotonic()
+        cpu0 = time.process_time()
         await asyncio.sleep(seconds)
+        cpu = time.process_time() - cpu0
         steps = sum(c.env_steps for c in clients) - steps0
         elapsed = time.monotonic() - t0
         out.put(("window_end", time.time()))
@@ -82,6 +89,11 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
             "connected": connected, "steps_per_s": steps / elapsed,
             "p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
             "p99_ms": float(np.percentile(lat, 99)) if len(lat) else None,
+            "percentiles_ms": {str(q): float(np.percentile(lat, q))
+                               for q in (1, 10, 25, 50, 75, 90, 95, 99, 99.9)}
+            if len(lat) else None,
+            # The actors' own cost: every stream of this process, per message it sent.
+            "load_cpu_ms_per_message": cpu * 1000.0 * envs_per_stream / steps if steps else None,
             "failed_streams": len(failed),
             "reconnects": sum(max(0, c.connections - 1) for c in clients),
         }
@@ -101,19 +113,30 @@ def _read_status(run_dir: str) -> dict:
     return {}
 
 
-def _wait_for_status_after(run_dir: str, moment: float) -> dict:
-    """The first status snapshot written after ``moment`` (epoch seconds)."""
+def _wait_for_status_after(run_dir: str, moment: float, pid: int | None = None) -> dict:
+    """The first status snapshot written after ``moment`` (epoch seconds); with ``pid``, the
+    CPU seconds that process had used when the snapshot was read, as ``cpu_s``."""
     deadline = time.monotonic() + 10
     status = _read_status(run_dir)
     while status.get("time", 0) < moment and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.02)
         status = _read_status(run_dir)
+    if pid is not None:
+        status["cpu_s"] = process_cpu_seconds(pid)
     return status
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(address: str, run_dir: str, env_id: str, streams: int, envs_per_stream: int,
-            warmup: float, seconds: float) -> dict:
-    """One load run against the running learner; adds the learner's mean inference batch."""
+            warmup: float, seconds: float, learner_pid: int | None = None) -> dict:
+    """One load run against the running learner; adds the learner's mean inference batch and,
+    given its pid, its CPU milliseconds per Step message."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     proc = ctx.Process(target=_load, args=(address, env_id, streams, envs_per_stream, warmup,
@@ -126,13 +149,17 @@ def measure(address: str, run_dir: str, env_id: str, streams: int, envs_per_stre
             result = value
             break
         # Read the learner's counters as the window opens and closes, not afterwards.
-        snapshots[kind] = _wait_for_status_after(run_dir, value)
+        snapshots[kind] = _wait_for_status_after(run_dir, value, learner_pid)
     proc.join(60)
     start, end = snapshots["window_start"], snapshots["window_end"]
     batches = end.get("inference_batches", 0) - start.get("inference_batches", 0)
     items = end.get("inference_steps", 0) - start.get("inference_steps", 0)
     result["mean_inference_batch"] = items / batches if batches else None
     result["learner_actors_at_end"] = end.get("actors")
+    messages = end.get("messages", 0) - start.get("messages", 0)
+    result["learner_cpu_ms_per_message"] = (
+        (end["cpu_s"] - start["cpu_s"]) * 1000.0 / messages
+        if learner_pid is not None and messages else None)
     return result
 
 
@@ -188,16 +215,18 @@ def main(argv=None) -> int:
         print(f"{args.env}, {args.envs_per_stream} envs per stream, learner batch "
               f"{args.batch}, wait {args.wait_ms} ms, inference only, {os.cpu_count()} cores")
         print(f"{'streams':>7} {'env steps/s':>12} {'mean batch':>11} {'p50 ms':>8} "
-              f"{'p99 ms':>8} {'failed':>7} {'reconnects':>10}", flush=True)
+              f"{'p99 ms':>8} {'cpu ms/msg':>10} {'failed':>7} {'reconnects':>10}", flush=True)
         for n in args.streams:
             r = measure(learner.address, learner.run_dir, args.env, n, args.envs_per_stream,
-                        args.warmup, args.seconds)
+                        args.warmup, args.seconds, learner.proc.pid)
             rows.append(r)
             batch = "-" if r["mean_inference_batch"] is None else \
                 f"{r['mean_inference_batch']:.1f}"
+            cpu = "-" if r["learner_cpu_ms_per_message"] is None else \
+                f"{r['learner_cpu_ms_per_message']:.3f}"
             print(f"{n:>7} {r['steps_per_s']:>12,.0f} {batch:>11} {r['p50_ms']:>8.2f} "
-                  f"{r['p99_ms']:>8.2f} {r['failed_streams']:>7} {r['reconnects']:>10}",
-                  flush=True)
+                  f"{r['p99_ms']:>8.2f} {cpu:>10} {r['failed_streams']:>7} "
+                  f"{r['reconnects']:>10}", flush=True)
     finally:
         learner.close()
     if args.json:

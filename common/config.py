@@ -39,6 +39,7 @@ SINGULAR = "experiment"
 AGENTS = ("vtrace", "r2d2", "ppo")
 #: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
 NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
+PRECISIONS = ("float32", "bfloat16")
 
 # DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -173,7 +174,13 @@ class AtariConfig:
               "one, per frame.", ge=0.0, le=1.0)
     full_action_space: bool = param(False, "All 18 actions instead of the game's minimal set.")
     terminal_on_life_loss: bool = param(
-        False, "End the episode when a life is lost (training signal only; off by default).")
+        False, "gymnasium's terminal_on_life_loss: a lost life ends the episode and resets the "
+               "whole game, so episodes, their returns and targetReturn become per life, not "
+               "per game. lifeLossTerminal is usually what is meant.")
+    life_loss_terminal: bool = param(
+        False, "A lost life is a terminal state for the learner (no bootstrap across it, the "
+               "recurrent state restarts) while the game goes on from where it was: episodes "
+               "and their returns stay whole games. The usual DQN-paper setting.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -242,6 +249,17 @@ class NetworkConfig:
             "network's own ([16, 32, 32] and [16, 32, 32, 32]).", factory=list, ge=1)
     lstm_size: int = param(0, "Units of an LSTM core after the torso; 0 for a feed-forward "
                               "network. The learner keeps each environment's LSTM state.", ge=0)
+    action_reward_inputs: bool = param(
+        True, "With an LSTM core: it also reads the previous action (one-hot, or the "
+              "normalised continuous action) and the reward that followed it, clipped to "
+              "[-1, 1], as in SEED RL's networks and the R2D2 paper; both are zero on an "
+              "episode's first step. Feed-forward networks ignore it.")
+    precision: str = param(
+        "float32", "Arithmetic of the torso: float32, or bfloat16 (mixed precision: variables, "
+                   "the LSTM core, the heads and the losses stay float32). bfloat16 trained the "
+                   "Nature CNN 1.7x as fast on a CPU with AVX512_BF16 (as on TPUs); CPUs "
+                   "without bfloat16 instructions run it slower.",
+        choices=PRECISIONS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -272,28 +290,43 @@ class VTraceConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class R2D2Config:
-    """R2D2 hyperparameters (``spec.agent.r2d2``); defaults are the paper's (Kapturowski et al.
-    2019). ``spec.learner.batchSize`` counts sequences; ``spec.learner.unrollLength`` is not
-    used (sequences are ``sequenceLength`` long)."""
+    """R2D2 hyperparameters (``spec.agent.r2d2``): the paper's (Kapturowski et al. 2019) for the
+    sequences and the target, SEED RL's for how much is learned from each sample (its
+    ``agents/r2d2/learner.py``). ``spec.learner.batchSize`` counts sequences;
+    ``spec.learner.unrollLength`` is not used (sequences are ``sequenceLength`` long)."""
 
     discount: float = param(0.997, "Discount factor gamma per environment step.", gt=0.0,
                             le=1.0)
-    n_step: int = param(5, "Steps of the n-step double-Q target.", ge=1)
-    sequence_length: int = param(80, "Steps per replayed sequence, burn-in included.", ge=2)
-    sequence_period: int = param(
-        40, "Steps between the starts of consecutive sequences of an env (80 and 40 make "
-            "sequences overlap by 40); at least half of sequenceLength.", ge=1)
+    n_step: int = param(5, "Steps of the n-step double-Q target; the last steps of a sequence "
+                           "use as many as the sequence still has (as SEED).", ge=1)
+    sequence_length: int = param(
+        80, "Steps per replayed sequence: burnIn steps that only warm up the LSTM, then "
+            "sequenceLength - burnIn steps trained on. An env's sequences start "
+            "sequenceLength - burnIn steps apart, so each step is trained on in exactly one "
+            "sequence; each also stores the step after its last, to bootstrap from.", ge=2)
     burn_in: int = param(40, "Leading steps of a sequence that only warm up the LSTM state "
                              "(no gradient, no loss).", ge=0)
     replay_capacity: int = param(
         10_000, "Sequences the replay holds; the oldest are dropped first. Memory: capacity x "
-                "sequenceLength x observation bytes (an Atari sequence of 80 is 2.3 MB).",
-        ge=1)
+                "(sequenceLength + 1) x observation bytes (an Atari sequence of 81 is "
+                "2.3 MB).", ge=1)
     min_replay_size: int = param(1_000, "Sequences in the replay before learning starts.",
                                  ge=1)
     samples_per_insert: float = param(
-        0.0, "Replay ratio: the learner waits for new data once it has sampled this many "
-             "sequences per sequence inserted, on average; 0 never waits.", ge=0.0)
+        1.5, "Replay ratio (SEED's 1.5): once learning has started, the learner samples this "
+             "many sequences per sequence inserted, on average. Both sides wait for the "
+             "other: the learner for new data, the actors (through the queue of sequences) "
+             "for training to catch up. 0 lets each run freely.", ge=0.0)
+    sequence_loss: str = param(
+        "sum", "How a sequence's squared TD errors make its loss: 'sum' is 0.5 x their sum "
+               "over the trained steps (SEED), 'mean' 0.5 x their mean (gradients "
+               "sequenceLength - burnIn times smaller). The batch loss is the importance-"
+               "weighted mean over sequences.", choices=("sum", "mean"))
+    initial_priority: str = param(
+        "acting", "Priority of a new sequence: 'acting' computes it from the Q-values seen "
+                  "when its actions were chosen (SEED), with the same formula as after "
+                  "training; 'max' gives it the largest priority seen so far (Ape-X).",
+        choices=("acting", "max"))
     priority_exponent: float = param(0.9, "alpha: sampling is proportional to priority ** "
                                           "alpha.", ge=0.0)
     importance_exponent: float = param(0.6, "beta of the importance-sampling weights.",
@@ -304,9 +337,11 @@ class R2D2Config:
                                              "network into the target network.", ge=1)
     value_rescale_eps: float = param(1e-3, "epsilon of the value rescaling h(x) = sign(x)"
                                            "(sqrt(|x| + 1) - 1) + eps x.", gt=0.0)
-    epsilon_base: float = param(0.4, "Actor i of N explores with epsilon base ** (1 + alpha "
-                                     "* i / (N - 1)).", ge=0.0, le=1.0)
-    epsilon_alpha: float = param(7.0, "alpha of the per-actor epsilon schedule.", ge=0.0)
+    epsilon_base: float = param(
+        0.4, "Exploration per env, over the N envs of all exploring actors (env j of actor i "
+             "is number i x envsPerActor + j): env n explores with epsilon base ** (1 + alpha "
+             "n / (N - 1)), SEED's 0.4 ** linspace(1, 8, N).", ge=0.0, le=1.0)
+    epsilon_alpha: float = param(7.0, "alpha of the per-env epsilon schedule.", ge=0.0)
     replay_checkpoint_max_gb: float = param(
         4.0, "Write the replay with every checkpoint, so a restarted learner resumes with it "
              "instead of an empty one (SEED loses it), when the full replay is at most this "
@@ -318,22 +353,34 @@ class R2D2Config:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PPOConfig:
-    """PPO hyperparameters in the BatchPPO style (``spec.agent.ppo``). Each update takes
-    ``spec.learner.batchSize`` unrolls of ``spec.learner.unrollLength`` steps and runs
-    ``epochs`` passes of ``minibatches`` minibatches over them."""
+    """PPO hyperparameters (``spec.agent.ppo``). Each update takes ``spec.learner.batchSize``
+    unrolls of ``spec.learner.unrollLength`` steps and runs ``epochs`` passes of
+    ``minibatches`` minibatches over them. ``preset`` chooses between the clipped PPO of
+    Schulman et al. (2017) and BatchPPO's update rules (Hafner et al. 2017)."""
 
+    preset: str = param(
+        "clip", "'clip': clipped PPO (Schulman et al. 2017) with rewards scaled by the spread "
+                "of discounted returns, GAE value targets, and an optional KL penalty adapted "
+                "when the KL leaves [target / 1.3, 1.3 target] with a per-sample cutoff. "
+                "'batchppo': BatchPPO's rules exactly: the KL-penalty objective, the penalty "
+                "adapted by 1.5 when the KL from the policy at the start of the update leaves "
+                "[0.7, 1.3] x klTarget, the cutoff on each unroll's mean KL, rewards divided "
+                "by the streaming std of the rewards, value targets the discounted returns "
+                "(lambda 1).", choices=("clip", "batchppo"))
     discount: float = param(0.99, "Discount factor gamma per environment step.", gt=0.0,
                             le=1.0)
-    lambda_: float = param(0.95, "GAE lambda.", key="lambda", ge=0.0, le=1.0)
-    objective: str = param(
-        "clip", "'clip' (clipped surrogate), 'kl_penalty' (BatchPPO's adaptive KL penalty) or "
-                "'both'.", choices=("clip", "kl_penalty", "both"))
+    lambda_: float = param(0.95, "GAE lambda of the advantages.", key="lambda", ge=0.0, le=1.0)
+    objective: Optional[str] = param(
+        None, "'clip' (clipped surrogate), 'kl_penalty' (the adaptive KL penalty with an "
+              "unclipped surrogate) or 'both'; null takes the preset's: clip for 'clip', "
+              "kl_penalty for 'batchppo'.", choices=("clip", "kl_penalty", "both"))
     clip: float = param(0.2, "Clipping of the probability ratio to [1 - clip, 1 + clip] "
                              "(used by the 'clip' and 'both' objectives).", gt=0.0, le=1.0)
     kl_target: float = param(0.01, "Target KL per update of the adaptive penalty.", gt=0.0)
     kl_init_coefficient: float = param(1.0, "Initial coefficient of the KL penalty.", gt=0.0)
-    kl_cutoff_factor: float = param(2.0, "Samples whose KL exceeds this multiple of the "
-                                         "target get a steep extra penalty.", gt=1.0)
+    kl_cutoff_factor: float = param(2.0, "KL beyond this multiple of the target gets a steep "
+                                         "extra penalty (per sample with the 'clip' preset, "
+                                         "on each unroll's mean KL with 'batchppo').", gt=1.0)
     kl_cutoff_coefficient: float = param(1000.0, "Weight of that extra penalty.", ge=0.0)
     epochs: int = param(4, "Passes over each batch of unrolls.", ge=1)
     minibatches: int = param(4, "Minibatches per pass (split over unrolls; must divide "
@@ -345,8 +392,9 @@ class PPOConfig:
               "observationClip), the same at inference and training; kept in checkpoints.")
     observation_clip: float = param(10.0, "Clip of normalized observations.", gt=0.0)
     normalize_rewards: bool = param(
-        True, "Scale rewards by the streaming standard deviation of discounted returns "
-              "(accumulated along unrolls), clipped to rewardClip; kept in checkpoints.")
+        True, "Scale rewards by a streaming standard deviation, clipped to rewardClip, kept in "
+              "checkpoints: that of discounted returns accumulated along unrolls with the "
+              "'clip' preset, that of the rewards themselves with 'batchppo'.")
     reward_clip: float = param(10.0, "Clip of normalized rewards.", gt=0.0)
     normalize_advantages: bool = param(True, "Advantages to zero mean, unit variance per "
                                              "batch.")
@@ -912,6 +960,9 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                          f"must differ from spec.learner.port ({learner.port})"))
     if learner.accelerator.kind == "tpu":
         problems.extend(tpu_problems(learner.accelerator.tpu))
+    if exp.spec.env.atari.terminal_on_life_loss and exp.spec.env.atari.life_loss_terminal:
+        problems.append(("spec.env.atari.lifeLossTerminal",
+                         "choose one of lifeLossTerminal and terminalOnLifeLoss"))
     if (exp.spec.agent.name == "ppo"
             and exp.spec.learner.batch_size % exp.spec.agent.ppo.minibatches):
         problems.append(("spec.agent.ppo.minibatches",
@@ -919,14 +970,10 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                          f"got {exp.spec.agent.ppo.minibatches}"))
     if exp.spec.agent.name == "r2d2":
         r2 = exp.spec.agent.r2d2
-        if r2.burn_in + r2.n_step >= r2.sequence_length:
+        if r2.burn_in >= r2.sequence_length:
             problems.append(("spec.agent.r2d2.sequenceLength",
-                             f"must exceed burnIn + nStep = {r2.burn_in + r2.n_step}, got "
-                             f"{r2.sequence_length}"))
-        if not r2.sequence_length <= 2 * r2.sequence_period <= 2 * r2.sequence_length:
-            problems.append(("spec.agent.r2d2.sequencePeriod",
-                             f"must be between sequenceLength / 2 and sequenceLength "
-                             f"({r2.sequence_length}), got {r2.sequence_period}"))
+                             f"must exceed burnIn ({r2.burn_in}) to leave steps to train on, "
+                             f"got {r2.sequence_length}"))
         if r2.evaluation_actors >= exp.spec.actors.replicas:
             problems.append(("spec.agent.r2d2.evaluationActors",
                              f"must be below spec.actors.replicas ({exp.spec.actors.replicas})"

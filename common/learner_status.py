@@ -68,6 +68,12 @@ class LearnerStatus:
     inference_batches: int = _field(0, "Inference calls so far.")
     inference_steps: int = _field(0, "Env steps inferred so far.")
     queued_unrolls: int = _field(0, "Unrolls waiting for the trainer.")
+    messages: int = _field(0, "Step messages received from actors (one per step of all of an "
+                              "actor stream's envs): a learner's load is messages, not env "
+                              "steps.")
+    first_actions_time: Optional[float] = _field(None, "Unix time of the first actions sent to "
+                                                       "an actor (start-up ends there; None "
+                                                       "before).")
     seconds_without_env_steps: Optional[float] = _field(
         None, "Seconds since an env step last arrived (since the learner started, before the "
               "first): past spec.budget.noProgressSeconds the run cannot make progress.")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aseedrl/common/seedrl.proto\x12\tseedrl.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x90\x01\n\x07\x45nvSpec\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x19\n\x11observation_dtype\x18\x02 \x01(\t\x12\x19\n\x11observation_shape\x18\x03 \x03(\x03\x12\x14\n\x0c\x61\x63tion_dtype\x18\x04 \x01(\t\x12\x14\n\x0c\x61\x63tion_shape\x18\x05 \x03(\x03\x12\x13\n\x0bnum_actions\x18\x06 \x01(\x03\"\x94\x01\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x12\n\nexperiment\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x03 \x01(\t\x12\x10\n\x08num_envs\x18\x04 \x01(\r\x12$\n\x08\x65nv_spec\x18\x05 \x01(\x0b\x32\x12.seedrl.v1.EnvSpec\x12\x13\n\x0b\x61\x63tor_index\x18\x06 \x01(\r\"H\n\x07Welcome\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x13\n\x0b\x61\x63tor_index\x18\x03 \x01(\r\"4\n\x0cIndexRequest\x12\x12\n\nexperiment\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\"!\n\nIndexGrant\x12\x13\n\x0b\x61\x63tor_index\x18\x01 \x01(\r\"A\n\x07\x45pisode\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\r\x12\x16\n\x0e\x65pisode_return\x18\x02 \x01(\x01\x12\x0e\n\x06length\x18\x03 \x01(\x03\"\x9e\x01\n\x04Step\x12\x0f\n\x07\x65nv_ids\x18\x01 \x03(\r\x12\'\n\x0cobservations\x18\x02 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12\x0f\n\x07rewards\x18\x03 \x03(\x02\x12\x12\n\nterminated\x18\x04 \x03(\x08\x12\x11\n\ttruncated\x18\x05 \x03(\x08\x12$\n\x08\x65pisodes\x18\x06 \x03(\x0b\x32\x12.seedrl.v1.Episode\">\n\x07\x41\x63tions\x12\x0f\n\x07\x65nv_ids\x18\x01 \x03(\r\x12\"\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x11.seedrl.v1.Tensor\"Z\n\x0c\x41\x63torMessage\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.seedrl.v1.HelloH\x00\x12\x1f\n\x04step\x18\x02 \x01(\x0b\x32\x0f.seedrl.v1.StepH\x00\x42\x06\n\x04kind\"x\n\x0eLearnerMessage\x12%\n\x07welcome\x18\x01 \x01(\x0b\x32\x12.seedrl.v1.WelcomeH\x00\x12%\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x12.seedrl.v1.ActionsH\x00\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\x42\x06\n\x04kind2\x8a\x01\n\x07Learner\x12@\n\x06Stream\x12\x17.seedrl.v1.ActorMessage\x1a\x19.seedrl.v1.LearnerMessage(\x01\x30\x01\x12=\n\x0b\x41ssignIndex\x12\x17.seedrl.v1.IndexRequest\x1a\x15.seedrl.v1.IndexGrantb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aseedrl/common/seedrl.proto\x12\tseedrl.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xb9\x01\n\x07\x45nvSpec\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x19\n\x11observation_dtype\x18\x02 \x01(\t\x12\x19\n\x11observation_shape\x18\x03 \x03(\x03\x12\x14\n\x0c\x61\x63tion_dtype\x18\x04 \x01(\t\x12\x14\n\x0c\x61\x63tion_shape\x18\x05 \x03(\x03\x12\x13\n\x0bnum_actions\x18\x06 \x01(\x03\x12\x12\n\naction_low\x18\x07 \x03(\x01\x12\x13\n\x0b\x61\x63tion_high\x18\x08 \x03(\x01\"\xa7\x01\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x12\n\nexperiment\x18\x02 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x03 \x01(\t\x12\x10\n\x08num_envs\x18\x04 \x01(\r\x12$\n\x08\x65nv_spec\x18\x05 \x01(\x0b\x32\x12.seedrl.v1.EnvSpec\x12\x13\n\x0b\x61\x63tor_index\x18\x06 \x01(\r\x12\x11\n\tfirst_env\x18\x07 \x01(\r\"H\n\x07Welcome\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x13\n\x0b\x61\x63tor_index\x18\x03 \x01(\r\"4\n\x0cIndexRequest\x12\x12\n\nexperiment\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\"!\n\nIndexGrant\x12\x13\n\x0b\x61\x63tor_index\x18\x01 \x01(\r\"A\n\x07\x45pisode\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\r\x12\x16\n\x0e\x65pisode_return\x18\x02 \x01(\x01\x12\x0e\n\x06length\x18\x03 \x01(\x03\"\xe4\x01\n\x04Step\x12\x0f\n\x07\x65nv_ids\x18\x01 \x03(\r\x12\'\n\x0cobservations\x18\x02 \x01(\x0b\x32\x11.seedrl.v1.Tensor\x12\x0f\n\x07rewards\x18\x03 \x03(\x02\x12\x12\n\nterminated\x18\x04 \x03(\x08\x12\x11\n\ttruncated\x18\x05 \x03(\x08\x12$\n\x08\x65pisodes\x18\x06 \x03(\x0b\x32\x12.seedrl.v1.Episode\x12\x15\n\rfinal_env_ids\x18\x07 \x03(\r\x12-\n\x12\x66inal_observations\x18\x08 \x01(\x0b\x32\x11.seedrl.v1.Tensor\">\n\x07\x41\x63tions\x12\x0f\n\x07\x65nv_ids\x18\x01 \x03(\r\x12\"\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x11.seedrl.v1.Tensor\"Z\n\x0c\x41\x63torMessage\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.seedrl.v1.HelloH\x00\x12\x1f\n\x04step\x18\x02 \x01(\x0b\x32\x0f.seedrl.v1.StepH\x00\x42\x06\n\x04kind\"x\n\x0eLearnerMessage\x12%\n\x07welcome\x18\x01 \x01(\x0b\x32\x12.seedrl.v1.WelcomeH\x00\x12%\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x12.seedrl.v1.ActionsH\x00\x12\x10\n\x08\x66inished\x18\x03 \x01(\x08\x42\x06\n\x04kind2\x8a\x01\n\x07Learner\x12@\n\x06Stream\x12\x17.seedrl.v1.ActorMessage\x1a\x19.seedrl.v1.LearnerMessage(\x01\x30\x01\x12=\n\x0b\x41ssignIndex\x12\x17.seedrl.v1.IndexRequest\x1a\x15.seedrl.v1.IndexGrantb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,25 +34,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSOR']._serialized_start=41
   _globals['_TENSOR']._serialized_end=93
   _globals['_ENVSPEC']._serialized_start=96
-  _globals['_ENVSPEC']._serialized_end=240
-  _globals['_HELLO']._serialized_start=243
-  _globals['_HELLO']._serialized_end=391
-  _globals['_WELCOME']._serialized_start=393
-  _globals['_WELCOME']._serialized_end=465
-  _globals['_INDEXREQUEST']._serialized_start=467
-  _globals['_INDEXREQUEST']._serialized_end=519
-  _globals['_INDEXGRANT']._serialized_start=521
-  _globals['_INDEXGRANT']._serialized_end=554
-  _globals['_EPISODE']._serialized_start=556
-  _globals['_EPISODE']._serialized_end=621
-  _globals['_STEP']._serialized_start=624
-  _globals['_STEP']._serialized_end=782
-  _globals['_ACTIONS']._serialized_start=784
-  _globals['_ACTIONS']._serialized_end=846
-  _globals['_ACTORMESSAGE']._serialized_start=848
-  _globals['_ACTORMESSAGE']._serialized_end=938
-  _globals['_LEARNERMESSAGE']._serialized_start=940
-  _globals['_LEARNERMESSAGE']._serialized_end=1060
-  _globals['_LEARNER']._serialized_start=1063
-  _globals['_LEARNER']._serialized_end=1201
+  _globals['_ENVSPEC']._serialized_end=281
+  _globals['_HELLO']._serialized_start=284
+  _globals['_HELLO']._serialized_end=451
+  _globals['_WELCOME']._serialized_start=453
+  _globals['_WELCOME']._serialized_end=525
+  _globals['_INDEXREQUEST']._serialized_start=527
+  _globals['_INDEXREQUEST']._serialized_end=579
+  _globals['_INDEXGRANT']._serialized_start=581
+  _globals['_INDEXGRANT']._serialized_end=614
+  _globals['_EPISODE']._serialized_start=616
+  _globals['_EPISODE']._serialized_end=681
+  _globals['_STEP']._serialized_start=684
+  _globals['_STEP']._serialized_end=912
+  _globals['_ACTIONS']._serialized_start=914
+  _globals['_ACTIONS']._serialized_end=976
+  _globals['_ACTORMESSAGE']._serialized_start=978
+  _globals['_ACTORMESSAGE']._serialized_end=1068
+  _globals['_LEARNERMESSAGE']._serialized_start=1070
+  _globals['_LEARNERMESSAGE']._serialized_end=1190
+  _globals['_LEARNER']._serialized_start=1193
+  _globals['_LEARNER']._serialized_end=1331
 # @@protoc_insertion_point(module_scope)

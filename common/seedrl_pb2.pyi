@@ -17,36 +17,42 @@ class Tensor(_message.Message):
     def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class EnvSpec(_message.Message):
-    __slots__ = ("env_id", "observation_dtype", "observation_shape", "action_dtype", "action_shape", "num_actions")
+    __slots__ = ("env_id", "observation_dtype", "observation_shape", "action_dtype", "action_shape", "num_actions", "action_low", "action_high")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_DTYPE_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_SHAPE_FIELD_NUMBER: _ClassVar[int]
     ACTION_DTYPE_FIELD_NUMBER: _ClassVar[int]
     ACTION_SHAPE_FIELD_NUMBER: _ClassVar[int]
     NUM_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_LOW_FIELD_NUMBER: _ClassVar[int]
+    ACTION_HIGH_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     observation_dtype: str
     observation_shape: _containers.RepeatedScalarFieldContainer[int]
     action_dtype: str
     action_shape: _containers.RepeatedScalarFieldContainer[int]
     num_actions: int
-    def __init__(self, env_id: _Optional[str] = ..., observation_dtype: _Optional[str] = ..., observation_shape: _Optional[_Iterable[int]] = ..., action_dtype: _Optional[str] = ..., action_shape: _Optional[_Iterable[int]] = ..., num_actions: _Optional[int] = ...) -> None: ...
+    action_low: _containers.RepeatedScalarFieldContainer[float]
+    action_high: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, env_id: _Optional[str] = ..., observation_dtype: _Optional[str] = ..., observation_shape: _Optional[_Iterable[int]] = ..., action_dtype: _Optional[str] = ..., action_shape: _Optional[_Iterable[int]] = ..., num_actions: _Optional[int] = ..., action_low: _Optional[_Iterable[float]] = ..., action_high: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "experiment", "actor_id", "num_envs", "env_spec", "actor_index")
+    __slots__ = ("protocol_version", "experiment", "actor_id", "num_envs", "env_spec", "actor_index", "first_env")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_ENVS_FIELD_NUMBER: _ClassVar[int]
     ENV_SPEC_FIELD_NUMBER: _ClassVar[int]
     ACTOR_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENV_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     experiment: str
     actor_id: str
     num_envs: int
     env_spec: EnvSpec
     actor_index: int
-    def __init__(self, protocol_version: _Optional[int] = ..., experiment: _Optional[str] = ..., actor_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env_spec: _Optional[_Union[EnvSpec, _Mapping]] = ..., actor_index: _Optional[int] = ...) -> None: ...
+    first_env: int
+    def __init__(self, protocol_version: _Optional[int] = ..., experiment: _Optional[str] = ..., actor_id: _Optional[str] = ..., num_envs: _Optional[int] = ..., env_spec: _Optional[_Union[EnvSpec, _Mapping]] = ..., actor_index: _Optional[int] = ..., first_env: _Optional[int] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("protocol_version", "run_id", "actor_index")
@@ -83,20 +89,24 @@ class Episode(_message.Message):
     def __init__(self, env_id: _Optional[int] = ..., episode_return: _Optional[float] = ..., length: _Optional[int] = ...) -> None: ...
 
 class Step(_message.Message):
-    __slots__ = ("env_ids", "observations", "rewards", "terminated", "truncated", "episodes")
+    __slots__ = ("env_ids", "observations", "rewards", "terminated", "truncated", "episodes", "final_env_ids", "final_observations")
     ENV_IDS_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     REWARDS_FIELD_NUMBER: _ClassVar[int]
     TERMINATED_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     EPISODES_FIELD_NUMBER: _ClassVar[int]
+    FINAL_ENV_IDS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     env_ids: _containers.RepeatedScalarFieldContainer[int]
     observations: Tensor
     rewards: _containers.RepeatedScalarFieldContainer[float]
     terminated: _containers.RepeatedScalarFieldContainer[bool]
     truncated: _containers.RepeatedScalarFieldContainer[bool]
     episodes: _containers.RepeatedCompositeFieldContainer[Episode]
-    def __init__(self, env_ids: _Optional[_Iterable[int]] = ..., observations: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., episodes: _Optional[_Iterable[_Union[Episode, _Mapping]]] = ...) -> None: ...
+    final_env_ids: _containers.RepeatedScalarFieldContainer[int]
+    final_observations: Tensor
+    def __init__(self, env_ids: _Optional[_Iterable[int]] = ..., observations: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., episodes: _Optional[_Iterable[_Union[Episode, _Mapping]]] = ..., final_env_ids: _Optional[_Iterable[int]] = ..., final_observations: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class Actions(_message.Message):
     __slots__ = ("env_ids", "actions")

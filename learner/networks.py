@@ -10,9 +10,14 @@ Torsos:
     with four stages (16, 32, 32, 32) over the 72x96 planes.
 
 Any torso may be followed by an LSTM core (``lstmSize`` > 0); the policy and value heads read
-its output. A feed-forward ``mlp`` keeps separate policy and value streams instead (as BatchPPO
-does), so the value loss cannot distort the policy's features; the conv torsos are shared, as in
-IMPALA, because a second conv stack would double the cost of inference.
+its output. As in SEED RL's networks and the R2D2 paper, the core also reads the previous action
+(one-hot, or the normalised vector of a continuous action) and the reward that followed it,
+clipped to [-1, 1], unless ``actionRewardInputs`` is off. Both are zero on an episode's first
+step. The previous action rides in the recurrent state (its last entry), so an unroll that starts
+mid-episode knows it; the reward is an input of each step. A feed-forward ``mlp`` keeps separate
+policy and value streams instead (as BatchPPO does), so the value loss cannot distort the
+policy's features; the conv torsos are shared, as in IMPALA, because a second conv stack would
+double the cost of inference.
 
 Frames (uint8) are scaled to [0, 1] inside the network so that they travel and are stored as
 bytes. Keras 3 layers held in a plain ``tf.Module`` are not tracked, so everything here
@@ -33,9 +38,12 @@ DEFAULT_RESNET_CHANNELS = {"impala_resnet": (16, 32, 32), "football_smm": (16, 3
 
 
 def _scaled_float(observations) -> tf.Tensor:
-    """Casts observations to float32, mapping uint8 frames to [0, 1]."""
+    """Casts observations to float32, mapping uint8 frames to [0, 1] (bfloat16 inputs of a
+    mixed-precision torso, already scaled, pass through)."""
     if observations.dtype == tf.uint8:
         return tf.cast(observations, tf.float32) * (1.0 / 255.0)
+    if observations.dtype == tf.bfloat16:
+        return observations
     return tf.cast(observations, tf.float32)
 
 
@@ -124,10 +132,20 @@ class ResNetTorso(tf.keras.layers.Layer):
 
 
 class _OptionalLSTM(tf.keras.Model):
-    """A model with an optional LSTM core ``self.core`` of ``self.lstm_size`` units."""
+    """A model with an optional LSTM core ``self.core`` of ``self.lstm_size`` units that may also
+    read the previous action and reward (``self.action_size`` > 0: the width of an encoded
+    action; 0 when the core reads only the torso's features)."""
 
     core: tf.keras.layers.LSTMCell | None
     lstm_size: int
+    action_size: int = 0
+    discrete_actions: bool = True
+
+    def _init_core(self, lstm_size: int, action_size: int, discrete: bool) -> None:
+        self.lstm_size = lstm_size
+        self.core = tf.keras.layers.LSTMCell(lstm_size, name="lstm") if lstm_size else None
+        self.action_size = action_size if lstm_size else 0
+        self.discrete_actions = discrete
 
     @property
     def recurrent(self) -> bool:
@@ -135,10 +153,62 @@ class _OptionalLSTM(tf.keras.Model):
         return self.core is not None
 
     def initial_state(self, batch_size) -> list[tf.Tensor]:
-        """The zero state of ``batch_size`` fresh episodes: [h, c] of [B, lstm] or []."""
+        """The state of ``batch_size`` fresh episodes: [] for a feed-forward network, else
+        [h, c] of [B, lstm] zeros, plus the encoded previous action [B, action_size] (zeros)
+        when the core reads it."""
         if not self.core:
             return []
-        return [tf.zeros([batch_size, self.lstm_size]), tf.zeros([batch_size, self.lstm_size])]
+        state = [tf.zeros([batch_size, self.lstm_size]), tf.zeros([batch_size, self.lstm_size])]
+        if self.action_size:
+            state.append(tf.zeros([batch_size, self.action_size]))
+        return state
+
+    def encode_actions(self, actions) -> tf.Tensor:
+        """Actions [..] (int) or [.., D] (float, normalised) -> the core's input [.., action_size]:
+        one-hot for discrete actions, clipped to [-1, 1] for continuous ones."""
+        if self.discrete_actions:
+            return tf.one_hot(tf.cast(actions, tf.int32), self.action_size)
+        return tf.clip_by_value(tf.cast(actions, tf.float32), -1.0, 1.0)
+
+    def record_action(self, state, actions) -> list:
+        """The state with ``actions`` [N, ...] as the previous action of the next step (for the
+        caller that chose them after :meth:`step`); unchanged when the core does not read
+        actions."""
+        if not self.action_size:
+            return list(state)
+        return list(state[:2]) + [self.encode_actions(actions)]
+
+    def _core_inputs(self, features, state, rewards):
+        """One step's core input: features, then the clipped reward and the previous action."""
+        if not self.action_size:
+            return features
+        if rewards is None:
+            rewards = tf.zeros(tf.shape(features)[:1])
+        reward = tf.clip_by_value(tf.cast(rewards, tf.float32), -1.0, 1.0)[:, None]
+        return tf.concat([features, reward, state[2]], axis=-1)
+
+    def _core_step(self, features, state, rewards):
+        """Runs the core on one step; returns (output, new state) (the previous-action entry is
+        kept; :meth:`record_action` replaces it)."""
+        out, (h, c) = self.core(self._core_inputs(features, state, rewards), list(state[:2]))
+        return out, [h, c] + list(state[2:])
+
+    def _core_unroll(self, features, first, state, actions, rewards):
+        """Runs the core over [T, B, F] features (see :func:`unroll_core`), building each row's
+        previous action from ``actions`` [T, B, ...] (row 0's from ``state``) and zeroing the
+        action and reward inputs where an episode begins."""
+        if not self.action_size:
+            out, final = unroll_core(self.core, features, first, state[:2])
+            return out, final
+        keep = 1.0 - tf.cast(first, tf.float32)
+        encoded = self.encode_actions(actions)                              # [T, B, D]
+        prev = tf.concat([state[2][None], encoded[:-1]], axis=0) * keep[:, :, None]
+        if rewards is None:
+            rewards = tf.zeros_like(keep)
+        reward = tf.clip_by_value(tf.cast(rewards, tf.float32), -1.0, 1.0) * keep
+        inputs = tf.concat([features, reward[:, :, None], prev], axis=-1)
+        out, final = unroll_core(self.core, inputs, first, state[:2])
+        return out, final + [encoded[-1]]
 
 
 class ActorCritic(_OptionalLSTM):
@@ -152,15 +222,19 @@ class ActorCritic(_OptionalLSTM):
       value_torso: a separate feature extractor for the value, or None to share ``torso``.
       lstm_size: units of the LSTM core; 0 for none.
       distribution: the action distribution the policy head parameterises.
+      action_reward_inputs: whether the core also reads the previous action and reward.
     """
 
     def __init__(self, torso: tf.keras.layers.Layer, value_torso: tf.keras.layers.Layer | None,
-                 lstm_size: int, distribution: Categorical | DiagGaussian):
+                 lstm_size: int, distribution: Categorical | DiagGaussian,
+                 action_reward_inputs: bool = False):
         super().__init__(name="actor_critic")
         self.torso = torso
         self.value_torso = value_torso
-        self.lstm_size = lstm_size
-        self.core = tf.keras.layers.LSTMCell(lstm_size, name="lstm") if lstm_size else None
+        action_size = distribution.num_actions if distribution.discrete \
+            else distribution.action_size
+        self._init_core(lstm_size, action_size if action_reward_inputs else 0,
+                        distribution.discrete)
         self.distribution = distribution
         if isinstance(distribution, Categorical):
             # A small last layer starts the policy close to uniform.
@@ -180,12 +254,14 @@ class ActorCritic(_OptionalLSTM):
             params = tf.concat([head, tf.zeros_like(head) + self.log_std], axis=-1)
         return params, tf.squeeze(self.value_head(value_features), axis=-1)
 
-    def step(self, observations, state):
-        """One step: observations [N, *obs], state -> (params [N, P], values [N], new state)."""
+    def step(self, observations, state, rewards=None):
+        """One step: observations [N, *obs], state, the rewards [N] that led to them (zero on an
+        episode's first step; read only by a core with action and reward inputs) -> (params
+        [N, P], values [N], new state)."""
         features = self.torso(observations)
         value_features = self.value_torso(observations) if self.value_torso else features
         if self.core:
-            features, state = self.core(features, state)
+            features, state = self._core_step(features, state, rewards)
             value_features = features
         params, values = self._heads(features, value_features)
         return params, values, state
@@ -196,7 +272,7 @@ class ActorCritic(_OptionalLSTM):
                                       self.initial_state(tf.shape(observations)[0]))
         return params, values
 
-    def unroll(self, observations, first, state):
+    def unroll(self, observations, first, state, actions=None, rewards=None):
         """A time-major sequence.
 
         Args:
@@ -204,6 +280,9 @@ class ActorCritic(_OptionalLSTM):
           first: bool [T, B], true where x_t starts a new episode (its state is then reset
             to zero before x_t is read, row 0 included).
           state: the recurrent state before row 0.
+          actions: [T, B, ...] the action taken at each row (row t - 1's is row t's previous
+            action); needed only by a core with action and reward inputs.
+          rewards: [T, B] the reward that led to each row's observation; ditto.
 
         Returns:
           params [T, B, P], values [T, B].
@@ -214,7 +293,8 @@ class ActorCritic(_OptionalLSTM):
         features = self.torso(flat)
         value_features = self.value_torso(flat) if self.value_torso else features
         if self.core:
-            features, _ = unroll_core(self.core, tf.reshape(features, [t, b, -1]), first, state)
+            features, _ = self._core_unroll(tf.reshape(features, [t, b, -1]), first, state,
+                                            actions, rewards)
             features = tf.reshape(features, [t * b, self.lstm_size])
             value_features = features
         params, values = self._heads(features, value_features)
@@ -256,15 +336,16 @@ class DuelingQNetwork(_OptionalLSTM):
       lstm_size: units of the LSTM core; 0 for none.
       num_actions: A.
       head_size: hidden units of each of the value and advantage streams.
+      action_reward_inputs: whether the core also reads the previous action and reward.
     """
 
     def __init__(self, torso: tf.keras.layers.Layer, lstm_size: int, num_actions: int,
-                 head_size: int = 256, name: str = "dueling_q"):
+                 head_size: int = 256, name: str = "dueling_q",
+                 action_reward_inputs: bool = False):
         super().__init__(name=name)
         self.torso = torso
-        self.lstm_size = lstm_size
         self.num_actions = num_actions
-        self.core = tf.keras.layers.LSTMCell(lstm_size, name="lstm") if lstm_size else None
+        self._init_core(lstm_size, num_actions if action_reward_inputs else 0, True)
         self.value_hidden = _dense(head_size, "relu", np.sqrt(2), "value_hidden")
         self.value_out = _dense(1, None, 1.0, "value")
         self.advantage_hidden = _dense(head_size, "relu", np.sqrt(2), "advantage_hidden")
@@ -275,40 +356,77 @@ class DuelingQNetwork(_OptionalLSTM):
         advantage = self.advantage_out(self.advantage_hidden(features))
         return value + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
 
-    def step(self, observations, state):
-        """One step: observations [N, *obs], state -> (Q [N, A], new state)."""
+    def step(self, observations, state, rewards=None):
+        """One step: observations [N, *obs], state, the rewards [N] that led to them (read only
+        by a core with action and reward inputs) -> (Q [N, A], new state)."""
         features = self.torso(observations)
         if self.core:
-            features, state = self.core(features, state)
+            features, state = self._core_step(features, state, rewards)
         return self._head(features), state
 
     def call(self, observations):
         """A feed-forward step from the zero state: observations [N, *obs] -> Q [N, A]."""
         return self.step(observations, self.initial_state(tf.shape(observations)[0]))[0]
 
-    def unroll(self, observations, first, state):
-        """A time-major sequence: observations [T, B, *obs], first bool [T, B], state ->
-        (Q [T, B, A], final state). The state is reset where ``first`` is true."""
+    def unroll(self, observations, first, state, actions=None, rewards=None):
+        """A time-major sequence: observations [T, B, *obs], first bool [T, B], state, and for
+        a core with action and reward inputs the actions [T, B] and rewards [T, B] of the rows
+        -> (Q [T, B, A], final state). The state is reset where ``first`` is true."""
         shape = tf.shape(observations)
         t, b = shape[0], shape[1]
         flat = tf.reshape(observations, tf.concat([[t * b], shape[2:]], 0))
         features = self.torso(flat)
         if self.core:
-            features, state = unroll_core(self.core, tf.reshape(features, [t, b, -1]), first,
-                                          state)
+            features, state = self._core_unroll(tf.reshape(features, [t, b, -1]), first,
+                                                state, actions, rewards)
             features = tf.reshape(features, [t * b, self.lstm_size])
         q = self._head(features)
         return tf.reshape(q, [t, b, self.num_actions]), state
 
 
+class MixedPrecision(tf.keras.layers.Layer):
+    """Runs a torso in bfloat16 with float32 variables: [N, *obs] -> float32 features.
+
+    Observations are cast to bfloat16 (uint8 frames scaled to [0, 1] there), so the torso's
+    layers (built under the ``mixed_bfloat16`` policy) compute in bfloat16; the features are
+    cast back, so the LSTM core, the heads and the losses stay float32.
+    """
+
+    def __init__(self, torso: tf.keras.layers.Layer, name: str):
+        super().__init__(name=f"{name}_mixed")
+        self.torso = torso
+
+    def call(self, observations):
+        if observations.dtype == tf.uint8:
+            # Straight to bfloat16 (every 0..255 is exact there): float32 first, then
+            # bfloat16, cost 8% of a Pong learner's CPU in the conversion alone.
+            x = tf.cast(observations, tf.bfloat16) * tf.constant(1.0 / 255.0, tf.bfloat16)
+        else:
+            x = tf.cast(observations, tf.bfloat16)
+        return tf.cast(self.torso(x), tf.float32)
+
+
 def make_torso(config: NetworkConfig, env_spec: EnvSpec, name: str) -> tf.keras.layers.Layer:
     """The configured torso, checking that it suits the observations."""
     rank = len(env_spec.observation_shape)
-    if config.name == "mlp":
-        return MLPTorso(config.hidden_sizes, config.activation, name)
-    if rank != 3:
+    if config.name != "mlp" and rank != 3:
         raise ValueError(f"network {config.name!r} reads frames [H, W, C]; {env_spec.env_id} "
                          f"observes shape {list(env_spec.observation_shape)}")
+    if config.precision == "float32":
+        return _torso(config, name)
+    # Layers take their dtype policy from the global one when they are made.
+    previous = tf.keras.mixed_precision.global_policy()
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        torso = _torso(config, name)
+    finally:
+        tf.keras.mixed_precision.set_global_policy(previous)
+    return MixedPrecision(torso, name)
+
+
+def _torso(config: NetworkConfig, name: str) -> tf.keras.layers.Layer:
+    if config.name == "mlp":
+        return MLPTorso(config.hidden_sizes, config.activation, name)
     if config.name == "nature_cnn":
         return NatureTorso(config.dense_size, name)
     channels = config.resnet_channels or DEFAULT_RESNET_CHANNELS[config.name]
@@ -321,7 +439,8 @@ def make_actor_critic(config: NetworkConfig, env_spec: EnvSpec,
     torso = make_torso(config, env_spec, "torso")
     separate_value = config.name == "mlp" and not config.lstm_size
     value_torso = make_torso(config, env_spec, "value_torso") if separate_value else None
-    net = ActorCritic(torso, value_torso, config.lstm_size, distribution)
+    net = ActorCritic(torso, value_torso, config.lstm_size, distribution,
+                      action_reward_inputs=config.action_reward_inputs)
     obs = tf.zeros([1] + list(env_spec.observation_shape), env_spec.observation_dtype)
     net.step(obs, net.initial_state(1))
     return net

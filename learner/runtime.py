@@ -21,8 +21,8 @@ the action space, and an update whose gradients are not finite is skipped and co
 
 from __future__ import annotations
 
+import asyncio
 import collections
-import concurrent.futures
 import dataclasses
 import logging
 import math
@@ -48,12 +48,19 @@ log = logging.getLogger(__name__)
 BUDGET_REASONS = ("max_env_steps", "max_seconds", "target_return")
 
 
+#: Longest the trainer holds back its first (tracing) step for the first actions to go out.
+FIRST_ACTIONS_WAIT_S = 10.0
+
+
 class HandshakeError(Exception):
     """An actor the learner must refuse; ``code`` names the gRPC status to fail with."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
+
+
+_NO_ENVS = np.zeros(0, np.int64)
 
 
 @dataclasses.dataclass
@@ -64,15 +71,21 @@ class StepData:
     rewards: np.ndarray           # [K] float32
     terminated: np.ndarray        # [K] bool
     truncated: np.ndarray         # [K] bool
+    #: Envs whose episode was truncated by this step and whose final observation came along.
+    final_ids: np.ndarray = dataclasses.field(default_factory=lambda: _NO_ENVS)  # [M] int64
+    final_observations: np.ndarray | None = None                 # [M, *obs_shape]
 
 
 class Stream:
     """Learner-side state of one connected actor: its unroll builder and recurrent state."""
 
     def __init__(self, actor_id: str, num_envs: int, builder: UnrollBuilder,
-                 state: list[np.ndarray], actor_index: int = 0, evaluation: bool = False):
+                 state: list[np.ndarray], actor_index: int = 0, evaluation: bool = False,
+                 first_env: int = 0):
         self.actor_id = actor_id
         self.actor_index = actor_index
+        #: Index of this stream's env 0 among its actor's envs.
+        self.first_env = first_env
         #: An evaluation actor's episodes are reported apart and its steps are not trained on.
         self.evaluation = evaluation
         self.num_envs = num_envs
@@ -81,7 +94,12 @@ class Stream:
         self.lane = 0
         self.builder = builder
         self.state = state
+        #: Each env's value at its latest observation: what a truncation without a final
+        #: observation (an env restarted after an error) bootstraps from.
+        self.last_value = np.zeros(num_envs, np.float32)
         self.closed = False
+        #: Whether its envs count in its lane's ``open_envs`` (until it closes).
+        self.counted = False
 
 
 class LearnerRuntime:
@@ -131,6 +149,13 @@ class LearnerRuntime:
         self.eval_returns: collections.deque[float] = collections.deque(
             maxlen=spec.budget.return_window)
         self.last_metrics: dict[str, float] = {}
+        #: Unix times of the first actions sent to an actor (its first env step follows) and
+        #: of the stop; start-up and learner updates/s are measured between them.
+        self.first_actions_time: float | None = None
+        self._first_actions = threading.Event()
+        self.stop_time: float | None = None
+        #: Step messages received from actors (a learner's load is messages, not env steps).
+        self.messages = 0
         #: Updates skipped because their gradients were not finite.
         self.skipped_updates = 0
         #: Actions the agent produced outside the action space, replaced before sending.
@@ -189,7 +214,7 @@ class LearnerRuntime:
     # -- streams ------------------------------------------------------------------------
 
     def open_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec,
-                    actor_index: int = 0) -> Stream:
+                    actor_index: int = 0, first_env: int = 0) -> Stream:
         """Registers an actor after its handshake; nothing is allocated before every check.
 
         Raises:
@@ -237,7 +262,7 @@ class LearnerRuntime:
             # Reserved now, filled below: a concurrent hello with this id is refused.
             self._streams[actor_id] = None
         try:
-            stream = self._new_stream(actor_id, num_envs, env_spec, actor_index)
+            stream = self._new_stream(actor_id, num_envs, env_spec, actor_index, first_env)
         except BaseException:
             with self._streams_lock:
                 del self._streams[actor_id]
@@ -247,7 +272,7 @@ class LearnerRuntime:
         return stream
 
     def _new_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec,
-                    actor_index: int) -> Stream:
+                    actor_index: int, first_env: int = 0) -> Stream:
         agent = self.agent
         fields = {
             "observation": (env_spec.observation_shape, np.dtype(env_spec.observation_dtype)),
@@ -255,24 +280,31 @@ class LearnerRuntime:
             "terminated": ((), np.dtype(bool)),
             "truncated": ((), np.dtype(bool)),
             "action": (env_spec.action_shape, np.dtype(env_spec.action_dtype)),
+            "final_value": ((), np.dtype(np.float32)),
             **agent.step_fields(),
         }
         length, period = agent.unroll_layout(self.experiment.spec.learner.unroll_length)
         builder = UnrollBuilder(self.experiment.spec.learner.unroll_length, num_envs, fields,
                                 length=length, period=period)
         stream = Stream(actor_id, num_envs, builder,
-                        agent.initial_state(num_envs, actor_index), actor_index,
-                        agent.is_evaluation_actor(actor_index))
+                        agent.initial_state(num_envs, actor_index, first_env), actor_index,
+                        agent.is_evaluation_actor(actor_index), first_env)
         # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in order.
         with self._streams_lock:
             stream.lane = self._streams_opened % len(self.batchers)
             self._streams_opened += 1
+            # The lane's batcher closes a batch early once every env it serves is waiting.
+            self.batchers[stream.lane].open_envs += num_envs
+            stream.counted = True
         return stream
 
     def close_stream(self, stream: Stream) -> None:
         """Forgets a stream that ended (its partial unrolls are dropped)."""
         stream.closed = True
         with self._streams_lock:
+            if stream.counted:
+                stream.counted = False
+                self.batchers[stream.lane].open_envs -= stream.num_envs
             if self._streams.get(stream.actor_id) is stream:
                 del self._streams[stream.actor_id]
 
@@ -307,10 +339,13 @@ class LearnerRuntime:
         if self.observer is not None:
             self.observer.inference_batch(size, seconds)
 
-    def submit(self, stream: Stream, step: StepData,
-               episodes: list[tuple[float, int]]) -> concurrent.futures.Future:
-        """Queues one step of a stream for batched inference; resolves to its actions [K]."""
+    def submit(self, stream: Stream, step: StepData, episodes: list[tuple[float, int]],
+               loop: asyncio.AbstractEventLoop | None = None):
+        """Queues one step of a stream for batched inference; the future resolves to its
+        actions [K]: an asyncio future of ``loop`` (the caller's running loop) when given, else
+        a ``concurrent.futures.Future``."""
         self.env_steps += stream.num_envs
+        self.messages += 1
         self._last_env_step = time.monotonic()
         self._stepped = True
         for episode_return, length in episodes:
@@ -322,42 +357,93 @@ class LearnerRuntime:
             else:
                 self.episodes += 1
                 self.returns.append(float(episode_return))
-        return self.batchers[stream.lane].submit((stream, step), stream.num_envs)
+        return self.batchers[stream.lane].submit((stream, step), stream.num_envs, loop)
 
     # -- inference (batcher thread) -----------------------------------------------------
 
     def _infer(self, items: list[tuple[Stream, StepData]]) -> list[np.ndarray]:
+        """One inference call for the steps of several streams.
+
+        The final observations of truncated episodes ride in the same call as extra rows, each
+        with its env's state from before the reset, so that their values cost no call of their
+        own; only those values are kept from them.
+        """
         agent = self.agent
-        observations = np.concatenate([step.observations for _, step in items])
-        states_before = []
+        observations, rewards, states_before = [], [], []
+        # Per item: (final env ids, their observations, states, rewards), or None.
+        finals: list[tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray] | None] = []
         for stream, step in items:
             done = step.terminated | step.truncated
+            if len(step.final_ids) and step.final_observations is not None:
+                ids = step.final_ids
+                finals.append((ids, step.final_observations, [s[ids] for s in stream.state],
+                               step.rewards[ids]))
+            else:
+                finals.append(None)
             if stream.state and done.any():
-                fresh = agent.initial_state(stream.num_envs, stream.actor_index)
-                for s, f in zip(stream.state, fresh):
-                    s[done] = f[done]
+                fresh = agent.initial_state(stream.num_envs, stream.actor_index,
+                                            stream.first_env)
+                stream.state = [np.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), f, s)
+                                for s, f in zip(stream.state, fresh)]
             states_before.append(stream.state)
+            observations.append(step.observations)
+            # A first step's input reward belongs to the episode before it.
+            rewards.append(np.where(done, np.float32(0), step.rewards))
+        n = sum(len(o) for o in observations)
+        for _ids, obs, state, reward in (f for f in finals if f is not None):
+            observations.append(obs)
+            states_before.append(state)
+            rewards.append(reward)
         state = [np.concatenate(parts) for parts in zip(*states_before)] if states_before[0] \
             else []
-        outputs, new_state = agent.inference(observations, state)
+        outputs, new_state = agent.inference(np.concatenate(observations), state,
+                                             np.concatenate(rewards).astype(np.float32))
+        # An agent without value estimates bootstraps truncations from zero.
+        values = np.asarray(outputs["value"], np.float32) if "value" in outputs else \
+            np.zeros(len(outputs["action"]), np.float32)
         # Before the unrolls store them: a stored action outside the space would fail the
         # training step that reads it, as surely as a sent one would fail the actor's env.
         outputs["action"] = self._legal_actions(outputs["action"])
-        results, offset = [], 0
+        env_actions = self.env_spec.to_env_actions(outputs["action"][:n])
+        results, offset, final_offset = [], 0, n
         for i, (stream, step) in enumerate(items):
             k = stream.num_envs
             part = {name: value[offset:offset + k] for name, value in outputs.items()}
             if new_state:
                 stream.state = [s[offset:offset + k] for s in new_state]
+            final = finals[i]
+            final_value = self._final_values(stream, step, final, values, final_offset)
+            if final is not None:
+                final_offset += len(final[0])
+            stream.last_value = values[offset:offset + k]
             offset += k
             row = {"observation": step.observations, "reward": step.rewards,
-                   "terminated": step.terminated, "truncated": step.truncated, **part}
+                   "terminated": step.terminated, "truncated": step.truncated,
+                   "final_value": final_value, **part}
             if not stream.closed and self._train_enabled and not stream.evaluation:
                 unroll = stream.builder.append(row, states_before[i])
                 if unroll is not None:
                     self._enqueue(unroll, stream.actor_id)
-            results.append(part["action"])
+            results.append(env_actions[offset - k:offset])
+        if self.first_actions_time is None:
+            self.first_actions_time = time.time()
+            self._first_actions.set()
         return results
+
+    @staticmethod
+    def _final_values(stream: Stream, step: StepData, final, values: np.ndarray,
+                      offset: int) -> np.ndarray:
+        """Each env's value to bootstrap a truncation from: its final observation's where the
+        actor sent one, else (an env restarted after an error) that of the last observation
+        seen before it; zero where nothing was truncated."""
+        cut = step.truncated & ~step.terminated
+        if not cut.any():
+            return np.zeros(stream.num_envs, np.float32)
+        out = np.where(cut, stream.last_value, np.float32(0)).astype(np.float32)
+        if final is not None:
+            ids = final[0]
+            out[ids] = values[offset:offset + len(ids)]
+        return out
 
     def _legal_actions(self, actions: np.ndarray) -> np.ndarray:
         """The batch's actions with any outside the action space replaced, so that an actor
@@ -399,6 +485,15 @@ class LearnerRuntime:
             while not self.agent_ready.wait(0.1):
                 if self.stop_event.is_set():
                     return
+            # The first training step traces its graph: ~0.7 s of GIL-bound Python that, begun
+            # at once, held back the first inference (tracing too) and so the actors' first
+            # env steps. Unrolls cannot be ready before the first actions anyway.
+            deadline = time.monotonic() + FIRST_ACTIONS_WAIT_S
+            while not self._first_actions.wait(0.1):
+                if self.stop_event.is_set():
+                    return
+                if time.monotonic() > deadline:
+                    break
             if self.agent.uses_replay:
                 self._train_from_replay()
             else:
@@ -425,7 +520,9 @@ class LearnerRuntime:
                         "%s) on a batch with unrolls from actor(s) %s", self.skipped_updates,
                         grad_norm, ", ".join(sorted(actors)) or "unknown")
             return
-        self.last_metrics = metrics
+        # A step that trained on nothing (PPO drops a batch whose unrolls all lag too far)
+        # reports only its lag; the loss, KL and the rest keep the last update's values.
+        self.last_metrics = {**self.last_metrics, **metrics}
         self.learner_steps += 1
         for hook in self._after_train_step:
             hook()
@@ -450,24 +547,30 @@ class LearnerRuntime:
             self._after_step(self.agent.train(stack_unrolls(unrolls)), actors)
 
     def _train_from_replay(self) -> None:
-        """Replay: unrolls go into the agent's replay as they arrive; a step runs whenever the
-        agent says its replay is full enough and the replay ratio allows one. A skipped step
-        names the actors whose unrolls entered the replay since the last good step (the
-        sampled batch itself may hold older ones)."""
+        """Replay: unrolls go into the agent's replay as they arrive, as many as its replay
+        ratio lets it take; a step runs whenever the agent says its replay is full enough and
+        the ratio allows one. An agent that takes no more leaves the queue to fill, and a full
+        queue holds inference: the actors wait for training, as in SEED. A skipped step names
+        the actors whose unrolls entered the replay since the last good step (the sampled
+        batch itself may hold older ones)."""
         recent: set[str] = set()
+        # Agents written before the replay ratio held both ways take whatever arrives.
+        insert_limit = getattr(self.agent, "insert_limit", lambda: None)
         while not self.stop_event.is_set():
+            limit = insert_limit()
             fresh = []
-            if not self.agent.can_train():
-                # Nothing to do until more data arrives.
-                try:
-                    fresh.append(self._unrolls.get(timeout=0.1))
-                except queue.Empty:
-                    pass
-            while True:
-                try:
-                    fresh.append(self._unrolls.get_nowait())
-                except queue.Empty:
-                    break
+            if limit != 0:
+                if not self.agent.can_train():
+                    # Nothing to do until more data arrives.
+                    try:
+                        fresh.append(self._unrolls.get(timeout=0.1))
+                    except queue.Empty:
+                        pass
+                while limit is None or len(fresh) < limit:
+                    try:
+                        fresh.append(self._unrolls.get_nowait())
+                    except queue.Empty:
+                        break
             if fresh:
                 recent.update(actor_id for actor_id, _ in fresh)
                 self.agent.add_unrolls([unroll for _, unroll in fresh])
@@ -509,6 +612,7 @@ class LearnerRuntime:
         """Stops training and tells actors to stop; the first reason given is kept."""
         if self.stop_reason is None:
             self.stop_reason = reason
+            self.stop_time = time.time()
             log.info("stopping: %s", reason)
         self.stop_event.set()
 
@@ -557,6 +661,8 @@ class LearnerRuntime:
             inference_batches=sum(b.batches for b in self.batchers),
             inference_steps=sum(b.items for b in self.batchers),
             queued_unrolls=self.queued_unrolls,
+            messages=self.messages,
+            first_actions_time=self.first_actions_time,
             metrics=dict(self.last_metrics),
             eval_episodes=self.eval_episodes or None,
             eval_mean_return=float(np.mean(self.eval_returns)) if self.eval_returns else None,

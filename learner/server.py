@@ -3,7 +3,8 @@
 Uses ``grpc.aio``: measured here at about twice the message rate of the thread-pool server over
 8 streams (shared/NOTES.md), and it holds thousands of idle streams without a thread each.
 Decoding and checks run on the event loop; inference runs in the batcher's thread and its
-result comes back through a future, so one slow batch never blocks reading other streams.
+result comes back through an asyncio future (resolved with the rest of its batch in one loop
+callback), so one slow batch never blocks reading other streams.
 
 A bad message fails its own stream with INVALID_ARGUMENT and a reason; every other stream goes
 on. Every number from the wire is checked before use (see :class:`StepChecker`), and a Hello
@@ -44,6 +45,10 @@ MAX_ACTOR_ID = 256
 #: rewards it received: the wire carries float32 rewards (relative rounding <= 2**-24 each),
 #: the actor sums the env's own (usually float64) ones.
 RETURN_RTOL = 1e-6
+#: Up to this many envs a Step's rewards are range-checked in Python: for a few values that
+#: costs less than numpy's per-call overhead (most messages of a learner with many streams carry
+#: one or a few envs).
+SMALL_STEP = 32
 
 
 class StepChecker:
@@ -93,15 +98,16 @@ class StepChecker:
           WireError: naming the offending field.
         """
         k = self.num_envs
+        ids = msg.env_ids
         # Lengths first: a repeated field is only copied once its size is known to be K.
-        if len(msg.env_ids) != k:
-            raise WireError(f"step.env_ids: expected {k} ids (one per env), got "
-                            f"{len(msg.env_ids)}")
-        ids = list(msg.env_ids)
-        in_order = ids == self.env_ids  # the usual case, checked in one comparison
-        if not in_order and sorted(ids) != self.env_ids:
-            raise WireError(f"step.env_ids: must be a permutation of 0..{k - 1}, got "
-                            f"{ids[:16]}")
+        if len(ids) != k:
+            raise WireError(f"step.env_ids: expected {k} ids (one per env), got {len(ids)}")
+        in_order = ids == self.env_ids  # the usual case: one comparison, no copy
+        if not in_order:
+            ids = list(ids)
+            if sorted(ids) != self.env_ids:
+                raise WireError(f"step.env_ids: must be a permutation of 0..{k - 1}, got "
+                                f"{ids[:16]}")
         obs = decode_array(msg.observations, "step.observations", self.spec.observation_dtype,
                            self._shape)
         if self._obs_check == "sum":
@@ -110,21 +116,27 @@ class StepChecker:
             finite = self._obs_check is None or bool(np.isfinite(obs).all())
         if not finite:
             raise WireError("step.observations: must be finite (found NaN or infinity)")
-        for name in ("rewards", "terminated", "truncated"):
-            if len(getattr(msg, name)) != k:
-                raise WireError(f"step.{name}: expected {k} values, got "
-                                f"{len(getattr(msg, name))}")
-        rewards = np.asarray(msg.rewards, dtype=np.float32)
+        rewards, terminated, truncated = msg.rewards, msg.terminated, msg.truncated
+        for name, values in (("rewards", rewards), ("terminated", terminated),
+                             ("truncated", truncated)):
+            if len(values) != k:
+                raise WireError(f"step.{name}: expected {k} values, got {len(values)}")
+        limit = self.max_abs_reward
+        # Small steps: |r| <= limit in Python (NaN fails the comparison too); numpy decides,
+        # and words the reason, only when that fails.
+        checked = k <= SMALL_STEP and all(map(limit.__ge__, map(abs, rewards)))
+        # fromiter with the count checked above: ~2x faster than asarray on repeated fields.
+        rewards = np.fromiter(rewards, np.float32, k)
         magnitudes = np.abs(rewards)
-        largest = float(magnitudes.max())
-        if not largest <= self.max_abs_reward:  # also catches NaN
-            if not np.isfinite(rewards).all():
-                raise WireError("step.rewards: must be finite")
-            raise WireError(f"step.rewards: {largest:g} is beyond the largest reward the "
-                            f"Experiment allows (spec.env.maxAbsReward = "
-                            f"{self.max_abs_reward:g})")
-        terminated = np.asarray(msg.terminated, dtype=bool)
-        truncated = np.asarray(msg.truncated, dtype=bool)
+        if not checked:
+            largest = float(magnitudes.max())
+            if not largest <= limit:  # also catches NaN
+                if not np.isfinite(rewards).all():
+                    raise WireError("step.rewards: must be finite")
+                raise WireError(f"step.rewards: {largest:g} is beyond the largest reward the "
+                                f"Experiment allows (spec.env.maxAbsReward = {limit:g})")
+        terminated = np.fromiter(terminated, bool, k)
+        truncated = np.fromiter(truncated, bool, k)
         if not in_order:
             order = np.argsort(ids)
             obs, rewards, magnitudes = obs[order], rewards[order], magnitudes[order]
@@ -141,7 +153,31 @@ class StepChecker:
             self.ep_abs[done] = 0.0
             self.ep_length[done] = 0
         self.steps += 1
-        return StepData(obs, rewards, terminated, truncated), episodes
+        step = StepData(obs, rewards, terminated, truncated)
+        if msg.final_env_ids:
+            step.final_ids, step.final_observations = self._finals(msg, terminated, truncated)
+        return step, episodes
+
+    def _finals(self, msg: seedrl_pb2.Step, terminated: np.ndarray,
+                truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The final observations of episodes truncated by this step: env ids [M] and
+        observations [M, ...], which the learner values to bootstrap from."""
+        k = self.num_envs
+        if len(msg.final_env_ids) > k:
+            raise WireError(f"step.final_env_ids: {len(msg.final_env_ids)} ids from {k} envs")
+        ids = np.asarray(msg.final_env_ids, np.int64)
+        if ids.max() >= k or len(np.unique(ids)) != len(ids):
+            raise WireError(f"step.final_env_ids: must be distinct env ids below {k}, got "
+                            f"{ids[:16].tolist()}")
+        if not (truncated[ids] & ~terminated[ids]).all():
+            raise WireError("step.final_env_ids: only envs truncated (not terminated) by this "
+                            "step have a final observation")
+        obs = decode_array(msg.final_observations, "step.final_observations",
+                           self.spec.observation_dtype,
+                           (len(ids),) + self.spec.observation_shape)
+        if self._obs_check and not np.isfinite(obs).all():
+            raise WireError("step.final_observations: must be finite (found NaN or infinity)")
+        return ids, obs
 
     def _episodes(self, messages, done: np.ndarray, first: bool) -> list[tuple[float, int]]:
         """Checks a Step's episodes; returns the verified ones. A loop: a Step carries a few
@@ -221,7 +257,7 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         actor went away), the registration still completes there: it is undone as soon as it
         does, or the actor id would stay taken for good."""
         registering = self._hellos.submit(self.runtime.open_stream, actor_id, hello.num_envs,
-                                          spec, index)
+                                          spec, index, hello.first_env)
         try:
             return await asyncio.wrap_future(registering)
         except asyncio.CancelledError:
@@ -284,41 +320,43 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         checker = StepChecker(stream.num_envs, runtime.env_spec,
                               runtime.experiment.spec.env.max_abs_reward)
         log.info("actor %s connected with %d envs", stream.actor_id, stream.num_envs)
+        loop = asyncio.get_running_loop()
         try:
             yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
                 protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id, actor_index=index))
-            while True:
-                try:
-                    msg = await _next_message(request_iterator)
-                except WireError as exc:
-                    await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
-                                       str(exc))
-                if msg is None:
-                    return
-                if runtime.finished:
-                    if runtime.experiment_finished:
-                        yield seedrl_pb2.LearnerMessage(finished=True)
-                        return
-                    await _stopping_early(context, runtime)
-                if msg.WhichOneof("kind") != "step":
-                    await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
-                                       "expected a step after the hello")
-                unverified = checker.unverified
-                try:
-                    step, episodes = checker.decode(msg.step)
-                    runtime.unverified_episodes += checker.unverified - unverified
-                except WireError as exc:
-                    await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
-                                       str(exc))
-                try:
-                    actions = await asyncio.wrap_future(runtime.submit(stream, step, episodes))
-                except BatcherStopped:
-                    if runtime.experiment_finished:
-                        yield seedrl_pb2.LearnerMessage(finished=True)
-                        return
-                    await _stopping_early(context, runtime)
-                yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
-                    env_ids=checker.env_ids, actions=encode_array(actions)))
+            # Per message: read, check, decode, queue for inference, answer. Everything else
+            # is per batch or per stream (profiled: this loop is what a learner with many
+            # streams spends its CPU on).
+            try:
+                async for msg in request_iterator:
+                    if runtime.finished:
+                        if runtime.experiment_finished:
+                            yield seedrl_pb2.LearnerMessage(finished=True)
+                            return
+                        await _stopping_early(context, runtime)
+                    if msg.WhichOneof("kind") != "step":
+                        await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                                           "expected a step after the hello")
+                    unverified = checker.unverified
+                    try:
+                        step, episodes = checker.decode(msg.step)
+                    except WireError as exc:
+                        await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                                           str(exc))
+                    if checker.unverified != unverified:
+                        runtime.unverified_episodes += checker.unverified - unverified
+                    try:
+                        actions = await runtime.submit(stream, step, episodes, loop)
+                    except BatcherStopped:
+                        if runtime.experiment_finished:
+                            yield seedrl_pb2.LearnerMessage(finished=True)
+                            return
+                        await _stopping_early(context, runtime)
+                    yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
+                        env_ids=checker.env_ids, actions=encode_array(actions)))
+            except DecodeError as exc:  # gRPC decodes each message lazily, as it is read
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
+                                   _undecodable(exc))
         finally:
             runtime.close_stream(stream)
             self.indices.disconnect(actor_id, index)
@@ -345,7 +383,12 @@ async def _next_message(request_iterator):
     except StopAsyncIteration:
         return None
     except DecodeError as exc:
-        raise WireError(f"the message is not a valid ActorMessage ({exc})") from None
+        raise WireError(_undecodable(exc)) from None
+
+
+def _undecodable(exc: DecodeError) -> str:
+    """The refusal of bytes that are not an ActorMessage."""
+    return f"the message is not a valid ActorMessage ({exc})"
 
 
 def server_credentials(cert_file: str | None, key_file: str | None):

@@ -13,6 +13,7 @@ last row of one is the first row of the next, so the learner can bootstrap from 
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 
 import numpy as np
@@ -21,16 +22,17 @@ import numpy as np
 class UnrollBuilder:
     """Builds unrolls of ``length`` rows, one every ``period`` rows, for the K envs of a stream.
 
-    V-trace uses ``length = T + 1`` and ``period = T`` (consecutive unrolls share one row to
-    bootstrap from); R2D2 uses sequences of 80 rows starting every 40 (overlapping by 40).
+    V-trace and PPO use ``length = T + 1`` and ``period = T`` (consecutive unrolls share one row
+    to bootstrap from); R2D2 uses ``burn-in + m + 1`` rows every ``m`` (overlapping by the burn-in
+    and the bootstrap row), so a row may belong to several unrolls.
 
     Args:
       unroll_length: T; with the default period every emitted unroll has T + 1 rows.
       num_envs: K.
       fields: name -> (per-env shape, dtype) of every per-step field to store.
       length: rows per unroll, if not ``unroll_length + 1``.
-      period: rows between the starts of consecutive unrolls (default ``unroll_length``);
-        ``length / 2 <= period <= length``.
+      period: rows between the starts of consecutive unrolls (default ``unroll_length``),
+        ``1 <= period <= length``.
     """
 
     def __init__(self, unroll_length: int, num_envs: int,
@@ -38,17 +40,17 @@ class UnrollBuilder:
                  length: int | None = None, period: int | None = None):
         self.length = unroll_length + 1 if length is None else length
         self.period = unroll_length if period is None else period
-        # Only the state of the row that opens the next unroll is kept, so at most two unrolls
-        # may overlap at any row: period >= length / 2.
-        if not (self.length <= 2 * self.period and self.period <= self.length):
-            raise ValueError(f"period must be in [{(self.length + 1) // 2}, {self.length}] for "
-                             f"unrolls of {self.length} rows, got {self.period}")
+        if not 1 <= self.period <= self.length:
+            raise ValueError(f"period must be in [1, {self.length}] for unrolls of "
+                             f"{self.length} rows, got {self.period}")
         self.num_envs = num_envs
         self._buffers = {name: np.zeros((self.length, num_envs) + tuple(shape), dtype=dtype)
                          for name, (shape, dtype) in fields.items()}
         self._row = 0
         self.initial_state: list[np.ndarray] = []
-        self._next_state: list[np.ndarray] = []
+        # States at the rows of the buffer where later unrolls begin (period, 2 period, ...),
+        # oldest first.
+        self._pending: collections.deque[list[np.ndarray]] = collections.deque()
 
     def append(self, row: Mapping[str, np.ndarray],
                state_before: list[np.ndarray] | None = None) -> dict[str, np.ndarray] | None:
@@ -57,7 +59,7 @@ class UnrollBuilder:
         Args:
           row: field name -> array of shape [K, ...]; must name every field.
           state_before: the agent's recurrent state (list of [K, ...] arrays) used to compute
-            this row's outputs; kept as the unroll's initial state when this is its first row.
+            this row's outputs; kept as the initial state of each unroll this row begins.
 
         Returns:
           None, or a dict field -> array [length, K, ...] (a copy the caller owns), plus the key
@@ -65,9 +67,8 @@ class UnrollBuilder:
         """
         if self._row == 0:
             self.initial_state = [np.array(s) for s in state_before or []]
-        if self._row == self.period:
-            # This row opens the next unroll.
-            self._next_state = [np.array(s) for s in state_before or []]
+        elif self._row % self.period == 0:
+            self._pending.append([np.array(s) for s in state_before or []])
         for name, buf in self._buffers.items():
             buf[self._row] = row[name]
         self._row += 1
@@ -81,13 +82,14 @@ class UnrollBuilder:
         if keep == 0:
             self._row = 0
         else:
-            self.initial_state = self._next_state
+            self.initial_state = self._pending.popleft()
             self._row = keep
         return unroll
 
     def reset(self) -> None:
         """Drops the partial unroll (the stream restarted)."""
         self._row = 0
+        self._pending.clear()
 
 
 def split_unroll(unroll: Mapping[str, object]) -> list[dict[str, np.ndarray]]:
@@ -109,3 +111,11 @@ def stack_unrolls(unrolls: list[Mapping[str, object]]) -> dict[str, object]:
         else:
             out[key] = np.stack([u[key] for u in unrolls], axis=1)
     return out
+
+
+def final_values(batch: Mapping[str, object]) -> np.ndarray:
+    """A batch's ``final_value`` rows as float32, zeros when it has none (unrolls made by hand
+    in tests and tools): where nothing was truncated they are zero anyway."""
+    if "final_value" in batch:
+        return np.asarray(batch["final_value"], np.float32)
+    return np.zeros(np.shape(batch["reward"]), np.float32)

@@ -19,24 +19,38 @@ class Agent(abc.ABC):
     def step_fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Per-step outputs stored in trajectories besides the runtime's own fields.
 
-        The runtime always stores ``observation``, ``reward``, ``terminated``, ``truncated`` and
-        ``action``; this returns the agent's extras, e.g. the behaviour policy's logits, as
-        name -> (per-env shape, dtype).
+        The runtime always stores ``observation``, ``reward``, ``terminated``, ``truncated``,
+        ``action`` (for continuous actions in the policy's normalised [-1, 1] space) and
+        ``final_value`` (where row t is truncated, the value of the final observation of the
+        episode that ended with transition t - 1, to bootstrap from); this returns the agent's
+        extras, e.g. the behaviour policy's logits, as name -> (per-env shape, dtype).
         """
 
     @abc.abstractmethod
-    def initial_state(self, batch_size: int, actor_index: int = 0) -> list[np.ndarray]:
-        """The per-env state of ``batch_size`` fresh envs of actor ``actor_index``: a list of
-        [batch, ...] arrays (empty for feed-forward agents). Besides a recurrent state it may
-        hold per-env constants such as an exploration rate."""
+    def initial_state(self, batch_size: int, actor_index: int = 0,
+                      first_env: int = 0) -> list[np.ndarray]:
+        """The per-env state of ``batch_size`` fresh envs of actor ``actor_index``, the first of
+        them being env ``first_env`` of that actor: a list of [batch, ...] arrays (empty for
+        feed-forward agents). Besides a recurrent state it may hold per-env constants such as
+        an exploration rate."""
 
     @abc.abstractmethod
-    def inference(self, observations: np.ndarray, state: list[np.ndarray]
+    def inference(self, observations: np.ndarray, state: list[np.ndarray],
+                  rewards: np.ndarray | None = None
                   ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
         """Acts on a batch of observations [N, *obs_shape].
 
+        Args:
+          observations: [N, *obs_shape].
+          state: the per-env state (see :meth:`initial_state`).
+          rewards: [N] the reward that led to each observation, zero on an episode's first
+            step (None: zeros); networks whose core reads rewards use it.
+
         Returns:
-          outputs: ``action`` [N, *action_shape] plus every field of :meth:`step_fields`.
+          outputs: ``action`` [N, *action_shape] (continuous actions in [-1, 1] space),
+            ``value`` [N] float32 (the agent's estimate of each observation's value, which the
+            runtime bootstraps truncated episodes from), plus every field of
+            :meth:`step_fields`.
           new_state: the recurrent state after this step (same structure as ``state``).
         """
 
@@ -91,6 +105,12 @@ class ReplayAgent(Agent):
     @abc.abstractmethod
     def can_train(self) -> bool:
         """Whether the replay holds enough, and the replay ratio allows, a training step."""
+
+    def insert_limit(self) -> int | None:
+        """The most unrolls the replay should take now: None for as many as have arrived, 0
+        while training steps are owed (their inserts would only run ahead of the replay ratio:
+        the actors then wait, their unrolls queued)."""
+        return None
 
     @abc.abstractmethod
     def train_from_replay(self) -> dict[str, float]:

@@ -4,6 +4,10 @@
   seedrl cost plan FILE --frames N [--throughput FILE.json] [--inference-from BENCH.json]
                    [--actors K] [--learner-steps-per-s R] [--prices FILE]
 
+The planner's rates come from --throughput, else from the Experiment's run summary
+(runs/<name>/summary.json), else from the reference figures packaged for the example
+environments (service/cost/reference_throughput.yaml), which the report labels as such.
+
 ``NAME`` is a local run (``runs/NAME/cost.json``, written by `seedrl train`) or, when there is
 none, an Experiment in the cluster whose ``status.cost`` the operator writes.
 """
@@ -38,7 +42,7 @@ def add_parser(sub) -> None:
     p.add_argument("--throughput", default=None,
                    help="(plan) measured rates: a bench-throughput JSON or a run's "
                         "summary.json (default: runs/<name>/summary.json of FILE's "
-                        "Experiment)")
+                        "Experiment, else the packaged reference figures of its env)")
     p.add_argument("--inference-from", default=None,
                    help="(plan) a bench-throughput JSON giving the model's inference cost "
                         "when --throughput is a run summary")
@@ -135,12 +139,19 @@ def cmd_plan(args) -> int:
         prices = cost.load_prices(args.prices)
         source = args.throughput or os.path.join(args.runs_dir, exp.metadata.name,
                                                  "summary.json")
-        if not args.throughput and not os.path.exists(source):
-            print(f"error: no measured throughput: {source} does not exist; pass "
-                  f"--throughput bench-throughput.json (make bench-throughput) or a run's "
-                  f"summary.json", file=sys.stderr)
-            return ExitCode.BAD_CONFIG
-        throughput = cost_plan.read_throughput(source, exp, args.inference_from)
+        if args.throughput or os.path.exists(source):
+            throughput = cost_plan.read_throughput(source, exp, args.inference_from)
+        else:
+            # Nothing measured by the user yet: the packaged figures of the example envs.
+            reference = cost_plan.reference_throughput(exp)
+            if reference is None:
+                known = ", ".join(sorted(cost_plan.load_reference().envs))
+                print(f"error: no throughput for {exp.spec.env.id}: {source} does not exist "
+                      f"and reference figures exist only for {known}; pass --throughput "
+                      f"bench-throughput.json (make bench-throughput) or a run's "
+                      f"summary.json", file=sys.stderr)
+                return ExitCode.BAD_CONFIG
+            throughput = reference
         machines = cost.rendered_machines(exp)
         result = cost_plan.plan(
             frames=int(args.frames), frames_per_step=exp.spec.env.frames_per_step,

@@ -45,7 +45,7 @@ import math
 import os
 from typing import Any
 
-from seedrl.common.config import ConfigError, parse_experiment, read_yaml_file
+from seedrl.common.config import ConfigError, load_yaml, parse_experiment, read_yaml_file
 from seedrl.service.cost.prices import PriceTable
 from seedrl.service.cost.pricing import hourly
 from seedrl.service.cost.records import Resources, rendered_machines
@@ -66,6 +66,9 @@ class Throughput:
     seed_per_cpu: float
     inference_cpu_s: float | None
     source: str
+    #: Whether the figures are the packaged reference rates rather than measurements of the
+    #: user's own (the report says so).
+    reference: bool = False
 
     @property
     def impala_per_cpu(self) -> float | None:
@@ -154,6 +157,111 @@ def read_throughput(path: str, plan_exp: Any, inference_from: str | None = None)
         rate / replicas / actor_cpu,
         inference_cpu_s,
         f"{path} (run, {replicas} actors x {actor_cpu:g} vCPU)",
+    )
+
+
+#: The packaged reference rates of the example environments (``service/cost/``).
+REFERENCE_FILE = "reference_throughput.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceTable:
+    """Env-step rates of the example environments measured on one machine (see the file).
+
+    Attributes:
+      version: names the measurement.
+      measured_on: the machine and software the figures come from.
+      envs: env id -> (env steps/s per vCPU stepping envs only, network name -> CPU-seconds
+        per env step of running that network on an actor).
+    """
+
+    version: str
+    measured_on: str
+    envs: dict[str, tuple[float, dict[str, float]]]
+
+
+def parse_reference(data: Any, path: str = REFERENCE_FILE) -> ReferenceTable:
+    """Checks and reads a reference-throughput document.
+
+    Raises:
+      ConfigError: naming each bad field.
+    """
+    problems: list[tuple[str, str]] = []
+    if not isinstance(data, dict):
+        raise _fail(path, "must be a mapping with version, measuredOn and envs")
+    for key in ("version", "measuredOn"):
+        if not isinstance(data.get(key), str) or not data.get(key):
+            problems.append((f"{path}: {key}", "must be a non-empty string"))
+    envs: dict[str, tuple[float, dict[str, float]]] = {}
+    raw_envs = data.get("envs")
+    if not isinstance(raw_envs, dict) or not raw_envs:
+        problems.append((f"{path}: envs", "must map env ids to their rates"))
+        raw_envs = {}
+    for env_id, entry in raw_envs.items():
+        where = f"{path}: envs.{env_id}"
+        if not isinstance(entry, dict):
+            problems.append((where, "must be a mapping with stepsPerCpu"))
+            continue
+        steps = entry.get("stepsPerCpu")
+        if isinstance(steps, bool) or not isinstance(steps, (int, float)) or not steps > 0:
+            problems.append((f"{where}.stepsPerCpu", f"must be a number > 0, got {steps!r}"))
+        costs = entry.get("inferenceCpuSeconds") or {}
+        if not isinstance(costs, dict):
+            problems.append(
+                (
+                    f"{where}.inferenceCpuSeconds",
+                    "must map network names to CPU-seconds per env step",
+                )
+            )
+            costs = {}
+        for network, value in costs.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                problems.append(
+                    (
+                        f"{where}.inferenceCpuSeconds.{network}",
+                        f"must be a number >= 0, got {value!r}",
+                    )
+                )
+        envs[str(env_id)] = (
+            float(steps) if isinstance(steps, (int, float)) else 0.0,
+            {
+                str(k): float(v)
+                for k, v in costs.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            },
+        )
+    if problems:
+        raise ConfigError(problems)
+    return ReferenceTable(data["version"], data["measuredOn"], envs)
+
+
+def load_reference() -> ReferenceTable:
+    """The packaged reference table."""
+    from importlib import resources
+
+    text = resources.files("seedrl.service.cost").joinpath(REFERENCE_FILE).read_text("utf-8")
+    where = f"service/cost/{REFERENCE_FILE}"
+    return parse_reference(load_yaml(text, where), where)
+
+
+def reference_throughput(exp: Any, table: ReferenceTable | None = None) -> Throughput | None:
+    """The reference rates of the Experiment's env (and of its network's inference, when the
+    table has that network), or None when the table does not cover the env."""
+    table = table or load_reference()
+    env_id = exp.spec.env.id
+    if env_id not in table.envs:
+        return None
+    steps, costs = table.envs[env_id]
+    network = exp.spec.agent.network.name
+    return Throughput(
+        steps,
+        costs.get(network),
+        f"reference figures for {env_id}"
+        + (f" and {network}" if network in costs else "")
+        + f", measured on {table.measured_on} ({table.version}), not on your "
+        f"machines; pass --throughput with a benchmark or run summary of "
+        f"your own",
+        reference=True,
     )
 
 
@@ -276,7 +384,8 @@ def format_plan(p: Plan) -> str:
     t = p.throughput
     lines = [
         f"plan: {p.frames:,} env frames; learner {p.learner}; actors {p.actor}",
-        f"measured: {t.seed_per_cpu:,.0f} env steps/s per actor vCPU stepping envs only"
+        f"{'reference' if t.reference else 'measured'}: {t.seed_per_cpu:,.0f} env "
+        f"steps/s per actor vCPU stepping envs only"
         + (
             ""
             if t.inference_cpu_s is None

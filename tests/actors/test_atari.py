@@ -117,3 +117,40 @@ def test_stack_holds_the_last_frames_of_the_same_game():
         np.testing.assert_array_equal(obs, np.stack(history[-4:], axis=-1))
     stacked.close()
     single.close()
+
+
+def _play_one_game(config, seed=3, max_steps=20_000):
+    """Random play of Breakout through an EnvBatch until its first episode ends; returns the
+    per-step (terminated, lives, episodes) and the env."""
+    envs = EnvBatch(EnvConfig(id="ALE/Breakout-v5", atari=config), 1, seeds=[seed])
+    envs.reset()
+    rng = np.random.default_rng(seed)
+    ale = envs.envs[0].unwrapped.ale
+    steps = []
+    for _ in range(max_steps):
+        _, _, terminated, truncated, episodes, _ = envs.step(
+            rng.integers(0, 4, 1).astype(np.int32))
+        steps.append((bool(terminated[0]), ale.lives(), episodes))
+        if episodes:
+            break
+    envs.close()
+    return steps
+
+
+def test_life_loss_terminal_ends_training_episodes_but_not_the_game():
+    steps = _play_one_game(AtariConfig(life_loss_terminal=True))
+    terminals = [i for i, (term, _, _) in enumerate(steps) if term]
+    # Breakout has 5 lives: 4 lost lives read as terminal with the game going on, then the
+    # game over ends the one episode, which holds the whole game.
+    assert len(terminals) == 5 and terminals[-1] == len(steps) - 1
+    assert all(not eps for _, _, eps in steps[:-1])
+    assert [steps[i][1] for i in terminals[:-1]] == [4, 3, 2, 1]
+    (_, _, length), = steps[-1][2]
+    assert length == len(steps)
+
+
+def test_terminal_on_life_loss_resets_the_game_each_life():
+    # gymnasium's option, as documented: the first lost life ends the episode and resets.
+    steps = _play_one_game(AtariConfig(terminal_on_life_loss=True))
+    assert steps[-1][0] and len(steps[-1][2]) == 1
+    assert steps[-1][1] == 5  # a fresh game after the reset: all lives back

@@ -5,6 +5,8 @@ import random
 import threading
 import time
 
+import numpy as np
+
 from seedrl.actors.client import ActorClient, Backoff
 from seedrl.actors.envs import EnvBatch
 from seedrl.common.config import EnvConfig
@@ -44,8 +46,11 @@ def test_actor_waits_for_the_learner_and_reconnects_after_it_restarts(tmp_path):
             result["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True)
-    thread.start()  # before the learner exists: the actor must retry with growing waits
-    wait_for(lambda: client.backoff._next >= 0.2, what="the actor to retry")
+    thread.start()  # before the learner exists: the actor must retry, quickly while the
+    # learner has never answered (it is usually starting), with growing waits up to 4x
+    wait_for(lambda: client.startup_backoff._next >= client.startup_backoff.cap,
+             what="the actor to retry")
+    assert client.startup_backoff.cap <= 0.1 and client.backoff._next == 0.05
     first = start_learner(address)
     try:
         wait_for(lambda: first.runtime.env_steps > 100, what="steps on the first learner")
@@ -62,3 +67,23 @@ def test_actor_waits_for_the_learner_and_reconnects_after_it_restarts(tmp_path):
     finally:
         stop_learner(second)
     assert result == {"ok": True}
+
+
+def test_steps_carry_the_final_observations_of_truncated_episodes():
+    from seedrl.common.wire import decode_array
+
+    envs = EnvBatch(EnvConfig(id="CartPole-v1", max_episode_steps=2), 2, seeds=[0, 1])
+    client = ActorClient(envs, "exp", "a0", "unix:/nonexistent", first_env=4)
+    assert client._hello().hello.first_env == 4
+    client._obs = envs.reset()
+    outcomes = []
+    for _ in range(2):
+        (client._obs, client._rewards, client._terminated, client._truncated,
+         client._episodes, client._finals) = envs.step(np.zeros(2, np.int32))
+        outcomes.append(client._step_message().step)
+    assert list(outcomes[0].final_env_ids) == []
+    assert list(outcomes[1].final_env_ids) == [0, 1]  # the 2-step time limit cut both
+    finals = decode_array(outcomes[1].final_observations, "final", "float32", (2, 4))
+    np.testing.assert_array_equal(finals, client._finals[1])
+    assert not np.array_equal(finals, client._obs)  # not the next episode's first
+    envs.close()

@@ -4,7 +4,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from seedrl.actors.envs import EnvBatch, make_env, spec_of
+from seedrl.actors.envs import GAME_CONTINUES, EnvBatch, make_env, spec_of
 from seedrl.common.config import EnvConfig
 
 
@@ -48,7 +48,7 @@ def test_episodes_are_reported_and_envs_reset_in_place():
     assert obs.shape == (3, 4) and obs.dtype == np.float32
     episodes = []
     for _ in range(7):
-        obs, rewards, terminated, truncated, eps = envs.step(np.zeros(3, np.int32))
+        obs, rewards, terminated, truncated, eps, _ = envs.step(np.zeros(3, np.int32))
         episodes += eps
     # Always pushing left ends CartPole within 7 steps, by failure or by the time limit.
     assert {e[0] for e in episodes} == {0, 1, 2}
@@ -67,9 +67,10 @@ def test_a_crashing_env_is_recreated_and_its_episode_truncated():
     envs = EnvBatch(EnvConfig(id="seedrl-test/Flaky-v0"), 2, seeds=[0, 1])
     envs.reset()
     outcomes = [envs.step(np.zeros(2, np.int32)) for _ in range(3)]
-    obs, rewards, terminated, truncated, episodes = outcomes[-1]
+    obs, rewards, terminated, truncated, episodes, (final_ids, _) = outcomes[-1]
     # Env 0 (the first created) raised at its 3rd step; env 1 carried on.
     assert truncated.tolist() == [True, False] and not terminated.any()
+    assert final_ids.tolist() == []  # a crash leaves no final observation to bootstrap from
     assert envs.restarts == 1
     assert [e[0] for e in episodes] == [0]
     np.testing.assert_array_equal(obs[0], np.zeros(2))  # a fresh episode
@@ -83,3 +84,77 @@ def test_unknown_env_and_bad_imports_are_clear_errors():
         make_env(EnvConfig(id="NoSuchEnv-v9"))
     with pytest.raises(ValueError, match="spec.env.imports"):
         make_env(EnvConfig(id="CartPole-v1", imports=["no_such_module_xyz"]))
+
+
+class TimedEnv(gym.Env):
+    """Observes its step count; a time limit of 3 steps truncates it. Acts in [0, 5]."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Box(np.float32(0), np.float32(5), (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t, np.float32), 1.0, False, False, {}
+
+
+gym.register("seedrl-test/Timed-v0", entry_point=TimedEnv, disable_env_checker=True)
+
+
+def test_truncated_episodes_come_back_with_their_final_observation():
+    envs = EnvBatch(EnvConfig(id="seedrl-test/Timed-v0", max_episode_steps=3), 2, seeds=[0, 1])
+    envs.reset()
+    for _ in range(2):
+        *_, (final_ids, finals) = envs.step(np.zeros((2, 1), np.float32))
+        assert final_ids.tolist() == [] and finals.shape == (0, 1)
+    obs, _, terminated, truncated, episodes, (final_ids, finals) = envs.step(
+        np.zeros((2, 1), np.float32))
+    assert truncated.all() and not terminated.any() and len(episodes) == 2
+    np.testing.assert_array_equal(obs, [[0], [0]])          # already the next episode
+    assert final_ids.tolist() == [0, 1]
+    np.testing.assert_array_equal(finals, [[3], [3]])       # where the time limit cut it
+
+
+@pytest.mark.parametrize("env_id,low,high", [
+    ("Pendulum-v1", (-2.0,), (2.0,)),
+    ("seedrl-test/Timed-v0", (0.0,), (5.0,)),
+    ("CartPole-v1", (), ()),
+])
+def test_the_spec_carries_the_action_bounds(env_id, low, high):
+    spec = spec_of(make_env(EnvConfig(id=env_id)), env_id)
+    assert (spec.action_low, spec.action_high) == (low, high)
+
+
+class LivesEnv(gym.Env):
+    """Loses a life every 2 steps (the game goes on, flagged), the game ends after 6."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        life_lost = self.t % 2 == 0 and self.t < 6
+        info = {GAME_CONTINUES: True} if life_lost else {}
+        return np.full(1, self.t, np.float32), 1.0, life_lost or self.t == 6, False, info
+
+
+gym.register("seedrl-test/Lives-v0", entry_point=LivesEnv, disable_env_checker=True)
+
+
+def test_a_terminal_step_that_leaves_the_game_running_neither_resets_nor_ends_an_episode():
+    envs = EnvBatch(EnvConfig(id="seedrl-test/Lives-v0"), 1, seeds=[0])
+    envs.reset()
+    seen = [envs.step(np.zeros(1, np.int32)) for _ in range(6)]
+    assert [s[2][0] for s in seen] == [False, True, False, True, False, True]
+    assert [s[0][0, 0] for s in seen] == [1, 2, 3, 4, 5, 0]   # reset only at game over
+    assert [s[4] for s in seen[:5]] == [[]] * 5
+    assert seen[5][4] == [(0, 6.0, 6)]                        # one episode: the whole game

@@ -12,6 +12,8 @@ from seedrl.actors.process_envs import ProcessEnvBatch
 from seedrl.common.config import EnvConfig
 
 CARTPOLE = EnvConfig(id="CartPole-v1")
+#: Short episodes: both terminations and time-limit truncations (with final observations).
+SHORT_CARTPOLE = EnvConfig(id="CartPole-v1", max_episode_steps=9)
 
 
 @pytest.fixture
@@ -21,21 +23,25 @@ def batch():
     envs.close()
 
 
-def test_same_seeds_give_the_same_trajectories_as_the_sequential_reference(batch):
-    reference = EnvBatch(CARTPOLE, 5, seeds=[10, 11, 12, 13, 14])
+def test_same_seeds_give_the_same_trajectories_as_the_sequential_reference():
+    batch = ProcessEnvBatch(SHORT_CARTPOLE, 5, seeds=[10, 11, 12, 13, 14], num_processes=2)
+    reference = EnvBatch(SHORT_CARTPOLE, 5, seeds=[10, 11, 12, 13, 14])
     assert batch.num_processes == 2
     np.testing.assert_array_equal(batch.reset(), reference.reset())
     rng = np.random.default_rng(0)
-    episodes_seen = 0
+    episodes_seen = finals_seen = 0
     for _ in range(60):
         actions = rng.integers(0, 2, size=5, dtype=np.int32)
         got, want = batch.step(actions), reference.step(actions)
-        for g, w in zip(got[:4], want[:4]):
+        for g, w in zip(got[:4] + got[5], want[:4] + want[5]):
             np.testing.assert_array_equal(g, w)
         assert got[4] == want[4]
         episodes_seen += len(got[4])
-    assert episodes_seen > 0  # episode ends and resets were compared too
+        finals_seen += len(got[5][0])
+    # Episode ends, resets and the final observations of truncations were compared too.
+    assert episodes_seen > 0 and finals_seen > 0
     reference.close()
+    batch.close()
 
 
 def test_a_killed_worker_is_restarted_and_only_its_envs_are_truncated(batch):
@@ -43,13 +49,15 @@ def test_a_killed_worker_is_restarted_and_only_its_envs_are_truncated(batch):
     batch.step(np.zeros(5, np.int32))
     victim = batch.worker_pids()[0]  # steps envs 0..1 (5 envs over 2 workers: 0-1, 2-4)
     os.kill(victim, signal.SIGKILL)
-    obs, rewards, terminated, truncated, episodes = batch.step(np.ones(5, np.int32))
+    obs, rewards, terminated, truncated, episodes, (final_ids, _) = batch.step(
+        np.ones(5, np.int32))
     assert truncated.tolist() == [True, True, False, False, False]
+    assert final_ids.tolist() == []  # nothing to bootstrap from: the worker died
     assert rewards.tolist() == [0.0, 0.0, 1.0, 1.0, 1.0]
     assert batch.restarts == 1 and batch.worker_pids()[0] != victim
     # The restarted envs begin fresh episodes and step normally afterwards.
     assert np.all(np.abs(obs[:2]) <= 0.05)
-    obs, rewards, terminated, truncated, _ = batch.step(np.zeros(5, np.int32))
+    obs, rewards, terminated, truncated, *_ = batch.step(np.zeros(5, np.int32))
     assert rewards.tolist() == [1.0] * 5 and not truncated[:2].any()
 
 
@@ -81,7 +89,7 @@ def test_an_env_that_raises_inside_a_worker_is_recreated_there():
     try:
         envs.reset()
         envs.step(np.zeros(2, np.int32))
-        obs, rewards, terminated, truncated, episodes = envs.step(np.zeros(2, np.int32))
+        obs, rewards, terminated, truncated, episodes, _ = envs.step(np.zeros(2, np.int32))
         assert truncated.tolist() == [True, True]
         assert sorted(e[0] for e in episodes) == [0, 1]
         assert envs.restarts == 0  # the workers survived; only the envs were recreated

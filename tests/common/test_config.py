@@ -828,9 +828,13 @@ def test_ppo_minibatches_must_divide_the_batch():
 
 def test_r2d2_sequence_rules():
     problems = dict(problems_of(doc(agent={"name": "r2d2", "r2d2": {
-        "sequenceLength": 40, "sequencePeriod": 10, "burnIn": 38}})))
-    assert problems["spec.agent.r2d2.sequenceLength"].startswith("must exceed burnIn + nStep")
-    assert "sequenceLength / 2" in problems["spec.agent.r2d2.sequencePeriod"]
+        "sequenceLength": 40, "burnIn": 40}})))
+    assert problems["spec.agent.r2d2.sequenceLength"].startswith("must exceed burnIn (40)")
+    # A sequence may be shorter than burn-in + n: its last steps use shorter returns.
+    parse_experiment(doc(agent={"name": "r2d2", "r2d2": {
+        "sequenceLength": 12, "burnIn": 10, "nStep": 5}}))
+    problems = dict(problems_of(doc(agent={"name": "r2d2", "r2d2": {"sequencePeriod": 10}})))
+    assert "unknown field" in problems["spec.agent.r2d2.sequencePeriod"]
 
 
 def test_atari_and_football_sections():

@@ -282,6 +282,62 @@ def test_differences_empty_for_equal_specs():
     assert ATARI.differences(EnvSpec.from_proto(ATARI.to_proto())) == []
 
 
+# --------------------------------------------------------------------------------------------
+# Action bounds: the policy's [-1, 1] onto the env's range
+# --------------------------------------------------------------------------------------------
+
+def _bounded(low, high):
+    return EnvSpec("Box-v0", "float32", (3,), "float32", (len(low),), 0, tuple(low),
+                   tuple(high))
+
+
+@pytest.mark.parametrize("low,high", [((-0.4,), (0.4,)), ((-2.0,), (2.0,)), ((0.0,), (5.0,))],
+                         ids=["humanoid-0.4", "pendulum-2", "asymmetric-0-5"])
+def test_the_normalised_range_maps_onto_the_whole_of_the_bounds(low, high):
+    spec = _bounded(low, high)
+    assert EnvSpec.from_proto(spec.to_proto()) == spec
+    normalised = np.array([[-1.0], [-0.5], [0.0], [0.5], [1.0], [-3.0], [2.5]], np.float32)
+    got = spec.to_env_actions(normalised)
+    lo, hi = low[0], high[0]
+    want = [lo, lo + 0.25 * (hi - lo), (lo + hi) / 2, lo + 0.75 * (hi - lo), hi, lo, hi]
+    np.testing.assert_allclose(got[:, 0], want, rtol=1e-6, atol=1e-7)
+    assert got.dtype == np.float32
+
+
+def test_bounds_apply_per_element_and_travel_in_json():
+    spec = _bounded((-1.0, 0.0, -0.4), (3.0, 5.0, 0.4))
+    assert EnvSpec.from_proto(spec.to_proto()) == spec
+    assert EnvSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    got = spec.to_env_actions(np.array([[0.0, 1.0, -1.0]], np.float32))
+    np.testing.assert_allclose(got, [[1.0, 5.0, -0.4]], rtol=1e-6)
+    assert spec.describe().endswith("float32[3] actions in [-1, 5]")
+
+
+def test_discrete_and_unbounded_specs_leave_actions_alone():
+    actions = np.array([1, 0, 1], np.int32)
+    assert CARTPOLE.to_env_actions(actions) is actions
+    raw = np.array([[3.0]], np.float32)
+    assert PENDULUM.to_env_actions(raw) is raw  # an actor that sent no bounds
+
+
+@pytest.mark.parametrize("low,high,reason", [
+    ((0.0,), (5.0, 6.0), "expected 1 bounds each"),
+    ((1.0,), (0.0,), "need finite low <= high"),
+    ((float("nan"),), (1.0,), "need finite low <= high"),
+    ((-float("inf"),), (1.0,), "need finite low <= high"),
+])
+def test_bad_bounds_are_refused(low, high, reason):
+    msg = dataclasses.replace(PENDULUM, action_low=low, action_high=high).to_proto()
+    with pytest.raises(WireError, match=reason):
+        EnvSpec.from_proto(msg)
+
+
+def test_discrete_actions_have_no_bounds():
+    msg = dataclasses.replace(CARTPOLE, action_low=(0.0,), action_high=(1.0,)).to_proto()
+    with pytest.raises(WireError, match="discrete actions have no bounds"):
+        EnvSpec.from_proto(msg)
+
+
 def test_an_env_spec_round_trips_through_json_and_a_file(tmp_path):
     spec = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
     assert spec.to_json()["observation_shape"] == [84, 84, 4]

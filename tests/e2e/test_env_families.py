@@ -81,8 +81,8 @@ def test_pong_with_r2d2(tmp_path):
     _, status = _train(
         tmp_path, "pong-r2d2.yaml", "pong-r2d2", 600, "spec.actors.replicas=2",
         "spec.actors.streamsPerActor=1", "spec.agent.network.denseSize=32",
-        "spec.agent.network.lstmSize=16", "spec.agent.r2d2.sequenceLength=20",
-        "spec.agent.r2d2.sequencePeriod=10", "spec.agent.r2d2.burnIn=5",
+        "spec.agent.network.lstmSize=16", "spec.agent.r2d2.sequenceLength=15",
+        "spec.agent.r2d2.burnIn=5",
         "spec.agent.r2d2.minReplaySize=4", "spec.agent.r2d2.samplesPerInsert=0",
         "spec.agent.r2d2.replayCapacity=64")
     assert status["metrics"]["replay_size"] >= 4

@@ -100,7 +100,7 @@ def _replica_spread(agent) -> float:
     return worst
 
 
-def _batch(rng, t, b, env_spec, param_size):
+def _batch(rng, t, b, env_spec, param_size, state_sizes=(8, 8)):
     obs = rng.normal(size=(t, b) + tuple(env_spec.observation_shape)).astype(np.float32)
     if env_spec.discrete:
         action = rng.integers(0, env_spec.num_actions, size=(t, b)).astype(np.int32)
@@ -112,15 +112,23 @@ def _batch(rng, t, b, env_spec, param_size):
             "reward": rng.normal(size=(t, b)).astype(np.float32),
             "terminated": terminated, "truncated": truncated & ~terminated,
             "policy_params": rng.normal(size=(t, b, param_size)).astype(np.float32) * 0.3,
-            "initial_state": [rng.normal(size=(b, 8)).astype(np.float32) * 0.1
-                              for _ in range(2)]}
+            "q_values": rng.normal(size=(t, b, max(1, env_spec.num_actions))).astype(
+                np.float32),
+            "initial_state": [rng.normal(size=(b, n)).astype(np.float32) * 0.1
+                              for n in state_sizes]}
+
+
+def _state_sizes(network):
+    """Widths of a network's recurrent state: h, c and the previous action."""
+    return [int(s.shape[-1]) for s in network.initial_state(1)]
 
 
 def _run_vtrace(agent, env_spec, steps=STEPS, b=BATCH):
     rng = np.random.default_rng(0)
     out = []
     for _ in range(steps):
-        out.append(agent.train(_batch(rng, UNROLL + 1, b, env_spec, agent.dist.param_size)))
+        out.append(agent.train(_batch(rng, UNROLL + 1, b, env_spec, agent.dist.param_size,
+                                      _state_sizes(agent.network))))
     return out, {}
 
 
@@ -128,7 +136,8 @@ def _run_ppo(agent, env_spec, steps=STEPS):
     rng = np.random.default_rng(0)
     out = []
     for step in range(steps):
-        batch = _batch(rng, UNROLL + 1, BATCH, env_spec, agent.dist.param_size)
+        batch = _batch(rng, UNROLL + 1, BATCH, env_spec, agent.dist.param_size,
+                       _state_sizes(agent.network))
         batch["policy_version"] = np.full((UNROLL + 1, BATCH), step, np.int64)
         out.append(agent.train(batch))
     return out, {}
@@ -136,10 +145,10 @@ def _run_ppo(agent, env_spec, steps=STEPS):
 
 def _run_r2d2(agent, env_spec, steps=STEPS):
     rng = np.random.default_rng(0)
-    length = agent.config.sequence_length
+    length = agent.config.sequence_length + 1
     unrolls = []
     for _ in range(24):
-        one = _batch(rng, length, 1, env_spec, 1)
+        one = _batch(rng, length, 1, env_spec, 1, _state_sizes(agent.online))
         unroll = {k: v[:, 0] for k, v in one.items() if k != "initial_state"}
         unroll["initial_state"] = [s[0] for s in one["initial_state"]]
         unrolls.append(unroll)
@@ -157,8 +166,8 @@ AGENTS = {
     "ppo": (lambda: experiment("ppo", ppo={"minibatches": 2, "epochs": 2,
                                            "objective": "both"}), PENDULUM, _run_ppo),
     "r2d2": (lambda: experiment("r2d2", r2d2={
-        "sequenceLength": SEQUENCE_LENGTH, "sequencePeriod": SEQUENCE_LENGTH // 2,
-        "burnIn": 2, "nStep": 2,
+        # Stored sequences hold sequenceLength + 1 rows: SEQUENCE_LENGTH.
+        "sequenceLength": SEQUENCE_LENGTH - 1, "burnIn": 2, "nStep": 2,
         "minReplaySize": 4, "replayCapacity": 64}), CARTPOLE, _run_r2d2),
     # Minibatches of one unroll: fewer than the replicas, so the one-device step runs on the
     # mirrored variables.
@@ -324,10 +333,10 @@ def skip(replicas: int) -> dict:
         before = [np.array(_numpy(v)) for v in floating]
         steps_before = int(_numpy(agent.optimizer.iterations))
         if name == "r2d2":
-            length = agent.config.sequence_length
+            length = agent.config.sequence_length + 1
             unrolls = []
             for _ in range(8):
-                one = _batch(rng, length, 1, env_spec, 1)
+                one = _batch(rng, length, 1, env_spec, 1, _state_sizes(agent.online))
                 one["observation"][:] = np.nan
                 unroll = {k: v[:, 0] for k, v in one.items() if k != "initial_state"}
                 unroll["initial_state"] = [s[0] for s in one["initial_state"]]
@@ -335,7 +344,8 @@ def skip(replicas: int) -> dict:
             agent.add_unrolls(unrolls)
             metrics = agent.train_from_replay()
         else:
-            batch = _batch(rng, 6, 8, env_spec, agent.dist.param_size)
+            batch = _batch(rng, 6, 8, env_spec, agent.dist.param_size,
+                           _state_sizes(agent.network))
             batch["observation"][2, 3] = np.nan
             batch["policy_version"] = np.zeros((6, 8), np.int64)
             metrics = agent.train(batch)

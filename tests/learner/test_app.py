@@ -79,6 +79,9 @@ def test_the_app_serves_and_trains_to_its_budget_then_leaves_its_files(tmp_path)
     assert status.state == "finished" and status.env_steps == summary["env_steps"]
     assert status.last_checkpoint and status.learner_steps == summary["learner_steps"] >= 1
     assert app.status().last_checkpoint == status.last_checkpoint
+    # Start-up ends at the first actions sent; updates/s count from there to the stop.
+    assert status.first_actions_time == summary["first_actions_time"] <= summary["stop_time"]
+    assert summary["learner_steps_per_s"] > 0
     final = LearnerStatus.from_json((tmp_path / "termination").read_text())  # for the operator
     assert final.state == "finished" and final.stop_reason == "max_env_steps"
 

@@ -119,3 +119,41 @@ def test_a_cancelled_request_is_skipped_and_the_batcher_keeps_serving():
         assert batcher.batches == 2
     finally:
         batcher.stop()
+
+
+def test_a_batch_closes_once_every_open_env_waits():
+    # A long max wait that a batch of every open env must not sit out.
+    rec = Recorder()
+    batcher = InferenceBatcher(rec, max_batch_size=64, max_wait_s=30.0)
+    batcher.open_envs = 6
+    try:
+        futures = [batcher.submit(name, 2) for name in ("a", "b", "c")]
+        assert [f.result(10) for f in futures] == ["out-a", "out-b", "out-c"]
+    finally:
+        batcher.stop()
+    assert rec.batches == [["a", "b", "c"]]
+
+
+def test_requests_from_an_event_loop_get_futures_of_that_loop():
+    import asyncio
+
+    rec = Recorder()
+    batcher = InferenceBatcher(rec, max_batch_size=4, max_wait_s=30.0)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        futures = [batcher.submit(i, 1, loop) for i in range(4)]
+        assert all(isinstance(f, asyncio.Future) for f in futures)
+        # The second batch cannot be full before its last request: "gone" is cancelled (its
+        # stream went away) while it waits, and is skipped; the others are still served.
+        gone = batcher.submit("gone", 1, loop)
+        gone.cancel()
+        rest = [batcher.submit(name, 1, loop) for name in ("x", "y", "z")]
+        return await asyncio.wait_for(asyncio.gather(*futures, *rest), 10)
+
+    try:
+        assert asyncio.run(main()) == ["out-0", "out-1", "out-2", "out-3", "out-x", "out-y",
+                                       "out-z"]
+    finally:
+        batcher.stop()
+    assert rec.batches == [[0, 1, 2, 3], ["x", "y", "z"]]

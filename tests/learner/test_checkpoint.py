@@ -29,7 +29,7 @@ def _r2d2(max_gb=4.0, env="Toy"):
         "spec": {"env": {"id": env},
                  "agent": {"name": "r2d2", "network": {"hiddenSizes": [8], "lstmSize": 4,
                                                        "denseSize": 8},
-                           "r2d2": {"sequenceLength": 8, "sequencePeriod": 4, "burnIn": 2,
+                           "r2d2": {"sequenceLength": 6, "burnIn": 2,
                                     "nStep": 2, "minReplaySize": 2,
                                     "replayCheckpointMaxGb": max_gb}},
                  "learner": {"batchSize": 2}}})
@@ -54,13 +54,16 @@ def _vtrace():
 
 def _fill(agent, n, seed):
     rng = np.random.default_rng(seed)
+    rows = 7  # sequenceLength 6 + the row to bootstrap from
     agent.add_unrolls([{
-        "observation": rng.normal(size=(8, 3)).astype(np.float32),
-        "action": rng.integers(0, 2, 8).astype(np.int32),
-        "reward": rng.normal(size=8).astype(np.float32),
-        "terminated": np.zeros(8, bool), "truncated": np.zeros(8, bool),
+        "observation": rng.normal(size=(rows, 3)).astype(np.float32),
+        "action": rng.integers(0, 2, rows).astype(np.int32),
+        "reward": rng.normal(size=rows).astype(np.float32),
+        "terminated": np.zeros(rows, bool), "truncated": np.zeros(rows, bool),
+        "q_values": rng.normal(size=(rows, 2)).astype(np.float32),
         "initial_state": [rng.normal(size=4).astype(np.float32),
-                          rng.normal(size=4).astype(np.float32), np.float32(0.1)]}
+                          rng.normal(size=4).astype(np.float32),
+                          np.eye(2, dtype=np.float32)[rng.integers(0, 2)], np.float32(0.1)]}
         for _ in range(n)])
 
 

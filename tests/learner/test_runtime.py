@@ -23,10 +23,10 @@ class CountingAgent(Agent):
     def step_fields(self):
         return {"state_seen": ((), np.dtype(np.float32))}
 
-    def initial_state(self, batch_size, actor_index=0):
+    def initial_state(self, batch_size, actor_index=0, first_env=0):
         return [np.zeros((batch_size, 1), np.float32)]
 
-    def inference(self, observations, state):
+    def inference(self, observations, state, rewards=None):
         (count,) = state
         return ({"action": np.zeros(len(observations), np.int32),
                  "state_seen": count[:, 0].copy()}, [count + 1])
@@ -43,11 +43,11 @@ class CountingAgent(Agent):
         return {}
 
 
-def make_runtime(agent):
+def make_runtime(agent, spec=SPEC):
     exp = parse_experiment({"metadata": {"name": "t"}, "spec": {
-        "env": {"id": SPEC.env_id},
+        "env": {"id": spec.env_id},
         "learner": {"unrollLength": 3, "batchSize": 1, "inferenceMaxWaitMs": 0}}})
-    return LearnerRuntime(exp, lambda e, s: agent, train=True, env_spec=SPEC)
+    return LearnerRuntime(exp, lambda e, s: agent, train=True, env_spec=spec)
 
 
 def step(k, done_envs=()):
@@ -161,3 +161,103 @@ def test_replay_agents_get_overlapping_sequences_and_evaluation_actors_report_ap
         assert status.eval_episodes == 1 and status.eval_mean_return == 99.0
     finally:
         runtime.shutdown()
+
+
+class ValueAgent(CountingAgent):
+    """Values each observation at 10 x its first element; records what inference was given;
+    acts with the observation's second element (a continuous action in [-1, 1] space)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+        self.first_envs = []
+
+    def initial_state(self, batch_size, actor_index=0, first_env=0):
+        self.first_envs.append(first_env)
+        return super().initial_state(batch_size, actor_index, first_env)
+
+    def inference(self, observations, state, rewards=None):
+        self.calls.append((observations.copy(), state[0][:, 0].copy(), rewards.copy()))
+        outputs, new_state = super().inference(observations, state, rewards)
+        outputs["value"] = observations[:, 0] * 10.0
+        outputs["action"] = observations[:, 1:2].copy()
+        return outputs, new_state
+
+
+BOUNDED = EnvSpec("Bounded-v0", "float32", (2,), "float32", (1,), 0, (0.0,), (5.0,))
+
+
+def _obs(*rows):
+    return np.array(rows, np.float32)
+
+
+def test_continuous_actions_go_out_on_the_envs_bounds_and_are_stored_normalised():
+    agent = ValueAgent()
+    runtime = make_runtime(agent, BOUNDED)
+    try:
+        stream = runtime.open_stream("a", 4, BOUNDED)
+        k = 4
+        for _ in range(4):
+            sent = runtime.submit(stream, StepData(
+                _obs([0, -1.0], [0, 0.0], [0, 1.0], [0, 1.7]), np.zeros(k, np.float32),
+                np.zeros(k, bool), np.zeros(k, bool)), []).result(10)
+        # [-1, 1] onto [0, 5]; a Gaussian sample beyond 1 is clipped to the bound.
+        np.testing.assert_allclose(sent[:, 0], [0.0, 2.5, 5.0, 5.0])
+        deadline = time.monotonic() + 10
+        while len(agent.batches) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stored = sorted(float(b["action"][0, 0, 0]) for b in agent.batches)
+        np.testing.assert_allclose(stored, [-1.0, 0.0, 1.0, 1.7], rtol=1e-6)
+    finally:
+        runtime.shutdown()
+
+
+def test_truncated_episodes_bootstrap_from_their_final_observations_value():
+    agent = ValueAgent()
+    runtime = make_runtime(agent, BOUNDED)  # unrolls of 3 transitions, batches of 1
+    try:
+        stream = runtime.open_stream("a", 3, BOUNDED, first_env=5)
+        assert agent.first_envs == [5]
+        zeros = np.zeros(3, bool)
+        runtime.submit(stream, StepData(_obs([1, 0], [2, 0], [3, 0]), np.zeros(3, np.float32),
+                                        zeros, zeros), []).result(10)
+        runtime.submit(stream, StepData(_obs([4, 0], [5, 0], [6, 0]), np.ones(3, np.float32),
+                                        zeros, zeros), []).result(10)
+        # Env 0 hits its time limit with final observation [7, 0]: its value 70 is what to
+        # bootstrap from, not that of [4, 0] (40) seen before it, nor of the reset one (0).
+        # Env 2 was restarted after an error: no final observation, the last value stands in.
+        truncated = np.array([True, False, True])
+        runtime.submit(stream, StepData(
+            _obs([0, 0], [8, 0], [0, 0]), np.array([2.0, 1.0, 3.0], np.float32), zeros,
+            truncated, final_ids=np.array([0]), final_observations=_obs([7, 0])),
+            []).result(10)
+        runtime.submit(stream, StepData(_obs([1, 0], [9, 0], [1, 0]), np.ones(3, np.float32),
+                                        zeros, zeros), []).result(10)
+        obs, count, rewards = agent.calls[2]
+        # The final observation rode in the same call, with the state from before the reset
+        # and the reward of the step that ended the episode; the new episodes start at
+        # state 0 and reward 0.
+        np.testing.assert_array_equal(obs[:, 0], [0, 8, 0, 7])
+        np.testing.assert_array_equal(count, [0, 2, 0, 2])
+        np.testing.assert_array_equal(rewards, [0, 1, 0, 2])
+        assert agent.calls[2][0].shape[0] == 4 and agent.calls[3][0].shape[0] == 3
+        deadline = time.monotonic() + 10
+        while len(agent.batches) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        by_env = {int(b["observation"][1, 0, 0]) - 4: b for b in agent.batches}
+        np.testing.assert_allclose(by_env[0]["final_value"][:, 0], [0, 0, 70, 0])
+        np.testing.assert_allclose(by_env[1]["final_value"][:, 0], [0, 0, 0, 0])
+        np.testing.assert_allclose(by_env[2]["final_value"][:, 0], [0, 0, 60, 0])
+    finally:
+        runtime.shutdown()
+
+
+def test_a_step_that_trained_on_nothing_keeps_the_last_updates_metrics():
+    """PPO drops a batch whose unrolls all lag too far and reports only the lag; the status
+    must still carry the last real update's loss and KL (a run's /status lost its KL then)."""
+    runtime = make_runtime(CountingAgent())
+    runtime._after_step({"loss/total": 1.5, "kl": 0.01, "policy_lag": 1.0}, {"a"})
+    runtime._after_step({"policy_lag": 9.0, "dropped_unrolls": 4.0}, {"a"})
+    assert runtime.last_metrics == {"loss/total": 1.5, "kl": 0.01, "policy_lag": 9.0,
+                                    "dropped_unrolls": 4.0}
+    assert runtime.learner_steps == 2

@@ -55,6 +55,22 @@ def test_the_hello_carries_the_actor_index_to_the_stream(learner):
     s.close()
 
 
+def test_final_observations_of_truncated_episodes_are_taken_and_first_env_reaches_the_stream(
+        learner):
+    s = Stream(learner.address)
+    msg = hello(actor_id="split")
+    msg.hello.first_env = 6
+    s.send(msg)
+    assert s.recv().WhichOneof("kind") == "welcome"
+    s.send(step())
+    actions_of(s.recv())
+    s.send(truncated_step())
+    actions_of(s.recv())
+    (stream,) = [st for st in learner.runtime._streams.values() if st.actor_id == "split"]
+    assert stream.first_env == 6
+    s.close()
+
+
 def test_episodes_are_counted_toward_the_mean_return(learner):
     s = connect(learner)
     # A stream's first step may repeat episodes that ended as an earlier connection broke:
@@ -94,7 +110,28 @@ def test_an_episode_the_stream_saw_whole_must_match_its_rewards(learner, episode
     assert learner.runtime.episodes == 0
 
 
+def truncated_step(final_ids=(1,), final_obs=None, truncated=(False, True),
+                   terminated=(False, False)):
+    """A step of 2 envs where some episodes were cut, with their final observations."""
+    msg = step()
+    msg.step.truncated[:] = list(truncated)
+    msg.step.terminated[:] = list(terminated)
+    msg.step.final_env_ids.extend(final_ids)
+    final_obs = np.full((len(final_ids), 4), 7, np.float32) if final_obs is None else final_obs
+    msg.step.final_observations.CopyFrom(
+        final_obs if isinstance(final_obs, seedrl_pb2.Tensor) else encode_array(final_obs))
+    return msg
+
+
 BAD_STEPS = {
+    "final obs of a running env": (truncated_step(truncated=(False, False)),
+                                   "only envs truncated"),
+    "final obs of a terminated env": (truncated_step(terminated=(False, True)),
+                                      "only envs truncated"),
+    "final env id out of range": (truncated_step(final_ids=(2,), truncated=(True, True)),
+                                  "step.final_env_ids: must be distinct env ids below 2"),
+    "final obs of the wrong shape": (truncated_step(final_obs=np.zeros((1, 5), np.float32)),
+                                     "step.final_observations: expected shape [1, 4]"),
     "wrong dtype": (step(obs=np.zeros((2, 4), np.float64)), "expected dtype float32"),
     "wrong shape": (step(obs=np.zeros((2, 5), np.float32)), "expected shape [2, 4]"),
     "byte count": (step(obs=seedrl_pb2.Tensor(dtype="float32", shape=[2, 4], data=b"\0" * 7)),

@@ -54,20 +54,20 @@ def gae(rewards, values, bootstrap_value, discounts, lambda_: float) -> GAERetur
     return GAEReturns(tf.stop_gradient(advantages), tf.stop_gradient(advantages + values))
 
 
-def bootstrap_truncations(rewards, values, cut, discount: float) -> tf.Tensor:
-    """Rewards with ``discount * V(x_t)`` added where transition t was cut by a time limit.
+def bootstrap_truncations(rewards, final_values, cut, discount: float) -> tf.Tensor:
+    """Rewards with ``discount * V(x_final)`` added where transition t was cut by a time limit.
 
-    The observation a truncated episode ended in never reaches the learner (the actor resets
-    first), so its value is approximated by the value of the observation before it; the
-    trace is still cut there (its discount is 0), as for any episode end.
+    ``V(x_final)`` is the value of the observation the truncated episode ended in (the actor
+    sends it along; the learner valued it when it arrived). The trace is still cut there (its
+    discount is 0), as for any episode end.
 
     Args:
       rewards: float32 [T, B].
-      values: float32 [T, B], V(x_t).
+      final_values: float32 [T, B], the final observation's value where transition t was cut.
       cut: bool [T, B], true where transition t ended by truncation (not termination).
       discount: gamma.
     """
-    return rewards + tf.where(cut, discount * tf.stop_gradient(values), 0.0)
+    return rewards + tf.where(cut, discount * tf.cast(final_values, tf.float32), 0.0)
 
 
 def clipped_surrogate_loss(log_ratio, advantages, clip: float) -> tf.Tensor:
@@ -88,33 +88,43 @@ def clipped_surrogate_loss(log_ratio, advantages, clip: float) -> tf.Tensor:
 
 
 def kl_penalty_loss(kl, coefficient, target: float, cutoff_factor: float,
-                    cutoff_coefficient: float) -> tf.Tensor:
-    """BatchPPO's KL penalty: coefficient * mean KL, plus a steep quadratic term
-    ``cutoff_coefficient * (KL - cutoff_factor * target)^2`` for each sample beyond the cutoff.
+                    cutoff_coefficient: float, per_sequence: bool = False) -> tf.Tensor:
+    """The adaptive KL penalty: coefficient * mean KL, plus a steep quadratic term
+    ``cutoff_coefficient * (KL - cutoff_factor * target)^2`` wherever the KL passes the cutoff.
 
     Args:
-      kl: float32 [...], KL(mu || pi) per sample.
+      kl: float32 [T, B], KL(old || pi) per sample.
       coefficient: the adaptive coefficient (a scalar).
       target: the KL target.
       cutoff_factor: the cutoff is this multiple of the target.
       cutoff_coefficient: weight of the cutoff term.
+      per_sequence: False: the cutoff applies to each sample's KL. True (BatchPPO): to each
+        sequence's mean KL over time, the term averaged over the B sequences.
     """
     cutoff = cutoff_factor * target
-    over = tf.nn.relu(kl - cutoff)
+    over = tf.nn.relu((tf.reduce_mean(kl, axis=0) if per_sequence else kl) - cutoff)
     return coefficient * tf.reduce_mean(kl) + cutoff_coefficient * tf.reduce_mean(
         tf.square(over))
 
 
+#: BatchPPO's band around the KL target: the penalty grows above 1.3 x target and shrinks
+#: below 0.7 x target (``_adjust_penalty`` in its ppo.py).
+BATCHPPO_KL_BAND = (0.7, 1.3)
+
+
 def updated_kl_coefficient(coefficient: float, measured_kl: float, target: float,
                            tolerance: float = 1.3, factor: float = 1.5,
-                           bounds: tuple[float, float] = (1e-5, 1e5)) -> float:
-    """BatchPPO's adaptive KL coefficient after an update.
+                           bounds: tuple[float, float] = (1e-5, 1e5),
+                           lower: float | None = None) -> float:
+    """The adaptive KL coefficient after an update.
 
     Grows by ``factor`` when the measured KL exceeded ``tolerance x target``, shrinks by it
-    when the KL stayed below ``target / tolerance``, else stays; kept within ``bounds``.
+    when the KL stayed below ``lower x target`` (default ``1 / tolerance``), else stays; kept
+    within ``bounds``. BatchPPO's rule is ``tolerance=1.3, lower=0.7`` with no bounds.
     """
+    lower = 1.0 / tolerance if lower is None else lower
     if measured_kl > tolerance * target:
         coefficient *= factor
-    elif measured_kl < target / tolerance:
+    elif measured_kl < lower * target:
         coefficient /= factor
     return float(min(max(coefficient, bounds[0]), bounds[1]))

@@ -24,4 +24,4 @@ def build(experiment: Experiment, env_spec: EnvSpec,
         return R2D2Agent(online, target, optimizer, spec.agent.r2d2, env_spec,
                          batch_size=spec.learner.batch_size, num_actors=spec.actors.replicas,
                          grad_clip_norm=spec.learner.optimizer.grad_clip_norm, seed=spec.seed,
-                         placement=placement)
+                         placement=placement, envs_per_actor=spec.actors.envs_per_actor)

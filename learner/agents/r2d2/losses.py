@@ -34,12 +34,14 @@ def inverse_value_rescale(x, eps: float = DEFAULT_RESCALE_EPS) -> tf.Tensor:
 
 def n_step_double_q_targets(q_online, q_target, rewards, discounts, n: int,
                             eps: float = DEFAULT_RESCALE_EPS) -> tf.Tensor:
-    """Rescaled n-step double-Q targets for the first ``T - n`` steps of a sequence.
+    """Rescaled n-step double-Q targets of every transition of a sequence.
 
-    For t < T - n::
+    A sequence of T observations x_0..x_{T-1} has T - 1 transitions. Transition t looks
+    ``m = min(n, T - 1 - t)`` steps ahead: n steps where the sequence has them, fewer for its
+    last ones (as SEED RL does), so that every transition gets a target::
 
-        G_t = sum_{k<n} (prod_{j<k} d_{t+j}) r_{t+k}
-              + (prod_{j<n} d_{t+j}) h^-1(Q_target(x_{t+n}, argmax_a Q_online(x_{t+n}, a)))
+        G_t = sum_{k<m} (prod_{j<k} d_{t+j}) r_{t+k}
+              + (prod_{j<m} d_{t+j}) h^-1(Q_target(x_{t+m}, argmax_a Q_online(x_{t+m}, a)))
         y_t = h(G_t)
 
     A zero discount (an episode end) removes every later reward and the bootstrap, so nothing
@@ -49,29 +51,34 @@ def n_step_double_q_targets(q_online, q_target, rewards, discounts, n: int,
       q_online: float32 [T, B, A], the online network's Q-values (selects the bootstrap action).
       q_target: float32 [T, B, A], the target network's Q-values (evaluates it), in the
         rescaled space.
-      rewards: float32 [T, B].
-      discounts: float32 [T, B].
-      n: the number of steps, 1 <= n < T.
+      rewards: float32 [T - 1, B], entry t the reward of transition t.
+      discounts: float32 [T - 1, B], entry t is gamma * (1 - done_{t+1}).
+      n: the number of steps, n >= 1.
       eps: the value-rescaling epsilon.
 
     Returns:
-      float32 [T - n, B].
+      float32 [T - 1, B].
     """
     q_online = tf.convert_to_tensor(q_online, tf.float32)
     q_target = tf.convert_to_tensor(q_target, tf.float32)
     rewards = tf.convert_to_tensor(rewards, tf.float32)
     discounts = tf.convert_to_tensor(discounts, tf.float32)
-    t = tf.shape(rewards)[0]
-    m = t - n
+    m = tf.shape(rewards)[0]
     best = tf.argmax(q_online, axis=-1, output_type=tf.int32)
     bootstrap = inverse_value_rescale(
         tf.gather(q_target, best, axis=-1, batch_dims=2), eps)       # [T, B]
+    # Past the end, rewards are 0 and discounts 1, and the bootstrap stays at the last
+    # observation's: transition t then sums its m real steps and bootstraps from x_{t+m}.
+    pad = n - 1
+    rewards = tf.concat([rewards, tf.zeros([pad, tf.shape(rewards)[1]])], 0)
+    discounts = tf.concat([discounts, tf.ones([pad, tf.shape(discounts)[1]])], 0)
+    bootstrap = tf.concat([bootstrap[1:]] + [bootstrap[-1:]] * pad, 0)  # [T - 1 + pad]
     returns = tf.zeros_like(rewards[:m])
     scale = tf.ones_like(rewards[:m])
     for k in range(n):
         returns += scale * rewards[k:k + m]
         scale *= discounts[k:k + m]
-    returns += scale * bootstrap[n:n + m]
+    returns += scale * bootstrap[pad:pad + m]
     return tf.stop_gradient(value_rescale(returns, eps))
 
 
@@ -89,13 +96,14 @@ def sequence_priorities(td_errors, eta: float = 0.9) -> tf.Tensor:
     return eta * tf.reduce_max(abs_td, axis=0) + (1.0 - eta) * tf.reduce_mean(abs_td, axis=0)
 
 
-def epsilon_for_actor(index: int, num_actors: int, base: float = 0.4,
-                      alpha: float = 7.0) -> float:
-    """Ape-X / R2D2 exploration: actor i of N acts with epsilon base ** (1 + alpha * i / (N - 1)).
+def epsilon_for_env(index: int, num_envs: int, base: float = 0.4,
+                    alpha: float = 7.0) -> float:
+    """Ape-X / R2D2 exploration over N envs: env i explores with epsilon
+    ``base ** (1 + alpha * i / (N - 1))``, SEED RL's ``0.4 ** linspace(1, 8, N)``.
 
-    Actor 0 explores most (``base``), actor N-1 least (``base ** (1 + alpha)``); a single actor
+    Env 0 explores most (``base``), env N-1 least (``base ** (1 + alpha)``); a single env
     gets ``base``.
     """
-    if num_actors <= 1:
+    if num_envs <= 1:
         return base
-    return base ** (1.0 + alpha * index / (num_actors - 1))
+    return base ** (1.0 + alpha * index / (num_envs - 1))

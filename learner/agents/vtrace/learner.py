@@ -15,9 +15,11 @@ from seedrl.common.config import VTraceConfig
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.agents.vtrace import losses
+from seedrl.learner.compiled import Compiled
 from seedrl.learner.devices import Placement, default_placement
 from seedrl.learner.networks import ActorCritic
 from seedrl.learner.optimizers import apply_gradients
+from seedrl.learner.trajectories import final_values
 
 
 class VTraceAgent(Agent):
@@ -56,17 +58,20 @@ class VTraceAgent(Agent):
         action_spec = tf.TensorSpec([None, None] + list(self.dist.action_shape),
                                     self.dist.action_dtype)
 
-        self._infer = tf.function(self._infer_impl, input_signature=[
-            tf.TensorSpec([None] + obs_shape, obs_dtype), state_specs])
-        self._train = tf.function(self._train_impl, input_signature=[
+        self._infer = Compiled(self._infer_impl, [
+            tf.TensorSpec([None] + obs_shape, obs_dtype), state_specs,
+            tf.TensorSpec([None], tf.float32)],
+            concrete=not self.placement.inference_devices)
+        self._train = Compiled(self._train_impl, [
             tf.TensorSpec([None, None] + obs_shape, obs_dtype),                  # observation
             action_spec,                                                         # action
             tf.TensorSpec([None, None], tf.float32),                             # reward
             tf.TensorSpec([None, None], tf.bool),                                # terminated
             tf.TensorSpec([None, None], tf.bool),                                # truncated
+            tf.TensorSpec([None, None], tf.float32),                             # final value
             tf.TensorSpec([None, None, self.dist.param_size], tf.float32),       # behaviour
             state_specs,                                                         # initial state
-        ])
+        ], concrete=not self.placement.distributed)
         if self.placement.distributed:
             self._replicated = self.placement.make_train_step(
                 self._replica_loss, optimizer, lambda: self.network.trainable_variables,
@@ -77,18 +82,21 @@ class VTraceAgent(Agent):
     def step_fields(self):
         return {"policy_params": ((self.dist.param_size,), np.dtype(np.float32))}
 
-    def initial_state(self, batch_size: int, actor_index: int = 0) -> list[np.ndarray]:
+    def initial_state(self, batch_size: int, actor_index: int = 0,
+                      first_env: int = 0) -> list[np.ndarray]:
         return [s.numpy() for s in self.network.initial_state(batch_size)]
 
-    def inference(self, observations, state):
+    def inference(self, observations, state, rewards=None):
+        if rewards is None:
+            rewards = np.zeros(len(observations), np.float32)
         with self.placement.inference_device():
-            action, params, new_state = self._infer(observations, state)
-        return ({"action": action.numpy(), "policy_params": params.numpy()},
-                [s.numpy() for s in new_state])
+            action, params, value, new_state = self._infer(observations, state, rewards)
+        return ({"action": action.numpy(), "policy_params": params.numpy(),
+                 "value": value.numpy()}, [s.numpy() for s in new_state])
 
     def train(self, batch: Mapping[str, object]) -> dict[str, float]:
         args = (batch["observation"], batch["action"], batch["reward"], batch["terminated"],
-                batch["truncated"], batch["policy_params"])
+                batch["truncated"], final_values(batch), batch["policy_params"])
         state = list(batch.get("initial_state", []))
         if self.placement.can_shard(np.shape(batch["action"])[1]):
             # Unrolls [T + 1, B] are split along B; states [B, ...] along their first axis.
@@ -106,39 +114,43 @@ class VTraceAgent(Agent):
 
     # -- TensorFlow graphs ----------------------------------------------------------------
 
-    def _infer_impl(self, observations, state):
-        """observations [N, *obs], state -> (actions [N, ...], params [N, P], new state)."""
-        params, _, new_state = self.network.step(observations, state)
+    def _infer_impl(self, observations, state, rewards):
+        """observations [N, *obs], state, rewards [N] -> (actions [N, ...], params [N, P],
+        values [N], new state)."""
+        params, values, new_state = self.network.step(observations, state, rewards)
         seed = self._rng.make_seeds(1)[:, 0]
-        return self.dist.sample(params, seed), params, new_state
+        action = self.dist.sample(params, seed)
+        return action, params, values, self.network.record_action(new_state, action)
 
-    def _train_impl(self, observation, action, reward, terminated, truncated,
+    def _train_impl(self, observation, action, reward, terminated, truncated, final_value,
                     behaviour_params, initial_state):
         """One gradient step on unrolls [T + 1, B, ...]; returns scalar metrics."""
         with tf.GradientTape() as tape:
             total, metrics = self.loss(observation, action, reward, terminated, truncated,
-                                       behaviour_params, initial_state)
+                                       final_value, behaviour_params, initial_state)
         grad_norm = apply_gradients(self.optimizer, tape, total,
                                     self.network.trainable_variables, self._grad_clip_norm)
         return {**metrics, "grad_norm": grad_norm}
 
-    def _replica_loss(self, observation, action, reward, terminated, truncated,
+    def _replica_loss(self, observation, action, reward, terminated, truncated, final_value,
                       behaviour_params, *initial_state):
         """The loss of one training replica's shard of unrolls (see ReplicatedStep)."""
         total, metrics = self.loss(observation, action, reward, terminated, truncated,
-                                   behaviour_params, list(initial_state))
+                                   final_value, behaviour_params, list(initial_state))
         return total, metrics, ()
 
-    def loss(self, observation, action, reward, terminated, truncated, behaviour_params,
-             initial_state):
+    def loss(self, observation, action, reward, terminated, truncated, final_value,
+             behaviour_params, initial_state):
         """The total loss on unrolls [T + 1, B, ...] and its scalar metrics, each a mean over
         the batch's steps.
 
-        Row t holds x_t, the reward and done flags that led to x_t, and a_t with the
-        behaviour policy parameters it was sampled from. Transitions use rows 1..T for rewards
-        and discounts, rows 0..T-1 for actions and policies, and row T's value to bootstrap.
-        Any episode end cuts the trace; a truncation (time limit) still bootstraps when
-        ``bootstrap_on_truncation`` is on, so the time limit does not look like failure.
+        Row t holds x_t, the reward and done flags that led to x_t, a_t with the behaviour
+        policy parameters it was sampled from, and where row t is truncated the value of the
+        final observation of the episode that ended (``final_value``). Transitions use rows
+        1..T for rewards and discounts, rows 0..T-1 for actions and policies, and row T's value
+        to bootstrap. Any episode end cuts the trace; a truncation (time limit) still
+        bootstraps from the final observation's value when ``bootstrap_on_truncation`` is on,
+        so the time limit does not look like failure.
         """
         cfg = self.config
         ended = tf.logical_or(terminated, truncated)
@@ -147,13 +159,11 @@ class VTraceAgent(Agent):
         rewards = losses.clip_rewards(reward[1:], cfg.reward_clipping) * cfg.reward_scale
         discounts = tf.cast(tf.logical_not(done), tf.float32) * cfg.discount
         actions = action[:-1]
-        params, values = self.network.unroll(observation, ended, initial_state)
+        params, values = self.network.unroll(observation, ended, initial_state, action, reward)
         if cfg.bootstrap_on_truncation:
-            # The final observation of a truncated episode never reaches the learner (the
-            # actor resets first), so V(final) is approximated by V of the observation
-            # before it; the trace is still cut there, as for any episode end.
-            rewards = rewards + tf.where(
-                cut, cfg.discount * tf.stop_gradient(values[:-1]), 0.0)
+            # The trace is still cut there, as for any episode end; the value of the state the
+            # time limit interrupted stands in for the rest of the episode.
+            rewards = rewards + tf.where(cut, cfg.discount * final_value[1:], 0.0)
         target_log_probs = self.dist.log_prob(params[:-1], actions)
         behaviour_log_probs = self.dist.log_prob(behaviour_params[:-1], actions)
         log_rhos = target_log_probs - behaviour_log_probs

@@ -1,6 +1,7 @@
 """The planner's arithmetic against cases worked out by hand, and `seedrl cost plan`."""
 
 import json
+import pathlib
 
 import pytest
 import yaml
@@ -10,6 +11,8 @@ from seedrl.service import cost
 from seedrl.service.cost import plan as cost_plan
 from seedrl.service.cli.main import main
 from seedrl.service.cost import Resources
+
+EXAMPLES = pathlib.Path(__file__).parents[3] / "examples"
 
 PRICES = cost.parse_prices(
     {
@@ -173,12 +176,63 @@ def test_seedrl_cost_plan_prints_the_table(tmp_path, capsys):
 
 
 def test_seedrl_cost_plan_without_measurements_says_what_to_pass(tmp_path, capsys):
-    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({"metadata": {"name": "nothing"}}))
+    (tmp_path / "exp.yaml").write_text(
+        yaml.safe_dump({"metadata": {"name": "nothing"}, "spec": {"env": {"id": "Acrobot-v1"}}})
+    )
     code = main(
         ["cost", "plan", str(tmp_path / "exp.yaml"), "--frames", "1e6", "--runs-dir", str(tmp_path)]
     )
     assert code == 2
-    assert "--throughput" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--throughput" in err and "Acrobot-v1" in err and "CartPole-v1" in err
+
+
+def test_the_packaged_reference_covers_every_example_env():
+    from seedrl.common.config import load_experiment
+
+    table = cost_plan.load_reference()
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        exp = load_experiment(str(path))
+        t = cost_plan.reference_throughput(exp, table)
+        assert t is not None and t.reference and t.seed_per_cpu > 0, path.name
+        assert "reference figures" in t.source and table.version in t.source
+
+
+def test_seedrl_cost_plan_falls_back_on_the_reference_and_says_so(tmp_path, capsys):
+    pong = str(EXAMPLES / "pong-vtrace.yaml")
+    code = main(["cost", "plan", pong, "--frames", "2e8", "--runs-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    table = cost_plan.load_reference()
+    steps, costs = table.envs["ALE/Pong-v5"]
+    assert f"reference: {steps:,.0f} env steps/s per actor vCPU" in out
+    assert "not on your machines" in out and table.version in out
+    # Pong's network has a reference inference cost: the IMPALA comparison is made.
+    assert "nature_cnn" in costs and "IMPALA (inference on the actors)" in out
+    # --throughput still wins over the reference.
+    (tmp_path / "bench.json").write_text(json.dumps(BENCH))
+    code = main(
+        ["cost", "plan", pong, "--frames", "2e8", "--throughput", str(tmp_path / "bench.json")]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "measured: 1,000 env steps/s per actor vCPU" in out and "reference" not in out
+
+
+def test_a_bad_reference_table_names_the_field():
+    with pytest.raises(ConfigError) as info:
+        cost_plan.parse_reference(
+            {
+                "version": "r",
+                "measuredOn": "here",
+                "envs": {
+                    "CartPole-v1": {"stepsPerCpu": -1, "inferenceCpuSeconds": {"mlp": "fast"}}
+                },
+            }
+        )
+    paths = [path for path, _ in info.value.problems]
+    assert any(p.endswith("envs.CartPole-v1.stepsPerCpu") for p in paths)
+    assert any(p.endswith("envs.CartPole-v1.inferenceCpuSeconds.mlp") for p in paths)
 
 
 def test_a_plan_without_actor_cpus_is_refused():

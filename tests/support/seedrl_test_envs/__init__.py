@@ -38,6 +38,42 @@ if "SeedrlTest/Corridor-v0" not in gym.registry:
     gym.register("SeedrlTest/Corridor-v0", entry_point=Corridor, max_episode_steps=100)
 
 
+class Conveyor(gym.Env):
+    """Three cells A -> B -> C, then C forever; leaving C pays 1 each step, nothing else pays.
+
+    Episodes start at A or at C (even odds) and are meant to run under a time limit of 2 steps:
+    from A the limit cuts the episode on arriving at C, so the value of the observation the
+    limit interrupted (C: 1 / (1 - gamma)) and that of the one before it (B) differ, and only
+    bootstrapping from the true final observation gives B its value gamma / (1 - gamma).
+    Observations are one-hot (float32); the two actions do the same.
+    """
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self._cell = 0
+
+    def _obs(self):
+        obs = np.zeros(3, np.float32)
+        obs[self._cell] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._cell = 0 if self.np_random.random() < 0.5 else 2
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = 1.0 if self._cell == 2 else 0.0
+        self._cell = min(2, self._cell + 1)
+        return self._obs(), reward, False, False, {}
+
+
+if "SeedrlTest/Conveyor-v0" not in gym.registry:
+    gym.register("SeedrlTest/Conveyor-v0", entry_point=Conveyor)
+
+
 class BrokenReset(Corridor):
     """A registered env that can be made (its spaces are fine) but never reset: the actors
     that step it fail at their first reset, every time they are started."""

@@ -92,3 +92,37 @@ def test_discounted_returns_restart_at_episode_ends():
     done = np.array([[False], [True], [False], [False]])
     np.testing.assert_allclose(discounted_returns(rewards, done, 0.5)[:, 0],
                                [1.0, 1.5, 1.0, 1.5])
+
+
+def test_the_batchppo_preset_takes_batchppos_objective():
+    agent = _agent(CONTINUOUS, preset="batchppo")
+    assert agent._uses_kl and not agent._uses_clip
+    assert _agent(CONTINUOUS)._uses_clip and not _agent(CONTINUOUS)._uses_kl
+    both = _agent(CONTINUOUS, preset="batchppo", objective="both")
+    assert both._uses_kl and both._uses_clip
+
+
+def test_batchppo_scales_rewards_by_the_std_of_the_rewards_themselves():
+    agent = _agent(DISCRETE, preset="batchppo")
+    batch = _batch(agent, lambda a: (a + 1).astype(np.float32) * 3)
+    agent.train(batch)
+    rewards = batch["reward"][1:].reshape(-1)
+    assert float(agent.reward_rms.count.numpy()) == rewards.size
+    assert float(agent.reward_rms.mean.numpy()) == pytest.approx(rewards.mean(), rel=1e-6)
+    clipped = _agent(DISCRETE)
+    clipped.train(batch)  # the clip preset tracks discounted returns along the unrolls
+    assert float(clipped.reward_rms.mean.numpy()) > 1.5 * rewards.mean()
+
+
+def test_batchppo_measures_the_kl_from_the_policy_at_the_start_of_the_update():
+    # A batch acted by a policy far from the current one (an actor lagging behind): the
+    # clip preset's KL is measured from that behaviour policy, BatchPPO's from the policy
+    # the update started from, which a tiny step barely moves.
+    kls = {}
+    for preset in ("clip", "batchppo"):
+        agent = _agent(CONTINUOUS, preset=preset, objective="kl_penalty", epochs=1)
+        agent.optimizer.learning_rate.assign(1e-7)
+        batch = _batch(agent, lambda a: a[..., 0])
+        batch["policy_params"][..., :2] += 1.0  # behaviour means shifted by one unit
+        kls[preset] = agent.train(batch)["kl"]
+    assert kls["clip"] > 0.5 and kls["batchppo"] < 1e-4

@@ -30,11 +30,13 @@ def test_gae_matches_numpy_with_episode_ends_and_truncation(lam):
     done = np.zeros((t_len, b_len), bool)
     done[2, 0] = done[5, 1] = done[8, 3] = True
     cut = np.zeros((t_len, b_len), bool)
-    cut[5, 1] = True  # a time limit: ends the trace but bootstraps from V(x_5)
+    cut[5, 1] = True  # a time limit: ends the trace but bootstraps from V(final observation)
+    final_values = np.zeros((t_len, b_len), np.float32)
+    final_values[5, 1] = 37.0
     discounts = gamma * (1.0 - done)
-    r = losses.bootstrap_truncations(rewards, values, cut, gamma).numpy()
+    r = losses.bootstrap_truncations(rewards, final_values, cut, gamma).numpy()
     want_r = rewards.copy()
-    want_r[5, 1] += gamma * values[5, 1]
+    want_r[5, 1] += gamma * 37.0
     np.testing.assert_allclose(r, want_r, rtol=1e-6)
     got = losses.gae(r, values, bootstrap, discounts, lam)
     want = np_gae(want_r.astype(np.float64), values, bootstrap, discounts, lam)
@@ -60,6 +62,29 @@ def test_kl_penalty_and_its_cutoff():
                                  cutoff_coefficient=1000.0)
     want = 2.0 * kl.mean() + 1000.0 * np.mean(np.maximum(kl - 0.02, 0.0) ** 2)
     assert got.numpy() == pytest.approx(want, rel=1e-5)
+
+
+def test_batchppo_cuts_off_on_each_sequences_mean_kl():
+    # [T=3, B=2]: sequence 0 has one sample past the cutoff (0.02) but a mean below it;
+    # sequence 1's mean is past it.
+    kl = np.array([[0.05, 0.03], [0.0, 0.03], [0.0, 0.03]], np.float32)
+    per_sample = losses.kl_penalty_loss(kl, 1.0, 0.01, 2.0, 1000.0)
+    per_sequence = losses.kl_penalty_loss(kl, 1.0, 0.01, 2.0, 1000.0, per_sequence=True)
+    assert per_sample.numpy() == pytest.approx(
+        kl.mean() + 1000.0 * np.mean(np.maximum(kl - 0.02, 0.0) ** 2), rel=1e-5)
+    assert per_sequence.numpy() == pytest.approx(
+        kl.mean() + 1000.0 * np.mean([0.0, (0.03 - 0.02) ** 2]), rel=1e-5)
+
+
+def test_batchppos_penalty_band_is_0_7_to_1_3_of_the_target():
+    low, high = losses.BATCHPPO_KL_BAND
+    assert (low, high) == (0.7, 1.3)
+    for kl, want in [(0.0072, 1.0), (0.0069, 1 / 1.5), (0.0131, 1.5), (0.0129, 1.0)]:
+        got = losses.updated_kl_coefficient(1.0, kl, 0.01, tolerance=high, lower=low,
+                                            bounds=(0.0, float("inf")))
+        assert got == pytest.approx(want), kl
+    # The clip preset's band is [target / 1.3, 1.3 target]: 0.0072 is below it.
+    assert losses.updated_kl_coefficient(1.0, 0.0072, 0.01) == pytest.approx(1 / 1.5)
 
 
 def test_kl_coefficient_adapts_to_the_measured_kl():

@@ -49,7 +49,7 @@ def test_recurrent_policy_trains_and_keeps_state_per_env():
     spec = EnvSpec("Disc", "float32", (3,), "int32", (), 3)
     agent = _agent(spec, {"hiddenSizes": [16], "lstmSize": 8})
     state = agent.initial_state(4)
-    assert [s.shape for s in state] == [(4, 8), (4, 8)]
+    assert [s.shape for s in state] == [(4, 8), (4, 8), (4, 3)]  # h, c, previous action
     out, new_state = agent.inference(np.ones((4, 3), np.float32), state)
     assert not np.allclose(new_state[0], 0.0)
     for i in range(40):
