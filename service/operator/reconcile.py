@@ -7,9 +7,12 @@
   ``podFailurePolicy`` follows the learner's exit codes (:mod:`seedrl.common.exit_codes`): 0
   only when the Experiment is finished, so the Job completes only then; a pod disrupted
   (condition DisruptionTarget: drained, evicted, preempted) or stopped early (exit STOPPED after
-  its final checkpoint) is replaced without counting; a bad configuration or an unusable
-  checkpoint location fails the Job at once; any other failure (a crash, OOMKilled) counts
-  against ``spec.backoffLimit``. Each new pod resumes from the latest checkpoint; with no
+  its final checkpoint) is replaced without counting; a bad configuration, an unusable
+  checkpoint location or a missing accelerator fails the Job at once; any other failure (a
+  crash, OOMKilled) counts against ``spec.backoffLimit``. Before the learner, the pod's init
+  container derives the env spec with the actor image (an env that cannot be made fails the
+  Job at once), and the learner serves that spec. Each new pod resumes from the latest
+  checkpoint; with no
   ``spec.checkpoint.uri`` its run directory is a PersistentVolumeClaim, so that it outlives the
   pod. A PodDisruptionBudget and the cluster autoscaler's safe-to-evict annotation keep
   voluntary disruptions off a healthy learner, and a learner stays off Spot nodes unless
@@ -63,6 +66,14 @@ CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 RUN_DIR = "/var/run/seedrl"
 #: Where the learner writes its final status (the container's terminationMessagePath).
 TERMINATION_LOG = "/dev/termination-log"
+#: The learner pod's emptyDir shared by its init container and the learner.
+SHARED_DIR = "/shared"
+#: The env spec the learner pod's init container derives from the Experiment with the actor
+#: image's code (``python -m seedrl.actors --env-spec-out``), which the learner then serves
+#: (``--env-spec``), as ``seedrl train`` does locally.
+ENV_SPEC_FILE = f"{SHARED_DIR}/env_spec.json"
+#: The name of that init container (the Job's podFailurePolicy names it).
+ENV_SPEC_CONTAINER = "env-spec"
 #: UID/GID the containers run as (the images create this user; any non-root id works).
 RUN_AS = 1000
 MANAGED_BY = "seedrl-operator"
@@ -422,6 +433,10 @@ def learner_failure_policy() -> dict[str, Any]:
                                              "values": [int(c) for c in RETRY_FREELY]}},
         {"action": "FailJob", "onExitCodes": {"containerName": "learner", "operator": "In",
                                               "values": [int(c) for c in LEARNER_PERMANENT]}},
+        # The env cannot be made from the Experiment: every new pod would find the same.
+        {"action": "FailJob", "onExitCodes": {"containerName": ENV_SPEC_CONTAINER,
+                                              "operator": "In",
+                                              "values": [int(ExitCode.BAD_CONFIG)]}},
     ]}
 
 
@@ -459,14 +474,15 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "seedrl.learner", "--config", CONFIG_FILE,
                     "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR,
-                    "--termination-log", TERMINATION_LOG,
+                    "--termination-log", TERMINATION_LOG, "--env-spec", ENV_SPEC_FILE,
                     *learner_accelerator_args(exp)],
         "ports": [{"name": "grpc", "containerPort": learner.port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": learner.metrics_port,
                    "protocol": "TCP"}],
         "env": _env(exp),
         "resources": _resources(learner.resources, extra),
-        "volumeMounts": _mounts(),
+        "volumeMounts": [*_mounts(), {"name": "shared", "mountPath": SHARED_DIR,
+                                      "readOnly": True}],
         "securityContext": _security_context(),
         # Ready once it serves the actors' streams (after restoring its checkpoint).
         **_probes("metrics", "/readyz"),
@@ -477,6 +493,8 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
     }
     pod_spec = _pod_spec(exp, container, "Never", learner.termination_grace_period_seconds,
                          "learner")
+    pod_spec["initContainers"] = [render_env_spec_container(exp)]
+    pod_spec["volumes"].append({"name": "shared", "emptyDir": {}})
     add_tls(exp, "learner", container, pod_spec)
     _learner_placement(exp, pod_spec)
     template_meta = {"labels": _labels(exp, "learner"),
@@ -503,6 +521,30 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
     if spec.queue_name:
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+
+
+def render_env_spec_container(exp: Experiment) -> dict[str, Any]:
+    """The learner pod's init container: the actor image derives the env spec from the
+    Experiment (it makes the env once, with the actors' own code and packages, which the
+    learner image need not have) into :data:`ENV_SPEC_FILE`, and the learner serves that spec.
+    An env that cannot be made fails the pod with BAD_CONFIG and the reason (the end of its
+    log), and the Job at once, before a learner starts. It asks for the learner's CPU and
+    memory, without accelerators: an init container runs before the learner, so it never
+    raises what the pod asks for."""
+    return {
+        "name": ENV_SPEC_CONTAINER,
+        "image": exp.spec.actors.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "seedrl.actors", "--config", CONFIG_FILE,
+                    "--env-spec-out", ENV_SPEC_FILE],
+        "env": _env(exp),
+        "resources": _resources(exp.spec.learner.resources),
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                         {"name": "shared", "mountPath": SHARED_DIR},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": _security_context(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
 
 
 def render_disruption_budget(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
@@ -579,6 +621,16 @@ def _terminated(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _init_failed(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The terminated state of the learner pod's env spec init container, when it failed."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") == ENV_SPEC_CONTAINER:
+            term = (status.get("state") or {}).get("terminated")
+            if term and term.get("exitCode"):
+                return term
+    return None
+
+
 def final_learner_status(pods: list[Mapping[str, Any]] | tuple) -> LearnerStatus | None:
     """The final status the last stopped learner pod left in its termination message (the
     learner writes it there on the way out), or None when there is none to read."""
@@ -600,11 +652,12 @@ def failure_reason(failed: Mapping[str, Any],
     reason (CheckpointLocationUnusable, InvalidConfiguration, ...) or the kubelet's (OOMKilled),
     else the Job's (BackoffLimitExceeded, DeadlineExceeded). The message is the Job's, then
     that pod's exit and the end of its log (``terminationMessagePolicy: FallbackToLogsOnError``).
+    A pod whose env spec init container failed (the learner never ran) is told by that one.
     """
     reason = failed.get("reason") or "JobFailed"
     message = failed.get("message") or "The learner Job failed."
     ended = [(t, p) for p in pods if (p.get("status") or {}).get("phase") == "Failed"
-             and (t := _terminated(p)) is not None]
+             and (t := _terminated(p) or _init_failed(p)) is not None]
     if not ended:
         return reason, message
     term, pod = max(ended, key=lambda tp: tp[0].get("finishedAt") or "")
@@ -617,7 +670,9 @@ def failure_reason(failed: Mapping[str, Any],
         reason = "OOMKilled"
     elif known is not None and known != ExitCode.OK:
         reason = known.reason
-    detail = f"learner pod {pod['metadata']['name']}: {describe_exit(code)}"
+    # No learner exit: the init container failed, and the learner never ran.
+    which = f", init container {ENV_SPEC_CONTAINER}" if _terminated(pod) is None else ""
+    detail = f"learner pod {pod['metadata']['name']}{which}: {describe_exit(code)}"
     if term.get("reason") not in (None, "Error", "Completed"):
         detail += f", reason {term['reason']}"
     last = (term.get("message") or "").strip()

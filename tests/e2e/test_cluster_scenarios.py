@@ -169,6 +169,11 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
     # The actors were granted distinct indices by the learner.
     assert "the learner granted index" in logs(cluster, actor_pods(cluster, ns, name)) or \
         final["actors"]["desired"] == 0
+    # The learner served the env spec its init container derived with the actor image.
+    assert "--env-spec" in pod["spec"]["containers"][0]["command"]
+    (init,) = pod["status"]["initContainerStatuses"]
+    assert init["name"] == "env-spec" and init["state"]["terminated"]["exitCode"] == 0
+    assert "no --env-spec" not in cluster.pod_log(pod)
     # Over TLS: the learner served with the certificate the operator made (kubectl shows its
     # Secret), the actors verifying the learner Service's name with the CA alone.
     secret = json.loads(cluster.kubectl("get", "secret", f"{name}-learner-tls", "-n", ns,
@@ -265,6 +270,30 @@ def test_an_unusable_checkpoint_location_fails_at_once_with_the_reason(cluster, 
                for c in job["status"]["conditions"])
     assert (store / "MANIFEST.json").read_text() == "{ not json"  # nothing overwritten
     assert status(cluster, ns, name)["actors"]["desired"] == 0
+
+
+def test_an_env_that_cannot_be_made_fails_before_the_learner_starts(cluster, tmp_path):
+    ns, name = "noenv", "cartpole"
+    # Valid as a document; only making the env tells: the learner pod's init container does
+    # it with the actors' code (as `seedrl train` does before it starts anything).
+    apply(cluster, ns, experiment(name, env={"id": "NoSuchEnv-v99"}), tmp_path)
+    wait_until(lambda: status(cluster, ns, name).get("phase") == "Failed", 180,
+               lambda: "the experiment to fail" + diagnosis(cluster, ns, name), cluster)
+    failed = condition(cluster, ns, name, "Failed")
+    assert failed["reason"] == "InvalidConfiguration", failed
+    assert "init container env-spec: exit code 2" in failed["message"], failed
+    assert "NoSuchEnv-v99" in failed["message"], failed
+    # Failed at once by the podFailurePolicy, and no learner ever ran.
+    (pod,) = learner_pods(cluster, ns, name)
+    (init,) = pod["status"]["initContainerStatuses"]
+    assert init["state"]["terminated"]["exitCode"] == ExitCode.BAD_CONFIG
+    assert pod["status"]["containerStatuses"][0]["state"] == {
+        "waiting": {"reason": "PodInitializing"}}
+    job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
+    assert any(c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
+               for c in job["status"]["conditions"])
+    table = cluster.kubectl("get", "pods", "-n", ns, "-l", "seedrl.dev/role=learner").stdout
+    assert "Init:Error" in table, table
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ def localize(command, tmp_path, service, port):
         arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
         arg = arg.replace(reconcile.TERMINATION_LOG, str(tmp_path / "termination-log"))
         arg = arg.replace(reconcile.TLS_DIR, str(tmp_path / "tls"))
+        arg = arg.replace(reconcile.SHARED_DIR, str(tmp_path / "shared"))
         if arg == f"{service}:{port}":
             out += [f"127.0.0.1:{port}", "--tls-server-name", service]
             continue
@@ -69,8 +70,16 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     write_certificate(tmp_path, "pods", "ml")
     service = objs["Service"]["metadata"]["name"]
     learner = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    (init,) = objs["Job"]["spec"]["template"]["spec"]["initContainers"]
     actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # The learner pod's init container first: the env spec, made with the actors' code.
+    (tmp_path / "shared").mkdir()
+    derived = subprocess.run(localize(init["command"], tmp_path, service, port), cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert derived.returncode == 0, derived.stderr
+    spec = json.loads((tmp_path / "shared" / "env_spec.json").read_text())
+    assert spec["env_id"] == "CartPole-v1" and spec["observation_shape"] == [4]
     procs = [subprocess.Popen(localize(learner["command"], tmp_path, service, port), cwd=ROOT,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)]
@@ -98,6 +107,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
                 p.wait()
     logs = [p.stdout.read() for p in procs]
     assert codes == [0, 0, 0], "\n\n".join(logs)
+    assert "no --env-spec" not in logs[0]  # it served the derived spec from the start
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] >= 6000 and summary["stop_reason"] == "max_env_steps", summary
     assert seen, "the learner's /status never answered"

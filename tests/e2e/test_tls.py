@@ -42,6 +42,7 @@ def localize(command, tmp_path, service, port):
         arg = arg.replace(reconcile.CONFIG_FILE, str(tmp_path / "config.yaml"))
         arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
         arg = arg.replace(reconcile.TLS_DIR, str(tmp_path / "tls"))
+        arg = arg.replace(reconcile.SHARED_DIR, str(tmp_path / "shared"))
         if arg == f"{service}:{port}":
             out += [f"127.0.0.1:{port}", "--tls-server-name", service]
             continue
@@ -123,6 +124,12 @@ def test_actors_stream_over_tls_with_the_operators_certificate(tmp_path):
     for key, value in data.items():
         (tmp_path / "tls" / key).write_bytes(value)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # The learner pod's init container (the env spec) runs first, without the certificate.
+    (init,) = pod["initContainers"]
+    assert "tls" not in {m["name"] for m in init["volumeMounts"]}
+    (tmp_path / "shared").mkdir()
+    subprocess.run(localize(init["command"], tmp_path, "tls-learner", port), cwd=ROOT,
+                   env=env, check=True, capture_output=True, timeout=120)
     command = localize(learner["command"], tmp_path, "tls-learner", port)
     assert "--tls-cert" in command and "--tls-key" in command
     procs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,

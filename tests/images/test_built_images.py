@@ -121,8 +121,10 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
     # the actor reaches the Service's name (an /etc/hosts entry) and verifies it.
     secrets = {reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
         reconcile.learner_dns_names(exp.metadata.name, "default"))}
+    # The learner pod's init container derives the env spec in the actor image first.
     with Pod(store, learner_image, _by_kind(objects, "Job"), objects, tmp_path,
-             "cartpole-images-learner-x7k2p", secrets=secrets) as learner:
+             "cartpole-images-learner-x7k2p", secrets=secrets,
+             init_images={reconcile.ENV_SPEC_CONTAINER: actor_image}) as learner:
         with Pod(store, actor_image, _by_kind(objects, "Deployment"), objects, tmp_path,
                  "cartpole-images-actors-5d8f9-q2w3e", hosts={service: "127.0.0.1"},
                  secrets=secrets) as actor:
@@ -140,6 +142,10 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
     assert summary["last_checkpoint"], summary
     assert f"connected to {service}:" in actor.output(), actor.output()[-3000:]
     assert "--tls-ca" in actor.command() and "--tls-cert" in learner.command()
+    # The learner served the spec the actor image derived, and checked the actor against it.
+    spec = json.loads((learner.volume_dirs["shared"] / "env_spec.json").read_text())
+    assert spec["env_id"] == "CartPole-v1", spec
+    assert "no --env-spec" not in learner.output()
 
 
 #: No GCE metadata server answers here: libtpu would retry it for minutes at `import
@@ -170,7 +176,8 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
     objects = reconcile.render(exp, namespace="default")
     with Pod(store, image, _by_kind(objects, "Job"), objects, tmp_path / "tpu",
              "tpu-learner-learner-h8j2k", extra_env=NO_METADATA_SERVER,
-             secrets=_certificate(exp)) as pod:
+             secrets=_certificate(exp),
+             init_images={reconcile.ENV_SPEC_CONTAINER: images("actors")}) as pod:
         assert pod.wait(300) == ExitCode.NO_ACCELERATOR, pod.output()[-4000:]
         assert "scheduled for a TPU (spec.learner.accelerator.kind: tpu) but found none" in \
             pod.output()
@@ -180,7 +187,8 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
     objects = reconcile.render(exp, namespace="default")
     with Pod(store, image, _by_kind(objects, "Job"), objects, tmp_path / "cpu",
              "cpu-learner-learner-p4m9x", extra_env=NO_METADATA_SERVER,
-             secrets=_certificate(exp)) as pod:
+             secrets=_certificate(exp),
+             init_images={reconcile.ENV_SPEC_CONTAINER: images("actors")}) as pod:
         wait_for(lambda: "serving cpu-learner" in pod.output(), 600, "the learner serving",
                  pods=[pod])
         assert "no TPU found" in pod.output() and "running on CPU" in pod.output()

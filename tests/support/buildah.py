@@ -304,6 +304,16 @@ def scratch_dir(parent: Path, name: str, owner: int = 1000) -> Path:
     return path
 
 
+class PodInitFailed(RuntimeError):
+    """An init container of a :class:`Pod` exited non-zero: the pod's container never ran."""
+
+    def __init__(self, name: str, run: subprocess.CompletedProcess):
+        super().__init__(f"init container {name} exited {run.returncode}:\n"
+                         f"{(run.stdout + run.stderr)[-3000:]}")
+        self.name = name
+        self.run = run
+
+
 class Pod:
     """One rendered pod (a Job's or a Deployment's template) run inside an image: its
     container's command, env, user and volumes as the operator rendered them.
@@ -311,7 +321,9 @@ class Pod:
     ConfigMap volumes get the files of the rendered ConfigMap of that name, Secret volumes
     those of ``secrets[name]``, emptyDirs a fresh folder owned by the pod's user; all mounts
     are made as the container's volumeMounts say (read-only where they say so), over a
-    read-only root filesystem when the securityContext asks for one.
+    read-only root filesystem when the securityContext asks for one. Init containers run
+    first, each to its end in its own image (``init_images``), sharing the pod's volumes; one
+    that fails fails the pod (:class:`PodInitFailed`), as under ``restartPolicy: Never``.
 
     Args:
       store: the buildah store holding ``image``.
@@ -323,12 +335,15 @@ class Pod:
       hosts: extra /etc/hosts entries, e.g. the learner Service's name -> 127.0.0.1.
       secrets: Secret name -> {key: bytes}, for Secret volumes.
       extra_env: variables this machine needs on top of the rendered ones.
+      init_images: init container name -> the image to run it in (the rendered pod's
+        ``initContainers`` each need one).
     """
 
     def __init__(self, store: Store, image: str, workload: Mapping, objects: Sequence[Mapping],
                  workdir: Path, pod_name: str, hosts: Mapping[str, str] | None = None,
                  secrets: Mapping[str, Mapping[str, bytes]] | None = None,
-                 extra_env: Mapping[str, str] | None = None):
+                 extra_env: Mapping[str, str] | None = None,
+                 init_images: Mapping[str, str] | None = None):
         self.store = store
         self.image = image
         self.pod_spec = workload["spec"]["template"]["spec"]
@@ -339,15 +354,41 @@ class Pod:
         self.hosts = hosts or {}
         self.secrets = secrets or {}
         self.extra_env = extra_env or {}
+        self.init_images = init_images or {}
+        #: Each init container's run, by name, once the pod has started.
+        self.init_runs: dict[str, subprocess.CompletedProcess] = {}
         self.log = self.workdir / f"{pod_name}.log"
         self.volume_dirs: dict[str, Path] = {}
         self.process: subprocess.Popen | None = None
         self._stack = contextlib.ExitStack()
 
-    def _user(self) -> tuple[int, int]:
+    def _user(self, container: Mapping | None = None) -> tuple[int, int]:
         ctx = {**self.pod_spec.get("securityContext", {}),
-               **self.spec_container.get("securityContext", {})}
+               **(container or self.spec_container).get("securityContext", {})}
         return int(ctx.get("runAsUser", 0)), int(ctx.get("runAsGroup", 0))
+
+    def _runtime(self, container: Mapping) -> dict:
+        """What ``Container.run``/``popen`` take for one of the pod's containers: its user,
+        environment, volumes (made once per pod, shared by its containers) and root."""
+        uid, gid = self._user(container)
+        volumes = {v["name"]: v for v in self.pod_spec.get("volumes", [])}
+        mounts = []
+        for mount in container.get("volumeMounts", []):
+            if mount["name"] not in self.volume_dirs:
+                self.volume_dirs[mount["name"]] = self._volume(volumes[mount["name"]], uid, gid)
+            mounts.append((self.volume_dirs[mount["name"]], mount["mountPath"],
+                           bool(mount.get("readOnly"))))
+        env = {}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+            elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == \
+                    "metadata.name":
+                env[item["name"]] = self.pod_name
+        env.update(self.extra_env)
+        read_only = bool(container.get("securityContext", {}).get("readOnlyRootFilesystem"))
+        return {"user": f"{uid}:{gid}", "env": env, "volumes": mounts,
+                "read_only_root": read_only}
 
     def _volume(self, volume: Mapping, uid: int, gid: int) -> Path:
         path = self.workdir / f"{self.pod_name}-{volume['name']}"
@@ -376,28 +417,20 @@ class Pod:
         return [*self.spec_container.get("command", []), *self.spec_container.get("args", [])]
 
     def __enter__(self) -> "Pod":
-        uid, gid = self._user()
-        volumes = {v["name"]: v for v in self.pod_spec.get("volumes", [])}
-        mounts = []
-        for mount in self.spec_container.get("volumeMounts", []):
-            host = self.volume_dirs.setdefault(
-                mount["name"], self._volume(volumes[mount["name"]], uid, gid))
-            mounts.append((host, mount["mountPath"], bool(mount.get("readOnly"))))
-        env = {}
-        for item in self.spec_container.get("env", []):
-            if "value" in item:
-                env[item["name"]] = item["value"]
-            elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == \
-                    "metadata.name":
-                env[item["name"]] = self.pod_name
-        env.update(self.extra_env)
-        read_only = bool(self.spec_container.get("securityContext", {})
-                         .get("readOnlyRootFilesystem"))
+        for init in self.pod_spec.get("initContainers", []):
+            if init["name"] not in self.init_images:
+                raise ValueError(f"init container {init['name']}: pass its image in "
+                                 f"init_images")
+            command = [*init.get("command", []), *init.get("args", [])]
+            with self.store.container(self.init_images[init["name"]], self.hosts) as container:
+                run = container.run(command, timeout=600, **self._runtime(init))
+            self.init_runs[init["name"]] = run
+            if run.returncode != 0:
+                raise PodInitFailed(init["name"], run)
+        runtime = self._runtime(self.spec_container)
         container = self._stack.enter_context(self.store.container(self.image, self.hosts))
         try:
-            self.process = container.popen(self.command(), self.log, user=f"{uid}:{gid}",
-                                           env=env, volumes=mounts,
-                                           read_only_root=read_only)
+            self.process = container.popen(self.command(), self.log, **runtime)
         except BaseException:
             self._stack.close()
             raise

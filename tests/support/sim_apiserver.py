@@ -1253,6 +1253,19 @@ def _pod_status(pod: dict) -> str:
     if pod["metadata"].get("deletionTimestamp"):
         return "Terminating"
     status = pod.get("status") or {}
+    # kubectl's own column: an init container not done yet names the pod's state.
+    inits = pod["spec"].get("initContainers") or []
+    for index, s in enumerate(status.get("initContainerStatuses") or []):
+        state = s.get("state") or {}
+        term = state.get("terminated")
+        if term and not term.get("exitCode"):
+            continue
+        if term:
+            return f"Init:{term.get('reason') or 'Error'}"
+        waiting = (state.get("waiting") or {}).get("reason")
+        if waiting and waiting != "PodInitializing":
+            return f"Init:{waiting}"
+        return f"Init:{index}/{len(inits)}"
     for s in status.get("containerStatuses") or []:
         state = s.get("state") or {}
         if "waiting" in state and state["waiting"].get("reason"):

@@ -483,7 +483,19 @@ def _int_or_percent(value: Any, total: int, rounding) -> int:
     return int(value)
 
 
+def _statuses(pod: dict) -> list[dict]:
+    """A pod's init and app container statuses: podFailurePolicy's onExitCodes matches
+    either kind by name (Kubernetes, "Pod failure policy")."""
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []),
+            *(status.get("containerStatuses") or [])]
+
+
 def _container_of(pod: dict) -> str:
+    for s in _statuses(pod):
+        term = (s.get("state") or {}).get("terminated")
+        if term and term.get("exitCode"):
+            return s["name"]
     for s in (pod.get("status") or {}).get("containerStatuses") or []:
         if (s.get("state") or {}).get("terminated"):
             return s["name"]
@@ -493,7 +505,7 @@ def _container_of(pod: dict) -> str:
 def _failure_action(policy: dict | None, pod: dict) -> tuple[str | None, int | None, Any]:
     """The first podFailurePolicy rule matching a failed pod: (action, rule index, exit code);
     (None, None, code) when none matches."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    statuses = _statuses(pod)
     conditions = {(c.get("type"), c.get("status"))
                   for c in (pod.get("status") or {}).get("conditions") or []}
     code = None

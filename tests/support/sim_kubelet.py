@@ -25,6 +25,11 @@ Containers", "Node Shutdowns", "Determine the Reason for Pod Failure"):
   server's certificate against: a container that is one (its command has ``--tls-ca``) gets
   ``--tls-server-name svc`` after the mapped argument, so it still verifies the name it asked
   for (as seedrl's actors take it; no other TLS clients run in pods here);
+- init containers: each runs to completion, in order, before the app container starts (the
+  pod is Pending, its Initialized condition False, its app container waiting in
+  PodInitializing); a failed one is restarted with the crash-loop backoff under
+  ``restartPolicy`` Always or OnFailure, and under Never fails the pod, its terminated state
+  (exit code, reason, message) in ``initContainerStatuses``;
 - probes: startup, then liveness and readiness (``httpGet`` to the pod IP, ``tcpSocket``) at
   their periods and thresholds; the Ready and ContainersReady conditions follow readiness; a
   failed liveness probe restarts the container;
@@ -354,19 +359,13 @@ class PodRun:
                 if current is not None:
                     self.kubelet.api.finish_pod(current)
                 return
-        # The kubelet mounts a file at terminationMessagePath and reads it after the exit.
+        for init in pod["spec"].get("initContainers") or []:
+            if not await self._init_container(pod, init, volumes):
+                return
         message_file = self.dir / "termination-log"
-        message_path = container.get("terminationMessagePath", "/dev/termination-log")
-        mounts = sorted([(m["mountPath"], volumes[m["name"]])
-                         for m in container.get("volumeMounts") or [] if m["name"] in volumes]
-                        + [(message_path, message_file)], key=lambda m: -len(m[0]))
-        argv = self._command(container, mounts)
-        if argv and argv[0] in ("python", "python3"):
-            argv[0] = self.kubelet.python
-        env = self._env(pod, container, mounts)
+        argv, env, mounts = self._process(pod, container, volumes, message_file)
         log_path = self.dir / f"{container['name']}.log"
-        limit = _quantity_bytes(((container.get("resources") or {}).get("limits") or {}).get(
-            "memory"))
+        limit = _limit(container)
         started_pod = now_rfc3339()
 
         def running(p: dict) -> None:
@@ -377,13 +376,7 @@ class PodRun:
             p["metadata"].setdefault("annotations", {})["sim.seedrl.dev/log"] = str(log_path)
             set_pod_condition(p, "Initialized", "True")
         self.update(running)
-        # The log annotation is metadata: written through the main resource.
-        pod = self.current()
-        if pod is not None and (pod["metadata"].get("annotations") or {}).get(
-                "sim.seedrl.dev/log") != str(log_path):
-            new = copy.deepcopy(pod)
-            new["metadata"].setdefault("annotations", {})["sim.seedrl.dev/log"] = str(log_path)
-            self.kubelet.api._commit(self.kubelet.pods_res, pod, new, None)
+        self._annotate_log(log_path)
         backoff = CRASH_BACKOFF_S
         while True:
             code, reason, started, finished = await self._once(argv, env, log_path, limit,
@@ -442,9 +435,103 @@ class PodRun:
                 self.kubelet.api.finish_pod(pod)
             return
 
+    def _annotate_log(self, log_path: Path) -> None:
+        """Points the pod's log annotation (what :meth:`SimulatedCluster.pod_log` reads) at
+        the log of the container running now. Metadata: written through the main resource."""
+        pod = self.current()
+        if pod is not None and (pod["metadata"].get("annotations") or {}).get(
+                "sim.seedrl.dev/log") != str(log_path):
+            new = copy.deepcopy(pod)
+            new["metadata"].setdefault("annotations", {})["sim.seedrl.dev/log"] = str(log_path)
+            self.kubelet.api._commit(self.kubelet.pods_res, pod, new, None)
+
+    def _process(self, pod: dict, container: dict, volumes: dict[str, Path],
+                 message_file: Path) -> tuple[list[str], dict[str, str], list]:
+        """A container's argv, environment and mounts (longest mount path first). The kubelet
+        mounts a file at terminationMessagePath (``message_file``) and reads it after the
+        exit."""
+        message_path = container.get("terminationMessagePath", "/dev/termination-log")
+        mounts = sorted([(m["mountPath"], volumes[m["name"]])
+                         for m in container.get("volumeMounts") or [] if m["name"] in volumes]
+                        + [(message_path, message_file)], key=lambda m: -len(m[0]))
+        argv = self._command(container, mounts)
+        if argv and argv[0] in ("python", "python3"):
+            argv[0] = self.kubelet.python
+        return argv, self._env(pod, container, mounts), mounts
+
+    async def _init_container(self, pod: dict, container: dict,
+                              volumes: dict[str, Path]) -> bool:
+        """Runs one init container until it succeeds; returns False when the pod ends
+        instead (it failed under restartPolicy Never, or the pod was stopped meanwhile)."""
+        name = container["name"]
+        message_file = self.dir / f"termination-log-{name}"
+        argv, env, _ = self._process(pod, container, volumes, message_file)
+        log_path = self.dir / f"{name}.log"
+        app = pod["spec"]["containers"][0]
+        restarts = 0
+        backoff = CRASH_BACKOFF_S
+        self._annotate_log(log_path)
+
+        def initializing(p: dict, state: dict) -> None:
+            status = p.setdefault("status", {})
+            others = [s for s in status.get("initContainerStatuses") or []
+                      if s["name"] != name]
+            status["initContainerStatuses"] = [*others, {
+                "name": name, "ready": False, "restartCount": restarts,
+                "image": container.get("image", ""), "imageID": "", "state": state}]
+            status["containerStatuses"] = [{
+                "name": app["name"], "ready": False, "started": False, "restartCount": 0,
+                "image": app.get("image", ""), "imageID": "",
+                "state": {"waiting": {"reason": "PodInitializing"}}}]
+            status.update(podIP=self.ip, podIPs=[{"ip": self.ip}], hostIP="127.0.0.1")
+            set_pod_condition(p, "Initialized", "False", "ContainersNotInitialized",
+                              f"containers with incomplete status: [{name}]")
+        while True:
+            code, reason, started, finished = await self._once(
+                argv, env, log_path, _limit(container), container, init=True)
+            message = ""
+            if message_file.exists():
+                message = message_file.read_bytes()[:4096].decode(errors="replace")
+                message_file.unlink()
+            if not message and code != 0 and container.get("terminationMessagePolicy") == \
+                    "FallbackToLogsOnError":
+                message = _tail(log_path)
+            terminated = {"exitCode": code, "reason": reason, "startedAt": started,
+                          "finishedAt": finished, **({"message": message} if message else {})}
+            if code == 0 and not self.stopping.is_set():
+                self.update(lambda p: initializing(p, {"terminated": terminated}))
+                return True
+            policy = pod["spec"].get("restartPolicy", "Always")
+            if code == 0 or policy == "Never" or self.stopping.is_set():
+                def failed(p: dict) -> None:
+                    initializing(p, {"terminated": terminated})
+                    p["status"]["phase"] = "Failed"
+                    set_pod_condition(p, "Ready", "False", "PodFailed")
+                    set_pod_condition(p, "ContainersReady", "False", "PodFailed")
+                self.update(failed)
+                current = self.current()
+                if current is not None and current["metadata"].get("deletionTimestamp"):
+                    self.kubelet.api.finish_pod(current)
+                return False
+            restarts += 1
+            delay, backoff = backoff, min(CRASH_BACKOFF_CAP_S, backoff * 2)
+            self.update(lambda p: initializing(p, {"waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {delay:.0f}s restarting failed container"}}))
+            try:
+                await asyncio.wait_for(self.stopping.wait(), delay)
+            except asyncio.TimeoutError:
+                continue
+            current = self.current()
+            self.update(lambda p: p["status"].update(phase="Failed"))
+            if current is not None and current["metadata"].get("deletionTimestamp"):
+                self.kubelet.api.finish_pod(current)
+            return False
+
     async def _once(self, argv, env, log_path: Path, limit: float | None,
-                    container: dict) -> tuple[int, str, str, str]:
-        """Runs the container process once; returns (exit code, reason, started, finished)."""
+                    container: dict, init: bool = False) -> tuple[int, str, str, str]:
+        """Runs the container process once; returns (exit code, reason, started, finished).
+        An init container (``init``) has no probes and its own status list."""
         started = now_rfc3339()
         self.killed_reason = None
         with open(log_path, "ab") as log:
@@ -455,13 +542,21 @@ class PodRun:
         ready = {"ready": False}
 
         def started_state(p: dict) -> None:
-            p["status"]["containerStatuses"] = [{
+            running = {
                 "name": container["name"], "ready": False, "started": False,
                 "restartCount": self.restarts, "image": container.get("image", ""),
                 "imageID": "", "containerID": f"sim://{self.proc.pid}",
-                "state": {"running": {"startedAt": started}}}]
+                "state": {"running": {"startedAt": started}}}
+            if init:
+                statuses = p["status"].get("initContainerStatuses") or []
+                running["restartCount"] = next((s.get("restartCount", 0) for s in statuses
+                                                if s["name"] == container["name"]), 0)
+                others = [s for s in statuses if s["name"] != container["name"]]
+                p["status"]["initContainerStatuses"] = [*others, running]
+            else:
+                p["status"]["containerStatuses"] = [running]
         self.update(started_state)
-        probes = asyncio.ensure_future(self._probe(container, ready))
+        probes = None if init else asyncio.ensure_future(self._probe(container, ready))
         watchdog = asyncio.ensure_future(self._watch_memory(limit)) if limit else None
         stopper = asyncio.ensure_future(self._stop_when_asked())
         try:
@@ -725,6 +820,12 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _limit(container: dict) -> float | None:
+    """A container's memory limit in bytes, or None."""
+    return _quantity_bytes(((container.get("resources") or {}).get("limits") or {}).get(
+        "memory"))
 
 
 def _tail(path: Path) -> str:

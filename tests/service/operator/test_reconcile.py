@@ -193,12 +193,14 @@ def test_learner_job_is_replaced_by_exit_code_and_has_time_to_checkpoint():
     assert pod["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
-def _first_rule(policy, *, exit_code=None, conditions=()):
-    """The action of the first podFailurePolicy rule matching a failed pod, as the Job
-    controller picks it (None: no rule matches, the failure counts against backoffLimit)."""
+def _first_rule(policy, *, exit_code=None, conditions=(), container="learner"):
+    """The action of the first podFailurePolicy rule matching a pod whose ``container`` (or
+    init container) failed, as the Job controller picks it (None: no rule matches, the
+    failure counts against backoffLimit)."""
     for rule in policy["rules"]:
         codes = rule.get("onExitCodes")
-        if codes and exit_code is not None and (exit_code in codes["values"]) == (
+        if codes and exit_code is not None and codes.get("containerName") in (
+                None, container) and (exit_code in codes["values"]) == (
                 codes["operator"] == "In"):
             return rule["action"]
         for pattern in rule.get("onPodConditions") or []:
@@ -223,8 +225,74 @@ def test_failure_policy_follows_the_exit_codes():
     # Crashes count against backoffLimit.
     assert _first_rule(policy, exit_code=ExitCode.FAILED) is None
     assert _first_rule(policy, exit_code=137) is None
+    # The env spec init container: an env the Experiment cannot make fails the Job at once; a
+    # crash of it counts as one; only the learner's codes mean the learner's outcome.
+    env_spec = reconcile.ENV_SPEC_CONTAINER
+    assert _first_rule(policy, exit_code=ExitCode.BAD_CONFIG, container=env_spec) == "FailJob"
+    assert _first_rule(policy, exit_code=ExitCode.FAILED, container=env_spec) is None
+    assert _first_rule(policy, exit_code=ExitCode.STOPPED, container=env_spec) is None
+    assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION,
+                       container=env_spec) is None
     for rule in policy["rules"]:
         assert 0 not in (rule.get("onExitCodes") or {}).get("values", [])  # the API refuses 0
+
+
+def test_the_learner_pod_derives_its_env_spec_with_the_actor_image_first():
+    # As `seedrl train` does locally: the actors' code makes the env once and writes its spec,
+    # which the learner serves (--env-spec) and checks every actor's hello against.
+    exp = exp_of(env={"id": "ALE/Pong-v5"},
+                 learner={"resources": {"cpu": "3", "memory": "12Gi"},
+                          "accelerator": {"kind": "gpu"}},
+                 actors={"image": "registry.example/seedrl/actors:custom"})
+    job = by_kind(reconcile.render(exp, OWNER, "team-a"))["Job"]
+    pod = job["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    (learner,) = pod["containers"]
+    assert init["name"] == reconcile.ENV_SPEC_CONTAINER
+    assert init["image"] == "registry.example/seedrl/actors:custom"
+    assert init["command"] == ["python", "-m", "seedrl.actors", "--config",
+                               reconcile.CONFIG_FILE, "--env-spec-out", reconcile.ENV_SPEC_FILE]
+    at = learner["command"].index("--env-spec")
+    assert learner["command"][at + 1] == reconcile.ENV_SPEC_FILE
+    assert reconcile.ENV_SPEC_FILE.startswith(reconcile.SHARED_DIR + "/")
+    # One emptyDir between them: written by the init container, read-only to the learner.
+    (shared,) = [v for v in pod["volumes"] if v["name"] == "shared"]
+    assert shared == {"name": "shared", "emptyDir": {}}
+    mounts = {m["name"]: m for m in init["volumeMounts"]}
+    assert mounts["shared"]["mountPath"] == reconcile.SHARED_DIR
+    assert not mounts["shared"].get("readOnly") and mounts["config"]["readOnly"]
+    assert {"name": "shared", "mountPath": reconcile.SHARED_DIR, "readOnly": True} in \
+        learner["volumeMounts"]
+    # Least privilege: no run directory, no TLS key; locked down as the learner is.
+    assert set(mounts) == {"config", "shared", "tmp"}
+    assert init["securityContext"] == learner["securityContext"]
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    # The learner's CPU and memory, none of its GPU: the pod asks for no more than before.
+    assert init["resources"]["requests"] == {"cpu": "3", "memory": "12Gi"}
+    assert reconcile.GPU_RESOURCE in learner["resources"]["limits"]
+    assert reconcile.GPU_RESOURCE not in init["resources"]["limits"]
+    # Why it failed reaches the Experiment: the end of its log.
+    assert init["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    kubernetes_validate.validate(job, "1.33.0", strict=True)
+
+
+def test_an_env_that_cannot_be_made_names_the_init_container_in_the_failure():
+    failed = {"type": "Failed", "reason": "PodFailurePolicy",
+              "message": "Container env-spec for pod team-a/exp-learner-q7 failed with exit "
+                         "code 2 matching FailJob rule at index 3"}
+    pod = {"metadata": {"name": "exp-learner-q7"}, "status": {
+        "phase": "Failed",
+        "initContainerStatuses": [{"name": reconcile.ENV_SPEC_CONTAINER, "state": {
+            "terminated": {"exitCode": 2, "reason": "Error",
+                           "finishedAt": "2026-01-01T00:00:09Z",
+                           "message": "cannot make environments: spec.env.id: cannot make "
+                                      "'NoSuchEnv-v9'\n"}}}],
+        "containerStatuses": [{"name": "learner", "state": {
+            "waiting": {"reason": "PodInitializing"}}}]}}
+    reason, message = reconcile.failure_reason(failed, [pod])
+    assert reason == "InvalidConfiguration"
+    assert "exp-learner-q7, init container env-spec: exit code 2" in message
+    assert message.endswith("cannot make 'NoSuchEnv-v9'")
 
 
 def test_learner_is_protected_from_voluntary_disruption_and_kept_off_spot():
