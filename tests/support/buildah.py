@@ -251,8 +251,9 @@ class Container:
             targets.append("/" + str(resolved.relative_to(self.mountpoint)))
         if read_only_root:
             for entry in sorted(self.mountpoint.iterdir()):
+                # A volume mounted at a top-level folder (/shared) replaces that folder.
                 if entry.is_dir() and not entry.is_symlink() and \
-                        entry.name not in _NOT_READ_ONLY:
+                        entry.name not in _NOT_READ_ONLY and f"/{entry.name}" not in targets:
                     argv += ["-v", f"{entry}:/{entry.name}:ro"]
         for (host, _, read_only), target in zip(volumes, targets):
             argv += ["-v", f"{host}:{target}" + (":ro" if read_only else "")]
@@ -319,7 +320,8 @@ class Pod:
     container's command, env, user and volumes as the operator rendered them.
 
     ConfigMap volumes get the files of the rendered ConfigMap of that name, Secret volumes
-    those of ``secrets[name]``, emptyDirs a fresh folder owned by the pod's user; all mounts
+    those of ``secrets[name]``, emptyDirs and PersistentVolumeClaims (the learner's run
+    directory without ``spec.checkpoint.uri``) a fresh folder owned by the pod's user; all mounts
     are made as the container's volumeMounts say (read-only where they say so), over a
     read-only root filesystem when the securityContext asks for one. Init containers run
     first, each to its end in its own image (``init_images``), sharing the pod's volumes; one
@@ -402,7 +404,8 @@ class Pod:
             files = {k: v.encode() for k, v in found[0].get("data", {}).items()}
         elif "secret" in volume:
             files = self.secrets[volume["secret"]["secretName"]]
-        elif "emptyDir" not in volume:
+        elif "emptyDir" not in volume and "persistentVolumeClaim" not in volume:
+            # A claim is a fresh folder too: one pod here, so nothing outlives it to share.
             raise ValueError(f"volume kind not emulated: {volume}")
         for key, data in files.items():
             (path / key).write_bytes(data)
