@@ -80,14 +80,26 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     assert derived.returncode == 0, derived.stderr
     spec = json.loads((tmp_path / "shared" / "env_spec.json").read_text())
     assert spec["env_id"] == "CartPole-v1" and spec["observation_shape"] == [4]
+    # The actors first, as a Deployment's pods often are, and the learner once both ask it
+    # for an index: an actor still importing TensorFlow on a loaded machine when the learner
+    # reached its budget never heard that the run was over, and retried (as it must: in a
+    # cluster the operator scales its Deployment to 0).
+    actor_logs = [tmp_path / f"actor-{i}.log" for i in range(2)]
+    actors = []
+    for pod, path in zip(("pods-actors-5d8c9b7f4-x2k9q", "pods-actors-5d8c9b7f4-m7w4z"),
+                         actor_logs):
+        with path.open("w") as out:
+            actors.append(subprocess.Popen(localize(actor["command"], tmp_path, service, port),
+                                           cwd=ROOT, env={**env, "POD_NAME": pod},
+                                           stdout=out, stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + 240
+    while not all("no index from the learner" in path.read_text() for path in actor_logs):
+        assert time.monotonic() < deadline and all(a.poll() is None for a in actors), \
+            [path.read_text()[-2000:] for path in actor_logs]
+        time.sleep(0.05)
     procs = [subprocess.Popen(localize(learner["command"], tmp_path, service, port), cwd=ROOT,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)]
-    for pod in ("pods-actors-5d8c9b7f4-x2k9q", "pods-actors-5d8c9b7f4-m7w4z"):
-        procs.append(subprocess.Popen(localize(actor["command"], tmp_path, service, port),
-                                      cwd=ROOT, env={**env, "POD_NAME": pod},
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
+                              text=True), *actors]
     # Meanwhile, read the learner's /status as the operator does, through its parser.
     seen = []
     url = f"http://127.0.0.1:{metrics}/status"
@@ -105,7 +117,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    logs = [p.stdout.read() for p in procs]
+    logs = [procs[0].stdout.read(), *(path.read_text() for path in actor_logs)]
     assert codes == [0, 0, 0], "\n\n".join(logs)
     assert "no --env-spec" not in logs[0]  # it served the derived spec from the start
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
