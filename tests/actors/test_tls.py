@@ -2,7 +2,6 @@
 
 import asyncio
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -15,6 +14,7 @@ from seedrl.actors.envs import EnvBatch
 from seedrl.common.config import EnvConfig
 from seedrl.learner.server import server_credentials
 from support.learner_harness import start_learner, stop_learner
+from support.pods import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
@@ -26,12 +26,6 @@ def certificate(tmp_path):
                     "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     return str(cert), str(key)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def actor(address, actor_id, credentials=None):

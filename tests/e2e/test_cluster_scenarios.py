@@ -7,7 +7,6 @@ PersistentVolumeClaim), driven with the real kubectl and helm."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -18,14 +17,9 @@ import yaml
 
 from seedrl.common.exit_codes import ExitCode
 from support.sim_cluster import ROOT, SimulatedCluster, wait_until
+from support.pods import free_port
 
 EXPERIMENTS = ("seedrl.dev", "v1alpha1", "experiments")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,34 +15,9 @@ import re
 from seedrl.common.learner_status import STATES, LearnerStatus
 from seedrl.common.config import parse_experiment
 from seedrl.service.operator import handlers as operator, reconcile
+from support.pods import free_port, localize
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def localize(command, tmp_path, service, port):
-    """The container's command with the pod's paths and Service mapped to this machine. The
-    learner's certificate (which the operator puts in a Secret) is made as the operator makes
-    it; an actor that reaches the Service's address through 127.0.0.1 still verifies the
-    Service's name in it."""
-    out = []
-    for arg in command:
-        arg = arg.replace(reconcile.CONFIG_FILE, str(tmp_path / "config.yaml"))
-        arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
-        arg = arg.replace(reconcile.TERMINATION_LOG, str(tmp_path / "termination-log"))
-        arg = arg.replace(reconcile.TLS_DIR, str(tmp_path / "tls"))
-        arg = arg.replace(reconcile.SHARED_DIR, str(tmp_path / "shared"))
-        if arg == f"{service}:{port}":
-            out += [f"127.0.0.1:{port}", "--tls-server-name", service]
-            continue
-        out.append(arg)
-    assert out[0] == "python"
-    return [sys.executable, *out[1:]]
 
 
 def write_certificate(tmp_path, experiment_name, namespace):

@@ -14,7 +14,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -22,32 +21,11 @@ import kubernetes
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.config import GROUP, PLURAL, VERSION
-from seedrl.service.operator import certificates, reconcile
+from seedrl.service.operator import certificates
 from support.operator_harness import OperatorHarness, wait_for
+from support.pods import free_port, localize
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def localize(command, tmp_path, service, port):
-    """A pod's command with its mounts mapped to this machine's files and the Service's
-    address to loopback (the actor still verifies the Service's name)."""
-    out = []
-    for arg in command:
-        arg = arg.replace(reconcile.CONFIG_FILE, str(tmp_path / "config.yaml"))
-        arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
-        arg = arg.replace(reconcile.TLS_DIR, str(tmp_path / "tls"))
-        arg = arg.replace(reconcile.SHARED_DIR, str(tmp_path / "shared"))
-        if arg == f"{service}:{port}":
-            out += [f"127.0.0.1:{port}", "--tls-server-name", service]
-            continue
-        out.append(arg)
-    return [sys.executable, *out[1:]]
 
 
 def _listening(port: int) -> bool:

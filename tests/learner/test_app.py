@@ -17,6 +17,7 @@ from seedrl.common.learner_status import LearnerStatus
 from seedrl.learner.app import SetupError, build
 from seedrl.learner.main import parse_args
 from support.learner_harness import Stream, hello, step
+from support.pods import free_port
 
 
 def experiment(max_env_steps=300):
@@ -32,12 +33,6 @@ def arguments(tmp_path, metrics_address="off", *extra):
                        "--listen", f"unix:{tmp_path}/l.sock", "--metrics-address",
                        metrics_address, "--termination-log", str(tmp_path / "termination"),
                        *extra])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def started(app):
