@@ -88,12 +88,15 @@ def test_inference_explores_at_each_envs_rate_and_keeps_the_lstm_state():
 
 
 def test_replay_fills_then_training_learns_the_rewarded_action():
+    # Seeded, and 400 updates: at 150 the greedy share was below 0.9 for 2 of 12 weight
+    # initialisations (measured); at 400 it was 1.0 for all 12.
+    tf.keras.utils.set_random_seed(0)
     agent = _agent()
     rng = np.random.default_rng(0)
     assert not agent.can_train()
     agent.add_unrolls([_sequence(rng, good_action=1) for _ in range(64)])
     assert agent.can_train() and len(agent.replay) == 64
-    for _ in range(150):
+    for _ in range(400):
         metrics = agent.train_from_replay()
         agent.add_unrolls([_sequence(rng, good_action=1)])
     assert np.isfinite(list(metrics.values())).all()
