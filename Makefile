@@ -41,23 +41,15 @@ test-unit: $(STAMP)
 	$(PY) -m pytest -m "not slow and not e2e and not football and not helm and not prometheus and not images" \
 	  $(PYTEST_ARGS)
 
-# ruff (lint, and format on the files below) and mypy, configured in pyproject.toml. mypy reads
+# ruff (lint and format, the whole tree) and mypy, configured in pyproject.toml. mypy reads
 # the package as it installs (seedrl.common, ...): the editable install maps those names with an
 # import hook mypy cannot follow, so a tree of links in build/lint mirrors the installed layout.
-# FORMAT_CHECKED lists the files already in `ruff format`'s style; once the whole tree has been
-# formatted (`ruff format .`, one commit), it becomes `.`.
-FORMAT_CHECKED := common/exit_codes.py common/quantity.py common/resume.py learner/app.py service/cost \
-	service/kube.py service/generate/__init__.py service/generate/__main__.py \
-	service/generate/proto.py tests/common/test_exit_codes.py tests/common/test_quantity.py \
-	tests/common/test_resume.py tests/common/test_learner_status.py tests/service/cost \
-	tests/service/generate/test_generate.py tests/service/test_metrics.py \
-	tests/support/cost_data.py tests/conftest.py
 LINT_TREE := build/lint
 
 .PHONY: lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check $(FORMAT_CHECKED)
+	$(VENV)/bin/ruff format --check .
 	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/seedrl
 	for d in common learner actors service; do ln -s ../../../$$d $(LINT_TREE)/seedrl/$$d; done
 	MYPYPATH=$(LINT_TREE) $(VENV)/bin/mypy -p seedrl

@@ -1,4 +1,5 @@
 """python -m seedrl.actors"""
+
 import sys
 
 from seedrl.actors.main import main

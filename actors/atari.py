@@ -103,8 +103,9 @@ class LifeLossTerminal(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def make_atari(env_id: str, config: AtariConfig, options: dict,
-               max_episode_steps: int | None = None) -> gym.Env:
+def make_atari(
+    env_id: str, config: AtariConfig, options: dict, max_episode_steps: int | None = None
+) -> gym.Env:
     """Creates an ALE game with the standard preprocessing.
 
     Args:
@@ -123,15 +124,28 @@ def make_atari(env_id: str, config: AtariConfig, options: dict,
     gym.register_envs(ale_py)
     clash = {"frameskip", "repeat_action_probability", "full_action_space"} & set(options)
     if clash:
-        raise ValueError(f"spec.env.options: {sorted(clash)} are set by spec.env.atari for "
-                         f"{env_id}; set them there")
+        raise ValueError(
+            f"spec.env.options: {sorted(clash)} are set by spec.env.atari for "
+            f"{env_id}; set them there"
+        )
     # ALE skips no frames itself: AtariPreprocessing does, so it can max-pool the last two.
-    env = gym.make(env_id, frameskip=1, repeat_action_probability=config.sticky_action_probability,
-                   full_action_space=config.full_action_space, **options)
+    env = gym.make(
+        env_id,
+        frameskip=1,
+        repeat_action_probability=config.sticky_action_probability,
+        full_action_space=config.full_action_space,
+        **options,
+    )
     env = gym.wrappers.AtariPreprocessing(
-        env, noop_max=config.noop_max, frame_skip=config.frame_skip,
-        screen_size=config.screen_size, terminal_on_life_loss=config.terminal_on_life_loss,
-        grayscale_obs=config.grayscale, grayscale_newaxis=False, scale_obs=False)
+        env,
+        noop_max=config.noop_max,
+        frame_skip=config.frame_skip,
+        screen_size=config.screen_size,
+        terminal_on_life_loss=config.terminal_on_life_loss,
+        grayscale_obs=config.grayscale,
+        grayscale_newaxis=False,
+        scale_obs=False,
+    )
     if config.life_loss_terminal:
         env = LifeLossTerminal(env)
     if max_episode_steps is not None:

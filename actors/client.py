@@ -29,9 +29,15 @@ from seedrl.common.wire import (
 log = logging.getLogger(__name__)
 
 #: Status codes that mean "this actor is wrong", not "try again later".
-FATAL_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
-                         grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED,
-                         grpc.StatusCode.UNAUTHENTICATED})
+FATAL_CODES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
 
 
 #: First retry delay (seconds) while the learner has never answered; doubles up to 4x this
@@ -78,10 +84,19 @@ class ActorClient:
         host of ``address`` (connecting by IP or through a tunnel); None: that host.
     """
 
-    def __init__(self, envs, experiment: str, actor_id: str, address: str,
-                 credentials=None, backoff: Backoff | None = None, actor_index: int = 0,
-                 first_env: int = 0, startup_backoff: Backoff | None = None,
-                 tls_server_name: str | None = None):
+    def __init__(
+        self,
+        envs,
+        experiment: str,
+        actor_id: str,
+        address: str,
+        credentials=None,
+        backoff: Backoff | None = None,
+        actor_index: int = 0,
+        first_env: int = 0,
+        startup_backoff: Backoff | None = None,
+        tls_server_name: str | None = None,
+    ):
         self.envs = envs
         self.actor_index = actor_index
         #: Index of these envs' first among the actor's (it may split them over streams).
@@ -115,26 +130,44 @@ class ActorClient:
         self._env_ids = list(range(k))
 
     def _channel(self):
-        return open_channel(self.address, self.credentials, self.tls_server_name,
-                            [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+        return open_channel(
+            self.address,
+            self.credentials,
+            self.tls_server_name,
+            [
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
 
     def _hello(self) -> seedrl_pb2.ActorMessage:
-        return seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
-            protocol_version=PROTOCOL_VERSION, experiment=self.experiment,
-            actor_id=self.actor_id, num_envs=self.envs.num_envs,
-            env_spec=self.envs.spec.to_proto(), actor_index=self.actor_index,
-            first_env=self.first_env))
+        return seedrl_pb2.ActorMessage(
+            hello=seedrl_pb2.Hello(
+                protocol_version=PROTOCOL_VERSION,
+                experiment=self.experiment,
+                actor_id=self.actor_id,
+                num_envs=self.envs.num_envs,
+                env_spec=self.envs.spec.to_proto(),
+                actor_index=self.actor_index,
+                first_env=self.first_env,
+            )
+        )
 
     def _step_message(self) -> seedrl_pb2.ActorMessage:
-        episodes = [seedrl_pb2.Episode(env_id=i, episode_return=ret, length=n)
-                    for i, ret, n in self._episodes]
+        episodes = [
+            seedrl_pb2.Episode(env_id=i, episode_return=ret, length=n)
+            for i, ret, n in self._episodes
+        ]
         # .tolist() first: protobuf fills repeated fields from Python lists ~20x faster than
         # from numpy arrays (measured: 12 us against 270 us for 128 envs).
         step = seedrl_pb2.Step(
-            env_ids=self._env_ids, observations=encode_array(self._obs),
-            rewards=self._rewards.tolist(), terminated=self._terminated.tolist(),
-            truncated=self._truncated.tolist(), episodes=episodes)
+            env_ids=self._env_ids,
+            observations=encode_array(self._obs),
+            rewards=self._rewards.tolist(),
+            terminated=self._terminated.tolist(),
+            truncated=self._truncated.tolist(),
+            episodes=episodes,
+        )
         if self._finals is not None and len(self._finals[0]):
             step.final_env_ids.extend(self._finals[0].tolist())
             step.final_observations.CopyFrom(encode_array(self._finals[1]))
@@ -156,15 +189,25 @@ class ActorClient:
                     raise ActorRefused(f"{exc.code().name}: {exc.details()}") from None
                 if self.connections:
                     wait = self.backoff.delay()
-                    log.warning("learner at %s unavailable (%s: %s); retrying in %.1fs",
-                                self.address, exc.code().name, exc.details(), wait)
+                    log.warning(
+                        "learner at %s unavailable (%s: %s); retrying in %.1fs",
+                        self.address,
+                        exc.code().name,
+                        exc.details(),
+                        wait,
+                    )
                 else:
                     # Polling a learner that is still starting: one line, not one per try.
                     wait = self.startup_backoff.delay()
                     level = logging.DEBUG if self._waited_for_start else logging.INFO
                     self._waited_for_start = True
-                    log.log(level, "waiting for the learner at %s (%s: %s)", self.address,
-                            exc.code().name, exc.details())
+                    log.log(
+                        level,
+                        "waiting for the learner at %s (%s: %s)",
+                        self.address,
+                        exc.code().name,
+                        exc.details(),
+                    )
                 await asyncio.sleep(wait)
 
     async def _session(self) -> bool:
@@ -185,8 +228,11 @@ class ActorClient:
             if reply.welcome.actor_index != self.actor_index:
                 # Another live actor holds the index this one asked for (after a learner
                 # restart): act as the one the learner gives, and say it from now on.
-                log.warning("the learner has this actor act as index %d, not %d",
-                            reply.welcome.actor_index, self.actor_index)
+                log.warning(
+                    "the learner has this actor act as index %d, not %d",
+                    reply.welcome.actor_index,
+                    self.actor_index,
+                )
                 self.actor_index = reply.welcome.actor_index
             self.connected = True
             try:
@@ -214,13 +260,20 @@ class ActorClient:
                 return True
             self._episodes = []
             try:
-                actions = decode_array(reply.actions.actions, "actions.actions",
-                                       spec.action_dtype, action_shape)
+                actions = decode_array(
+                    reply.actions.actions, "actions.actions", spec.action_dtype, action_shape
+                )
             except WireError as exc:
                 raise ActorRefused(f"learner sent bad actions: {exc}") from None
             started = time.perf_counter()
-            (self._obs, self._rewards, self._terminated, self._truncated,
-             episodes, self._finals) = self.envs.step(actions)
+            (
+                self._obs,
+                self._rewards,
+                self._terminated,
+                self._truncated,
+                episodes,
+                self._finals,
+            ) = self.envs.step(actions)
             if self.observer is not None:
                 self.observer.round_trip(round_trip)
                 self.observer.env_step(time.perf_counter() - started)
@@ -228,8 +281,9 @@ class ActorClient:
             self.env_steps += self.envs.num_envs
 
 
-def open_channel(address: str, credentials=None, tls_server_name: str | None = None,
-                 options=()) -> grpc.aio.Channel:
+def open_channel(
+    address: str, credentials=None, tls_server_name: str | None = None, options=()
+) -> grpc.aio.Channel:
     """A channel to the learner: TLS with ``credentials`` (verifying ``tls_server_name`` when
     given, else the host of ``address``), plaintext without; kept alive with pings.
 
@@ -244,9 +298,14 @@ def open_channel(address: str, credentials=None, tls_server_name: str | None = N
     return grpc.aio.insecure_channel(address, options=options)
 
 
-async def request_index(address: str, experiment: str, actor_id: str, credentials=None,
-                        backoff: Backoff | None = None,
-                        tls_server_name: str | None = None) -> int:
+async def request_index(
+    address: str,
+    experiment: str,
+    actor_id: str,
+    credentials=None,
+    backoff: Backoff | None = None,
+    tls_server_name: str | None = None,
+) -> int:
     """Asks the learner for this actor's index (``AssignIndex``), retrying with backoff while
     the learner is not up (or has just resumed and lets its actors reclaim theirs first).
     ``credentials`` and ``tls_server_name`` as for :func:`open_channel`.
@@ -259,18 +318,27 @@ async def request_index(address: str, experiment: str, actor_id: str, credential
         async with open_channel(address, credentials, tls_server_name) as channel:
             try:
                 grant = await seedrl_pb2_grpc.LearnerStub(channel).AssignIndex(
-                    seedrl_pb2.IndexRequest(experiment=experiment, actor_id=actor_id),
-                    timeout=10.0)
+                    seedrl_pb2.IndexRequest(experiment=experiment, actor_id=actor_id), timeout=10.0
+                )
                 return grant.actor_index
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in FATAL_CODES:
                     raise ActorRefused(f"{exc.code().name}: {exc.details()}") from None
                 wait = backoff.delay()
-                log.info("no index from the learner at %s yet (%s: %s); asking again in %.1fs",
-                         address, exc.code().name, exc.details(), wait)
+                log.info(
+                    "no index from the learner at %s yet (%s: %s); asking again in %.1fs",
+                    address,
+                    exc.code().name,
+                    exc.details(),
+                    wait,
+                )
                 await asyncio.sleep(wait)
 
 
 def _eof() -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
-                                grpc.aio.Metadata(), details="stream closed by the learner")
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        details="stream closed by the learner",
+    )

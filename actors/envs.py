@@ -39,11 +39,13 @@ def make_env(config: EnvConfig) -> gym.Env:
             raise ValueError(f"spec.env.imports: cannot import {module!r}: {exc}") from None
     try:
         if atari.is_atari(config.id):
-            env = atari.make_atari(config.id, config.atari, dict(config.options),
-                                   config.max_episode_steps)
+            env = atari.make_atari(
+                config.id, config.atari, dict(config.options), config.max_episode_steps
+            )
         elif football.is_football(config.id):
-            env = football.make_football(config.id, config.football, dict(config.options),
-                                         config.max_episode_steps)
+            env = football.make_football(
+                config.id, config.football, dict(config.options), config.max_episode_steps
+            )
         else:
             kwargs = dict(config.options)
             if config.max_episode_steps is not None:
@@ -53,16 +55,18 @@ def make_env(config: EnvConfig) -> gym.Env:
         # ImportError: the env family's package (ale-py, gfootball) is not installed here.
         raise ValueError(f"spec.env.id: cannot make {config.id!r}: {exc}") from None
     except TypeError as exc:  # gymnasium passes spec.env.options on as keyword arguments
-        raise ValueError(f"spec.env.options: cannot make {config.id!r} with them: {exc}") \
-            from None
+        raise ValueError(f"spec.env.options: cannot make {config.id!r} with them: {exc}") from None
     space = env.observation_space
     if isinstance(space, gym.spaces.Box) and space.dtype == np.float64:
         # MuJoCo and friends observe float64; float32 halves what crosses the wire and is what
         # the networks compute in anyway.
         env = gym.wrappers.TransformObservation(
-            env, lambda obs: np.asarray(obs, np.float32),
-            gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32),
-                           space.shape, np.float32))
+            env,
+            lambda obs: np.asarray(obs, np.float32),
+            gym.spaces.Box(
+                space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
+            ),
+        )
     return env
 
 
@@ -83,12 +87,22 @@ def spec_of(env: gym.Env, env_id: str) -> EnvSpec:
         # range onto them, so an env bounded by +-2 or [0, 5] is reachable in full.
         # A space unbounded anywhere sends no bounds: its actions go out as the policy chose.
         bounded = bool(np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high)))
-        low = tuple(float(x) for x in np.broadcast_to(act.low, act.shape).ravel()) \
-            if bounded else ()
-        high = tuple(float(x) for x in np.broadcast_to(act.high, act.shape).ravel()) \
-            if bounded else ()
-        return EnvSpec(env_id, obs.dtype.name, tuple(obs.shape), "float32", tuple(act.shape), 0,
-                       action_low=low, action_high=high)
+        low = (
+            tuple(float(x) for x in np.broadcast_to(act.low, act.shape).ravel()) if bounded else ()
+        )
+        high = (
+            tuple(float(x) for x in np.broadcast_to(act.high, act.shape).ravel()) if bounded else ()
+        )
+        return EnvSpec(
+            env_id,
+            obs.dtype.name,
+            tuple(obs.shape),
+            "float32",
+            tuple(act.shape),
+            0,
+            action_low=low,
+            action_high=high,
+        )
     raise ValueError(f"{env_id}: action space {act} is neither Discrete nor Box")
 
 
@@ -188,11 +202,19 @@ class EnvBatch:
                     finals.append(o)
                 o, _ = env.reset()
             obs[i], rewards[i], terminated[i], truncated[i] = o, r, term, trunc
-        final = (np.asarray(final_ids, np.int64), np.asarray(finals, self._obs_dtype)) \
-            if final_ids else (_NO_ENVS, np.zeros((0,) + self.spec.observation_shape,
-                                                  self._obs_dtype))
-        return (np.asarray(obs, self._obs_dtype), np.asarray(rewards, np.float32),
-                np.asarray(terminated, bool), np.asarray(truncated, bool), episodes, final)
+        final = (
+            (np.asarray(final_ids, np.int64), np.asarray(finals, self._obs_dtype))
+            if final_ids
+            else (_NO_ENVS, np.zeros((0,) + self.spec.observation_shape, self._obs_dtype))
+        )
+        return (
+            np.asarray(obs, self._obs_dtype),
+            np.asarray(rewards, np.float32),
+            np.asarray(terminated, bool),
+            np.asarray(truncated, bool),
+            episodes,
+            final,
+        )
 
     def _restart(self, i: int) -> None:
         self.restarts += 1

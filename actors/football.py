@@ -37,8 +37,9 @@ def _to_gymnasium_space(space) -> gym.Space:
     # where gfootball is installed.
     kind = type(space).__name__
     if kind == "Box":
-        return gym.spaces.Box(np.asarray(space.low), np.asarray(space.high), space.shape,
-                              space.dtype)
+        return gym.spaces.Box(
+            np.asarray(space.low), np.asarray(space.high), space.shape, space.dtype
+        )
     if kind == "Discrete":
         return gym.spaces.Discrete(int(space.n))
     if kind == "MultiDiscrete":
@@ -92,8 +93,13 @@ class FootballEnv(gym.Env):
     def step(self, action):
         """Plays one step; returns ``(obs, reward, terminated, truncated, info)``."""
         obs, reward, done, info = self._env.step(action)
-        return (np.asarray(obs, self.observation_space.dtype), float(reward), bool(done), False,
-                info)
+        return (
+            np.asarray(obs, self.observation_space.dtype),
+            float(reward),
+            bool(done),
+            False,
+            info,
+        )
 
     def close(self):
         """Returns the engine to gfootball's pool, where the next env in this process reuses it."""
@@ -101,8 +107,9 @@ class FootballEnv(gym.Env):
         super().close()
 
 
-def make_football(env_id: str, config: FootballConfig, options: dict,
-                  max_episode_steps: int | None) -> gym.Env:
+def make_football(
+    env_id: str, config: FootballConfig, options: dict, max_episode_steps: int | None
+) -> gym.Env:
     """Creates a Google Research Football scenario as a gymnasium environment.
 
     Observations are float32 [115] for ``simple115v2`` and uint8 [72, 96, 4] for ``extracted``
@@ -128,15 +135,24 @@ def make_football(env_id: str, config: FootballConfig, options: dict,
     # Checked up front: gfootball logs an unknown scenario and calls sys.exit(1).
     known = sorted(scenario_builder.all_scenarios())
     if scenario not in known:
-        raise ValueError(f"spec.env.id: unknown Football scenario {scenario!r} in {env_id!r}; "
-                         f"known: {', '.join(known)}")
+        raise ValueError(
+            f"spec.env.id: unknown Football scenario {scenario!r} in {env_id!r}; "
+            f"known: {', '.join(known)}"
+        )
     clash = _RESERVED_OPTIONS & set(options)
     if clash:
-        raise ValueError(f"spec.env.options: {sorted(clash)} cannot be set for {env_id}: use "
-                         f"spec.env.football (rendering is always off)")
+        raise ValueError(
+            f"spec.env.options: {sorted(clash)} cannot be set for {env_id}: use "
+            f"spec.env.football (rendering is always off)"
+        )
     env = gfootball.env.create_environment(
-        env_name=scenario, representation=config.representation, rewards=config.rewards,
-        stacked=config.stacked, render=False, **options)
+        env_name=scenario,
+        representation=config.representation,
+        rewards=config.rewards,
+        stacked=config.stacked,
+        render=False,
+        **options,
+    )
     env = FootballEnv(env)
     if max_episode_steps is not None:
         env = gym.wrappers.TimeLimit(env, max_episode_steps)

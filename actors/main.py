@@ -33,25 +33,43 @@ log = logging.getLogger("actors")
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="actors", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="the Experiment YAML file")
-    p.add_argument("--learner", help="learner address: host:port or unix:PATH (required "
-                                      "unless --env-spec-out)")
-    p.add_argument("--env-spec-out", metavar="FILE",
-                   help="make one env, write its spec as JSON to FILE ('-': stdout) and exit")
-    p.add_argument("--index", type=_index, default=0,
-                   help="this actor's index among the replicas, or 'auto' to be granted one "
-                        "by the learner (unique among live actors: a Deployment's pods have "
-                        "no ordinal)")
-    p.add_argument("--actor-id", help="stable id across reconnects, unique among the actors "
-                                      "(default: name-pod-index, the pod from $POD_NAME, else "
-                                      "the host name)")
-    p.add_argument("--tls-ca", help="PEM CA bundle: connect with TLS and verify the learner's "
-                                    "certificate, for the host of --learner")
-    p.add_argument("--tls-server-name",
-                   help="with --tls-ca: the name the learner's certificate must carry when "
-                        "--learner is another address for it (an IP, a tunnel)")
-    p.add_argument("--metrics-address",
-                   help="host:port of the HTTP endpoint with /metrics and /healthz (default "
-                        "0.0.0.0:spec.actors.metricsPort); 'off' serves none")
+    p.add_argument(
+        "--learner", help="learner address: host:port or unix:PATH (required unless --env-spec-out)"
+    )
+    p.add_argument(
+        "--env-spec-out",
+        metavar="FILE",
+        help="make one env, write its spec as JSON to FILE ('-': stdout) and exit",
+    )
+    p.add_argument(
+        "--index",
+        type=_index,
+        default=0,
+        help="this actor's index among the replicas, or 'auto' to be granted one "
+        "by the learner (unique among live actors: a Deployment's pods have "
+        "no ordinal)",
+    )
+    p.add_argument(
+        "--actor-id",
+        help="stable id across reconnects, unique among the actors "
+        "(default: name-pod-index, the pod from $POD_NAME, else "
+        "the host name)",
+    )
+    p.add_argument(
+        "--tls-ca",
+        help="PEM CA bundle: connect with TLS and verify the learner's "
+        "certificate, for the host of --learner",
+    )
+    p.add_argument(
+        "--tls-server-name",
+        help="with --tls-ca: the name the learner's certificate must carry when "
+        "--learner is another address for it (an IP, a tunnel)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        help="host:port of the HTTP endpoint with /metrics and /healthz (default "
+        "0.0.0.0:spec.actors.metricsPort); 'off' serves none",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     if not args.learner and not args.env_spec_out:
@@ -65,8 +83,7 @@ def _index(text: str) -> int | str:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer or 'auto', got {text!r}") \
-            from None
+        raise argparse.ArgumentTypeError(f"must be an integer or 'auto', got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
@@ -74,6 +91,7 @@ def _index(text: str) -> int | str:
 
 def _until_signal(coroutine):
     """Runs ``coroutine`` to its result, or None once SIGTERM or SIGINT stops it."""
+
     async def run():
         task = asyncio.ensure_future(coroutine)
         loop = asyncio.get_running_loop()
@@ -83,6 +101,7 @@ def _until_signal(coroutine):
             return await task
         except asyncio.CancelledError:
             return None
+
     return asyncio.run(run())
 
 
@@ -159,8 +178,9 @@ def serve_metrics(args, exp, clients):
     host, port = bind
     metrics = ActorMetrics(exp.metadata.name, args.index, clients)
     # Ready while at least one stream is connected to the learner.
-    http = MetricsServer(metrics.registry, host=host, port=port,
-                         ready=lambda: any(c.connected for c in clients))
+    http = MetricsServer(
+        metrics.registry, host=host, port=port, ready=lambda: any(c.connected for c in clients)
+    )
     try:
         log.info("metrics on http://%s:%d/metrics", host, http.start())
     except OSError as exc:
@@ -212,13 +232,20 @@ def main(argv=None) -> int:
     # a second live stream of one id).
     host = os.environ.get("POD_NAME") or socket.gethostname()
     if args.index == "auto":
-        logging.basicConfig(level=args.log_level.upper(),
-                            format="%(asctime)s actor-? %(levelname)s %(message)s")
+        logging.basicConfig(
+            level=args.log_level.upper(), format="%(asctime)s actor-? %(levelname)s %(message)s"
+        )
         args.actor_id = args.actor_id or f"{exp.metadata.name}-{host}"
         try:
-            index = _until_signal(request_index(args.learner, exp.metadata.name,
-                                                args.actor_id, credentials,
-                                                tls_server_name=args.tls_server_name))
+            index = _until_signal(
+                request_index(
+                    args.learner,
+                    exp.metadata.name,
+                    args.actor_id,
+                    credentials,
+                    tls_server_name=args.tls_server_name,
+                )
+            )
         except ActorRefused as exc:
             log.error("the learner refused this actor: %s", exc)
             return ExitCode.REFUSED
@@ -226,11 +253,14 @@ def main(argv=None) -> int:
             return ExitCode.STOPPED
         args.index = index
         for handler in logging.getLogger().handlers:
-            handler.setFormatter(logging.Formatter(
-                f"%(asctime)s actor-{args.index} %(levelname)s %(message)s"))
+            handler.setFormatter(
+                logging.Formatter(f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
+            )
         log.info("the learner granted index %d", args.index)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s actor-{args.index} %(levelname)s %(message)s",
+    )
 
     try:
         batches = make_env_batches(exp, args.index)
@@ -240,11 +270,19 @@ def main(argv=None) -> int:
     actor_id = args.actor_id or f"{exp.metadata.name}-{host}-{args.index}"
     # Several streams per actor: while the learner answers one, the actor steps another.
     firsts = np.cumsum([0] + [envs.num_envs for envs in batches])
-    clients = [ActorClient(envs, exp.metadata.name,
-                           actor_id if len(batches) == 1 else f"{actor_id}/{j}",
-                           args.learner, credentials, actor_index=args.index,
-                           first_env=int(firsts[j]), tls_server_name=args.tls_server_name)
-               for j, envs in enumerate(batches)]
+    clients = [
+        ActorClient(
+            envs,
+            exp.metadata.name,
+            actor_id if len(batches) == 1 else f"{actor_id}/{j}",
+            args.learner,
+            credentials,
+            actor_index=args.index,
+            first_env=int(firsts[j]),
+            tls_server_name=args.tls_server_name,
+        )
+        for j, envs in enumerate(batches)
+    ]
     http = serve_metrics(args, exp, clients)
     # Everything alive now lives as long as the process: keep full garbage collections from
     # walking it (they paused every stream for ~40 ms each here).
@@ -259,6 +297,10 @@ def main(argv=None) -> int:
             http.stop()
         for envs in batches:
             envs.close()
-    log.info("%s after %d env steps (pid %d)", "done" if finished else "stopped",
-             sum(c.env_steps for c in clients), os.getpid())
+    log.info(
+        "%s after %d env steps (pid %d)",
+        "done" if finished else "stopped",
+        sum(c.env_steps for c in clients),
+        os.getpid(),
+    )
     return ExitCode.OK if finished else ExitCode.STOPPED

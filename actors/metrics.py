@@ -24,18 +24,27 @@ class ActorMetrics:
       registry: where to register (a fresh one by default).
     """
 
-    def __init__(self, experiment: str, actor_index: int, clients,
-                 registry: CollectorRegistry | None = None):
+    def __init__(
+        self, experiment: str, actor_index: int, clients, registry: CollectorRegistry | None = None
+    ):
         self.registry = registry or CollectorRegistry()
         self.labels = [experiment, str(actor_index)]
         self.clients = list(clients)
         names = ["experiment", "actor"]
         self._step = Histogram(
-            "seedrl_actor_env_step_seconds", "Time to step one batch of envs.", names,
-            buckets=STEP_BUCKETS, registry=self.registry).labels(*self.labels)
+            "seedrl_actor_env_step_seconds",
+            "Time to step one batch of envs.",
+            names,
+            buckets=STEP_BUCKETS,
+            registry=self.registry,
+        ).labels(*self.labels)
         self._round_trip = Histogram(
-            "seedrl_actor_round_trip_seconds", "From sending a step to receiving its actions.",
-            names, buckets=ROUND_TRIP_BUCKETS, registry=self.registry).labels(*self.labels)
+            "seedrl_actor_round_trip_seconds",
+            "From sending a step to receiving its actions.",
+            names,
+            buckets=ROUND_TRIP_BUCKETS,
+            registry=self.registry,
+        ).labels(*self.labels)
         self.registry.register(_Counts(self))
         for client in self.clients:
             client.observer = self
@@ -65,18 +74,34 @@ class _Counts:
             f.add_metric(m.labels, value)
             return f
 
-        yield family(CounterMetricFamily, "seedrl_actor_env_steps",
-                     "Env steps this actor stepped.", sum(c.env_steps for c in m.clients))
-        yield family(GaugeMetricFamily, "seedrl_actor_batch_size",
-                     "Envs stepped together per message, summed over the actor's streams.",
-                     sum(c.envs.num_envs for c in m.clients))
-        yield family(GaugeMetricFamily, "seedrl_actor_connected_streams",
-                     "Streams connected to the learner now.",
-                     sum(1 for c in m.clients if c.connected))
+        yield family(
+            CounterMetricFamily,
+            "seedrl_actor_env_steps",
+            "Env steps this actor stepped.",
+            sum(c.env_steps for c in m.clients),
+        )
+        yield family(
+            GaugeMetricFamily,
+            "seedrl_actor_batch_size",
+            "Envs stepped together per message, summed over the actor's streams.",
+            sum(c.envs.num_envs for c in m.clients),
+        )
+        yield family(
+            GaugeMetricFamily,
+            "seedrl_actor_connected_streams",
+            "Streams connected to the learner now.",
+            sum(1 for c in m.clients if c.connected),
+        )
         # The first connection of each stream is not a reconnect.
-        yield family(CounterMetricFamily, "seedrl_actor_reconnects",
-                     "Connections to the learner after a stream's first one.",
-                     sum(max(0, c.connections - 1) for c in m.clients))
-        yield family(CounterMetricFamily, "seedrl_actor_env_restarts",
-                     "Environments (or env worker processes) restarted after a crash.",
-                     sum(getattr(c.envs, "restarts", 0) for c in m.clients))
+        yield family(
+            CounterMetricFamily,
+            "seedrl_actor_reconnects",
+            "Connections to the learner after a stream's first one.",
+            sum(max(0, c.connections - 1) for c in m.clients),
+        )
+        yield family(
+            CounterMetricFamily,
+            "seedrl_actor_env_restarts",
+            "Environments (or env worker processes) restarted after a crash.",
+            sum(getattr(c.envs, "restarts", 0) for c in m.clients),
+        )

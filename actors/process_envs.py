@@ -67,8 +67,16 @@ class _SharedArrays:
             self.shm.unlink()
 
 
-def _worker_main(config: EnvConfig, spec: EnvSpec, k: int, lo: int, hi: int,
-                 seeds: list[int], shm_name: str, conn) -> None:
+def _worker_main(
+    config: EnvConfig,
+    spec: EnvSpec,
+    k: int,
+    lo: int,
+    hi: int,
+    seeds: list[int],
+    shm_name: str,
+    conn,
+) -> None:
     """Steps envs [lo, hi) of the batch on command; runs in the worker process."""
     from seedrl.actors.envs import EnvBatch
 
@@ -86,8 +94,9 @@ def _worker_main(config: EnvConfig, spec: EnvSpec, k: int, lo: int, hi: int,
                 a["episode_end"][lo:hi] = False
                 a["has_final"][lo:hi] = False
             elif cmd == _STEP:
-                obs, reward, terminated, truncated, episodes, (final_ids, final_obs) = \
-                    envs.step(a["action"][lo:hi])
+                obs, reward, terminated, truncated, episodes, (final_ids, final_obs) = envs.step(
+                    a["action"][lo:hi]
+                )
                 a["obs"][lo:hi] = obs
                 a["reward"][lo:hi] = reward
                 a["terminated"][lo:hi] = terminated
@@ -129,10 +138,17 @@ class ProcessEnvBatch:
       spec: the environments' spec if known (otherwise one env is made here to read it).
     """
 
-    def __init__(self, config: EnvConfig, num_envs: int, seeds: list[int], num_processes: int,
-                 spec: EnvSpec | None = None):
+    def __init__(
+        self,
+        config: EnvConfig,
+        num_envs: int,
+        seeds: list[int],
+        num_processes: int,
+        spec: EnvSpec | None = None,
+    ):
         if spec is None:
             from seedrl.actors.envs import make_env, spec_of
+
             probe = make_env(config)
             spec = spec_of(probe, config.id)
             probe.close()
@@ -162,11 +178,22 @@ class ProcessEnvBatch:
     def _start(self, w: _Worker) -> None:
         parent, child = self._ctx.Pipe()
         # A restarted worker gets fresh seeds so it does not replay the same episodes.
-        seeds = [s + 1_000_003 * w.starts for s in self._seeds[w.lo:w.hi]]
+        seeds = [s + 1_000_003 * w.starts for s in self._seeds[w.lo : w.hi]]
         w.proc = self._ctx.Process(
-            target=_worker_main, name=f"env-worker-{w.index}", daemon=True,
-            args=(self.config, self.spec, self.num_envs, w.lo, w.hi, seeds,
-                  self._shared.shm.name, child))
+            target=_worker_main,
+            name=f"env-worker-{w.index}",
+            daemon=True,
+            args=(
+                self.config,
+                self.spec,
+                self.num_envs,
+                w.lo,
+                w.hi,
+                seeds,
+                self._shared.shm.name,
+                child,
+            ),
+        )
         w.proc.start()
         child.close()
         w.conn = parent
@@ -194,8 +221,13 @@ class ProcessEnvBatch:
         return dead
 
     def _restart(self, w: _Worker) -> None:
-        log.warning("env worker %d (envs %d..%d) died with exit code %s; restarting it",
-                    w.index, w.lo, w.hi - 1, w.proc.exitcode if w.proc else None)
+        log.warning(
+            "env worker %d (envs %d..%d) died with exit code %s; restarting it",
+            w.index,
+            w.lo,
+            w.hi - 1,
+            w.proc.exitcode if w.proc else None,
+        )
         self.restarts += 1
         w.conn.close()
         if w.proc is not None:
@@ -222,17 +254,24 @@ class ProcessEnvBatch:
         for w in dead:
             self._restart(w)
             # Its envs start over: the step that was lost reads as a truncation.
-            a["reward"][w.lo:w.hi] = 0.0
-            a["terminated"][w.lo:w.hi] = False
-            a["truncated"][w.lo:w.hi] = True
-            a["episode_end"][w.lo:w.hi] = False
-            a["has_final"][w.lo:w.hi] = False
+            a["reward"][w.lo : w.hi] = 0.0
+            a["terminated"][w.lo : w.hi] = False
+            a["truncated"][w.lo : w.hi] = True
+            a["episode_end"][w.lo : w.hi] = False
+            a["has_final"][w.lo : w.hi] = False
         ends = np.flatnonzero(a["episode_end"])
-        episodes = [(int(i), float(a["episode_return"][i]), int(a["episode_length"][i]))
-                    for i in ends]
+        episodes = [
+            (int(i), float(a["episode_return"][i]), int(a["episode_length"][i])) for i in ends
+        ]
         final_ids = np.flatnonzero(a["has_final"]).astype(np.int64)
-        return (a["obs"].copy(), a["reward"].copy(), a["terminated"].copy(),
-                a["truncated"].copy(), episodes, (final_ids, a["final_obs"][final_ids]))
+        return (
+            a["obs"].copy(),
+            a["reward"].copy(),
+            a["terminated"].copy(),
+            a["truncated"].copy(),
+            episodes,
+            (final_ids, a["final_obs"][final_ids]),
+        )
 
     def worker_pids(self) -> list[int]:
         """Process ids of the workers (for tests and diagnostics)."""

@@ -68,12 +68,16 @@ def curve(rows: list[dict], points: int, skip: int) -> list[dict]:
 
 def point(row: dict, skip: int) -> dict:
     """One curve point from a metrics row."""
-    return {"frames": row["env_steps"] * skip, "env_steps": row["env_steps"],
-            "seconds": row["elapsed"], "episodes": row["episodes"],
-            "mean_return": row.get("mean_return"),
-            "eval_mean_return": row.get("eval_mean_return"),
-            "learner_steps": row["learner_steps"],
-            "frames_per_s": row["env_steps"] * skip / max(row["elapsed"], 1e-9)}
+    return {
+        "frames": row["env_steps"] * skip,
+        "env_steps": row["env_steps"],
+        "seconds": row["elapsed"],
+        "episodes": row["episodes"],
+        "mean_return": row.get("mean_return"),
+        "eval_mean_return": row.get("eval_mean_return"),
+        "learner_steps": row["learner_steps"],
+        "frames_per_s": row["env_steps"] * skip / max(row["elapsed"], 1e-9),
+    }
 
 
 def random_return(exp, episodes: int, seed: int = 12345) -> float:
@@ -113,30 +117,46 @@ def plot(data: dict, path: str) -> None:
     frames = [r["frames"] for r in rows]
     minutes = [r["seconds"] / 60 for r in rows]
     train = [math.nan if r["mean_return"] is None else r["mean_return"] for r in rows]
-    evals = [math.nan if r.get("eval_mean_return") is None else r["eval_mean_return"]
-             for r in rows]
+    evals = [math.nan if r.get("eval_mean_return") is None else r["eval_mean_return"] for r in rows]
     has_eval = any(not math.isnan(v) for v in evals)
-    for ax, xs, label in ((axes[0], frames, "environment frames"),
-                          (axes[1], minutes, "wall time (minutes)")):
-        ax.plot(xs, train, color="tab:blue", label=f"mean return (last "
-                                                    f"{data['return_window']} episodes)")
+    for ax, xs, label in (
+        (axes[0], frames, "environment frames"),
+        (axes[1], minutes, "wall time (minutes)"),
+    ):
+        ax.plot(
+            xs,
+            train,
+            color="tab:blue",
+            label=f"mean return (last {data['return_window']} episodes)",
+        )
         if has_eval:
             ax.plot(xs, evals, color="tab:purple", label="greedy evaluation return")
         if data.get("random_return") is not None:
-            ax.axhline(data["random_return"], color="gray", linestyle="--",
-                       label=f"random policy ({_fmt(data['random_return'])})")
+            ax.axhline(
+                data["random_return"],
+                color="gray",
+                linestyle="--",
+                label=f"random policy ({_fmt(data['random_return'])})",
+            )
         if data.get("target_return") is not None:
-            ax.axhline(data["target_return"], color="tab:green", linestyle=":",
-                       label=f"target ({_fmt(data['target_return'])})")
+            ax.axhline(
+                data["target_return"],
+                color="tab:green",
+                linestyle=":",
+                label=f"target ({_fmt(data['target_return'])})",
+            )
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("episode return")
     axes[0].legend(loc="best", fontsize=8)
     cores = sorted({s["cores"] for s in data["sessions"]})
     last = rows[-1] if rows else {"frames": 0, "seconds": 0}
-    fig.suptitle(f"{data['env']} / {data['agent']}: {last['frames']:,} frames in "
-                 f"{last['seconds'] / 60:.0f} min on {'/'.join(map(str, cores))} cores "
-                 f"({len(data['sessions'])} session(s))", fontsize=10)
+    fig.suptitle(
+        f"{data['env']} / {data['agent']}: {last['frames']:,} frames in "
+        f"{last['seconds'] / 60:.0f} min on {'/'.join(map(str, cores))} cores "
+        f"({len(data['sessions'])} session(s))",
+        fontsize=10,
+    )
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -164,22 +184,40 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default=os.path.join(ROOT, "examples", "pong-vtrace.yaml"))
-    p.add_argument("--minutes", type=float, default=30.0,
-                   help="wall-clock budget of this session")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="PATH=VALUE", help="override an Experiment field (repeatable)")
+    p.add_argument("--minutes", type=float, default=30.0, help="wall-clock budget of this session")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override an Experiment field (repeatable)",
+    )
     p.add_argument("--name", help="the run's name (default: curve-<config file name>)")
-    p.add_argument("--runs-dir", default=os.path.join(ROOT, "runs"),
-                   help="where the run directory lives (default: runs/)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run from its last checkpoint (or start it)")
+    p.add_argument(
+        "--runs-dir",
+        default=os.path.join(ROOT, "runs"),
+        help="where the run directory lives (default: runs/)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run from its last checkpoint (or start it)",
+    )
     p.add_argument("--points", type=int, default=20, help="rows of the printed table")
     p.add_argument("--json", help="write the curve here (default: <run dir>/curve.json)")
     p.add_argument("--png", help="draw the curve here (default: the JSON path with .png)")
-    p.add_argument("--target", type=float,
-                   help="the return to draw as the target (default: spec.budget.targetReturn)")
-    p.add_argument("--random-episodes", type=int, default=10,
-                   help="episodes of a random policy for the random level (0: not drawn)")
+    p.add_argument(
+        "--target",
+        type=float,
+        help="the return to draw as the target (default: spec.budget.targetReturn)",
+    )
+    p.add_argument(
+        "--random-episodes",
+        type=int,
+        default=10,
+        help="episodes of a random policy for the random level (0: not drawn)",
+    )
     args = p.parse_args(argv)
     stem = os.path.splitext(os.path.basename(args.config))[0]
     name = args.name or f"curve-{stem}"
@@ -190,16 +228,23 @@ def main(argv=None) -> int:
     done_before = stitch(_read_rows(run_dir)) if args.resume else []
     elapsed_before = done_before[-1]["elapsed"] if done_before else 0.0
     # spec.budget.maxSeconds counts the run's whole training time, sessions before included.
-    exp = load_experiment(args.config, [
-        *args.overrides, f"metadata.name={name}",
-        f"spec.budget.maxSeconds={elapsed_before + args.minutes * 60:g}"])
+    exp = load_experiment(
+        args.config,
+        [
+            *args.overrides,
+            f"metadata.name={name}",
+            f"spec.budget.maxSeconds={elapsed_before + args.minutes * 60:g}",
+        ],
+    )
     skip = exp.spec.env.frames_per_step
     a = exp.spec.actors
     cores = os.cpu_count()
-    print(f"{exp.spec.env.id} / {exp.spec.agent.name} / {exp.spec.agent.network.name}: "
-          f"{a.replicas} actors x {a.envs_per_actor} envs, {args.minutes:g} min on {cores} "
-          f"cores{f', resuming at {elapsed_before / 60:.0f} min' if done_before else ''}",
-          flush=True)
+    print(
+        f"{exp.spec.env.id} / {exp.spec.agent.name} / {exp.spec.agent.network.name}: "
+        f"{a.replicas} actors x {a.envs_per_actor} envs, {args.minutes:g} min on {cores} "
+        f"cores{f', resuming at {elapsed_before / 60:.0f} min' if done_before else ''}",
+        flush=True,
+    )
     try:
         run_dir = prepare_run_dir(exp, args.runs_dir, resume=args.resume)
     except RunDirError as exc:
@@ -208,34 +253,51 @@ def main(argv=None) -> int:
     random_level = previous.get("random_return")
     if random_level is None and args.random_episodes:
         random_level = random_return(exp, args.random_episodes)
-        print(f"random policy: {random_level:.3f} over {args.random_episodes} episodes",
-              flush=True)
-    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "minutes": args.minutes,
-               "cores": cores, "load_average": list(os.getloadavg())}
+        print(f"random policy: {random_level:.3f} over {args.random_episodes} episodes", flush=True)
+    session = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "minutes": args.minutes,
+        "cores": cores,
+        "load_average": list(os.getloadavg()),
+    }
     summary = LocalRun(exp, run_dir).run()
-    session.update({"stop_reason": summary.get("stop_reason"),
-                    "env_steps": summary.get("env_steps")})
+    session.update(
+        {"stop_reason": summary.get("stop_reason"), "env_steps": summary.get("env_steps")}
+    )
     rows = stitch(_read_rows(run_dir))
     table = curve(rows, args.points, skip)
-    print(f"{'frames':>12} {'seconds':>8} {'episodes':>9} {'mean return':>12} "
-          f"{'eval return':>12} {'learner steps':>14} {'frames/s':>9}")
+    print(
+        f"{'frames':>12} {'seconds':>8} {'episodes':>9} {'mean return':>12} "
+        f"{'eval return':>12} {'learner steps':>14} {'frames/s':>9}"
+    )
     for r in table:
         ret = "-" if r["mean_return"] is None else f"{r['mean_return']:.2f}"
         ev = "-" if r["eval_mean_return"] is None else f"{r['eval_mean_return']:.2f}"
-        print(f"{r['frames']:>12,} {r['seconds']:>8.0f} {r['episodes']:>9,} {ret:>12} "
-              f"{ev:>12} {r['learner_steps']:>14,} {r['frames_per_s']:>9,.0f}")
+        print(
+            f"{r['frames']:>12,} {r['seconds']:>8.0f} {r['episodes']:>9,} {ret:>12} "
+            f"{ev:>12} {r['learner_steps']:>14,} {r['frames_per_s']:>9,.0f}"
+        )
     last = rows[-1] if rows else {}
-    print(f"stopped: {summary.get('stop_reason')} after "
-          f"{last.get('env_steps', 0) * skip:,} frames in {last.get('elapsed', 0):.0f} s")
+    print(
+        f"stopped: {summary.get('stop_reason')} after "
+        f"{last.get('env_steps', 0) * skip:,} frames in {last.get('elapsed', 0):.0f} s"
+    )
     target = args.target if args.target is not None else exp.spec.budget.target_return
-    data = {"env": exp.spec.env.id, "agent": exp.spec.agent.name,
-            "config": os.path.relpath(os.path.abspath(args.config), ROOT),
-            "overrides": args.overrides, "frame_skip": skip,
-            "return_window": exp.spec.budget.return_window, "random_return": random_level,
-            "target_return": target, "sessions": [*previous.get("sessions", []), session],
-            "summary": summary, "curve": table,
-            # Enough points to draw from, few enough to keep beside the README.
-            "points": curve(rows, PLOT_POINTS, skip)}
+    data = {
+        "env": exp.spec.env.id,
+        "agent": exp.spec.agent.name,
+        "config": os.path.relpath(os.path.abspath(args.config), ROOT),
+        "overrides": args.overrides,
+        "frame_skip": skip,
+        "return_window": exp.spec.budget.return_window,
+        "random_return": random_level,
+        "target_return": target,
+        "sessions": [*previous.get("sessions", []), session],
+        "summary": summary,
+        "curve": table,
+        # Enough points to draw from, few enough to keep beside the README.
+        "points": curve(rows, PLOT_POINTS, skip),
+    }
     os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
     with open(json_path, "w", encoding="utf-8") as fh:
         finite_json.dump(data, fh, indent=1)

@@ -29,8 +29,13 @@ sys.path.insert(0, ROOT)
 from seedrl.common.config import load_experiment  # noqa: E402
 
 #: The examples measured: one per environment, with the network its example trains.
-EXAMPLES = ["cartpole-vtrace.yaml", "pong-vtrace.yaml", "halfcheetah-ppo.yaml",
-            "pendulum-ppo.yaml", "football-vtrace.yaml"]
+EXAMPLES = [
+    "cartpole-vtrace.yaml",
+    "pong-vtrace.yaml",
+    "halfcheetah-ppo.yaml",
+    "pendulum-ppo.yaml",
+    "football-vtrace.yaml",
+]
 
 HEADER = """\
 # Reference env-step rates of the example environments, for `seedrl cost plan` when the user
@@ -67,8 +72,7 @@ def _worker(kind: str, exp, seconds: float, out) -> None:
         def act(_):
             if spec.discrete:
                 return rng.integers(0, spec.num_actions, size=k, dtype=np.int32)
-            return rng.uniform(space.low, space.high, (k,) + spec.action_shape).astype(
-                np.float32)
+            return rng.uniform(space.low, space.high, (k,) + spec.action_shape).astype(np.float32)
     else:
         import tensorflow as tf
 
@@ -80,8 +84,11 @@ def _worker(kind: str, exp, seconds: float, out) -> None:
         dist = net.distribution
         seeds = tf.random.Generator.from_seed(0)
 
-        @tf.function(input_signature=[tf.TensorSpec([None, *spec.observation_shape],
-                                                    tf.as_dtype(spec.observation_dtype))])
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, *spec.observation_shape], tf.as_dtype(spec.observation_dtype))
+            ]
+        )
         def policy(o):
             params, _ = net(o)
             return dist.sample(params, seeds.make_seeds(1)[:, 0])
@@ -115,8 +122,9 @@ def steps_per_cpu_second(kind: str, exp, seconds: float) -> float:
             break
         except queue.Empty:
             if not proc.is_alive():
-                raise RuntimeError(f"the {kind} worker exited with code {proc.exitcode} "
-                                   "without a measurement") from None
+                raise RuntimeError(
+                    f"the {kind} worker exited with code {proc.exitcode} without a measurement"
+                ) from None
             if time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError(f"the {kind} worker measured nothing in time") from None
@@ -141,14 +149,17 @@ def machine() -> str:
     model = platform.processor() or "?"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            model = next(line.split(":", 1)[1].strip() for line in fh
-                         if line.startswith("model name"))
+            model = next(
+                line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         pass
     import tensorflow as tf
 
-    return (f"{os.cpu_count()} vCPU {model}, Python {platform.python_version()}, "
-            f"TensorFlow {tf.__version__}")
+    return (
+        f"{os.cpu_count()} vCPU {model}, Python {platform.python_version()}, "
+        f"TensorFlow {tf.__version__}"
+    )
 
 
 def render(rows, note: str) -> str:
@@ -158,12 +169,13 @@ def render(rows, note: str) -> str:
     today = datetime.date.today().isoformat()
     envs = {}
     for env_id, network, raw, inference in rows:
-        entry = envs.setdefault(env_id, {"stepsPerCpu": round(raw, 1),
-                                         "inferenceCpuSeconds": {}})
+        entry = envs.setdefault(env_id, {"stepsPerCpu": round(raw, 1), "inferenceCpuSeconds": {}})
         entry["inferenceCpuSeconds"][network] = float(f"{inference:.3g}")
-    doc = {"version": f"reference-{today}",
-           "measuredOn": f"{machine()}, {today}" + (f" ({note})" if note else ""),
-           "envs": envs}
+    doc = {
+        "version": f"reference-{today}",
+        "measuredOn": f"{machine()}, {today}" + (f" ({note})" if note else ""),
+        "envs": envs,
+    }
     return HEADER + yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -171,8 +183,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=10.0, help="measured seconds per rate")
     p.add_argument("--examples", nargs="+", default=EXAMPLES)
-    p.add_argument("--note", default="", help="said of the machine, e.g. 'shared with other "
-                                              "jobs'")
+    p.add_argument("--note", default="", help="said of the machine, e.g. 'shared with other jobs'")
     p.add_argument("--write", help="write the YAML here instead of printing it")
     args = p.parse_args(argv)
     rows = []
@@ -182,8 +193,12 @@ def main(argv=None) -> int:
         except (ValueError, RuntimeError) as exc:  # e.g. gfootball not installed
             print(f"skipping {name}: {exc}", file=sys.stderr)
             continue
-        print(f"{row[0]} ({row[1]}): {row[2]:,.0f} env steps/s per vCPU, inference "
-              f"{row[3] * 1e3:.4f} ms CPU per step", file=sys.stderr, flush=True)
+        print(
+            f"{row[0]} ({row[1]}): {row[2]:,.0f} env steps/s per vCPU, inference "
+            f"{row[3] * 1e3:.4f} ms CPU per step",
+            file=sys.stderr,
+            flush=True,
+        )
         rows.append(row)
     text = render(rows, args.note)
     if args.write:

@@ -50,8 +50,13 @@ PONG_OVERRIDES = ["spec.actors.processesPerActor=0", "spec.actors.streamsPerActo
 #: The figures this bench reports, with the bound each should meet: (key, label, unit, bound,
 #: "max" when the figure must stay at or below the bound, "min" at or above).
 TARGETS = [
-    ("cartpole_wall_s", "CartPole V-trace to 475, wall from command to stop (median)", "s",
-     25.0, "max"),
+    (
+        "cartpole_wall_s",
+        "CartPole V-trace to 475, wall from command to stop (median)",
+        "s",
+        25.0,
+        "max",
+    ),
     ("cartpole_env_steps", "CartPole V-trace to 475, env steps (median)", "", 150_000, "max"),
     ("cartpole_seeds_solved", "CartPole V-trace seeds reaching 475", "", None, None),
     ("learner_updates_per_s", "learner updates/s while serving (median)", "/s", 50.0, "min"),
@@ -60,8 +65,13 @@ TARGETS = [
     ("pong_ratio_training", "Pong end to end / raw, training on", "", 0.40, "min"),
     ("streams_1000_p50_ms", "1,000 streams: round trip p50", "ms", None, None),
     ("streams_1000_p99_ms", "1,000 streams: round trip p99", "ms", 150.0, "max"),
-    ("streams_1000_cpu_ms_per_message", "1,000 streams: learner CPU per message", "ms", 0.15,
-     "max"),
+    (
+        "streams_1000_cpu_ms_per_message",
+        "1,000 streams: learner CPU per message",
+        "ms",
+        0.15,
+        "max",
+    ),
 ]
 
 
@@ -73,16 +83,32 @@ def seedrl_command() -> list[str]:
     return [sys.executable, "-m", "seedrl.service.cli"]
 
 
-def cartpole_run(seed: int, runs_dir: str, config: str = CARTPOLE,
-                 timeout_s: float = 900.0) -> dict:
+def cartpole_run(
+    seed: int, runs_dir: str, config: str = CARTPOLE, timeout_s: float = 900.0
+) -> dict:
     """One ``seedrl train`` of the CartPole example with ``seed``; its wall time and figures."""
     name = f"speed-cartpole-{seed}"
-    argv = seedrl_command() + ["train", config, "--runs-dir", runs_dir, "--quiet",
-                               "--set", f"metadata.name={name}", "--set", f"spec.seed={seed}"]
+    argv = seedrl_command() + [
+        "train",
+        config,
+        "--runs-dir",
+        runs_dir,
+        "--quiet",
+        "--set",
+        f"metadata.name={name}",
+        "--set",
+        f"spec.seed={seed}",
+    ]
     started = time.time()
     t0 = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          timeout=timeout_s, check=False)
+    proc = subprocess.run(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout_s,
+        check=False,
+    )
     wall = time.monotonic() - t0
     run_dir = os.path.join(runs_dir, name)
     summary = read_json(os.path.join(run_dir, "summary.json")) or {}
@@ -98,8 +124,7 @@ def cartpole_run(seed: int, runs_dir: str, config: str = CARTPOLE,
         "learner_updates_per_s": summary.get("learner_steps_per_s"),
         "startup_s": None if first is None else first - started,
         "mean_return_100": summary.get("mean_return_100"),
-        "output_tail": proc.stdout.decode(errors="replace")[-2000:]
-        if proc.returncode else None,
+        "output_tail": proc.stdout.decode(errors="replace")[-2000:] if proc.returncode else None,
     }
 
 
@@ -116,13 +141,19 @@ def pong(seconds: float, warmup: float) -> dict:
     """Pong raw stepping, then end to end with inference only and with training on."""
     exp = load_experiment(PONG, PONG_OVERRIDES)
     raw = throughput_bench.raw_steps_per_second(exp, seconds)
-    infer = throughput_bench.end_to_end_steps_per_second(PONG, PONG_OVERRIDES, seconds, warmup,
-                                                         train=False)
-    train = throughput_bench.end_to_end_steps_per_second(PONG, PONG_OVERRIDES, seconds, warmup,
-                                                         train=True)
-    return {"raw_steps_per_s": raw, "inference_only": infer, "training": train,
-            "ratio_inference_only": infer["steps_per_s"] / raw,
-            "ratio_training": train["steps_per_s"] / raw}
+    infer = throughput_bench.end_to_end_steps_per_second(
+        PONG, PONG_OVERRIDES, seconds, warmup, train=False
+    )
+    train = throughput_bench.end_to_end_steps_per_second(
+        PONG, PONG_OVERRIDES, seconds, warmup, train=True
+    )
+    return {
+        "raw_steps_per_s": raw,
+        "inference_only": infer,
+        "training": train,
+        "ratio_inference_only": infer["steps_per_s"] / raw,
+        "ratio_training": train["steps_per_s"] / raw,
+    }
 
 
 def many_streams(streams: int, seconds: float, warmup: float) -> dict:
@@ -130,8 +161,16 @@ def many_streams(streams: int, seconds: float, warmup: float) -> dict:
     learner = streams_bench.Learner("CartPole-v1", batch=1024, wait_ms=2.0)
     try:
         learner.wait_ready()
-        return streams_bench.measure(learner.address, learner.run_dir, "CartPole-v1", streams,
-                                     1, warmup, seconds, learner.proc.pid)
+        return streams_bench.measure(
+            learner.address,
+            learner.run_dir,
+            "CartPole-v1",
+            streams,
+            1,
+            warmup,
+            seconds,
+            learner.proc.pid,
+        )
     finally:
         learner.close()
 
@@ -141,26 +180,26 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(cartpole: list[dict], pong_result: dict | None,
-              streams_result: dict | None) -> dict:
+def summarize(cartpole: list[dict], pong_result: dict | None, streams_result: dict | None) -> dict:
     """The headline figures (the keys of :data:`TARGETS`) from the raw results."""
     figures: dict = {}
     if cartpole:
-        figures.update({
-            "cartpole_wall_s": _median(r["wall_s"] for r in cartpole),
-            "cartpole_env_steps": _median(r["env_steps"] for r in cartpole),
-            "cartpole_seeds_solved": f"{sum(r['solved'] for r in cartpole)}/{len(cartpole)}",
-            "learner_updates_per_s": _median(r["learner_updates_per_s"] for r in cartpole),
-            "startup_s": _median(r["startup_s"] for r in cartpole),
-        })
+        figures.update(
+            {
+                "cartpole_wall_s": _median(r["wall_s"] for r in cartpole),
+                "cartpole_env_steps": _median(r["env_steps"] for r in cartpole),
+                "cartpole_seeds_solved": f"{sum(r['solved'] for r in cartpole)}/{len(cartpole)}",
+                "learner_updates_per_s": _median(r["learner_updates_per_s"] for r in cartpole),
+                "startup_s": _median(r["startup_s"] for r in cartpole),
+            }
+        )
     if pong_result:
         figures["pong_ratio_inference_only"] = pong_result["ratio_inference_only"]
         figures["pong_ratio_training"] = pong_result["ratio_training"]
     if streams_result:
         figures["streams_1000_p50_ms"] = streams_result["p50_ms"]
         figures["streams_1000_p99_ms"] = streams_result["p99_ms"]
-        figures["streams_1000_cpu_ms_per_message"] = \
-            streams_result["learner_cpu_ms_per_message"]
+        figures["streams_1000_cpu_ms_per_message"] = streams_result["learner_cpu_ms_per_message"]
     return figures
 
 
@@ -188,17 +227,22 @@ def format_table(figures: dict) -> str:
         else:
             text = f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
         target = "" if bound is None else f"{'<=' if sense == 'max' else '>='} {bound:g}{unit}"
-        lines.append(f"{label:<60} {text + unit:>10} {target:>10} "
-                     f"{verdict(value, bound, sense)}")
+        lines.append(f"{label:<60} {text + unit:>10} {target:>10} {verdict(value, bound, sense)}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
-                   help="CartPole seeds (spec.seed), one run each")
-    p.add_argument("--pong-seconds", type=float, default=20.0,
-                   help="measured seconds per Pong mode")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3],
+        help="CartPole seeds (spec.seed), one run each",
+    )
+    p.add_argument(
+        "--pong-seconds", type=float, default=20.0, help="measured seconds per Pong mode"
+    )
     p.add_argument("--pong-warmup", type=float, default=10.0)
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--streams-seconds", type=float, default=20.0)
@@ -213,10 +257,13 @@ def main(argv=None) -> int:
             for seed in args.seeds:
                 r = cartpole_run(seed, runs)
                 cartpole.append(r)
-                print(f"CartPole V-trace seed {seed}: {r['stop_reason']} in {r['wall_s']:.1f} s "
-                      f"wall, {r['env_steps'] or 0:,} env steps, "
-                      f"{r['learner_updates_per_s'] or 0:.1f} learner updates/s, start-up "
-                      f"{r['startup_s'] or float('nan'):.2f} s", flush=True)
+                print(
+                    f"CartPole V-trace seed {seed}: {r['stop_reason']} in {r['wall_s']:.1f} s "
+                    f"wall, {r['env_steps'] or 0:,} env steps, "
+                    f"{r['learner_updates_per_s'] or 0:.1f} learner updates/s, start-up "
+                    f"{r['startup_s'] or float('nan'):.2f} s",
+                    flush=True,
+                )
                 if r["output_tail"]:
                     print(r["output_tail"], flush=True)
     errors = []
@@ -224,21 +271,26 @@ def main(argv=None) -> int:
     if "pong" not in args.skip:
         try:
             pong_result = pong(args.pong_seconds, args.pong_warmup)
-            print(f"Pong: raw {pong_result['raw_steps_per_s']:,.0f} env steps/s; end to end "
-                  f"{pong_result['inference_only']['steps_per_s']:,.0f} inference only, "
-                  f"{pong_result['training']['steps_per_s']:,.0f} training on", flush=True)
+            print(
+                f"Pong: raw {pong_result['raw_steps_per_s']:,.0f} env steps/s; end to end "
+                f"{pong_result['inference_only']['steps_per_s']:,.0f} inference only, "
+                f"{pong_result['training']['steps_per_s']:,.0f} training on",
+                flush=True,
+            )
         except (RuntimeError, OSError, ValueError) as exc:  # the other figures still count
             errors.append(f"Pong: {exc}")
             print(f"Pong failed: {exc}", flush=True)
     streams_result = None
     if "streams" not in args.skip:
         try:
-            streams_result = many_streams(args.streams, args.streams_seconds,
-                                          args.streams_warmup)
-            print(f"{args.streams} streams: {streams_result['steps_per_s']:,.0f} env steps/s, "
-                  f"mean batch {streams_result['mean_inference_batch'] or 0:.1f}, failed "
-                  f"{streams_result['failed_streams']}, reconnects "
-                  f"{streams_result['reconnects']}", flush=True)
+            streams_result = many_streams(args.streams, args.streams_seconds, args.streams_warmup)
+            print(
+                f"{args.streams} streams: {streams_result['steps_per_s']:,.0f} env steps/s, "
+                f"mean batch {streams_result['mean_inference_batch'] or 0:.1f}, failed "
+                f"{streams_result['failed_streams']}, reconnects "
+                f"{streams_result['reconnects']}",
+                flush=True,
+            )
         except (RuntimeError, OSError, ValueError) as exc:
             errors.append(f"{args.streams} streams: {exc}")
             print(f"{args.streams} streams failed: {exc}", flush=True)
@@ -246,14 +298,25 @@ def main(argv=None) -> int:
     print(format_table(figures))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"cores": os.cpu_count(), "figures": figures, "errors": errors,
-                       "targets": {k: {"bound": b, "sense": s} for k, _, _, b, s in TARGETS
-                                   if b is not None},
-                       "cartpole": cartpole, "pong": pong_result, "streams": streams_result},
-                      fh, indent=1)
+            json.dump(
+                {
+                    "cores": os.cpu_count(),
+                    "figures": figures,
+                    "errors": errors,
+                    "targets": {
+                        k: {"bound": b, "sense": s} for k, _, _, b, s in TARGETS if b is not None
+                    },
+                    "cartpole": cartpole,
+                    "pong": pong_result,
+                    "streams": streams_result,
+                },
+                fh,
+                indent=1,
+            )
     failed_runs = [r for r in cartpole if not r["solved"]]
-    broken_streams = streams_result and (streams_result["failed_streams"]
-                                         or streams_result["connected"] != args.streams)
+    broken_streams = streams_result and (
+        streams_result["failed_streams"] or streams_result["connected"] != args.streams
+    )
     return 1 if failed_runs or broken_streams or errors else 0
 
 

@@ -31,10 +31,11 @@ CASES = {
     "CartPole, 16 envs": (EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2), 16),
     "CartPole, 1024 envs": (EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2), 1024),
     "Pong frames, 16 envs": (EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6), 16),
-    "Football 115 floats, 8 envs": (EnvSpec("Football/x", "float32", (115,), "int32", (), 19),
-                                    8),
-    "HalfCheetah float64, 8 envs": (EnvSpec("HalfCheetah-v5", "float64", (17,), "float32",
-                                            (6,), 0), 8),
+    "Football 115 floats, 8 envs": (EnvSpec("Football/x", "float32", (115,), "int32", (), 19), 8),
+    "HalfCheetah float64, 8 envs": (
+        EnvSpec("HalfCheetah-v5", "float64", (17,), "float32", (6,), 0),
+        8,
+    ),
 }
 
 
@@ -47,8 +48,9 @@ def decode_before(msg: seedrl_pb2.Step, k: int, env_ids: list[int], spec: EnvSpe
             raise WireError("env_ids")
         if sorted(ids) != env_ids:
             raise WireError("permutation")
-    obs = decode_array(msg.observations, "step.observations", spec.observation_dtype,
-                       (k,) + spec.observation_shape)
+    obs = decode_array(
+        msg.observations, "step.observations", spec.observation_dtype, (k,) + spec.observation_shape
+    )
     for name in ("rewards", "terminated", "truncated"):
         if len(getattr(msg, name)) != k:
             raise WireError(name)
@@ -82,12 +84,22 @@ def _messages(spec: EnvSpec, k: int, n: int, rng, done_rate: float) -> list[seed
             returns += rewards
             lengths += 1
             for i in np.flatnonzero(done):
-                episodes.append(seedrl_pb2.Episode(env_id=int(i), episode_return=returns[i],
-                                                   length=int(lengths[i])))
+                episodes.append(
+                    seedrl_pb2.Episode(
+                        env_id=int(i), episode_return=returns[i], length=int(lengths[i])
+                    )
+                )
             returns[done], lengths[done] = 0.0, 0
-        out.append(seedrl_pb2.Step(env_ids=list(range(k)), observations=tensor,
-                                   rewards=rewards.tolist(), terminated=done.tolist(),
-                                   truncated=[False] * k, episodes=episodes))
+        out.append(
+            seedrl_pb2.Step(
+                env_ids=list(range(k)),
+                observations=tensor,
+                rewards=rewards.tolist(),
+                terminated=done.tolist(),
+                truncated=[False] * k,
+                episodes=episodes,
+            )
+        )
     return out
 
 
@@ -115,23 +127,28 @@ def _legal_actions_us(spec: EnvSpec, batch: int, repeat: int) -> float:
     else:
         actions = rng.normal(size=(batch,) + spec.action_shape).astype(np.float32)
     holder = _Holder()
-    return _per_call_us(lambda a: LearnerRuntime._legal_actions(holder, a), [actions] * 200,
-                        repeat)
+    return _per_call_us(lambda a: LearnerRuntime._legal_actions(holder, a), [actions] * 200, repeat)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=7, help="timing rounds (the best is kept)")
     p.add_argument("--steps", type=int, default=400, help="messages per round")
-    p.add_argument("--done-rate", type=float, default=0.02,
-                   help="probability that an env's episode ends in a step (CartPole early in "
-                        "training: ~0.05; Pong: ~0.0002)")
+    p.add_argument(
+        "--done-rate",
+        type=float,
+        default=0.02,
+        help="probability that an env's episode ends in a step (CartPole early in "
+        "training: ~0.05; Pong: ~0.0002)",
+    )
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
     rows = []
-    print(f"{'case':<30} {'before us':>10} {'checked us':>11} {'added us':>9} "
-          f"{'ratio':>6} {'actions us':>11}")
+    print(
+        f"{'case':<30} {'before us':>10} {'checked us':>11} {'added us':>9} "
+        f"{'ratio':>6} {'actions us':>11}"
+    )
     for name, (spec, k) in CASES.items():
         messages = _messages(spec, k, args.steps, rng, args.done_rate)
         env_ids = list(range(k))
@@ -144,16 +161,29 @@ def main(argv=None) -> int:
 
         before = after = math.inf
         for _ in range(args.repeat):  # alternating, so that both see the same load
-            before = min(before, _per_call_us(lambda m, k=k, ids=env_ids, spec=spec:
-                                              decode_before(m, k, ids, spec),
-                                              messages))
+            before = min(
+                before,
+                _per_call_us(
+                    lambda m, k=k, ids=env_ids, spec=spec: decode_before(m, k, ids, spec), messages
+                ),
+            )
             after = min(after, _per_call_us(checked, [messages]) / len(messages))
         actions = _legal_actions_us(spec, 64, args.repeat)
-        rows.append({"case": name, "envs": k, "before_us": before, "checked_us": after,
-                     "added_us": after - before, "ratio": after / before,
-                     "legal_actions_us_per_batch_of_64": actions})
-        print(f"{name:<30} {before:>10.1f} {after:>11.1f} {after - before:>9.1f} "
-              f"{after / before:>6.2f} {actions:>11.1f}")
+        rows.append(
+            {
+                "case": name,
+                "envs": k,
+                "before_us": before,
+                "checked_us": after,
+                "added_us": after - before,
+                "ratio": after / before,
+                "legal_actions_us_per_batch_of_64": actions,
+            }
+        )
+        print(
+            f"{name:<30} {before:>10.1f} {after:>11.1f} {after - before:>9.1f} "
+            f"{after / before:>6.2f} {actions:>11.1f}"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             finite_json.dump(rows, fh, indent=1)

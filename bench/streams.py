@@ -41,8 +41,15 @@ spec:
 """
 
 
-def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup: float,
-          seconds: float, out) -> None:
+def _load(
+    address: str,
+    env_id: str,
+    streams: int,
+    envs_per_stream: int,
+    warmup: float,
+    seconds: float,
+    out,
+) -> None:
     """Runs ``streams`` actor clients in one event loop and reports what they saw."""
     import asyncio
 
@@ -51,14 +58,24 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
     from seedrl.common.config import EnvConfig
 
     import logging
+
     logging.basicConfig(level=logging.ERROR)
     cfg = EnvConfig(id=env_id)
-    clients = [ActorClient(EnvBatch(cfg, envs_per_stream,
-                                    list(range(i * envs_per_stream, (i + 1) * envs_per_stream))),
-                           "bench-streams", f"load-{i}", address, backoff=Backoff(0.05, 1.0))
-               for i in range(streams)]
+    clients = [
+        ActorClient(
+            EnvBatch(
+                cfg, envs_per_stream, list(range(i * envs_per_stream, (i + 1) * envs_per_stream))
+            ),
+            "bench-streams",
+            f"load-{i}",
+            address,
+            backoff=Backoff(0.05, 1.0),
+        )
+        for i in range(streams)
+    ]
 
     import gc
+
     gc.freeze()  # as the actors' main does: no full collections walking the clients
 
     async def main():
@@ -85,13 +102,17 @@ def _load(address: str, env_id: str, streams: int, envs_per_stream: int, warmup:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         return {
-            "streams": streams, "envs_per_stream": envs_per_stream,
-            "connected": connected, "steps_per_s": steps / elapsed,
+            "streams": streams,
+            "envs_per_stream": envs_per_stream,
+            "connected": connected,
+            "steps_per_s": steps / elapsed,
             "p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
             "p99_ms": float(np.percentile(lat, 99)) if len(lat) else None,
-            "percentiles_ms": {str(q): float(np.percentile(lat, q))
-                               for q in (1, 10, 25, 50, 75, 90, 95, 99, 99.9)}
-            if len(lat) else None,
+            "percentiles_ms": {
+                str(q): float(np.percentile(lat, q)) for q in (1, 10, 25, 50, 75, 90, 95, 99, 99.9)
+            }
+            if len(lat)
+            else None,
             # The actors' own cost: every stream of this process, per message it sent.
             "load_cpu_ms_per_message": cpu * 1000.0 * envs_per_stream / steps if steps else None,
             "failed_streams": len(failed),
@@ -133,14 +154,23 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(address: str, run_dir: str, env_id: str, streams: int, envs_per_stream: int,
-            warmup: float, seconds: float, learner_pid: int | None = None) -> dict:
+def measure(
+    address: str,
+    run_dir: str,
+    env_id: str,
+    streams: int,
+    envs_per_stream: int,
+    warmup: float,
+    seconds: float,
+    learner_pid: int | None = None,
+) -> dict:
     """One load run against the running learner; adds the learner's mean inference batch and,
     given its pid, its CPU milliseconds per Step message."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_load, args=(address, env_id, streams, envs_per_stream, warmup,
-                                           seconds, out))
+    proc = ctx.Process(
+        target=_load, args=(address, env_id, streams, envs_per_stream, warmup, seconds, out)
+    )
     proc.start()
     snapshots = {}
     while True:
@@ -159,7 +189,9 @@ def measure(address: str, run_dir: str, env_id: str, streams: int, envs_per_stre
     messages = end.get("messages", 0) - start.get("messages", 0)
     result["learner_cpu_ms_per_message"] = (
         (end["cpu_s"] - start["cpu_s"]) * 1000.0 / messages
-        if learner_pid is not None and messages else None)
+        if learner_pid is not None and messages
+        else None
+    )
     return result
 
 
@@ -175,9 +207,24 @@ class Learner:
         self.address = f"unix:{self.tmp.name}/learner.sock"
         self.log = open(os.path.join(self.tmp.name, "learner.log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "seedrl.learner", "--config", config, "--run-dir", self.run_dir,
-             "--listen", self.address, "--no-train", "--log-level", "WARNING"],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "seedrl.learner",
+                "--config",
+                config,
+                "--run-dir",
+                self.run_dir,
+                "--listen",
+                self.address,
+                "--no-train",
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Waits until the learner writes its first status (it is serving by then)."""
@@ -212,28 +259,47 @@ def main(argv=None) -> int:
     rows = []
     try:
         learner.wait_ready()
-        print(f"{args.env}, {args.envs_per_stream} envs per stream, learner batch "
-              f"{args.batch}, wait {args.wait_ms} ms, inference only, {os.cpu_count()} cores")
-        print(f"{'streams':>7} {'env steps/s':>12} {'mean batch':>11} {'p50 ms':>8} "
-              f"{'p99 ms':>8} {'cpu ms/msg':>10} {'failed':>7} {'reconnects':>10}", flush=True)
+        print(
+            f"{args.env}, {args.envs_per_stream} envs per stream, learner batch "
+            f"{args.batch}, wait {args.wait_ms} ms, inference only, {os.cpu_count()} cores"
+        )
+        print(
+            f"{'streams':>7} {'env steps/s':>12} {'mean batch':>11} {'p50 ms':>8} "
+            f"{'p99 ms':>8} {'cpu ms/msg':>10} {'failed':>7} {'reconnects':>10}",
+            flush=True,
+        )
         for n in args.streams:
-            r = measure(learner.address, learner.run_dir, args.env, n, args.envs_per_stream,
-                        args.warmup, args.seconds, learner.proc.pid)
+            r = measure(
+                learner.address,
+                learner.run_dir,
+                args.env,
+                n,
+                args.envs_per_stream,
+                args.warmup,
+                args.seconds,
+                learner.proc.pid,
+            )
             rows.append(r)
-            batch = "-" if r["mean_inference_batch"] is None else \
-                f"{r['mean_inference_batch']:.1f}"
-            cpu = "-" if r["learner_cpu_ms_per_message"] is None else \
-                f"{r['learner_cpu_ms_per_message']:.3f}"
-            print(f"{n:>7} {r['steps_per_s']:>12,.0f} {batch:>11} {r['p50_ms']:>8.2f} "
-                  f"{r['p99_ms']:>8.2f} {cpu:>10} {r['failed_streams']:>7} "
-                  f"{r['reconnects']:>10}", flush=True)
+            batch = "-" if r["mean_inference_batch"] is None else f"{r['mean_inference_batch']:.1f}"
+            cpu = (
+                "-"
+                if r["learner_cpu_ms_per_message"] is None
+                else f"{r['learner_cpu_ms_per_message']:.3f}"
+            )
+            print(
+                f"{n:>7} {r['steps_per_s']:>12,.0f} {batch:>11} {r['p50_ms']:>8.2f} "
+                f"{r['p99_ms']:>8.2f} {cpu:>10} {r['failed_streams']:>7} "
+                f"{r['reconnects']:>10}",
+                flush=True,
+            )
     finally:
         learner.close()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             finite_json.dump(rows, fh, indent=1)
-    bad = [r for r in rows if r["failed_streams"] or r["reconnects"]
-           or r["connected"] != r["streams"]]
+    bad = [
+        r for r in rows if r["failed_streams"] or r["reconnects"] or r["connected"] != r["streams"]
+    ]
     return 1 if bad else 0
 
 

@@ -54,8 +54,10 @@ def raw_steps_per_second(exp, seconds: float) -> float:
     per_process = max(1, a.replicas * a.envs_per_actor // processes)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_raw_worker, args=(exp.spec.env, per_process, seconds, i, out))
-             for i in range(processes)]
+    procs = [
+        ctx.Process(target=_raw_worker, args=(exp.spec.env, per_process, seconds, i, out))
+        for i in range(processes)
+    ]
     for p in procs:
         p.start()
     rates = [out.get(timeout=seconds + 120) for _ in procs]
@@ -73,8 +75,7 @@ def _baseline_worker(exp, vector: str, num_envs: int, seconds: float, out) -> No
     from seedrl.learner.networks import make_actor_critic
 
     make = [lambda: make_env(exp.spec.env)] * num_envs
-    envs = (gym.vector.AsyncVectorEnv(make) if vector == "async" else
-            gym.vector.SyncVectorEnv(make))
+    envs = gym.vector.AsyncVectorEnv(make) if vector == "async" else gym.vector.SyncVectorEnv(make)
     probe = make_env(exp.spec.env)
     spec = spec_of(probe, exp.spec.env.id)
     probe.close()
@@ -112,20 +113,29 @@ def baseline_steps_per_second(exp, vector: str, num_envs: int, seconds: float) -
             break
         except queue.Empty:
             if not proc.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the {vector} baseline failed (exit code "
-                                   f"{proc.exitcode})") from None
+                raise RuntimeError(
+                    f"the {vector} baseline failed (exit code {proc.exitcode})"
+                ) from None
     proc.join()
     return rate
 
 
-def end_to_end_steps_per_second(config: str, overrides: list[str], seconds: float,
-                                warmup: float, train: bool) -> dict:
+def end_to_end_steps_per_second(
+    config: str, overrides: list[str], seconds: float, warmup: float, train: bool
+) -> dict:
     """Runs learner + actors for ``warmup + seconds`` and measures the steady rate."""
     from seedrl.service.local.launcher import LocalRun, prepare_run_dir
 
-    exp = load_experiment(config, [
-        *overrides, "spec.budget.maxEnvSteps=0", "spec.budget.targetReturn=null",
-        f"spec.budget.maxSeconds={warmup + seconds}", "spec.learner.optimizer.linearDecay=false"])
+    exp = load_experiment(
+        config,
+        [
+            *overrides,
+            "spec.budget.maxEnvSteps=0",
+            "spec.budget.targetReturn=null",
+            f"spec.budget.maxSeconds={warmup + seconds}",
+            "spec.learner.optimizer.linearDecay=false",
+        ],
+    )
     with tempfile.TemporaryDirectory() as runs:
         run_dir = prepare_run_dir(exp, runs, resume=False)
         summary = LocalRun(exp, run_dir, learner_args=() if train else ("--no-train",)).run()
@@ -139,8 +149,11 @@ def end_to_end_steps_per_second(config: str, overrides: list[str], seconds: floa
         raise RuntimeError("run too short to measure; raise --seconds")
     first, last = steady[0], steady[-1]
     rate = (last["env_steps"] - first["env_steps"]) / (last["elapsed"] - first["elapsed"])
-    return {"steps_per_s": rate, "mean_inference_batch": last["mean_inference_batch"],
-            "learner_steps": last["learner_steps"]}
+    return {
+        "steps_per_s": rate,
+        "mean_inference_batch": last["mean_inference_batch"],
+        "learner_steps": last["learner_steps"],
+    }
 
 
 def main(argv=None) -> int:
@@ -148,47 +161,72 @@ def main(argv=None) -> int:
     p.add_argument("--config", default=os.path.join(ROOT, "examples", "cartpole-vtrace.yaml"))
     p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per mode")
     p.add_argument("--warmup", type=float, default=8.0, help="seconds skipped at the start")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="PATH=VALUE", help="override an Experiment field (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override an Experiment field (repeatable)",
+    )
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     exp = load_experiment(args.config, args.overrides)
     a = exp.spec.actors
-    print(f"{exp.spec.env.id}: {a.replicas} actor processes x {a.envs_per_actor} envs, "
-          f"{args.seconds:.0f} s per mode on {os.cpu_count()} cores", flush=True)
+    print(
+        f"{exp.spec.env.id}: {a.replicas} actor processes x {a.envs_per_actor} envs, "
+        f"{args.seconds:.0f} s per mode on {os.cpu_count()} cores",
+        flush=True,
+    )
     env_processes = a.replicas * max(1, a.processes_per_actor)
     total_envs = a.replicas * a.envs_per_actor
     raw = raw_steps_per_second(exp, args.seconds)
-    infer = end_to_end_steps_per_second(args.config, args.overrides, args.seconds,
-                                        args.warmup, train=False)
-    train = end_to_end_steps_per_second(args.config, args.overrides, args.seconds,
-                                        args.warmup, train=True)
+    infer = end_to_end_steps_per_second(
+        args.config, args.overrides, args.seconds, args.warmup, train=False
+    )
+    train = end_to_end_steps_per_second(
+        args.config, args.overrides, args.seconds, args.warmup, train=True
+    )
     async_base = baseline_steps_per_second(exp, "async", env_processes, args.seconds)
     sync_base = baseline_steps_per_second(exp, "sync", total_envs, args.seconds)
-    rows = [("raw env steps (random actions, no learner)", raw, None),
-            ("end to end, inference only", infer["steps_per_s"], infer["mean_inference_batch"]),
-            ("end to end, training on", train["steps_per_s"], train["mean_inference_batch"]),
-            (f"baseline: AsyncVectorEnv({env_processes}) + local model", async_base,
-             float(env_processes)),
-            (f"baseline: SyncVectorEnv({total_envs}) + local model", sync_base,
-             float(total_envs))]
+    rows = [
+        ("raw env steps (random actions, no learner)", raw, None),
+        ("end to end, inference only", infer["steps_per_s"], infer["mean_inference_batch"]),
+        ("end to end, training on", train["steps_per_s"], train["mean_inference_batch"]),
+        (
+            f"baseline: AsyncVectorEnv({env_processes}) + local model",
+            async_base,
+            float(env_processes),
+        ),
+        (f"baseline: SyncVectorEnv({total_envs}) + local model", sync_base, float(total_envs)),
+    ]
     print(f"{'mode':<44} {'env steps/s':>12} {'vs raw':>7} {'mean batch':>11}")
     for name, rate, batch in rows:
         batch_text = "-" if batch is None else f"{batch:.1f}"
         print(f"{name:<44} {rate:>12,.0f} {rate / raw:>7.2f} {batch_text:>11}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            finite_json.dump({"env": exp.spec.env.id, "replicas": a.replicas,
-                       "envs_per_actor": a.envs_per_actor, "raw_steps_per_s": raw,
-                       "inference_only": infer, "training": train,
-                       "baseline_async_vector_env": {"num_envs": env_processes,
-                                                     "steps_per_s": async_base},
-                       "baseline_sync_vector_env": {"num_envs": total_envs,
-                                                    "steps_per_s": sync_base},
-                       "ratio_inference_only": infer["steps_per_s"] / raw,
-                       "ratio_training": train["steps_per_s"] / raw,
-                       "ratio_inference_only_to_best_baseline":
-                           infer["steps_per_s"] / max(async_base, sync_base)}, fh, indent=1)
+            finite_json.dump(
+                {
+                    "env": exp.spec.env.id,
+                    "replicas": a.replicas,
+                    "envs_per_actor": a.envs_per_actor,
+                    "raw_steps_per_s": raw,
+                    "inference_only": infer,
+                    "training": train,
+                    "baseline_async_vector_env": {
+                        "num_envs": env_processes,
+                        "steps_per_s": async_base,
+                    },
+                    "baseline_sync_vector_env": {"num_envs": total_envs, "steps_per_s": sync_base},
+                    "ratio_inference_only": infer["steps_per_s"] / raw,
+                    "ratio_training": train["steps_per_s"] / raw,
+                    "ratio_inference_only_to_best_baseline": infer["steps_per_s"]
+                    / max(async_base, sync_base),
+                },
+                fh,
+                indent=1,
+            )
     return 0
 
 

@@ -60,9 +60,11 @@ IMAGE_REGISTRY = "ghcr.io/seedrl"
 RELEASE = "0.1.0"
 #: The learner image of this release for each accelerator kind: Dockerfile.learner built with
 #: ACCELERATOR=cpu, gpu or tpu (TensorFlow for the CPU, with CUDA, with libtpu).
-LEARNER_IMAGES = {"cpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}",
-                  "gpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}-gpu",
-                  "tpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}-tpu"}
+LEARNER_IMAGES = {
+    "cpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}",
+    "gpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}-gpu",
+    "tpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}-tpu",
+}
 #: The actor image of this release (Dockerfile.actor).
 ACTOR_IMAGE = f"{IMAGE_REGISTRY}/actors:{RELEASE}"
 
@@ -113,11 +115,21 @@ class ConfigError(ValueError):
         super().__init__("\n".join(f"{path}: {reason}" for path, reason in self.problems))
 
 
-def param(default: Any = _REQUIRED, doc: str = "", *, factory: Any = None, key: str | None = None,
-          ge: float | None = None, gt: float | None = None, le: float | None = None,
-          choices: Sequence[Any] | None = None, pattern: str | None = None,
-          min_items: int | None = None, max_len: int | None = None,
-          pattern_hint: str | None = None) -> Any:
+def param(
+    default: Any = _REQUIRED,
+    doc: str = "",
+    *,
+    factory: Any = None,
+    key: str | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    choices: Sequence[Any] | None = None,
+    pattern: str | None = None,
+    min_items: int | None = None,
+    max_len: int | None = None,
+    pattern_hint: str | None = None,
+) -> Any:
     """Declares one Experiment field: its default, docstring and constraints.
 
     Args:
@@ -133,9 +145,18 @@ def param(default: Any = _REQUIRED, doc: str = "", *, factory: Any = None, key: 
       pattern_hint: what ``pattern`` asks for, in words, for the error message (default: the
         DNS-label wording).
     """
-    meta = {"doc": doc, "key": key, "ge": ge, "gt": gt, "le": le, "choices": choices,
-            "pattern": pattern, "min_items": min_items, "max_len": max_len,
-            "pattern_hint": pattern_hint}
+    meta = {
+        "doc": doc,
+        "key": key,
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "choices": choices,
+        "pattern": pattern,
+        "min_items": min_items,
+        "max_len": max_len,
+        "pattern_hint": pattern_hint,
+    }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -153,6 +174,7 @@ def field_key(f: dataclasses.Field) -> str:
 # The document
 # --------------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AtariConfig:
     """Preprocessing of Atari games (``spec.env.atari``), used for ids of the form ``ALE/Game-v5``.
@@ -161,26 +183,37 @@ class AtariConfig:
     sticky actions and for not ending episodes on a lost life.
     """
 
-    noop_max: int = param(30, "Up to this many no-op actions after each reset (0 disables).",
-                          ge=0)
-    frame_skip: int = param(4, "Emulator frames per agent step; the observation is the "
-                               "max over the last two of them.", ge=1)
+    noop_max: int = param(30, "Up to this many no-op actions after each reset (0 disables).", ge=0)
+    frame_skip: int = param(
+        4,
+        "Emulator frames per agent step; the observation is the max over the last two of them.",
+        ge=1,
+    )
     screen_size: int = param(84, "Frames are resized to screenSize x screenSize.", ge=16)
     grayscale: bool = param(True, "Grayscale frames (one channel) instead of RGB.")
-    frame_stack: int = param(4, "Observations stack this many consecutive frames (1 disables).",
-                             ge=1)
+    frame_stack: int = param(
+        4, "Observations stack this many consecutive frames (1 disables).", ge=1
+    )
     sticky_action_probability: float = param(
-        0.25, "Probability that the emulator repeats the previous action instead of the new "
-              "one, per frame.", ge=0.0, le=1.0)
+        0.25,
+        "Probability that the emulator repeats the previous action instead of the new "
+        "one, per frame.",
+        ge=0.0,
+        le=1.0,
+    )
     full_action_space: bool = param(False, "All 18 actions instead of the game's minimal set.")
     terminal_on_life_loss: bool = param(
-        False, "gymnasium's terminal_on_life_loss: a lost life ends the episode and resets the "
-               "whole game, so episodes, their returns and targetReturn become per life, not "
-               "per game. lifeLossTerminal is usually what is meant.")
+        False,
+        "gymnasium's terminal_on_life_loss: a lost life ends the episode and resets the "
+        "whole game, so episodes, their returns and targetReturn become per life, not "
+        "per game. lifeLossTerminal is usually what is meant.",
+    )
     life_loss_terminal: bool = param(
-        False, "A lost life is a terminal state for the learner (no bootstrap across it, the "
-               "recurrent state restarts) while the game goes on from where it was: episodes "
-               "and their returns stay whole games. The usual DQN-paper setting.")
+        False,
+        "A lost life is a terminal state for the learner (no bootstrap across it, the "
+        "recurrent state restarts) while the game goes on from where it was: episodes "
+        "and their returns stay whole games. The usual DQN-paper setting.",
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -189,11 +222,17 @@ class FootballConfig:
     ``Football/<scenario>``, e.g. ``Football/academy_empty_goal_close``."""
 
     representation: str = param(
-        "simple115v2", "Observation: 'simple115v2' (a 115-float vector) or 'extracted' (the "
-                       "super-minimap, 72x96 uint8 planes).", choices=("simple115v2", "extracted"))
-    rewards: str = param("scoring", "Reward: 'scoring' (goals) or 'scoring,checkpoints' (also "
-                                    "for carrying the ball towards the goal).",
-                         choices=("scoring", "scoring,checkpoints"))
+        "simple115v2",
+        "Observation: 'simple115v2' (a 115-float vector) or 'extracted' (the "
+        "super-minimap, 72x96 uint8 planes).",
+        choices=("simple115v2", "extracted"),
+    )
+    rewards: str = param(
+        "scoring",
+        "Reward: 'scoring' (goals) or 'scoring,checkpoints' (also "
+        "for carrying the ball towards the goal).",
+        choices=("scoring", "scoring,checkpoints"),
+    )
     stacked: bool = param(False, "Stack the last 4 observations along the last axis.")
 
 
@@ -203,21 +242,30 @@ class EnvConfig:
 
     id: str = param("CartPole-v1", "A gymnasium environment id, e.g. CartPole-v1.", max_len=256)
     options: dict[str, Any] = param(
-        doc="Keyword arguments passed to gymnasium.make for this environment.", factory=dict)
+        doc="Keyword arguments passed to gymnasium.make for this environment.", factory=dict
+    )
     imports: list[str] = param(
         doc="Python modules imported before the environment is made, so that a package of your "
-            "own can register its environments with gymnasium.", factory=list)
+        "own can register its environments with gymnasium.",
+        factory=list,
+    )
     max_episode_steps: Optional[int] = param(
-        None, "Truncate episodes after this many steps; null keeps the environment's own limit.",
-        ge=1)
+        None,
+        "Truncate episodes after this many steps; null keeps the environment's own limit.",
+        ge=1,
+    )
     atari: AtariConfig = param(doc="Atari preprocessing, for ALE/ ids.", factory=AtariConfig)
-    football: FootballConfig = param(doc="Google Research Football settings, for Football/ ids.",
-                                     factory=FootballConfig)
+    football: FootballConfig = param(
+        doc="Google Research Football settings, for Football/ ids.", factory=FootballConfig
+    )
     max_abs_reward: float = param(
-        1e6, "Largest |reward| of one env step the learner accepts from an actor, and so "
-             "|return| <= maxAbsReward x length for an episode it reports: a step or episode "
-             "beyond it fails that actor's stream (gymnasium envs declare no reward range). "
-             "Raise it for an env with larger rewards.", gt=0.0)
+        1e6,
+        "Largest |reward| of one env step the learner accepts from an actor, and so "
+        "|return| <= maxAbsReward x length for an episode it reports: a step or episode "
+        "beyond it fails that actor's stream (gymnasium envs declare no reward range). "
+        "Raise it for an env with larger rewards.",
+        gt=0.0,
+    )
 
     @property
     def is_atari(self) -> bool:
@@ -235,57 +283,92 @@ class EnvConfig:
 class NetworkConfig:
     """The network the learner builds for the agent (``spec.agent.network``)."""
 
-    name: str = param("mlp", "Network architecture, one of: " + ", ".join(NETWORKS) + ".",
-                      choices=NETWORKS)
+    name: str = param(
+        "mlp", "Network architecture, one of: " + ", ".join(NETWORKS) + ".", choices=NETWORKS
+    )
     hidden_sizes: list[int] = param(
         doc="Widths of the hidden layers of the MLP torso, input side first.",
-        factory=lambda: [64, 64], ge=1, min_items=1)
-    activation: str = param("tanh", "Activation of the hidden layers of the MLP.",
-                            choices=("relu", "tanh"))
-    dense_size: int = param(256, "Width of the dense layer after a conv torso (the Nature DQN "
-                                 "used 512, IMPALA 256).", ge=1)
+        factory=lambda: [64, 64],
+        ge=1,
+        min_items=1,
+    )
+    activation: str = param(
+        "tanh", "Activation of the hidden layers of the MLP.", choices=("relu", "tanh")
+    )
+    dense_size: int = param(
+        256,
+        "Width of the dense layer after a conv torso (the Nature DQN used 512, IMPALA 256).",
+        ge=1,
+    )
     resnet_channels: list[int] = param(
         doc="Channels of each residual stack of impala_resnet / football_smm; empty keeps the "
-            "network's own ([16, 32, 32] and [16, 32, 32, 32]).", factory=list, ge=1)
-    lstm_size: int = param(0, "Units of an LSTM core after the torso; 0 for a feed-forward "
-                              "network. The learner keeps each environment's LSTM state.", ge=0)
+        "network's own ([16, 32, 32] and [16, 32, 32, 32]).",
+        factory=list,
+        ge=1,
+    )
+    lstm_size: int = param(
+        0,
+        "Units of an LSTM core after the torso; 0 for a feed-forward "
+        "network. The learner keeps each environment's LSTM state.",
+        ge=0,
+    )
     action_reward_inputs: bool = param(
-        True, "With an LSTM core: it also reads the previous action (one-hot, or the "
-              "normalised continuous action) and the reward that followed it, clipped to "
-              "[-1, 1], as in SEED RL's networks and the R2D2 paper; both are zero on an "
-              "episode's first step. Feed-forward networks ignore it.")
+        True,
+        "With an LSTM core: it also reads the previous action (one-hot, or the "
+        "normalised continuous action) and the reward that followed it, clipped to "
+        "[-1, 1], as in SEED RL's networks and the R2D2 paper; both are zero on an "
+        "episode's first step. Feed-forward networks ignore it.",
+    )
     precision: str = param(
-        "float32", "Arithmetic of the torso: float32, or bfloat16 (mixed precision: variables, "
-                   "the LSTM core, the heads and the losses stay float32). bfloat16 trained the "
-                   "Nature CNN 1.7x as fast on a CPU with AVX512_BF16 (as on TPUs); CPUs "
-                   "without bfloat16 instructions run it slower.",
-        choices=PRECISIONS)
+        "float32",
+        "Arithmetic of the torso: float32, or bfloat16 (mixed precision: variables, "
+        "the LSTM core, the heads and the losses stay float32). bfloat16 trained the "
+        "Nature CNN 1.7x as fast on a CPU with AVX512_BF16 (as on TPUs); CPUs "
+        "without bfloat16 instructions run it slower.",
+        choices=PRECISIONS,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class VTraceConfig:
     """IMPALA / V-trace hyperparameters (``spec.agent.vtrace``)."""
 
-    discount: float = param(0.99, "Discount factor gamma applied per environment step.",
-                            gt=0.0, le=1.0)
-    lambda_: float = param(1.0, "V-trace lambda: mixes n-step and one-step targets (1.0 as in "
-                                "the paper).", key="lambda", ge=0.0, le=1.0)
+    discount: float = param(
+        0.99, "Discount factor gamma applied per environment step.", gt=0.0, le=1.0
+    )
+    lambda_: float = param(
+        1.0,
+        "V-trace lambda: mixes n-step and one-step targets (1.0 as in the paper).",
+        key="lambda",
+        ge=0.0,
+        le=1.0,
+    )
     baseline_cost: float = param(0.5, "Weight of the value (baseline) loss.", ge=0.0)
     entropy_cost: float = param(0.01, "Weight of the entropy bonus.", ge=0.0)
-    clip_rho_threshold: float = param(1.0, "rho-bar: truncation of importance weights in the "
-                                           "value targets.", gt=0.0)
-    clip_pg_rho_threshold: float = param(1.0, "Truncation of importance weights in the policy "
-                                              "gradient advantages.", gt=0.0)
+    clip_rho_threshold: float = param(
+        1.0, "rho-bar: truncation of importance weights in the value targets.", gt=0.0
+    )
+    clip_pg_rho_threshold: float = param(
+        1.0, "Truncation of importance weights in the policy gradient advantages.", gt=0.0
+    )
     bootstrap_on_truncation: bool = param(
-        True, "Bootstrap from the value estimate when an episode is truncated (time limit) "
-              "instead of treating the cut as a terminal state.")
+        True,
+        "Bootstrap from the value estimate when an episode is truncated (time limit) "
+        "instead of treating the cut as a terminal state.",
+    )
     reward_clipping: str = param(
-        "none", "Reward clipping applied in the learner before the loss; reported returns stay "
-                "the game's own.", choices=("none", "abs_one", "soft_asymmetric"))
+        "none",
+        "Reward clipping applied in the learner before the loss; reported returns stay "
+        "the game's own.",
+        choices=("none", "abs_one", "soft_asymmetric"),
+    )
     reward_scale: float = param(
-        1.0, "Rewards are multiplied by this after clipping, before the loss. Values then live on "
-             "a scale the value head reaches in few steps (a return of 100 needs large output "
-             "weights that Adam grows slowly), so baselines do not lag the returns.", gt=0.0)
+        1.0,
+        "Rewards are multiplied by this after clipping, before the loss. Values then live on "
+        "a scale the value head reaches in few steps (a return of 100 needs large output "
+        "weights that Adam grows slowly), so baselines do not lag the returns.",
+        gt=0.0,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -295,60 +378,94 @@ class R2D2Config:
     ``agents/r2d2/learner.py``). ``spec.learner.batchSize`` counts sequences;
     ``spec.learner.unrollLength`` is not used (sequences are ``sequenceLength`` long)."""
 
-    discount: float = param(0.997, "Discount factor gamma per environment step.", gt=0.0,
-                            le=1.0)
-    n_step: int = param(5, "Steps of the n-step double-Q target; the last steps of a sequence "
-                           "use as many as the sequence still has (as SEED).", ge=1)
+    discount: float = param(0.997, "Discount factor gamma per environment step.", gt=0.0, le=1.0)
+    n_step: int = param(
+        5,
+        "Steps of the n-step double-Q target; the last steps of a sequence "
+        "use as many as the sequence still has (as SEED).",
+        ge=1,
+    )
     sequence_length: int = param(
-        80, "Steps per replayed sequence: burnIn steps that only warm up the LSTM, then "
-            "sequenceLength - burnIn steps trained on. An env's sequences start "
-            "sequenceLength - burnIn steps apart, so each step is trained on in exactly one "
-            "sequence; each also stores the step after its last, to bootstrap from.", ge=2)
-    burn_in: int = param(40, "Leading steps of a sequence that only warm up the LSTM state "
-                             "(no gradient, no loss).", ge=0)
+        80,
+        "Steps per replayed sequence: burnIn steps that only warm up the LSTM, then "
+        "sequenceLength - burnIn steps trained on. An env's sequences start "
+        "sequenceLength - burnIn steps apart, so each step is trained on in exactly one "
+        "sequence; each also stores the step after its last, to bootstrap from.",
+        ge=2,
+    )
+    burn_in: int = param(
+        40,
+        "Leading steps of a sequence that only warm up the LSTM state (no gradient, no loss).",
+        ge=0,
+    )
     replay_capacity: int = param(
-        10_000, "Sequences the replay holds; the oldest are dropped first. Memory: capacity x "
-                "(sequenceLength + 1) x observation bytes (an Atari sequence of 81 is "
-                "2.3 MB).", ge=1)
-    min_replay_size: int = param(1_000, "Sequences in the replay before learning starts.",
-                                 ge=1)
+        10_000,
+        "Sequences the replay holds; the oldest are dropped first. Memory: capacity x "
+        "(sequenceLength + 1) x observation bytes (an Atari sequence of 81 is "
+        "2.3 MB).",
+        ge=1,
+    )
+    min_replay_size: int = param(1_000, "Sequences in the replay before learning starts.", ge=1)
     samples_per_insert: float = param(
-        1.5, "Replay ratio (SEED's 1.5): once learning has started, the learner samples this "
-             "many sequences per sequence inserted, on average. Both sides wait for the "
-             "other: the learner for new data, the actors (through the queue of sequences) "
-             "for training to catch up. 0 lets each run freely.", ge=0.0)
+        1.5,
+        "Replay ratio (SEED's 1.5): once learning has started, the learner samples this "
+        "many sequences per sequence inserted, on average. Both sides wait for the "
+        "other: the learner for new data, the actors (through the queue of sequences) "
+        "for training to catch up. 0 lets each run freely.",
+        ge=0.0,
+    )
     sequence_loss: str = param(
-        "sum", "How a sequence's squared TD errors make its loss: 'sum' is 0.5 x their sum "
-               "over the trained steps (SEED), 'mean' 0.5 x their mean (gradients "
-               "sequenceLength - burnIn times smaller). The batch loss is the importance-"
-               "weighted mean over sequences.", choices=("sum", "mean"))
+        "sum",
+        "How a sequence's squared TD errors make its loss: 'sum' is 0.5 x their sum "
+        "over the trained steps (SEED), 'mean' 0.5 x their mean (gradients "
+        "sequenceLength - burnIn times smaller). The batch loss is the importance-"
+        "weighted mean over sequences.",
+        choices=("sum", "mean"),
+    )
     initial_priority: str = param(
-        "acting", "Priority of a new sequence: 'acting' computes it from the Q-values seen "
-                  "when its actions were chosen (SEED), with the same formula as after "
-                  "training; 'max' gives it the largest priority seen so far (Ape-X).",
-        choices=("acting", "max"))
-    priority_exponent: float = param(0.9, "alpha: sampling is proportional to priority ** "
-                                          "alpha.", ge=0.0)
-    importance_exponent: float = param(0.6, "beta of the importance-sampling weights.",
-                                       ge=0.0, le=1.0)
-    priority_eta: float = param(0.9, "A sequence's priority: eta * max |TD| + (1 - eta) * "
-                                     "mean |TD|.", ge=0.0, le=1.0)
-    target_update_period: int = param(2_500, "Learner steps between copies of the online "
-                                             "network into the target network.", ge=1)
-    value_rescale_eps: float = param(1e-3, "epsilon of the value rescaling h(x) = sign(x)"
-                                           "(sqrt(|x| + 1) - 1) + eps x.", gt=0.0)
+        "acting",
+        "Priority of a new sequence: 'acting' computes it from the Q-values seen "
+        "when its actions were chosen (SEED), with the same formula as after "
+        "training; 'max' gives it the largest priority seen so far (Ape-X).",
+        choices=("acting", "max"),
+    )
+    priority_exponent: float = param(
+        0.9, "alpha: sampling is proportional to priority ** alpha.", ge=0.0
+    )
+    importance_exponent: float = param(
+        0.6, "beta of the importance-sampling weights.", ge=0.0, le=1.0
+    )
+    priority_eta: float = param(
+        0.9, "A sequence's priority: eta * max |TD| + (1 - eta) * mean |TD|.", ge=0.0, le=1.0
+    )
+    target_update_period: int = param(
+        2_500, "Learner steps between copies of the online network into the target network.", ge=1
+    )
+    value_rescale_eps: float = param(
+        1e-3, "epsilon of the value rescaling h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x.", gt=0.0
+    )
     epsilon_base: float = param(
-        0.4, "Exploration per env, over the N envs of all exploring actors (env j of actor i "
-             "is number i x envsPerActor + j): env n explores with epsilon base ** (1 + alpha "
-             "n / (N - 1)), SEED's 0.4 ** linspace(1, 8, N).", ge=0.0, le=1.0)
+        0.4,
+        "Exploration per env, over the N envs of all exploring actors (env j of actor i "
+        "is number i x envsPerActor + j): env n explores with epsilon base ** (1 + alpha "
+        "n / (N - 1)), SEED's 0.4 ** linspace(1, 8, N).",
+        ge=0.0,
+        le=1.0,
+    )
     epsilon_alpha: float = param(7.0, "alpha of the per-env epsilon schedule.", ge=0.0)
     replay_checkpoint_max_gb: float = param(
-        4.0, "Write the replay with every checkpoint, so a restarted learner resumes with it "
-             "instead of an empty one (SEED loses it), when the full replay is at most this "
-             "many GB; 0 never writes it.", ge=0.0)
+        4.0,
+        "Write the replay with every checkpoint, so a restarted learner resumes with it "
+        "instead of an empty one (SEED loses it), when the full replay is at most this "
+        "many GB; 0 never writes it.",
+        ge=0.0,
+    )
     evaluation_actors: int = param(
-        0, "The last this-many actors act greedily (epsilon 0); their episodes are reported "
-           "apart (eval_mean_return) and not trained on.", ge=0)
+        0,
+        "The last this-many actors act greedily (epsilon 0); their episodes are reported "
+        "apart (eval_mean_return) and not trained on.",
+        ge=0,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -359,48 +476,69 @@ class PPOConfig:
     Schulman et al. (2017) and BatchPPO's update rules (Hafner et al. 2017)."""
 
     preset: str = param(
-        "clip", "'clip': clipped PPO (Schulman et al. 2017) with rewards scaled by the spread "
-                "of discounted returns, GAE value targets, and an optional KL penalty adapted "
-                "when the KL leaves [target / 1.3, 1.3 target] with a per-sample cutoff. "
-                "'batchppo': BatchPPO's rules exactly: the KL-penalty objective, the penalty "
-                "adapted by 1.5 when the KL from the policy at the start of the update leaves "
-                "[0.7, 1.3] x klTarget, the cutoff on each unroll's mean KL, rewards divided "
-                "by the streaming std of the rewards, value targets the discounted returns "
-                "(lambda 1).", choices=("clip", "batchppo"))
-    discount: float = param(0.99, "Discount factor gamma per environment step.", gt=0.0,
-                            le=1.0)
+        "clip",
+        "'clip': clipped PPO (Schulman et al. 2017) with rewards scaled by the spread "
+        "of discounted returns, GAE value targets, and an optional KL penalty adapted "
+        "when the KL leaves [target / 1.3, 1.3 target] with a per-sample cutoff. "
+        "'batchppo': BatchPPO's rules exactly: the KL-penalty objective, the penalty "
+        "adapted by 1.5 when the KL from the policy at the start of the update leaves "
+        "[0.7, 1.3] x klTarget, the cutoff on each unroll's mean KL, rewards divided "
+        "by the streaming std of the rewards, value targets the discounted returns "
+        "(lambda 1).",
+        choices=("clip", "batchppo"),
+    )
+    discount: float = param(0.99, "Discount factor gamma per environment step.", gt=0.0, le=1.0)
     lambda_: float = param(0.95, "GAE lambda of the advantages.", key="lambda", ge=0.0, le=1.0)
     objective: Optional[str] = param(
-        None, "'clip' (clipped surrogate), 'kl_penalty' (the adaptive KL penalty with an "
-              "unclipped surrogate) or 'both'; null takes the preset's: clip for 'clip', "
-              "kl_penalty for 'batchppo'.", choices=("clip", "kl_penalty", "both"))
-    clip: float = param(0.2, "Clipping of the probability ratio to [1 - clip, 1 + clip] "
-                             "(used by the 'clip' and 'both' objectives).", gt=0.0, le=1.0)
+        None,
+        "'clip' (clipped surrogate), 'kl_penalty' (the adaptive KL penalty with an "
+        "unclipped surrogate) or 'both'; null takes the preset's: clip for 'clip', "
+        "kl_penalty for 'batchppo'.",
+        choices=("clip", "kl_penalty", "both"),
+    )
+    clip: float = param(
+        0.2,
+        "Clipping of the probability ratio to [1 - clip, 1 + clip] "
+        "(used by the 'clip' and 'both' objectives).",
+        gt=0.0,
+        le=1.0,
+    )
     kl_target: float = param(0.01, "Target KL per update of the adaptive penalty.", gt=0.0)
     kl_init_coefficient: float = param(1.0, "Initial coefficient of the KL penalty.", gt=0.0)
-    kl_cutoff_factor: float = param(2.0, "KL beyond this multiple of the target gets a steep "
-                                         "extra penalty (per sample with the 'clip' preset, "
-                                         "on each unroll's mean KL with 'batchppo').", gt=1.0)
+    kl_cutoff_factor: float = param(
+        2.0,
+        "KL beyond this multiple of the target gets a steep "
+        "extra penalty (per sample with the 'clip' preset, "
+        "on each unroll's mean KL with 'batchppo').",
+        gt=1.0,
+    )
     kl_cutoff_coefficient: float = param(1000.0, "Weight of that extra penalty.", ge=0.0)
     epochs: int = param(4, "Passes over each batch of unrolls.", ge=1)
-    minibatches: int = param(4, "Minibatches per pass (split over unrolls; must divide "
-                                "spec.learner.batchSize).", ge=1)
+    minibatches: int = param(
+        4, "Minibatches per pass (split over unrolls; must divide spec.learner.batchSize).", ge=1
+    )
     value_cost: float = param(0.5, "Weight of the value loss.", ge=0.0)
     entropy_cost: float = param(0.0, "Weight of the entropy bonus.", ge=0.0)
     normalize_observations: bool = param(
-        True, "Streaming mean/variance normalization of observations (clipped to "
-              "observationClip), the same at inference and training; kept in checkpoints.")
+        True,
+        "Streaming mean/variance normalization of observations (clipped to "
+        "observationClip), the same at inference and training; kept in checkpoints.",
+    )
     observation_clip: float = param(10.0, "Clip of normalized observations.", gt=0.0)
     normalize_rewards: bool = param(
-        True, "Scale rewards by a streaming standard deviation, clipped to rewardClip, kept in "
-              "checkpoints: that of discounted returns accumulated along unrolls with the "
-              "'clip' preset, that of the rewards themselves with 'batchppo'.")
+        True,
+        "Scale rewards by a streaming standard deviation, clipped to rewardClip, kept in "
+        "checkpoints: that of discounted returns accumulated along unrolls with the "
+        "'clip' preset, that of the rewards themselves with 'batchppo'.",
+    )
     reward_clip: float = param(10.0, "Clip of normalized rewards.", gt=0.0)
-    normalize_advantages: bool = param(True, "Advantages to zero mean, unit variance per "
-                                             "batch.")
+    normalize_advantages: bool = param(True, "Advantages to zero mean, unit variance per batch.")
     max_policy_lag: int = param(
-        2, "Unrolls acted by a policy more than this many updates old are dropped, not "
-           "trained on; the lag measured is reported as policy_lag.", ge=0)
+        2,
+        "Unrolls acted by a policy more than this many updates old are dropped, not "
+        "trained on; the lag measured is reported as policy_lag.",
+        ge=0,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -409,8 +547,7 @@ class AgentConfig:
 
     name: str = param("vtrace", "Agent, one of: " + ", ".join(AGENTS) + ".", choices=AGENTS)
     network: NetworkConfig = param(doc="The network the agent trains.", factory=NetworkConfig)
-    vtrace: VTraceConfig = param(doc="Hyperparameters of the vtrace agent.",
-                                 factory=VTraceConfig)
+    vtrace: VTraceConfig = param(doc="Hyperparameters of the vtrace agent.", factory=VTraceConfig)
     r2d2: R2D2Config = param(doc="Hyperparameters of the r2d2 agent.", factory=R2D2Config)
     ppo: PPOConfig = param(doc="Hyperparameters of the ppo agent.", factory=PPOConfig)
 
@@ -419,15 +556,16 @@ class AgentConfig:
 class OptimizerConfig:
     """The optimizer of the training step (``spec.learner.optimizer``)."""
 
-    name: str = param("adam", "Optimizer, one of: adam, rmsprop, sgd.",
-                      choices=("adam", "rmsprop", "sgd"))
+    name: str = param(
+        "adam", "Optimizer, one of: adam, rmsprop, sgd.", choices=("adam", "rmsprop", "sgd")
+    )
     learning_rate: float = param(1e-3, "Step size.", gt=0.0)
     epsilon: float = param(1e-7, "Numerical-stability epsilon of adam and rmsprop.", gt=0.0)
     momentum: float = param(0.0, "Momentum of rmsprop and sgd.", ge=0.0, le=0.999)
-    grad_clip_norm: float = param(40.0, "Clip gradients to this global norm; 0 disables.",
-                                  ge=0.0)
+    grad_clip_norm: float = param(40.0, "Clip gradients to this global norm; 0 disables.", ge=0.0)
     linear_decay: bool = param(
-        False, "Decay the learning rate linearly to zero over spec.budget.maxEnvSteps.")
+        False, "Decay the learning rate linearly to zero over spec.budget.maxEnvSteps."
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -441,21 +579,31 @@ class DevicesConfig:
     """
 
     strategy: str = param(
-        "auto", "'auto' (a TPU VM's cores with TPUStrategy, several GPUs with MirroredStrategy, "
-                "else the default one-device strategy), or one of 'default', 'mirrored', 'tpu' "
-                "to insist; a strategy whose devices are missing is an error.",
-        choices=("auto", "default", "mirrored", "tpu"))
+        "auto",
+        "'auto' (a TPU VM's cores with TPUStrategy, several GPUs with MirroredStrategy, "
+        "else the default one-device strategy), or one of 'default', 'mirrored', 'tpu' "
+        "to insist; a strategy whose devices are missing is an error.",
+        choices=("auto", "default", "mirrored", "tpu"),
+    )
     inference_devices: float = param(
-        0, "Devices that only serve inference: a count (1, 2, ...) or, below 1, a fraction of "
-           "the devices found (0.25: a quarter, at least one). 0 shares the training devices: "
-           "inference then goes round-robin over them.", ge=0.0)
+        0,
+        "Devices that only serve inference: a count (1, 2, ...) or, below 1, a fraction of "
+        "the devices found (0.25: a quarter, at least one). 0 shares the training devices: "
+        "inference then goes round-robin over them.",
+        ge=0.0,
+    )
     training_devices: int = param(
-        0, "Devices that train (one replica each); 0 takes every device not reserved for "
-           "inference.", ge=0)
+        0,
+        "Devices that train (one replica each); 0 takes every device not reserved for inference.",
+        ge=0,
+    )
     logical_cpu_devices: int = param(
-        0, "Split the host CPU into this many logical devices when there is no accelerator, "
-           "to test and measure the multi-device paths on CPU; 0 keeps one CPU device.",
-        ge=0, le=64)
+        0,
+        "Split the host CPU into this many logical devices when there is no accelerator, "
+        "to test and measure the multi-device paths on CPU; 0 keeps one CPU device.",
+        ge=0,
+        le=64,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -464,16 +612,34 @@ class ResourcesConfig:
     launcher ignores them. Memory is requested and limited alike (a pod that outgrows it is
     stopped rather than starving its neighbours); CPU is limited only when cpuLimit is set."""
 
-    cpu: str = param("1", "CPU request, e.g. '500m' or '4'.", pattern=_QUANTITY,
-                     pattern_hint=_QUANTITY_HINT, max_len=32)
-    memory: str = param("2Gi", "Memory request and limit, e.g. '16Gi'.", pattern=_QUANTITY,
-                        pattern_hint=_QUANTITY_HINT, max_len=32)
-    cpu_limit: str = param("", "CPU limit; empty sets none, so the container may use idle "
-                               "cores.", pattern=f"({_QUANTITY})?", pattern_hint=_QUANTITY_HINT,
-                           max_len=32)
-    ephemeral_storage: str = param("", "Ephemeral storage request and limit (logs, scratch); "
-                                       "empty sets none.", pattern=f"({_QUANTITY})?",
-                                   pattern_hint=_QUANTITY_HINT, max_len=32)
+    cpu: str = param(
+        "1",
+        "CPU request, e.g. '500m' or '4'.",
+        pattern=_QUANTITY,
+        pattern_hint=_QUANTITY_HINT,
+        max_len=32,
+    )
+    memory: str = param(
+        "2Gi",
+        "Memory request and limit, e.g. '16Gi'.",
+        pattern=_QUANTITY,
+        pattern_hint=_QUANTITY_HINT,
+        max_len=32,
+    )
+    cpu_limit: str = param(
+        "",
+        "CPU limit; empty sets none, so the container may use idle cores.",
+        pattern=f"({_QUANTITY})?",
+        pattern_hint=_QUANTITY_HINT,
+        max_len=32,
+    )
+    ephemeral_storage: str = param(
+        "",
+        "Ephemeral storage request and limit (logs, scratch); empty sets none.",
+        pattern=f"({_QUANTITY})?",
+        pattern_hint=_QUANTITY_HINT,
+        max_len=32,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -482,27 +648,39 @@ class TPUConfig:
     TPU VM host, selected by the node labels cloud.google.com/gke-tpu-accelerator and
     cloud.google.com/gke-tpu-topology."""
 
-    type: str = param("tpu-v5-lite-podslice", "GKE TPU accelerator, one of: " +
-                      ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items()) +
-                      ".",
-                      pattern=r"tpu-[a-z0-9-]+", pattern_hint="a GKE TPU accelerator name "
-                                                            "such as tpu-v5-lite-podslice",
-                      max_len=63)
-    topology: str = param("2x2", "Slice topology: one host's, since the learner is one pod: "
-                                 + "; ".join(f"{g.name} " + ", ".join(g.single_host_topologies)
-                                             for g in TPU_GENERATIONS.values()) +
-                                 ". The learner requests its product in google.com/tpu chips.",
-                          pattern=r"[1-9][0-9]*(x[1-9][0-9]*){1,2}",
-                          pattern_hint="dimensions joined by x, e.g. 2x4", max_len=32)
+    type: str = param(
+        "tpu-v5-lite-podslice",
+        "GKE TPU accelerator, one of: "
+        + ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items())
+        + ".",
+        pattern=r"tpu-[a-z0-9-]+",
+        pattern_hint="a GKE TPU accelerator name such as tpu-v5-lite-podslice",
+        max_len=63,
+    )
+    topology: str = param(
+        "2x2",
+        "Slice topology: one host's, since the learner is one pod: "
+        + "; ".join(
+            f"{g.name} " + ", ".join(g.single_host_topologies) for g in TPU_GENERATIONS.values()
+        )
+        + ". The learner requests its product in google.com/tpu chips.",
+        pattern=r"[1-9][0-9]*(x[1-9][0-9]*){1,2}",
+        pattern_hint="dimensions joined by x, e.g. 2x4",
+        max_len=32,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GPUConfig:
     """NVIDIA GPUs on GKE for the learner (``spec.learner.accelerator.gpu``)."""
 
-    type: str = param("nvidia-l4", "GKE accelerator (node label cloud.google.com/gke-"
-                                   "accelerator), e.g. nvidia-l4, nvidia-tesla-a100.",
-                      pattern=r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", max_len=63)
+    type: str = param(
+        "nvidia-l4",
+        "GKE accelerator (node label cloud.google.com/gke-"
+        "accelerator), e.g. nvidia-l4, nvidia-tesla-a100.",
+        pattern=r"[a-z0-9]([-a-z0-9]*[a-z0-9])?",
+        max_len=63,
+    )
     count: int = param(1, "GPUs requested as nvidia.com/gpu.", ge=1, le=16)
 
 
@@ -511,8 +689,11 @@ class AcceleratorConfig:
     """What the learner's inference and training run on in a cluster
     (``spec.learner.accelerator``); the local launcher uses whatever the machine has."""
 
-    kind: str = param("cpu", "One of: " + ", ".join(ACCELERATORS) + "; the tpu or gpu "
-                             "section below then applies.", choices=ACCELERATORS)
+    kind: str = param(
+        "cpu",
+        "One of: " + ", ".join(ACCELERATORS) + "; the tpu or gpu section below then applies.",
+        choices=ACCELERATORS,
+    )
     tpu: TPUConfig = param(doc="The TPU slice, when kind is tpu.", factory=TPUConfig)
     gpu: GPUConfig = param(doc="The GPUs, when kind is gpu.", factory=GPUConfig)
 
@@ -526,8 +707,10 @@ class TLSConfig:
     into the learner and the CA alone into the actors, which verify the learner's Service name.
     ``seedrl train`` streams over a unix socket on one machine and uses no TLS."""
 
-    enabled: bool = param(True, "Serve the learner's gRPC port over TLS in a cluster; a "
-                                "plaintext actor is then refused.")
+    enabled: bool = param(
+        True,
+        "Serve the learner's gRPC port over TLS in a cluster; a plaintext actor is then refused.",
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -535,53 +718,88 @@ class LearnerConfig:
     """The central learner: batched inference and training (``spec.learner``)."""
 
     max_envs_per_actor: int = param(
-        4096, "Most envs one actor stream may declare in its hello (each of an actor's "
-              "streamsPerActor streams counts on its own). A larger hello, or one whose steps "
-              "would exceed the learner's message limit, is refused before the learner "
-              "allocates anything for it.", ge=1, le=65536)
+        4096,
+        "Most envs one actor stream may declare in its hello (each of an actor's "
+        "streamsPerActor streams counts on its own). A larger hello, or one whose steps "
+        "would exceed the learner's message limit, is refused before the learner "
+        "allocates anything for it.",
+        ge=1,
+        le=65536,
+    )
     inference_batch_size: int = param(
-        64, "Most environment steps evaluated in one inference call, summed over all actor "
-            "streams.", ge=1)
+        64,
+        "Most environment steps evaluated in one inference call, summed over all actor streams.",
+        ge=1,
+    )
     inference_max_wait_ms: float = param(
-        2.0, "How long the batcher waits to fill a batch; a partial batch runs after this.",
-        ge=0.0, le=10_000.0)
-    unroll_length: int = param(20, "Steps per trajectory unroll T (the learner stores T+1, "
-                                   "overlapping consecutive unrolls by one step).", ge=2)
+        2.0,
+        "How long the batcher waits to fill a batch; a partial batch runs after this.",
+        ge=0.0,
+        le=10_000.0,
+    )
+    unroll_length: int = param(
+        20,
+        "Steps per trajectory unroll T (the learner stores T+1, "
+        "overlapping consecutive unrolls by one step).",
+        ge=2,
+    )
     batch_size: int = param(16, "Unrolls per training step.", ge=1)
     queue_capacity: int = param(
-        64, "Unrolls waiting for training; when full, inference waits (bounds policy lag).",
-        ge=1)
-    devices: DevicesConfig = param(doc="Which devices run inference and training.",
-                                   factory=DevicesConfig)
+        64, "Unrolls waiting for training; when full, inference waits (bounds policy lag).", ge=1
+    )
+    devices: DevicesConfig = param(
+        doc="Which devices run inference and training.", factory=DevicesConfig
+    )
     optimizer: OptimizerConfig = param(doc="Optimizer settings.", factory=OptimizerConfig)
-    port: int = param(8686, "TCP port of the learner's gRPC service in a cluster; the local "
-                            "launcher uses a unix socket instead.", ge=1, le=65535)
-    metrics_port: int = param(9090, "TCP port of the learner's HTTP endpoint in a cluster: "
-                                    "GET /metrics (Prometheus) and GET /status (JSON "
-                                    "progress, read by the operator).", ge=1, le=65535)
-    accelerator: AcceleratorConfig = param(doc="The learner's accelerator in a cluster.",
-                                           factory=AcceleratorConfig)
-    tls: TLSConfig = param(doc="TLS between actors and learner in a cluster.",
-                           factory=TLSConfig)
+    port: int = param(
+        8686,
+        "TCP port of the learner's gRPC service in a cluster; the local "
+        "launcher uses a unix socket instead.",
+        ge=1,
+        le=65535,
+    )
+    metrics_port: int = param(
+        9090,
+        "TCP port of the learner's HTTP endpoint in a cluster: "
+        "GET /metrics (Prometheus) and GET /status (JSON "
+        "progress, read by the operator).",
+        ge=1,
+        le=65535,
+    )
+    accelerator: AcceleratorConfig = param(
+        doc="The learner's accelerator in a cluster.", factory=AcceleratorConfig
+    )
+    tls: TLSConfig = param(doc="TLS between actors and learner in a cluster.", factory=TLSConfig)
     image: str = param(
-        "", "Container image of the learner in a cluster; empty: this release's learner image "
-            "for accelerator.kind (" + ", ".join(f"{kind} {image}" for kind, image in
-                                                 LEARNER_IMAGES.items()) + "), since only the "
-            "gpu and tpu builds reach those devices.", pattern=f"({_IMAGE})?",
-        pattern_hint="an image reference, or empty", max_len=512)
+        "",
+        "Container image of the learner in a cluster; empty: this release's learner image "
+        "for accelerator.kind ("
+        + ", ".join(f"{kind} {image}" for kind, image in LEARNER_IMAGES.items())
+        + "), since only the "
+        "gpu and tpu builds reach those devices.",
+        pattern=f"({_IMAGE})?",
+        pattern_hint="an image reference, or empty",
+        max_len=512,
+    )
     resources: ResourcesConfig = param(
         doc="The learner container's resources in a cluster.",
-        factory=lambda: ResourcesConfig(cpu="4", memory="16Gi"))
+        factory=lambda: ResourcesConfig(cpu="4", memory="16Gi"),
+    )
     termination_grace_period_seconds: int = param(
-        300, "How long a stopping learner may take to write its final checkpoint (it "
-             "checkpoints on SIGTERM) before it is killed: the pod's grace period in a cluster, "
-             "the launcher's wait locally. The learner gives up on the checkpoint 5 s before "
-             "and exits 1, so the run resumes from the previous one.", ge=10)
+        300,
+        "How long a stopping learner may take to write its final checkpoint (it "
+        "checkpoints on SIGTERM) before it is killed: the pod's grace period in a cluster, "
+        "the launcher's wait locally. The learner gives up on the checkpoint 5 s before "
+        "and exits 1, so the run resumes from the previous one.",
+        ge=10,
+    )
     spot: bool = param(
-        False, "Run the learner on GKE Spot VMs (node label cloud.google.com/gke-spot). By "
-               "default it is kept off them (a required node affinity): a preemption gives a "
-               "pod at most 15 s, too little for a final checkpoint of a large learner, so each "
-               "one loses the training since the last periodic checkpoint.")
+        False,
+        "Run the learner on GKE Spot VMs (node label cloud.google.com/gke-spot). By "
+        "default it is kept off them (a required node affinity): a preemption gives a "
+        "pod at most 15 s, too little for a final checkpoint of a large learner, so each "
+        "one loses the training since the last periodic checkpoint.",
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -589,28 +807,52 @@ class ActorsConfig:
     """The actors that step environments (``spec.actors``)."""
 
     replicas: int = param(2, "Actor processes (pods in a cluster), one gRPC stream each.", ge=1)
-    envs_per_actor: int = param(8, "Environments stepped by each actor; one message carries "
-                                   "one step of all of them.", ge=1, le=4096)
+    envs_per_actor: int = param(
+        8,
+        "Environments stepped by each actor; one message carries one step of all of them.",
+        ge=1,
+        le=4096,
+    )
     streams_per_actor: int = param(
-        1, "gRPC streams each actor keeps in flight, each with its share of the envs: while the "
-           "learner answers one stream, the actor steps the envs of another. Helps when env "
-           "steps are slow next to a round trip; for CartPole, 2 measured slower than 1.",
-        ge=1, le=64)
+        1,
+        "gRPC streams each actor keeps in flight, each with its share of the envs: while the "
+        "learner answers one stream, the actor steps the envs of another. Helps when env "
+        "steps are slow next to a round trip; for CartPole, 2 measured slower than 1.",
+        ge=1,
+        le=64,
+    )
     processes_per_actor: int = param(
-        0, "Worker processes that step each actor's environments in parallel, exchanging "
-           "arrays through shared memory; 0 steps them inside the actor process (best for "
-           "environments much cheaper than a process wake-up, like CartPole).", ge=0, le=256)
-    image: str = param(ACTOR_IMAGE, "Container image of the actors in a cluster.",
-                       pattern=_IMAGE,
-                       pattern_hint="an image reference", max_len=512)
-    resources: ResourcesConfig = param(doc="Each actor container's resources in a cluster.",
-                                       factory=ResourcesConfig)
-    spot: bool = param(False, "Run actors on GKE Spot VMs (node label cloud.google.com/gke-"
-                              "spot): much cheaper, and a preempted actor only costs its "
-                              "in-flight unrolls.")
-    metrics_port: int = param(9091, "TCP port of each actor's HTTP endpoint in a cluster: GET "
-                                    "/metrics (Prometheus). The local launcher picks free "
-                                    "ports instead.", ge=1, le=65535)
+        0,
+        "Worker processes that step each actor's environments in parallel, exchanging "
+        "arrays through shared memory; 0 steps them inside the actor process (best for "
+        "environments much cheaper than a process wake-up, like CartPole).",
+        ge=0,
+        le=256,
+    )
+    image: str = param(
+        ACTOR_IMAGE,
+        "Container image of the actors in a cluster.",
+        pattern=_IMAGE,
+        pattern_hint="an image reference",
+        max_len=512,
+    )
+    resources: ResourcesConfig = param(
+        doc="Each actor container's resources in a cluster.", factory=ResourcesConfig
+    )
+    spot: bool = param(
+        False,
+        "Run actors on GKE Spot VMs (node label cloud.google.com/gke-"
+        "spot): much cheaper, and a preempted actor only costs its "
+        "in-flight unrolls.",
+    )
+    metrics_port: int = param(
+        9091,
+        "TCP port of each actor's HTTP endpoint in a cluster: GET "
+        "/metrics (Prometheus). The local launcher picks free "
+        "ports instead.",
+        ge=1,
+        le=65535,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -618,42 +860,53 @@ class CheckpointConfig:
     """Where and how often the learner checkpoints (``spec.checkpoint``)."""
 
     uri: str = param(
-        "", "Checkpoint location: gs://bucket/prefix (Google Cloud Storage, credentials from "
-            "Application Default Credentials / Workload Identity), a file:///path URI or a "
-            "local path. Empty means runs/<name>/checkpoints under the local launcher; in a "
-            "cluster, set it, or a restarted learner starts over.",
-        pattern=r"gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](/.*)?|file:///.*|[^:]*", max_len=1024)
-    interval_steps: int = param(1000, "Checkpoint every this many learner steps; 0 disables.",
-                                ge=0)
-    interval_seconds: float = param(300.0, "Checkpoint at least this often in seconds; 0 "
-                                           "disables.", ge=0.0)
+        "",
+        "Checkpoint location: gs://bucket/prefix (Google Cloud Storage, credentials from "
+        "Application Default Credentials / Workload Identity), a file:///path URI or a "
+        "local path. Empty means runs/<name>/checkpoints under the local launcher; in a "
+        "cluster, set it, or a restarted learner starts over.",
+        pattern=r"gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](/.*)?|file:///.*|[^:]*",
+        max_len=1024,
+    )
+    interval_steps: int = param(1000, "Checkpoint every this many learner steps; 0 disables.", ge=0)
+    interval_seconds: float = param(
+        300.0, "Checkpoint at least this often in seconds; 0 disables.", ge=0.0
+    )
     keep: int = param(3, "How many recent checkpoints to keep.", ge=1)
     volume_size: str = param(
-        "10Gi", "In a cluster with an empty uri: the size of the PersistentVolumeClaim (the "
-                "cluster's default storage class) that holds the learner's run directory, "
-                "checkpoints included, so that a learner pod that is replaced (drained, "
-                "crashed, preempted) resumes from them.", pattern=_QUANTITY,
-        pattern_hint=_QUANTITY_HINT, max_len=32)
+        "10Gi",
+        "In a cluster with an empty uri: the size of the PersistentVolumeClaim (the "
+        "cluster's default storage class) that holds the learner's run directory, "
+        "checkpoints included, so that a learner pod that is replaced (drained, "
+        "crashed, preempted) resumes from them.",
+        pattern=_QUANTITY,
+        pattern_hint=_QUANTITY_HINT,
+        max_len=32,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BudgetConfig:
     """When training stops (``spec.budget``); the first limit reached wins."""
 
-    max_env_steps: int = param(1_000_000, "Stop after this many environment steps over all "
-                                          "actors; 0 means no limit.", ge=0)
-    max_seconds: float = param(0.0, "Stop after this much training time; 0 means no limit.",
-                               ge=0.0)
+    max_env_steps: int = param(
+        1_000_000, "Stop after this many environment steps over all actors; 0 means no limit.", ge=0
+    )
+    max_seconds: float = param(0.0, "Stop after this much training time; 0 means no limit.", ge=0.0)
     target_return: Optional[float] = param(
-        None, "Stop once the mean return of the last returnWindow episodes reaches this (the "
-              "evaluation actors' episodes when the agent has any); null means never.")
-    return_window: int = param(100, "Episodes averaged for the mean return and targetReturn.",
-                               ge=1)
+        None,
+        "Stop once the mean return of the last returnWindow episodes reaches this (the "
+        "evaluation actors' episodes when the agent has any); null means never.",
+    )
+    return_window: int = param(100, "Episodes averaged for the mean return and targetReturn.", ge=1)
     no_progress_seconds: float = param(
-        600.0, "A run with no env step for this long (from its start, or since its last env "
-               "step) cannot make progress: `seedrl train` stops it and exits non-zero with "
-               "the reason, and in a cluster the Experiment's Progressing condition turns "
-               "False (reason NoProgress). 0 never gives up.", ge=0.0)
+        600.0,
+        "A run with no env step for this long (from its start, or since its last env "
+        "step) cannot make progress: `seedrl train` stops it and exits non-zero with "
+        "the reason, and in a cluster the Experiment's Progressing condition turns "
+        "False (reason NoProgress). 0 never gives up.",
+        ge=0.0,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -669,37 +922,57 @@ class Spec:
     budget: BudgetConfig = param(doc="When to stop.", factory=BudgetConfig)
     # Cluster-only fields: the operator reads them, the local launcher ignores them.
     service_account_name: str = param(
-        "", "Kubernetes service account of both roles' pods, e.g. one bound to a Google "
-            "service account through Workload Identity for gs:// checkpoints; empty uses the "
-            "namespace's default.", pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
-        pattern_hint="a DNS subdomain", max_len=253)
-    suspend: bool = param(False, "Suspend the experiment: the learner checkpoints and stops "
-                                 "and the actors scale to zero; false resumes from the "
-                                 "checkpoint.")
+        "",
+        "Kubernetes service account of both roles' pods, e.g. one bound to a Google "
+        "service account through Workload Identity for gs:// checkpoints; empty uses the "
+        "namespace's default.",
+        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern_hint="a DNS subdomain",
+        max_len=253,
+    )
+    suspend: bool = param(
+        False,
+        "Suspend the experiment: the learner checkpoints and stops "
+        "and the actors scale to zero; false resumes from the "
+        "checkpoint.",
+    )
     active_deadline_seconds: Optional[int] = param(
-        None, "Fail the learner once it has run this long in the cluster; null: no deadline.",
-        ge=1)
-    backoff_limit: int = param(6, "Learner restarts (each resuming from the last checkpoint) "
-                                  "before the experiment is marked Failed.", ge=0)
+        None, "Fail the learner once it has run this long in the cluster; null: no deadline.", ge=1
+    )
+    backoff_limit: int = param(
+        6,
+        "Learner restarts (each resuming from the last checkpoint) "
+        "before the experiment is marked Failed.",
+        ge=0,
+    )
     ttl_seconds_after_finished: Optional[int] = param(
-        None, "Delete the finished learner Job this long after it ends; null keeps it.", ge=0)
-    queue_name: str = param("", "Kueue LocalQueue to admit the experiment through (label "
-                                "kueue.x-k8s.io/queue-name on the learner Job); empty: no "
-                                "queue.", pattern=f"({_DNS_LABEL})?", max_len=63)
+        None, "Delete the finished learner Job this long after it ends; null keeps it.", ge=0
+    )
+    queue_name: str = param(
+        "",
+        "Kueue LocalQueue to admit the experiment through (label "
+        "kueue.x-k8s.io/queue-name on the learner Job); empty: no "
+        "queue.",
+        pattern=f"({_DNS_LABEL})?",
+        max_len=63,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Metadata:
     """Kubernetes object metadata (``metadata``)."""
 
-    name: str = param(doc="Experiment name: a DNS-1123 label (lowercase letters, digits and "
-                          "'-'). Required, with no default, because it names the run directory "
-                          "and every Kubernetes object of the experiment.",
-                      pattern=_DNS_LABEL, max_len=63)
-    namespace: Optional[str] = param(None, "Kubernetes namespace; ignored by the local "
-                                           "launcher.", pattern=_DNS_LABEL, max_len=63)
-    labels: dict[str, str] = param(doc="Kubernetes labels, copied onto every object.",
-                                   factory=dict)
+    name: str = param(
+        doc="Experiment name: a DNS-1123 label (lowercase letters, digits and "
+        "'-'). Required, with no default, because it names the run directory "
+        "and every Kubernetes object of the experiment.",
+        pattern=_DNS_LABEL,
+        max_len=63,
+    )
+    namespace: Optional[str] = param(
+        None, "Kubernetes namespace; ignored by the local launcher.", pattern=_DNS_LABEL, max_len=63
+    )
+    labels: dict[str, str] = param(doc="Kubernetes labels, copied onto every object.", factory=dict)
     annotations: dict[str, str] = param(doc="Kubernetes annotations.", factory=dict)
 
 
@@ -707,8 +980,9 @@ class Metadata:
 class Experiment:
     """A whole Experiment document."""
 
-    api_version: str = param(API_VERSION, "Schema version of this document.",
-                             choices=(API_VERSION,))
+    api_version: str = param(
+        API_VERSION, "Schema version of this document.", choices=(API_VERSION,)
+    )
     kind: str = param(KIND, "Always Experiment.", choices=(KIND,))
     metadata: Metadata = param(doc="Name and Kubernetes metadata.")
     spec: Spec = param(doc="What to train and how.", factory=Spec)
@@ -717,6 +991,7 @@ class Experiment:
 # --------------------------------------------------------------------------------------------
 # Parsing and validation: the one place
 # --------------------------------------------------------------------------------------------
+
 
 class _Invalid:
     """Marks a value that failed parsing, so that parsing can go on and report everything."""
@@ -736,20 +1011,23 @@ def _fmt(number: float) -> str:
     return f"{number:g}" if isinstance(number, float) else str(number)
 
 
-def _check_constraints(value: Any, meta: Mapping[str, Any], path: str,
-                       problems: list[tuple[str, str]]) -> None:
+def _check_constraints(
+    value: Any, meta: Mapping[str, Any], path: str, problems: list[tuple[str, str]]
+) -> None:
     if isinstance(value, list):
         if meta.get("min_items") is not None and len(value) < meta["min_items"]:
-            problems.append((path, f"must have at least {meta['min_items']} item(s), "
-                                   f"got {len(value)}"))
+            problems.append(
+                (path, f"must have at least {meta['min_items']} item(s), got {len(value)}")
+            )
         for i, item in enumerate(value):
             _check_scalar(item, meta, f"{path}[{i}]", problems)
         return
     _check_scalar(value, meta, path, problems)
 
 
-def _check_scalar(value: Any, meta: Mapping[str, Any], path: str,
-                  problems: list[tuple[str, str]]) -> None:
+def _check_scalar(
+    value: Any, meta: Mapping[str, Any], path: str, problems: list[tuple[str, str]]
+) -> None:
     if value is None or isinstance(value, (dict, list)):
         return
     choices = meta.get("choices")
@@ -767,8 +1045,9 @@ def _check_scalar(value: Any, meta: Mapping[str, Any], path: str,
             problems.append((path, f"must be a finite number, got {value}"))
     if isinstance(value, str):
         if meta.get("max_len") is not None and len(value) > meta["max_len"]:
-            problems.append((path, f"must be at most {meta['max_len']} characters, "
-                                   f"got {len(value)}"))
+            problems.append(
+                (path, f"must be at most {meta['max_len']} characters, got {len(value)}")
+            )
         elif meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
             hint = meta.get("pattern_hint") or "lowercase letters, digits and '-'"
             problems.append((path, f"must match {meta['pattern']} ({hint}), got {value!r}"))
@@ -834,9 +1113,14 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
                 return _INVALID
             if args[1] is Any:
                 if not _is_json_like(v):
-                    problems.append((f"{path}.{k}", f"must be plain data (numbers, strings, "
-                                                    f"booleans, lists, mappings), got "
-                                                    f"{_describe(v)}"))
+                    problems.append(
+                        (
+                            f"{path}.{k}",
+                            f"must be plain data (numbers, strings, "
+                            f"booleans, lists, mappings), got "
+                            f"{_describe(v)}",
+                        )
+                    )
                     return _INVALID
                 out[k] = v
             else:
@@ -845,8 +1129,7 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
     raise TypeError(f"unsupported config type {tp!r} at {path}")  # a bug in this module
 
 
-def _parse_dataclass(cls: type, value: Any, path: str,
-                     problems: list[tuple[str, str]]) -> Any:
+def _parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
     if value is None:
         value = {}
     if not isinstance(value, dict):
@@ -858,8 +1141,9 @@ def _parse_dataclass(cls: type, value: Any, path: str,
     for key in value:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f"; did you mean {close[0]}?" if close else \
-                f"; known fields: {', '.join(fields)}"
+            hint = (
+                f"; did you mean {close[0]}?" if close else f"; known fields: {', '.join(fields)}"
+            )
             problems.append((f"{prefix}{key}", "unknown field" + hint))
     kwargs = {}
     ok = True
@@ -892,8 +1176,12 @@ def tpu_problems(tpu: TPUConfig) -> list[tuple[str, str]]:
     generation = TPU_GENERATIONS.get(tpu.type)
     if generation is None:
         known = ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items())
-        return [("spec.learner.accelerator.tpu.type",
-                 f"unknown TPU accelerator {tpu.type!r}; one of: {known}")]
+        return [
+            (
+                "spec.learner.accelerator.tpu.type",
+                f"unknown TPU accelerator {tpu.type!r}; one of: {known}",
+            )
+        ]
     if tpu.topology in generation.single_host_topologies:
         return []
     valid = ", ".join(generation.single_host_topologies)
@@ -906,9 +1194,13 @@ def tpu_problems(tpu: TPUConfig) -> list[tuple[str, str]]:
         why = f"spans {hosts} hosts"
     else:
         why = "is not a single-host slice"
-    return [("spec.learner.accelerator.tpu.topology",
-             f"{generation.name} {tpu.topology} {why}; single-host {generation.name} "
-             f"topologies: {valid}")]
+    return [
+        (
+            "spec.learner.accelerator.tpu.topology",
+            f"{generation.name} {tpu.topology} {why}; single-host {generation.name} "
+            f"topologies: {valid}",
+        )
+    ]
 
 
 def tpu_cel_rules() -> list[dict[str, str]]:
@@ -916,24 +1208,34 @@ def tpu_cel_rules() -> list[dict[str, str]]:
     ``spec.learner.accelerator``, so that the API server refuses what ``seedrl validate``
     refuses (``kubectl apply`` included). One rule per generation: a CRD rule's message is
     fixed text, and each lists that generation's valid topologies."""
+
     def quoted(items):
         return "[" + ", ".join(f"'{item}'" for item in items) + "]"
 
     guard = "!has(self.kind) || self.kind != 'tpu' || !has(self.tpu) || !has(self.tpu.type)"
     known = ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items())
-    rules = [{"rule": f"{guard} || self.tpu.type in {quoted(TPU_GENERATIONS)}",
-              "message": f"unknown TPU accelerator in tpu.type; one of: {known}",
-              "fieldPath": ".tpu.type", "reason": "FieldValueInvalid"}]
+    rules = [
+        {
+            "rule": f"{guard} || self.tpu.type in {quoted(TPU_GENERATIONS)}",
+            "message": f"unknown TPU accelerator in tpu.type; one of: {known}",
+            "fieldPath": ".tpu.type",
+            "reason": "FieldValueInvalid",
+        }
+    ]
     for name, generation in TPU_GENERATIONS.items():
         valid = generation.single_host_topologies
-        rules.append({
-            "rule": f"{guard} || self.tpu.type != '{name}' || !has(self.tpu.topology) || "
-                    f"self.tpu.topology in {quoted(valid)}",
-            "message": f"tpu.topology: a {name} learner must fit one {generation.name} host "
-                       f"({generation.chips_per_host} chips; larger slices span several "
-                       f"hosts); single-host {generation.name} topologies: "
-                       f"{', '.join(valid)}",
-            "fieldPath": ".tpu.topology", "reason": "FieldValueInvalid"})
+        rules.append(
+            {
+                "rule": f"{guard} || self.tpu.type != '{name}' || !has(self.tpu.topology) || "
+                f"self.tpu.topology in {quoted(valid)}",
+                "message": f"tpu.topology: a {name} learner must fit one {generation.name} host "
+                f"({generation.chips_per_host} chips; larger slices span several "
+                f"hosts); single-host {generation.name} topologies: "
+                f"{', '.join(valid)}",
+                "fieldPath": ".tpu.topology",
+                "reason": "FieldValueInvalid",
+            }
+        )
     return rules
 
 
@@ -956,47 +1258,82 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
     """Rules that involve more than one field."""
     learner = exp.spec.learner
     if learner.metrics_port == learner.port:
-        problems.append(("spec.learner.metricsPort",
-                         f"must differ from spec.learner.port ({learner.port})"))
+        problems.append(
+            ("spec.learner.metricsPort", f"must differ from spec.learner.port ({learner.port})")
+        )
     if learner.accelerator.kind == "tpu":
         problems.extend(tpu_problems(learner.accelerator.tpu))
     if exp.spec.env.atari.terminal_on_life_loss and exp.spec.env.atari.life_loss_terminal:
-        problems.append(("spec.env.atari.lifeLossTerminal",
-                         "choose one of lifeLossTerminal and terminalOnLifeLoss"))
-    if (exp.spec.agent.name == "ppo"
-            and exp.spec.learner.batch_size % exp.spec.agent.ppo.minibatches):
-        problems.append(("spec.agent.ppo.minibatches",
-                         f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
-                         f"got {exp.spec.agent.ppo.minibatches}"))
+        problems.append(
+            (
+                "spec.env.atari.lifeLossTerminal",
+                "choose one of lifeLossTerminal and terminalOnLifeLoss",
+            )
+        )
+    if (
+        exp.spec.agent.name == "ppo"
+        and exp.spec.learner.batch_size % exp.spec.agent.ppo.minibatches
+    ):
+        problems.append(
+            (
+                "spec.agent.ppo.minibatches",
+                f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
+                f"got {exp.spec.agent.ppo.minibatches}",
+            )
+        )
     if exp.spec.agent.name == "r2d2":
         r2 = exp.spec.agent.r2d2
         if r2.burn_in >= r2.sequence_length:
-            problems.append(("spec.agent.r2d2.sequenceLength",
-                             f"must exceed burnIn ({r2.burn_in}) to leave steps to train on, "
-                             f"got {r2.sequence_length}"))
+            problems.append(
+                (
+                    "spec.agent.r2d2.sequenceLength",
+                    f"must exceed burnIn ({r2.burn_in}) to leave steps to train on, "
+                    f"got {r2.sequence_length}",
+                )
+            )
         if r2.evaluation_actors >= exp.spec.actors.replicas:
-            problems.append(("spec.agent.r2d2.evaluationActors",
-                             f"must be below spec.actors.replicas ({exp.spec.actors.replicas})"
-                             f", got {r2.evaluation_actors}"))
+            problems.append(
+                (
+                    "spec.agent.r2d2.evaluationActors",
+                    f"must be below spec.actors.replicas ({exp.spec.actors.replicas})"
+                    f", got {r2.evaluation_actors}",
+                )
+            )
     devices = exp.spec.learner.devices
     if devices.inference_devices > 1 and not float(devices.inference_devices).is_integer():
-        problems.append(("spec.learner.devices.inferenceDevices",
-                         f"must be a whole count or a fraction below 1, got "
-                         f"{devices.inference_devices:g}"))
+        problems.append(
+            (
+                "spec.learner.devices.inferenceDevices",
+                f"must be a whole count or a fraction below 1, got {devices.inference_devices:g}",
+            )
+        )
     if devices.strategy == "default" and devices.training_devices > 1:
-        problems.append(("spec.learner.devices.trainingDevices",
-                         f"the default strategy trains on one device, got "
-                         f"{devices.training_devices}; use strategy mirrored or tpu"))
+        problems.append(
+            (
+                "spec.learner.devices.trainingDevices",
+                f"the default strategy trains on one device, got "
+                f"{devices.training_devices}; use strategy mirrored or tpu",
+            )
+        )
     actors = exp.spec.actors
-    per_stream = -(-actors.envs_per_actor // max(1, min(actors.streams_per_actor,
-                                                         actors.envs_per_actor)))
+    per_stream = -(
+        -actors.envs_per_actor // max(1, min(actors.streams_per_actor, actors.envs_per_actor))
+    )
     if per_stream > learner.max_envs_per_actor:
-        problems.append(("spec.learner.maxEnvsPerActor",
-                         f"must be at least the envs of one actor stream (envsPerActor / "
-                         f"streamsPerActor = {per_stream}), got {learner.max_envs_per_actor}"))
+        problems.append(
+            (
+                "spec.learner.maxEnvsPerActor",
+                f"must be at least the envs of one actor stream (envsPerActor / "
+                f"streamsPerActor = {per_stream}), got {learner.max_envs_per_actor}",
+            )
+        )
     if exp.spec.learner.optimizer.linear_decay and exp.spec.budget.max_env_steps == 0:
-        problems.append(("spec.learner.optimizer.linearDecay",
-                         "needs spec.budget.maxEnvSteps > 0 to decay over"))
+        problems.append(
+            (
+                "spec.learner.optimizer.linearDecay",
+                "needs spec.budget.maxEnvSteps > 0 to decay over",
+            )
+        )
 
 
 def parse_experiment(document: Any) -> Experiment:
@@ -1014,8 +1351,7 @@ def parse_experiment(document: Any) -> Experiment:
     return exp
 
 
-def parse_section(cls: type[T], value: Any, path: str,
-                  problems: list[tuple[str, str]]) -> T | None:
+def parse_section(cls: type[T], value: Any, path: str, problems: list[tuple[str, str]]) -> T | None:
     """Parses ``value`` into ``cls``, any dataclass whose fields are declared with
     :func:`param` (an Experiment section, or another document such as the price table), with
     the Experiment's rules: camelCase keys, unknown keys refused, types and constraints checked.
@@ -1088,10 +1424,11 @@ def _check_expansion(root: yaml.Node) -> None:
 
     expanded = size(root, 0)
     if expanded > max(MAX_YAML_VALUES, 2 * len(sizes)):
-        raise _YAMLBomb(f"aliases expand the document from {len(sizes)} to {expanded:.3g} "
-                        f"values, over the limit of {MAX_YAML_VALUES}; write the values out "
-                        f"instead")
-
+        raise _YAMLBomb(
+            f"aliases expand the document from {len(sizes)} to {expanded:.3g} "
+            f"values, over the limit of {MAX_YAML_VALUES}; write the values out "
+            f"instead"
+        )
 
 
 class _Loader(yaml.SafeLoader):
@@ -1110,12 +1447,16 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                 |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                 |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                 |[-+]?\.(?:inf|Inf|INF)
-                |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def _yaml_load_all(text: str) -> list[Any]:
@@ -1142,7 +1483,6 @@ def _one_line(exc: yaml.YAMLError) -> str:
     if problem and mark is not None:
         return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
     return " ".join(str(exc).split())
-
 
 
 def load_yaml(text: str, source: str = "<string>") -> Any:
@@ -1175,13 +1515,11 @@ def read_yaml_file(path: str, what: str = "file") -> Any:
     except OSError as exc:
         raise ConfigError([(path, f"cannot read the {what}: {exc.strerror}")]) from None
     if len(data) > MAX_YAML_BYTES:
-        raise ConfigError([(path, f"the {what} is over {MAX_YAML_BYTES} bytes; refused "
-                                  f"unread")])
+        raise ConfigError([(path, f"the {what} is over {MAX_YAML_BYTES} bytes; refused unread")])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError([(path, f"not UTF-8 text: {exc.reason} at byte {exc.start}")]) \
-            from None
+        raise ConfigError([(path, f"not UTF-8 text: {exc.reason} at byte {exc.start}")]) from None
     return load_yaml(text, path)
 
 
@@ -1196,8 +1534,14 @@ def set_path(document: dict, dotted: str, value: Any) -> None:
         if nxt is None:
             nxt = node[part] = {}
         if not isinstance(nxt, dict):
-            raise ConfigError([(".".join(parts[:i + 1]), "cannot set a field inside a "
-                                                         f"non-mapping value {nxt!r}")])
+            raise ConfigError(
+                [
+                    (
+                        ".".join(parts[: i + 1]),
+                        f"cannot set a field inside a non-mapping value {nxt!r}",
+                    )
+                ]
+            )
         node = nxt
     node[parts[-1]] = value
 
@@ -1214,8 +1558,9 @@ def apply_overrides(document: Any, overrides: Sequence[str]) -> Any:
             docs = _yaml_load_all(raw) if raw.strip() else [""]
             value = docs[0] if len(docs) == 1 else raw
         except yaml.YAMLError as exc:
-            raise ConfigError([(path, f"override value is not valid YAML: "
-                                      f"{_one_line(exc)}")]) from None
+            raise ConfigError(
+                [(path, f"override value is not valid YAML: {_one_line(exc)}")]
+            ) from None
         set_path(document, path.strip(), value)
     return document
 

@@ -29,14 +29,24 @@ STATES = ("waiting_for_actors", "running", "finished")
 # is keyed by the field whose None means the whole group is absent.
 _GROUPS = {
     "eval_episodes": ("eval_episodes", "eval_mean_return"),
-    "checkpoint_failures": ("last_checkpoint", "last_checkpoint_time", "checkpoint_age_s",
-                            "checkpoint_seconds", "checkpoint_failures"),
+    "checkpoint_failures": (
+        "last_checkpoint",
+        "last_checkpoint_time",
+        "checkpoint_age_s",
+        "checkpoint_seconds",
+        "checkpoint_failures",
+    ),
     "time": ("time",),
 }
 
 
-def _field(default: Any = dataclasses.MISSING, doc: str = "", *, experiment_key: str = "",
-           factory: Any = None) -> Any:
+def _field(
+    default: Any = dataclasses.MISSING,
+    doc: str = "",
+    *,
+    experiment_key: str = "",
+    factory: Any = None,
+) -> Any:
     """A status field: its default, its meaning, and its key in the Experiment's ``status``
     when the operator copies it there (``experiment_key``)."""
     meta = {"doc": doc, "experiment_key": experiment_key}
@@ -49,18 +59,24 @@ def _field(default: Any = dataclasses.MISSING, doc: str = "", *, experiment_key:
 class LearnerStatus:
     """A snapshot of a learner's progress."""
 
-    state: str = _field(doc="The learner's own state: waiting_for_actors, running or finished.",
-                        experiment_key="learnerState")
+    state: str = _field(
+        doc="The learner's own state: waiting_for_actors, running or finished.",
+        experiment_key="learnerState",
+    )
     experiment: str = _field("", "The Experiment's name.")
     run_id: str = _field("", "Random id of this learner process (changes at each restart).")
-    env_steps: int = _field(0, "Environment steps taken by all actors together.",
-                            experiment_key="envFrames")
-    learner_steps: int = _field(0, "Training steps taken by the learner.",
-                                experiment_key="learnerSteps")
-    episodes: int = _field(0, "Episodes finished by all actors together.",
-                           experiment_key="episodes")
-    mean_return: Optional[float] = _field(None, "Mean return of the last returnWindow "
-                                                "episodes.", experiment_key="meanReturn")
+    env_steps: int = _field(
+        0, "Environment steps taken by all actors together.", experiment_key="envFrames"
+    )
+    learner_steps: int = _field(
+        0, "Training steps taken by the learner.", experiment_key="learnerSteps"
+    )
+    episodes: int = _field(
+        0, "Episodes finished by all actors together.", experiment_key="episodes"
+    )
+    mean_return: Optional[float] = _field(
+        None, "Mean return of the last returnWindow episodes.", experiment_key="meanReturn"
+    )
     return_window: int = _field(0, "Episodes the mean return is over (up to returnWindow).")
     elapsed: float = _field(0.0, "Seconds of training, those before a resume included.")
     actors: int = _field(0, "Actor streams connected now.")
@@ -68,42 +84,58 @@ class LearnerStatus:
     inference_batches: int = _field(0, "Inference calls so far.")
     inference_steps: int = _field(0, "Env steps inferred so far.")
     queued_unrolls: int = _field(0, "Unrolls waiting for the trainer.")
-    messages: int = _field(0, "Step messages received from actors (one per step of all of an "
-                              "actor stream's envs): a learner's load is messages, not env "
-                              "steps.")
-    first_actions_time: Optional[float] = _field(None, "Unix time of the first actions sent to "
-                                                       "an actor (start-up ends there; None "
-                                                       "before).")
+    messages: int = _field(
+        0,
+        "Step messages received from actors (one per step of all of an "
+        "actor stream's envs): a learner's load is messages, not env "
+        "steps.",
+    )
+    first_actions_time: Optional[float] = _field(
+        None, "Unix time of the first actions sent to an actor (start-up ends there; None before)."
+    )
     seconds_without_env_steps: Optional[float] = _field(
-        None, "Seconds since an env step last arrived (since the learner started, before the "
-              "first): past spec.budget.noProgressSeconds the run cannot make progress.")
-    refused_streams: int = _field(0, "Actor streams refused at their hello or failed for a bad "
-                                     "message.")
-    last_refusal: Optional[str] = _field(None, "The latest refusal: the actor id and the "
-                                               "reason.")
-    skipped_updates: int = _field(0, "Training steps skipped because their gradients were not "
-                                     "finite.")
-    invalid_actions: int = _field(0, "Actions inference produced outside the action space "
-                                     "(replaced before use).")
-    unverified_episodes: int = _field(0, "Episodes reported that began before their stream "
-                                         "(not counted: nothing could verify them).")
+        None,
+        "Seconds since an env step last arrived (since the learner started, before the "
+        "first): past spec.budget.noProgressSeconds the run cannot make progress.",
+    )
+    refused_streams: int = _field(
+        0, "Actor streams refused at their hello or failed for a bad message."
+    )
+    last_refusal: Optional[str] = _field(None, "The latest refusal: the actor id and the reason.")
+    skipped_updates: int = _field(
+        0, "Training steps skipped because their gradients were not finite."
+    )
+    invalid_actions: int = _field(
+        0, "Actions inference produced outside the action space (replaced before use)."
+    )
+    unverified_episodes: int = _field(
+        0,
+        "Episodes reported that began before their stream "
+        "(not counted: nothing could verify them).",
+    )
     metrics: dict[str, Optional[float]] = _field(
-        doc="The last training step's metrics (losses, gradient norm, ...).", factory=dict)
-    eval_episodes: Optional[int] = _field(None, "Episodes of the evaluation actors (None: the "
-                                                "run has none).")
-    eval_mean_return: Optional[float] = _field(None, "Mean return of the evaluation actors' "
-                                                     "episodes.",
-                                               experiment_key="evalMeanReturn")
-    stop_reason: Optional[str] = _field(None, "Why the learner stopped (budget, target return, "
-                                              "...).", experiment_key="stopReason")
-    last_checkpoint: Optional[str] = _field(None, "The learner's latest checkpoint.",
-                                            experiment_key="lastCheckpoint")
+        doc="The last training step's metrics (losses, gradient norm, ...).", factory=dict
+    )
+    eval_episodes: Optional[int] = _field(
+        None, "Episodes of the evaluation actors (None: the run has none)."
+    )
+    eval_mean_return: Optional[float] = _field(
+        None, "Mean return of the evaluation actors' episodes.", experiment_key="evalMeanReturn"
+    )
+    stop_reason: Optional[str] = _field(
+        None, "Why the learner stopped (budget, target return, ...).", experiment_key="stopReason"
+    )
+    last_checkpoint: Optional[str] = _field(
+        None, "The learner's latest checkpoint.", experiment_key="lastCheckpoint"
+    )
     last_checkpoint_time: Optional[float] = _field(None, "Unix time of the latest checkpoint.")
-    checkpoint_age_s: Optional[float] = _field(None, "Seconds since the latest checkpoint (or "
-                                                     "the learner's start).")
+    checkpoint_age_s: Optional[float] = _field(
+        None, "Seconds since the latest checkpoint (or the learner's start)."
+    )
     checkpoint_seconds: Optional[float] = _field(None, "Seconds the latest checkpoint took.")
-    checkpoint_failures: Optional[int] = _field(None, "Checkpoints that failed (None: the run "
-                                                      "keeps no checkpoints).")
+    checkpoint_failures: Optional[int] = _field(
+        None, "Checkpoints that failed (None: the run keeps no checkpoints)."
+    )
     time: Optional[float] = _field(None, "Unix time the snapshot was written to a file.")
 
     def to_json(self) -> dict[str, Any]:
@@ -136,17 +168,24 @@ class LearnerStatus:
             raise ValueError("learner status must be a JSON object")
         state = data.get("state")
         if state not in STATES:
-            raise ValueError(f"learner status: state must be one of {', '.join(STATES)}, "
-                             f"got {state!r}")
+            raise ValueError(
+                f"learner status: state must be one of {', '.join(STATES)}, got {state!r}"
+            )
         hints = typing.get_type_hints(cls)
-        values = {f.name: _check(f.name, hints[f.name], data[f.name])
-                  for f in dataclasses.fields(cls) if f.name in data and f.name != "state"}
+        values = {
+            f.name: _check(f.name, hints[f.name], data[f.name])
+            for f in dataclasses.fields(cls)
+            if f.name in data and f.name != "state"
+        }
         return cls(state=state, **{k: v for k, v in values.items() if v is not _DEFAULT})
 
     def to_experiment_status(self) -> dict[str, Any]:
         """The keys the operator writes into the Experiment's ``status`` (camelCase)."""
-        return {f.metadata["experiment_key"]: getattr(self, f.name)
-                for f in dataclasses.fields(self) if f.metadata["experiment_key"]}
+        return {
+            f.metadata["experiment_key"]: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.metadata["experiment_key"]
+        }
 
     @classmethod
     def from_experiment_status(cls, status: Mapping[str, Any]) -> LearnerStatus | None:
@@ -156,20 +195,25 @@ class LearnerStatus:
         Raises:
           ValueError: as :meth:`from_json`.
         """
-        keys = {f.metadata["experiment_key"]: f.name for f in dataclasses.fields(cls)
-                if f.metadata["experiment_key"]}
+        keys = {
+            f.metadata["experiment_key"]: f.name
+            for f in dataclasses.fields(cls)
+            if f.metadata["experiment_key"]
+        }
         if status.get("learnerState") is None:
             return None
-        return cls.from_json({name: status[key] for key, name in keys.items()
-                              if key in status})
+        return cls.from_json({name: status[key] for key, name in keys.items() if key in status})
 
 
 def experiment_status_fields() -> dict[str, tuple[Any, str]]:
     """``{status key: (Python type, description)}`` of the keys
     :meth:`LearnerStatus.to_experiment_status` writes, for the CRD's status schema."""
     hints = typing.get_type_hints(LearnerStatus)
-    return {f.metadata["experiment_key"]: (hints[f.name], f.metadata["doc"])
-            for f in dataclasses.fields(LearnerStatus) if f.metadata["experiment_key"]}
+    return {
+        f.metadata["experiment_key"]: (hints[f.name], f.metadata["doc"])
+        for f in dataclasses.fields(LearnerStatus)
+        if f.metadata["experiment_key"]
+    }
 
 
 class _Default:
@@ -197,14 +241,18 @@ def _check(name: str, tp: Any, value: Any) -> Any:
         return value
     if base is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"learner status: {name} must be a number"
-                             f"{' or null' if optional else ''}, got {value!r}")
+            raise ValueError(
+                f"learner status: {name} must be a number"
+                f"{' or null' if optional else ''}, got {value!r}"
+            )
         if not math.isfinite(value):
             if optional:
                 return None
             raise ValueError(f"learner status: {name} must be finite, got {value!r}")
         return float(value)
     if not isinstance(value, str):
-        raise ValueError(f"learner status: {name} must be a string"
-                         f"{' or null' if optional else ''}, got {value!r}")
+        raise ValueError(
+            f"learner status: {name} must be a string"
+            f"{' or null' if optional else ''}, got {value!r}"
+        )
     return value

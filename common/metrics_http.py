@@ -44,9 +44,14 @@ class MetricsServer:
       port: TCP port; 0 picks a free one (see :attr:`port` after :meth:`start`).
     """
 
-    def __init__(self, registry: CollectorRegistry, status: Callable[[], dict] | None = None,
-                 host: str = "0.0.0.0", port: int = 0,
-                 ready: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        status: Callable[[], dict] | None = None,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        ready: Callable[[], bool] | None = None,
+    ):
         self.registry = registry
         self.status = status
         self.ready = ready
@@ -94,8 +99,9 @@ class MetricsServer:
         self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
         self._thread.start()
         return self.port
 

@@ -50,8 +50,7 @@ def _type_schema(tp: Any, meta: dict[str, Any]) -> dict[str, Any]:
         _scalar_constraints(out, meta)
         return out
     if origin is list:
-        item = _type_schema(args[0], {k: v for k, v in meta.items()
-                                      if k not in ("min_items",)})
+        item = _type_schema(args[0], {k: v for k, v in meta.items() if k not in ("min_items",)})
         out = {"type": "array", "items": item}
         if meta.get("min_items") is not None:
             out["minItems"] = meta["min_items"]
@@ -173,8 +172,9 @@ def experiment_schema(status: dict[str, Any] | None = None) -> dict[str, Any]:
             "kind": {"type": "string", "description": top["kind"].metadata["doc"]},
             "metadata": {"type": "object"},
             "spec": {**spec_schema(), "default": {}},
-            "status": status if status is not None else
-            {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "status": status
+            if status is not None
+            else {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         },
     }
 

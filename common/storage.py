@@ -53,8 +53,15 @@ class TransientStorageError(StorageError):
     """A failure that may go away on retry (network, throttling, a 5xx)."""
 
 
-def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 5, base_delay: float = 0.5,
-                 max_delay: float = 8.0, sleep: Callable[[float], None] = time.sleep) -> T:
+def with_retries(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    attempts: int = 5,
+    base_delay: float = 0.5,
+    max_delay: float = 8.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """Calls ``fn`` until it succeeds, retrying :class:`TransientStorageError` with backoff.
 
     The delay doubles from ``base_delay`` up to ``max_delay``, with jitter so that many
@@ -69,8 +76,14 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 5, base_dela
             if attempt == attempts:
                 raise
             wait = min(delay, max_delay) * (0.5 + random.random() / 2)
-            log.warning("%s failed (attempt %d/%d), retrying in %.1f s: %s", what, attempt,
-                        attempts, wait, exc)
+            log.warning(
+                "%s failed (attempt %d/%d), retrying in %.1f s: %s",
+                what,
+                attempt,
+                attempts,
+                wait,
+                exc,
+            )
             sleep(wait)
             delay *= 2
     raise AssertionError("unreachable")
@@ -118,6 +131,7 @@ class ObjectStore(abc.ABC):
 # --------------------------------------------------------------------------------------------
 # Local directory
 # --------------------------------------------------------------------------------------------
+
 
 class LocalStore(ObjectStore):
     """Objects as files under a directory.
@@ -187,7 +201,8 @@ class LocalStore(ObjectStore):
             current = self._generation(name)
             if if_generation_match is not None and current != if_generation_match:
                 raise PreconditionFailed(
-                    f"{self.uri}/{name} is at generation {current}, not {if_generation_match}")
+                    f"{self.uri}/{name} is at generation {current}, not {if_generation_match}"
+                )
             self._replace(self._path(name), data)
             self._replace(self._generation_path(name), str(current + 1).encode())
             return current + 1
@@ -240,6 +255,7 @@ class LocalStore(ObjectStore):
 # Google Cloud Storage
 # --------------------------------------------------------------------------------------------
 
+
 class GCSStore(ObjectStore):
     """Objects under ``gs://bucket/prefix`` through ``google-cloud-storage``.
 
@@ -261,8 +277,10 @@ class GCSStore(ObjectStore):
             project = os.environ.get("GOOGLE_CLOUD_PROJECT")
             if os.environ.get("STORAGE_EMULATOR_HOST"):
                 from google.auth.credentials import AnonymousCredentials
-                client = storage.Client(project=project or "seedrl-emulator",
-                                        credentials=AnonymousCredentials())
+
+                client = storage.Client(
+                    project=project or "seedrl-emulator", credentials=AnonymousCredentials()
+                )
             else:
                 client = storage.Client(project=project)
         self.client = client
@@ -285,9 +303,14 @@ class GCSStore(ObjectStore):
             raise NotFound(f"{what}: {exc.message}") from exc
         except gex.PreconditionFailed as exc:
             raise PreconditionFailed(f"{what}: {exc.message}") from exc
-        except (gex.TooManyRequests, gex.ServerError, gex.RetryError,
-                requests.exceptions.ConnectionError, requests.exceptions.Timeout,
-                ConnectionError) as exc:
+        except (
+            gex.TooManyRequests,
+            gex.ServerError,
+            gex.RetryError,
+            requests.exceptions.ConnectionError,
+            requests.exceptions.Timeout,
+            ConnectionError,
+        ) as exc:
             raise TransientStorageError(f"{what}: {exc}") from exc
         except gex.GoogleAPICallError as exc:
             raise StorageError(f"{what}: {exc}") from exc
@@ -304,16 +327,19 @@ class GCSStore(ObjectStore):
             # Unconditional writes are retried by the client too: every object but the
             # manifest has a name no one else writes, so a repeated upload is harmless.
             blob.upload_from_string(
-                data, content_type="application/octet-stream",
+                data,
+                content_type="application/octet-stream",
                 if_generation_match=if_generation_match,
-                retry=self._retry if if_generation_match is None else None)
+                retry=self._retry if if_generation_match is None else None,
+            )
         return int(blob.generation)
 
     def upload_file(self, name, path):
         blob = self.bucket.blob(self._key(name))
         with self._mapped_errors(f"uploading {self.uri}/{name}"):
-            blob.upload_from_filename(path, content_type="application/octet-stream",
-                                      retry=self._retry)
+            blob.upload_from_filename(
+                path, content_type="application/octet-stream", retry=self._retry
+            )
 
     def download_file(self, name, path):
         blob = self.bucket.blob(self._key(name))
@@ -323,8 +349,12 @@ class GCSStore(ObjectStore):
     def list(self, prefix=""):
         start = len(self.prefix) + 1 if self.prefix else 0
         with self._mapped_errors(f"listing {self.uri}"):
-            return sorted(b.name[start:] for b in self.client.list_blobs(
-                self.bucket, prefix=self._key(prefix), retry=self._retry))
+            return sorted(
+                b.name[start:]
+                for b in self.client.list_blobs(
+                    self.bucket, prefix=self._key(prefix), retry=self._retry
+                )
+            )
 
     def delete(self, name):
         from google.api_core import exceptions as gex
@@ -346,12 +376,12 @@ def tensorboard_uri(checkpoint_uri: str, run_dir: str | None) -> str | None:
 def open_store(uri: str) -> ObjectStore:
     """The store for ``gs://bucket[/prefix]``, ``file:///path`` or a plain local path."""
     if uri.startswith("gs://"):
-        bucket, _, prefix = uri[len("gs://"):].partition("/")
+        bucket, _, prefix = uri[len("gs://") :].partition("/")
         if not bucket:
             raise ValueError(f"{uri!r}: a gs:// URI needs a bucket name")
         return GCSStore(bucket, prefix)
     if uri.startswith("file://"):
-        return LocalStore(uri[len("file://"):])
+        return LocalStore(uri[len("file://") :])
     if "://" in uri:
         raise ValueError(f"{uri!r}: only gs:// URIs, file:// URIs and local paths are supported")
     return LocalStore(uri)

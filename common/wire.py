@@ -23,8 +23,9 @@ from seedrl.common import seedrl_pb2
 PROTOCOL_VERSION = 1
 
 #: Dtypes that may travel on the wire (no object or structured dtypes: they would need pickle).
-ALLOWED_DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "int32", "int64", "float16",
-                            "float32", "float64", "bool"})
+ALLOWED_DTYPES = frozenset(
+    {"uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool"}
+)
 
 
 #: Largest gRPC message either end sends or accepts: a Step of many large frames (e.g. 256
@@ -57,8 +58,12 @@ def encode_array(array: np.ndarray) -> seedrl_pb2.Tensor:
     return seedrl_pb2.Tensor(dtype=name, shape=array.shape, data=array.tobytes())
 
 
-def decode_array(tensor: seedrl_pb2.Tensor, what: str, dtype: str | None = None,
-                 shape: Sequence[int] | None = None) -> np.ndarray:
+def decode_array(
+    tensor: seedrl_pb2.Tensor,
+    what: str,
+    dtype: str | None = None,
+    shape: Sequence[int] | None = None,
+) -> np.ndarray:
     """Decodes a Tensor message, checking it against the expected dtype and shape.
 
     Args:
@@ -89,8 +94,10 @@ def decode_array(tensor: seedrl_pb2.Tensor, what: str, dtype: str | None = None,
     data = tensor.data  # read once: every read of a bytes field makes a new object
     expected_bytes = math.prod(got_shape) * wire_dtype.itemsize
     if len(data) != expected_bytes:
-        raise WireError(f"{what}: shape {list(got_shape)} of {name} needs "
-                        f"{expected_bytes} bytes, got {len(data)}")
+        raise WireError(
+            f"{what}: shape {list(got_shape)} of {name} needs "
+            f"{expected_bytes} bytes, got {len(data)}"
+        )
     array = np.frombuffer(data, dtype=wire_dtype).reshape(got_shape)
     if _NATIVE_IS_LITTLE:
         return array
@@ -151,8 +158,9 @@ class EnvSpec:
         if self.discrete or not self.action_low:
             return actions
         low, half_range = self._bounds
-        return (low + (np.clip(actions, -1.0, 1.0) + 1.0) * half_range).astype(np.float32,
-                                                                                 copy=False)
+        return (low + (np.clip(actions, -1.0, 1.0) + 1.0) * half_range).astype(
+            np.float32, copy=False
+        )
 
     @functools.cached_property
     def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -163,10 +171,15 @@ class EnvSpec:
     def to_proto(self) -> seedrl_pb2.EnvSpec:
         """The spec as its protobuf message."""
         return seedrl_pb2.EnvSpec(
-            env_id=self.env_id, observation_dtype=self.observation_dtype,
-            observation_shape=list(self.observation_shape), action_dtype=self.action_dtype,
-            action_shape=list(self.action_shape), num_actions=self.num_actions,
-            action_low=list(self.action_low), action_high=list(self.action_high))
+            env_id=self.env_id,
+            observation_dtype=self.observation_dtype,
+            observation_shape=list(self.observation_shape),
+            action_dtype=self.action_dtype,
+            action_shape=list(self.action_shape),
+            num_actions=self.num_actions,
+            action_low=list(self.action_low),
+            action_high=list(self.action_high),
+        )
 
     @classmethod
     def from_proto(cls, msg: seedrl_pb2.EnvSpec) -> "EnvSpec":
@@ -175,20 +188,25 @@ class EnvSpec:
         Raises:
           WireError: if the dtypes are not allowed or the shapes or action count are invalid.
         """
-        spec = cls(env_id=msg.env_id, observation_dtype=msg.observation_dtype,
-                   observation_shape=tuple(int(d) for d in msg.observation_shape),
-                   action_dtype=msg.action_dtype,
-                   action_shape=tuple(int(d) for d in msg.action_shape),
-                   num_actions=int(msg.num_actions),
-                   action_low=tuple(float(x) for x in msg.action_low),
-                   action_high=tuple(float(x) for x in msg.action_high))
+        spec = cls(
+            env_id=msg.env_id,
+            observation_dtype=msg.observation_dtype,
+            observation_shape=tuple(int(d) for d in msg.observation_shape),
+            action_dtype=msg.action_dtype,
+            action_shape=tuple(int(d) for d in msg.action_shape),
+            num_actions=int(msg.num_actions),
+            action_low=tuple(float(x) for x in msg.action_low),
+            action_high=tuple(float(x) for x in msg.action_high),
+        )
         for name in ("observation_dtype", "action_dtype"):
             if getattr(spec, name) not in ALLOWED_DTYPES:
                 raise WireError(f"env_spec.{name}: {getattr(spec, name)!r} is not allowed")
         for name in ("observation_shape", "action_shape"):
             if len(getattr(spec, name)) > MAX_RANK:
-                raise WireError(f"env_spec.{name}: at most {MAX_RANK} dimensions, got "
-                                f"{len(getattr(spec, name))}")
+                raise WireError(
+                    f"env_spec.{name}: at most {MAX_RANK} dimensions, got "
+                    f"{len(getattr(spec, name))}"
+                )
         if any(d <= 0 for d in spec.observation_shape + spec.action_shape):
             raise WireError("env_spec: shapes must have positive dimensions")
         if spec.num_actions < 0:
@@ -206,12 +224,16 @@ class EnvSpec:
             return
         size = math.prod(self.action_shape)
         if len(low) != len(high) or (low and len(low) != size):
-            raise WireError(f"env_spec.action_low/high: expected {size} bounds each (one per "
-                            f"action element) or none, got {len(low)} and {len(high)}")
+            raise WireError(
+                f"env_spec.action_low/high: expected {size} bounds each (one per "
+                f"action element) or none, got {len(low)} and {len(high)}"
+            )
         for i, (lo, hi) in enumerate(zip(low, high)):
             if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
-                raise WireError(f"env_spec.action_low/high[{i}]: need finite low <= high, "
-                                f"got [{lo}, {hi}] (an unbounded space sends no bounds)")
+                raise WireError(
+                    f"env_spec.action_low/high[{i}]: need finite low <= high, "
+                    f"got [{lo}, {hi}] (an unbounded space sends no bounds)"
+                )
 
     @property
     def observation_bytes(self) -> int:
@@ -221,8 +243,10 @@ class EnvSpec:
     def to_json(self) -> dict:
         """The spec as plain JSON data (``env_spec.json`` beside a run, the learner's
         ``--env-spec``), keyed as in the protobuf message."""
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-                for f in dataclasses.fields(self)}
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in dataclasses.fields(self)
+        }
 
     @classmethod
     def from_json(cls, data: object) -> "EnvSpec":
@@ -233,8 +257,11 @@ class EnvSpec:
         """
         fields = dataclasses.fields(cls)
         names = {f.name for f in fields}
-        required = {f.name for f in fields if f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING}
+        required = {
+            f.name
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
         if not isinstance(data, dict) or not required <= set(data) <= names:
             got = sorted(data) if isinstance(data, dict) else type(data).__name__
             raise WireError(f"env spec: expected the keys {sorted(names)}, got {got}")
@@ -272,8 +299,9 @@ class EnvSpec:
             bounds = f" in [{low:g}, {high:g}]"
         return f"{obs}, {self.action_dtype}{list(self.action_shape)} actions{bounds}"
 
-    def differences(self, other: "EnvSpec", mine: str = "learner",
-                    theirs: str = "actor") -> list[str]:
+    def differences(
+        self, other: "EnvSpec", mine: str = "learner", theirs: str = "actor"
+    ) -> list[str]:
         """Human-readable differences from another spec (empty when they match); ``mine``
         and ``theirs`` name the holders of the two specs."""
         out = []

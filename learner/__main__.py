@@ -1,4 +1,5 @@
 """python -m seedrl.learner"""
+
 import sys
 
 from seedrl.learner.main import main

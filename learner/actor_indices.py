@@ -52,8 +52,13 @@ class ActorIndices:
       clock: the monotonic clock (tests pass their own).
     """
 
-    def __init__(self, limit: int = 0, hold_seconds: float = 60.0,
-                 reclaim_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        limit: int = 0,
+        hold_seconds: float = 60.0,
+        reclaim_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.limit = limit
         self.hold_seconds = hold_seconds
         self._clock = clock
@@ -93,15 +98,19 @@ class ActorIndices:
             if held is not None:
                 return held
             if self._clock() < self._open_from:
-                raise NotYet("the learner has just resumed; its actors reclaim their indices "
-                             "first")
+                raise NotYet("the learner has just resumed; its actors reclaim their indices first")
             index = self._lowest_free()
             if index >= self.limit:
                 # Every index below the limit is held: take over the lowest one whose actor
                 # has no open stream (gone, or between reconnects: it is told in its Welcome).
-                index = next((i for i in range(self.limit)
-                              if (h := self._holder(i)) is not None and h.streams == 0),
-                             index)
+                index = next(
+                    (
+                        i
+                        for i in range(self.limit)
+                        if (h := self._holder(i)) is not None and h.streams == 0
+                    ),
+                    index,
+                )
             self._held[index] = _Holder(actor, until=self._clock() + self.hold_seconds)
             return index
 

@@ -72,9 +72,14 @@ class InferenceBatcher:
         ``process`` took (metrics).
     """
 
-    def __init__(self, process: Callable[[list[Any]], Sequence[Any]], max_batch_size: int,
-                 max_wait_s: float, name: str = "inference-batcher",
-                 on_batch: Callable[[int, float], None] | None = None):
+    def __init__(
+        self,
+        process: Callable[[list[Any]], Sequence[Any]],
+        max_batch_size: int,
+        max_wait_s: float,
+        name: str = "inference-batcher",
+        on_batch: Callable[[int, float], None] | None = None,
+    ):
         self._process = process
         self._on_batch = on_batch
         self._max_batch = max(1, int(max_batch_size))
@@ -90,9 +95,9 @@ class InferenceBatcher:
         #: the runtime; 0 = unknown): once that many wait, no request can join the batch.
         self.open_envs = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.batches = 0          # batches processed
-        self.items = 0            # env steps processed
-        self.requests = 0         # requests processed
+        self.batches = 0  # batches processed
+        self.items = 0  # env steps processed
+        self.requests = 0  # requests processed
         self._thread.start()
 
     def submit(self, item: Any, size: int, loop: asyncio.AbstractEventLoop | None = None):
@@ -102,7 +107,8 @@ class InferenceBatcher:
         of that loop, resolved there; otherwise a ``concurrent.futures.Future``.
         """
         future: asyncio.Future | concurrent.futures.Future = (
-            loop.create_future() if loop is not None else concurrent.futures.Future())
+            loop.create_future() if loop is not None else concurrent.futures.Future()
+        )
         pending = _Pending(item, size, future, loop)
         with self._cond:
             if self._stopped:
@@ -160,9 +166,15 @@ class InferenceBatcher:
             if not batch:
                 break
             # A stream that went away cancels its future; from RUNNING on, none can be.
-            batch = [p for p in batch if
-                     (not p.future.cancelled() if p.loop is not None
-                      else p.future.set_running_or_notify_cancel())]
+            batch = [
+                p
+                for p in batch
+                if (
+                    not p.future.cancelled()
+                    if p.loop is not None
+                    else p.future.set_running_or_notify_cancel()
+                )
+            ]
             if not batch:
                 continue
             try:
@@ -170,8 +182,9 @@ class InferenceBatcher:
                 results = self._process([p.item for p in batch])
                 seconds = time.perf_counter() - start
                 if len(results) != len(batch):
-                    raise RuntimeError(f"process returned {len(results)} results for "
-                                       f"{len(batch)} items")
+                    raise RuntimeError(
+                        f"process returned {len(results)} results for {len(batch)} items"
+                    )
             except BaseException as exc:  # forwarded to the waiting streams
                 log.exception("inference batch failed")
                 self._resolve(batch, None, exc)
@@ -185,8 +198,9 @@ class InferenceBatcher:
             self._resolve(batch, results, None)
         self._drain()
 
-    def _resolve(self, batch: list[_Pending], results: Sequence[Any] | None,
-                 exc: BaseException | None) -> None:
+    def _resolve(
+        self, batch: list[_Pending], results: Sequence[Any] | None, exc: BaseException | None
+    ) -> None:
         """Sets every future of a batch: one event-loop callback per loop, not per future."""
         by_loop: dict[Any, list] = {}
         for i, p in enumerate(batch):

@@ -98,8 +98,10 @@ class _VariablesInOrder(tf.Module):
 
 def trackables(agent: Agent) -> dict[str, object]:
     """The agent's checkpointables, with Keras layers replaced by all their variables."""
-    return {name: _VariablesInOrder(obj) if isinstance(obj, tf.keras.layers.Layer) else obj
-            for name, obj in agent.checkpointables().items()}
+    return {
+        name: _VariablesInOrder(obj) if isinstance(obj, tf.keras.layers.Layer) else obj
+        for name, obj in agent.checkpointables().items()
+    }
 
 
 class CheckpointError(RuntimeError):
@@ -126,8 +128,9 @@ def non_finite_variables(objects: dict[str, object]) -> list[str]:
             variables = list(getattr(obj, "variables", None) or [])
         for v in variables:
             # Keras 3 variables name their dtype as a string.
-            if tf.as_dtype(v.dtype).is_floating and \
-                    not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v)))):
+            if tf.as_dtype(v.dtype).is_floating and not bool(
+                tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v)))
+            ):
                 bad.append(f"{name}/{getattr(v, 'path', None) or v.name}")
     return bad
 
@@ -159,8 +162,9 @@ def read_manifest(store: ObjectStore) -> tuple[dict | None, int]:
         written over it: a person has to look.
     """
     try:
-        data, generation = with_retries(lambda: store.read(MANIFEST),
-                                        what=f"reading {store.uri}/{MANIFEST}")
+        data, generation = with_retries(
+            lambda: store.read(MANIFEST), what=f"reading {store.uri}/{MANIFEST}"
+        )
     except NotFound:
         return None, 0
     try:
@@ -170,8 +174,10 @@ def read_manifest(store: ObjectStore) -> tuple[dict | None, int]:
         if manifest.get("format") != FORMAT:
             raise ValueError(f"format {manifest.get('format')!r}, this learner reads {FORMAT}")
     except ValueError as exc:
-        raise CheckpointError(f"{store.uri}/{MANIFEST} is unreadable ({exc}); move it away to "
-                              f"start over, nothing was changed") from None
+        raise CheckpointError(
+            f"{store.uri}/{MANIFEST} is unreadable ({exc}); move it away to "
+            f"start over, nothing was changed"
+        ) from None
     return manifest, generation
 
 
@@ -210,16 +216,20 @@ def _download_verified(store: ObjectStore, entry: dict) -> _Downloaded:
                 raise CheckpointError(f"{name}: bad file name {file!r}")
             local = os.path.join(directory, file)
             try:
-                with_retries(functools.partial(store.download_file, f"{name}/{file}", local),
-                             what=f"downloading {name}/{file}")
+                with_retries(
+                    functools.partial(store.download_file, f"{name}/{file}", local),
+                    what=f"downloading {name}/{file}",
+                )
             except NotFound:
                 raise CheckpointError(f"{name}/{file} is missing") from None
             got = _file_digest(local)
             if got != {"size": expected.get("size"), "sha256": expected.get("sha256")}:
-                raise CheckpointError(f"{name}/{file} fails its checksum: {got['size']} bytes, "
-                                      f"sha256 {got['sha256'][:12]}…, the manifest says "
-                                      f"{expected.get('size')} bytes, "
-                                      f"{str(expected.get('sha256'))[:12]}…")
+                raise CheckpointError(
+                    f"{name}/{file} fails its checksum: {got['size']} bytes, "
+                    f"sha256 {got['sha256'][:12]}…, the manifest says "
+                    f"{expected.get('size')} bytes, "
+                    f"{str(expected.get('sha256'))[:12]}…"
+                )
         return _Downloaded(entry, directory)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
@@ -242,9 +252,15 @@ class Checkpointer:
       sleep: how retries wait (tests pass a no-op).
     """
 
-    def __init__(self, store: ObjectStore, runtime: LearnerRuntime, keep: int,
-                 interval_steps: int, interval_seconds: float,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        store: ObjectStore,
+        runtime: LearnerRuntime,
+        keep: int,
+        interval_steps: int,
+        interval_seconds: float,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.store = store
         self.runtime = runtime
         self.keep = keep
@@ -314,8 +330,10 @@ class Checkpointer:
                     self.env_spec = EnvSpec.from_json(metadata["env_spec"])
                 except WireError as exc:
                     got.cleanup()
-                    raise CheckpointError(f"checkpoint {got.name} records an unreadable env "
-                                          f"spec ({exc}); nothing was changed") from None
+                    raise CheckpointError(
+                        f"checkpoint {got.name} records an unreadable env "
+                        f"spec ({exc}); nothing was changed"
+                    ) from None
             # Reported from now on; attach() restores the same values with the variables.
             r = self.runtime
             r.learner_steps = int(metadata["learner_steps"])
@@ -324,8 +342,10 @@ class Checkpointer:
             r.elapsed_before = float(metadata["elapsed"])
             return metadata
         if entries:
-            raise CheckpointError(f"none of the {len(entries)} checkpoints listed in "
-                                  f"{self.store.uri}/{MANIFEST} verifies; nothing was changed")
+            raise CheckpointError(
+                f"none of the {len(entries)} checkpoints listed in "
+                f"{self.store.uri}/{MANIFEST} verifies; nothing was changed"
+            )
         return None
 
     def _check_bound_sections(self, got: _Downloaded) -> None:
@@ -338,7 +358,8 @@ class Checkpointer:
             raise CheckpointError(
                 f"checkpoint {got.name} in {self.store.uri} was trained with another "
                 f"spec.{section}; its variables do not fit this Experiment. Use another "
-                f"spec.checkpoint.uri (or experiment name) for a new run")
+                f"spec.checkpoint.uri (or experiment name) for a new run"
+            )
 
     def attach(self, agent: Agent) -> None:
         """Binds the agent's variables and restores the checkpoint :meth:`open` found."""
@@ -347,8 +368,9 @@ class Checkpointer:
         ours = self.runtime.env_spec
         if self.env_spec is not None and ours is not None and ours != self.env_spec:
             raise CheckpointError(
-                "the checkpoint to resume was trained on another env spec: " +
-                "; ".join(self.env_spec.differences(ours, "checkpoint", "this run")))
+                "the checkpoint to resume was trained on another env spec: "
+                + "; ".join(self.env_spec.differences(ours, "checkpoint", "this run"))
+            )
         self._agent = agent
         self._objects = agent.checkpointables()
         self._checkpoint = tf.train.Checkpoint(**trackables(agent), **self._counters)
@@ -375,8 +397,12 @@ class Checkpointer:
         r.returns.extend(x for x in c["returns"].numpy()[:count].tolist() if math.isfinite(x))
         self._last_save_step = r.learner_steps
         self.last_checkpoint = f"{self.store.uri}/{got.name}"
-        log.info("resumed from %s at learner step %d, %d env steps", self.last_checkpoint,
-                 r.learner_steps, r.env_steps)
+        log.info(
+            "resumed from %s at learner step %d, %d env steps",
+            self.last_checkpoint,
+            r.learner_steps,
+            r.env_steps,
+        )
 
     # -- publish ------------------------------------------------------------------------
 
@@ -393,9 +419,11 @@ class Checkpointer:
             return None
         bad = non_finite_variables(self._objects)
         if bad:
-            raise NonFiniteVariables(f"not saved: {len(bad)} variable(s) hold NaN or infinity "
-                                     f"({', '.join(bad[:3])}); the last good checkpoint stays "
-                                     f"the newest")
+            raise NonFiniteVariables(
+                f"not saved: {len(bad)} variable(s) hold NaN or infinity "
+                f"({', '.join(bad[:3])}); the last good checkpoint stays "
+                f"the newest"
+            )
         with self._lock:
             start = time.monotonic()
             stage = tempfile.mkdtemp(prefix="seedrl-ckpt-")
@@ -403,9 +431,11 @@ class Checkpointer:
                 entry = self._write_local(stage)
                 for file in entry["files"]:
                     path = os.path.join(stage, file)
-                    with_retries(functools.partial(self.store.upload_file,
-                                                   f"{entry['name']}/{file}", path),
-                                 what=f"uploading {entry['name']}/{file}", sleep=self._sleep)
+                    with_retries(
+                        functools.partial(self.store.upload_file, f"{entry['name']}/{file}", path),
+                        what=f"uploading {entry['name']}/{file}",
+                        sleep=self._sleep,
+                    )
                 dropped = self._publish(entry)
             finally:
                 shutil.rmtree(stage, ignore_errors=True)
@@ -415,8 +445,9 @@ class Checkpointer:
             self._last_save_time = time.monotonic()
             self._last_save_step = self.runtime.learner_steps
             self.last_checkpoint = f"{self.store.uri}/{entry['name']}"
-            log.info("checkpoint %s published in %.1f s", self.last_checkpoint,
-                     self.last_save_seconds)
+            log.info(
+                "checkpoint %s published in %.1f s", self.last_checkpoint, self.last_save_seconds
+            )
             return self.last_checkpoint
 
     def _write_local(self, stage: str) -> dict:
@@ -424,13 +455,17 @@ class Checkpointer:
         r, c = self.runtime, self._counters
         # One snapshot for the variables, the metadata and the manifest: actors keep adding
         # env steps and episodes while this runs.
-        snap = {"learner_steps": r.learner_steps, "env_steps": r.env_steps,
-                "episodes": r.episodes, "elapsed": r.elapsed}
+        snap = {
+            "learner_steps": r.learner_steps,
+            "env_steps": r.env_steps,
+            "episodes": r.episodes,
+            "elapsed": r.elapsed,
+        }
         recent = list(r.returns)
         for key, value in snap.items():
             c[key].assign(value)
         returns = np.zeros(r.returns.maxlen or 0)
-        returns[:len(recent)] = recent
+        returns[: len(recent)] = recent
         c["returns"].assign(returns)
         c["returns_count"].assign(len(recent))
         self._checkpoint.write(os.path.join(stage, VARIABLES))
@@ -442,10 +477,13 @@ class Checkpointer:
         with open(os.path.join(stage, EXPERIMENT), "w", encoding="utf-8") as fh:
             fh.write(dump_experiment(exp))
         metadata = {
-            "experiment": exp.metadata.name, **snap,
+            "experiment": exp.metadata.name,
+            **snap,
             "mean_return": float(np.mean(recent)) if recent else None,
             "agent": exp.spec.agent.name,
-            "env": exp.spec.env.id, "run_id": r.run_id, "created": _utc_now(),
+            "env": exp.spec.env.id,
+            "run_id": r.run_id,
+            "created": _utc_now(),
             "env_spec": r.env_spec.to_json() if r.env_spec is not None else None,
             "tensorflow": tf.__version__,
         }
@@ -453,17 +491,25 @@ class Checkpointer:
             finite_json.dump(metadata, fh, indent=1, sort_keys=True)
         files = {f: _file_digest(os.path.join(stage, f)) for f in sorted(os.listdir(stage))}
         name = f"ckpt-{snap['learner_steps']:012d}-{secrets.token_hex(4)}"
-        return {"name": name, "learner_steps": snap["learner_steps"],
-                "env_steps": snap["env_steps"],
-                "created": metadata["created"], "files": files}
+        return {
+            "name": name,
+            "learner_steps": snap["learner_steps"],
+            "env_steps": snap["env_steps"],
+            "created": metadata["created"],
+            "files": files,
+        }
 
     def _publish(self, entry: dict) -> list[dict]:
         """Writes the manifest naming ``entry``; returns the entries retention dropped."""
         old = list((self._manifest or {}).get("checkpoints", []))
-        kept = (old + [entry])[-self.keep:]
-        manifest = {"format": FORMAT, "experiment": self.runtime.experiment.metadata.name,
-                    "writer": self.runtime.run_id, "updated": entry["created"],
-                    "checkpoints": kept}
+        kept = (old + [entry])[-self.keep :]
+        manifest = {
+            "format": FORMAT,
+            "experiment": self.runtime.experiment.metadata.name,
+            "writer": self.runtime.run_id,
+            "updated": entry["created"],
+            "checkpoints": kept,
+        }
         data = finite_json.dumps(manifest, indent=1, sort_keys=True).encode()
 
         def write():
@@ -477,12 +523,14 @@ class Checkpointer:
                 raise
 
         try:
-            self._generation = with_retries(write, what=f"writing {self.store.uri}/{MANIFEST}",
-                                            sleep=self._sleep)
+            self._generation = with_retries(
+                write, what=f"writing {self.store.uri}/{MANIFEST}", sleep=self._sleep
+            )
         except PreconditionFailed:
             self.conflict = CheckpointConflict(
                 f"another learner published to {self.store.uri} since this one read it; this "
-                f"learner stops publishing so that the two do not overwrite each other")
+                f"learner stops publishing so that the two do not overwrite each other"
+            )
             raise self.conflict from None
         self._manifest = manifest
         return [e for e in old if e not in kept]
@@ -515,8 +563,9 @@ class Checkpointer:
             return
         steps = self.runtime.learner_steps - self._last_save_step
         due = (self.interval_steps and steps >= self.interval_steps) or (
-            self.interval_seconds and time.monotonic() - self._last_save_time
-            >= self.interval_seconds)
+            self.interval_seconds
+            and time.monotonic() - self._last_save_time >= self.interval_seconds
+        )
         if not due:
             return
         try:
@@ -537,14 +586,17 @@ class Checkpointer:
         before its first one: a learner that never manages to checkpoint grows old too.
         """
         age = time.time() - (self.last_checkpoint_time or self._created)
-        return {"last_checkpoint": self.last_checkpoint,
-                "last_checkpoint_time": self.last_checkpoint_time,
-                "checkpoint_age_s": age,
-                "checkpoint_seconds": self.last_save_seconds,
-                "checkpoint_failures": self.failures}
+        return {
+            "last_checkpoint": self.last_checkpoint,
+            "last_checkpoint_time": self.last_checkpoint_time,
+            "checkpoint_age_s": age,
+            "checkpoint_seconds": self.last_save_seconds,
+            "checkpoint_failures": self.failures,
+        }
 
 
-def open_checkpointer(uri: str, runtime: LearnerRuntime, keep: int, interval_steps: int,
-                      interval_seconds: float) -> Checkpointer:
+def open_checkpointer(
+    uri: str, runtime: LearnerRuntime, keep: int, interval_steps: int, interval_seconds: float
+) -> Checkpointer:
     """A :class:`Checkpointer` over the store the URI names (see ``seedrl.common.storage``)."""
     return Checkpointer(open_store(uri), runtime, keep, interval_steps, interval_seconds)

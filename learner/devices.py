@@ -52,8 +52,11 @@ class AcceleratorMissing(RuntimeError):
     :attr:`seedrl.common.exit_codes.ExitCode.NO_ACCELERATOR` on it."""
 
 
-def check_accelerator(expected: str | None, found: Mapping[str, Sequence[str]],
-                      device_files: Mapping[str, bool] | None = None) -> None:
+def check_accelerator(
+    expected: str | None,
+    found: Mapping[str, Sequence[str]],
+    device_files: Mapping[str, bool] | None = None,
+) -> None:
     """Fails when the learner was scheduled for a GPU or TPU and has none.
 
     A learner that trained on the host's CPU instead would look healthy while the
@@ -74,21 +77,31 @@ def check_accelerator(expected: str | None, found: Mapping[str, Sequence[str]],
         return
     if device_files is None:
         device_files = {"tpu": tpu_present(), "gpu": tpu_present(GPU_DEVICE_GLOBS)}
-    what = {"tpu": ("TPU", "/dev/accel* or /dev/vfio/*", "google.com/tpu", "-tpu"),
-            "gpu": ("GPU", "/dev/nvidia*", "nvidia.com/gpu", "-gpu")}[expected]
+    what = {
+        "tpu": ("TPU", "/dev/accel* or /dev/vfio/*", "google.com/tpu", "-tpu"),
+        "gpu": ("GPU", "/dev/nvidia*", "nvidia.com/gpu", "-gpu"),
+    }[expected]
     name, files, resource, suffix = what
-    others = ", ".join(f"{kind.upper()}: {len(found[kind])}" for kind in ("tpu", "gpu", "cpu")
-                       if found.get(kind))
+    others = ", ".join(
+        f"{kind.upper()}: {len(found[kind])}" for kind in ("tpu", "gpu", "cpu") if found.get(kind)
+    )
     if not device_files.get(expected):
-        cause = (f"no {files} device files: the pod did not get a {name} (is the node a {name} "
-                 f"node, and was {resource} requested?)")
+        cause = (
+            f"no {files} device files: the pod did not get a {name} (is the node a {name} "
+            f"node, and was {resource} requested?)"
+        )
     else:
-        cause = (f"the {files} device files exist but TensorFlow lists no {name}: is "
-                 f"spec.learner.image this release's {name} build (its tag ends in {suffix})?")
+        cause = (
+            f"the {files} device files exist but TensorFlow lists no {name}: is "
+            f"spec.learner.image this release's {name} build (its tag ends in {suffix})?"
+        )
     raise AcceleratorMissing(
         f"scheduled for a {name} (spec.learner.accelerator.kind: {expected}) but found none: "
-        f"{cause}" + (f"; TensorFlow found {others}" if others else "") +
-        ". Not training on the host's CPU instead.")
+        f"{cause}"
+        + (f"; TensorFlow found {others}" if others else "")
+        + ". Not training on the host's CPU instead."
+    )
+
 
 _FIELD = "spec.learner.devices"
 
@@ -119,9 +132,11 @@ class DevicePlan:
     def summary(self) -> str:
         """One line for the log: what was found and how it is used."""
         how = "shared with training" if self.shared else "dedicated"
-        return (f"devices: {len(self.found)} {self.kind.upper()} found; strategy {self.strategy}; "
-                f"training on {len(self.training)} ({', '.join(self.training)}); "
-                f"inference on {len(self.inference)} {how} ({', '.join(self.inference)})")
+        return (
+            f"devices: {len(self.found)} {self.kind.upper()} found; strategy {self.strategy}; "
+            f"training on {len(self.training)} ({', '.join(self.training)}); "
+            f"inference on {len(self.inference)} {how} ({', '.join(self.inference)})"
+        )
 
 
 def _inference_count(value: float, total: int) -> int:
@@ -149,25 +164,42 @@ def plan_devices(config: DevicesConfig, found: Mapping[str, Sequence[str]]) -> D
     if not devices:
         raise ConfigError([(_FIELD, "no device found at all")])
     if config.strategy == "tpu" and kind != "tpu":
-        raise ConfigError([(f"{_FIELD}.strategy",
-                            f"tpu asked for, but no TPU was found (found {kind.upper()}: "
-                            f"{len(devices)})")])
+        raise ConfigError(
+            [
+                (
+                    f"{_FIELD}.strategy",
+                    f"tpu asked for, but no TPU was found (found {kind.upper()}: {len(devices)})",
+                )
+            ]
+        )
     n = len(devices)
     n_inference = _inference_count(config.inference_devices, n)
     if n_inference and n_inference >= n:
-        raise ConfigError([(f"{_FIELD}.inferenceDevices",
-                            f"{n_inference} dedicated inference device(s) leave none of the "
-                            f"{n} {kind.upper()} device(s) found to train on")])
+        raise ConfigError(
+            [
+                (
+                    f"{_FIELD}.inferenceDevices",
+                    f"{n_inference} dedicated inference device(s) leave none of the "
+                    f"{n} {kind.upper()} device(s) found to train on",
+                )
+            ]
+        )
     available = n - n_inference
     n_training = config.training_devices or available
     if config.strategy == "default" and not config.training_devices:
         n_training = 1
     if n_training > available:
-        raise ConfigError([(f"{_FIELD}.trainingDevices",
-                            f"needs {n_training} device(s), but {n} {kind.upper()} device(s) "
-                            f"were found and {n_inference} serve inference")])
+        raise ConfigError(
+            [
+                (
+                    f"{_FIELD}.trainingDevices",
+                    f"needs {n_training} device(s), but {n} {kind.upper()} device(s) "
+                    f"were found and {n_inference} serve inference",
+                )
+            ]
+        )
     training = devices[:n_training]
-    inference = devices[n - n_inference:] if n_inference else training
+    inference = devices[n - n_inference :] if n_inference else training
     if config.strategy == "auto":
         strategy = "tpu" if kind == "tpu" else "mirrored" if n_training > 1 else "default"
     else:
@@ -176,6 +208,7 @@ def plan_devices(config: DevicesConfig, found: Mapping[str, Sequence[str]]) -> D
 
 
 # -- discovery (touches TensorFlow) -------------------------------------------------------------
+
 
 def tpu_present(globs: Sequence[str] = TPU_DEVICE_GLOBS) -> bool:
     """Whether this machine exposes TPU chips; checked on device files, so that a machine
@@ -196,13 +229,20 @@ def configure_logical_cpus(count: int) -> None:
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+        )
     except RuntimeError as exc:
         current = len(tf.config.list_logical_devices("CPU"))
         if current != count:
-            raise ConfigError([(f"{_FIELD}.logicalCpuDevices",
-                                f"cannot split the CPU into {count} after TensorFlow "
-                                f"started with {current}: {exc}")]) from None
+            raise ConfigError(
+                [
+                    (
+                        f"{_FIELD}.logicalCpuDevices",
+                        f"cannot split the CPU into {count} after TensorFlow "
+                        f"started with {current}: {exc}",
+                    )
+                ]
+            ) from None
 
 
 def _connect_tpu():
@@ -248,10 +288,12 @@ def _make_strategy(plan: DevicePlan, tpu):
     if plan.strategy == "mirrored":
         return tf.distribute.MirroredStrategy(list(plan.training))
     resolver, topology = tpu
-    cores = [(topology.tpu_device_name_at_coordinates(c), c)
-             for c in topology.device_coordinates[0]]
+    cores = [
+        (topology.tpu_device_name_at_coordinates(c), c) for c in topology.device_coordinates[0]
+    ]
     assignment = tf.tpu.experimental.DeviceAssignment(
-        topology, np.asarray(tpu_core_assignment(plan.training, cores)))
+        topology, np.asarray(tpu_core_assignment(plan.training, cores))
+    )
     return tf.distribute.TPUStrategy(resolver, experimental_device_assignment=assignment)
 
 
@@ -267,8 +309,7 @@ def tpu_core_assignment(training: Sequence[str], cores: Sequence[tuple[str, obje
     by_core = {name.rsplit("/", 1)[-1]: coordinates for name, coordinates in cores}
     missing = [name for name in training if name.rsplit("/", 1)[-1] not in by_core]
     if missing:
-        raise ValueError(f"TPU cores {missing} are not in the host's topology "
-                         f"({sorted(by_core)})")
+        raise ValueError(f"TPU cores {missing} are not in the host's topology ({sorted(by_core)})")
     return [[by_core[name.rsplit("/", 1)[-1]]] for name in training]
 
 
@@ -296,14 +337,18 @@ def setup(config: DevicesConfig, expected: str | None = None) -> "Placement":
     if not found["tpu"] and importlib.util.find_spec("libtpu") is not None:
         # The TPU build on a machine without a TPU (a test, a CPU node): say so, since the
         # learner then runs on the CPU, as documented above.
-        log.warning("no TPU found (no %s device files): running on %s",
-                    " or ".join(TPU_DEVICE_GLOBS), "GPU" if found["gpu"] else "CPU")
+        log.warning(
+            "no TPU found (no %s device files): running on %s",
+            " or ".join(TPU_DEVICE_GLOBS),
+            "GPU" if found["gpu"] else "CPU",
+        )
     plan = plan_devices(config, found)
     log.info(plan.summary())
     return Placement(plan, _make_strategy(plan, tpu))
 
 
 # -- placement ----------------------------------------------------------------------------------
+
 
 class Placement:
     """Where an agent's variables live, where it infers and how it trains.
@@ -320,9 +365,11 @@ class Placement:
         self.plan = plan
         self.strategy = strategy
         self.replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-        devices = list(plan.inference) if plan and (strategy is not None
-                                                     or len(plan.inference) > 1
-                                                     or not plan.shared) else []
+        devices = (
+            list(plan.inference)
+            if plan and (strategy is not None or len(plan.inference) > 1 or not plan.shared)
+            else []
+        )
         self._inference = devices
         self._turn = itertools.count()
         self._lock = threading.Lock()
@@ -358,8 +405,9 @@ class Placement:
         """Whether a batch of ``batch`` items gives every training replica at least one."""
         return self.distributed and batch >= self.replicas
 
-    def make_train_step(self, loss_fn: Callable, optimizer, variables: Callable[[], list],
-                        clip_norm: float) -> "ReplicatedStep":
+    def make_train_step(
+        self, loss_fn: Callable, optimizer, variables: Callable[[], list], clip_norm: float
+    ) -> "ReplicatedStep":
         """A training step that runs ``loss_fn`` on every replica's shard of a batch (see
         :class:`ReplicatedStep`)."""
         return ReplicatedStep(self, loss_fn, optimizer, variables, clip_norm)
@@ -393,8 +441,14 @@ class ReplicatedStep:
       clip_norm: global-norm clipping of the all-reduced gradient; 0 disables.
     """
 
-    def __init__(self, placement: Placement, loss_fn: Callable, optimizer,
-                 variables: Callable[[], list], clip_norm: float):
+    def __init__(
+        self,
+        placement: Placement,
+        loss_fn: Callable,
+        optimizer,
+        variables: Callable[[], list],
+        clip_norm: float,
+    ):
         import tensorflow as tf
 
         self._placement = placement
@@ -430,7 +484,8 @@ class ReplicatedStep:
             share = np.float32((bounds[i + 1] - bounds[i]) / total)
             return (share,) + tuple(
                 a if ax is None else np.take(a, np.arange(bounds[i], bounds[i + 1]), axis=ax)
-                for a, ax in zip(args, axes))
+                for a, ax in zip(args, axes)
+            )
 
         values = strategy.experimental_distribute_values_from_function(shard)
         grads, grad_norm, metrics, per_sample = self._gradients(values)
@@ -441,8 +496,7 @@ class ReplicatedStep:
             self._apply(grads, grad_norm)
         metrics = {k: local(v)[0] for k, v in metrics.items()}
         metrics["grad_norm"] = local(grad_norm)[0]
-        per_sample = tuple(np.concatenate([np.asarray(p) for p in local(t)])
-                           for t in per_sample)
+        per_sample = tuple(np.concatenate([np.asarray(p) for p in local(t)]) for t in per_sample)
         return metrics, per_sample
 
     def _gradients_impl(self, values):
@@ -465,16 +519,19 @@ class ReplicatedStep:
         grads = tape.gradient(weighted, variables)
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, variables)]
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        metrics = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                 {k: tf.cast(v, tf.float32) * share for k, v in metrics.items()})
+        metrics = ctx.all_reduce(
+            tf.distribute.ReduceOp.SUM,
+            {k: tf.cast(v, tf.float32) * share for k, v in metrics.items()},
+        )
         return grads, tf.linalg.global_norm(grads), metrics, tuple(per_sample)
 
     def _replica_apply(self, grads, grad_norm):
         """Clips and applies the all-reduced gradients (finite: checked by the caller)."""
         from seedrl.learner.optimizers import clip_and_apply_finite
 
-        clip_and_apply_finite(self._optimizer, list(grads), self._variables(),
-                              self._clip_norm, grad_norm)
+        clip_and_apply_finite(
+            self._optimizer, list(grads), self._variables(), self._clip_norm, grad_norm
+        )
 
 
 def split_sizes(batch: int, replicas: int) -> list[int]:
@@ -482,4 +539,3 @@ def split_sizes(batch: int, replicas: int) -> list[int]:
     differing by at most one."""
     bounds = np.linspace(0, batch, replicas + 1).round().astype(int)
     return [int(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
-

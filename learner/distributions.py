@@ -39,13 +39,13 @@ class Categorical:
     def log_prob(self, params, actions) -> tf.Tensor:
         """params [..., A], actions [...] -> log pi(a) [...]."""
         return -tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=tf.cast(actions, tf.int32), logits=params)
+            labels=tf.cast(actions, tf.int32), logits=params
+        )
 
     def entropy(self, params) -> tf.Tensor:
         """params [..., A] -> entropy [...] in nats."""
         log_p = tf.nn.log_softmax(params, axis=-1)
         return -tf.reduce_sum(tf.exp(log_p) * log_p, axis=-1)
-
 
     def kl(self, params_p, params_q) -> tf.Tensor:
         """KL(p || q) between two softmax policies [..., A] -> [...]."""
@@ -72,7 +72,7 @@ class DiagGaussian:
 
     def split(self, params) -> tuple[tf.Tensor, tf.Tensor]:
         """params [..., 2D] -> (mean [..., D], log_std [..., D])."""
-        return params[..., :self.action_size], params[..., self.action_size:]
+        return params[..., : self.action_size], params[..., self.action_size :]
 
     def sample(self, params, seed) -> tf.Tensor:
         """params [N, 2D], a stateless seed [2] -> actions [N, D] float32."""
@@ -101,8 +101,10 @@ class DiagGaussian:
         mean_p, log_std_p = self.split(params_p)
         mean_q, log_std_q = self.split(params_q)
         var_p, var_q = tf.exp(2.0 * log_std_p), tf.exp(2.0 * log_std_q)
-        return tf.reduce_sum(log_std_q - log_std_p + (var_p + tf.square(mean_p - mean_q))
-                             / (2.0 * var_q) - 0.5, axis=-1)
+        return tf.reduce_sum(
+            log_std_q - log_std_p + (var_p + tf.square(mean_p - mean_q)) / (2.0 * var_q) - 0.5,
+            axis=-1,
+        )
 
 
 def for_env(env_spec: EnvSpec) -> Categorical | DiagGaussian:
@@ -110,6 +112,8 @@ def for_env(env_spec: EnvSpec) -> Categorical | DiagGaussian:
     if env_spec.discrete:
         return Categorical(env_spec.num_actions)
     if len(env_spec.action_shape) != 1:
-        raise ValueError(f"{env_spec.env_id}: continuous actions must be a vector, got shape "
-                         f"{list(env_spec.action_shape)}")
+        raise ValueError(
+            f"{env_spec.env_id}: continuous actions must be a vector, got shape "
+            f"{list(env_spec.action_shape)}"
+        )
     return DiagGaussian(int(env_spec.action_shape[0]))

@@ -49,8 +49,12 @@ def _scaled_float(observations) -> tf.Tensor:
 
 def _dense(units: int, activation, gain: float, name: str) -> tf.keras.layers.Dense:
     # Orthogonal init with gain sqrt(2) is the usual choice for policy-gradient nets.
-    return tf.keras.layers.Dense(units, activation=activation, name=name,
-                                 kernel_initializer=tf.keras.initializers.Orthogonal(gain))
+    return tf.keras.layers.Dense(
+        units,
+        activation=activation,
+        name=name,
+        kernel_initializer=tf.keras.initializers.Orthogonal(gain),
+    )
 
 
 class MLPTorso(tf.keras.layers.Layer):
@@ -58,8 +62,9 @@ class MLPTorso(tf.keras.layers.Layer):
 
     def __init__(self, hidden_sizes, activation: str, name: str = "mlp"):
         super().__init__(name=name)
-        self.layers_ = [_dense(h, activation, np.sqrt(2), f"{name}_{i}")
-                        for i, h in enumerate(hidden_sizes)]
+        self.layers_ = [
+            _dense(h, activation, np.sqrt(2), f"{name}_{i}") for i, h in enumerate(hidden_sizes)
+        ]
 
     def call(self, observations):
         x = _scaled_float(observations)
@@ -115,12 +120,14 @@ class ResNetTorso(tf.keras.layers.Layer):
         super().__init__(name=name)
         self.stacks = []
         for i, ch in enumerate(channels):
-            self.stacks.append((
-                tf.keras.layers.Conv2D(ch, 3, padding="same", name=f"stack{i}_conv"),
-                tf.keras.layers.MaxPool2D(3, 2, padding="same"),
-                ResidualBlock(ch, f"stack{i}_block0"),
-                ResidualBlock(ch, f"stack{i}_block1"),
-            ))
+            self.stacks.append(
+                (
+                    tf.keras.layers.Conv2D(ch, 3, padding="same", name=f"stack{i}_conv"),
+                    tf.keras.layers.MaxPool2D(3, 2, padding="same"),
+                    ResidualBlock(ch, f"stack{i}_block0"),
+                    ResidualBlock(ch, f"stack{i}_block1"),
+                )
+            )
         self.flatten = tf.keras.layers.Flatten()
         self.dense = _dense(dense_size, "relu", np.sqrt(2), "resnet_dense")
 
@@ -201,7 +208,7 @@ class _OptionalLSTM(tf.keras.Model):
             out, final = unroll_core(self.core, features, first, state[:2])
             return out, final
         keep = 1.0 - tf.cast(first, tf.float32)
-        encoded = self.encode_actions(actions)                              # [T, B, D]
+        encoded = self.encode_actions(actions)  # [T, B, D]
         prev = tf.concat([state[2][None], encoded[:-1]], axis=0) * keep[:, :, None]
         if rewards is None:
             rewards = tf.zeros_like(keep)
@@ -225,16 +232,23 @@ class ActorCritic(_OptionalLSTM):
       action_reward_inputs: whether the core also reads the previous action and reward.
     """
 
-    def __init__(self, torso: tf.keras.layers.Layer, value_torso: tf.keras.layers.Layer | None,
-                 lstm_size: int, distribution: Categorical | DiagGaussian,
-                 action_reward_inputs: bool = False):
+    def __init__(
+        self,
+        torso: tf.keras.layers.Layer,
+        value_torso: tf.keras.layers.Layer | None,
+        lstm_size: int,
+        distribution: Categorical | DiagGaussian,
+        action_reward_inputs: bool = False,
+    ):
         super().__init__(name="actor_critic")
         self.torso = torso
         self.value_torso = value_torso
-        action_size = distribution.num_actions if distribution.discrete \
-            else distribution.action_size
-        self._init_core(lstm_size, action_size if action_reward_inputs else 0,
-                        distribution.discrete)
+        action_size = (
+            distribution.num_actions if distribution.discrete else distribution.action_size
+        )
+        self._init_core(
+            lstm_size, action_size if action_reward_inputs else 0, distribution.discrete
+        )
         self.distribution = distribution
         if isinstance(distribution, Categorical):
             # A small last layer starts the policy close to uniform.
@@ -242,8 +256,12 @@ class ActorCritic(_OptionalLSTM):
             self.log_std = None
         else:
             self.policy_head = _dense(distribution.action_size, "tanh", 0.01, "policy_mean")
-            self.log_std = self.add_weight(name="log_std", shape=(distribution.action_size,),
-                                           initializer="zeros", trainable=True)
+            self.log_std = self.add_weight(
+                name="log_std",
+                shape=(distribution.action_size,),
+                initializer="zeros",
+                trainable=True,
+            )
         self.value_head = _dense(1, None, 1.0, "value")
 
     def _heads(self, features, value_features):
@@ -268,8 +286,7 @@ class ActorCritic(_OptionalLSTM):
 
     def call(self, observations):
         """A feed-forward step from the zero state: observations [N, *obs] -> (params, values)."""
-        params, values, _ = self.step(observations,
-                                      self.initial_state(tf.shape(observations)[0]))
+        params, values, _ = self.step(observations, self.initial_state(tf.shape(observations)[0]))
         return params, values
 
     def unroll(self, observations, first, state, actions=None, rewards=None):
@@ -293,13 +310,16 @@ class ActorCritic(_OptionalLSTM):
         features = self.torso(flat)
         value_features = self.value_torso(flat) if self.value_torso else features
         if self.core:
-            features, _ = self._core_unroll(tf.reshape(features, [t, b, -1]), first, state,
-                                            actions, rewards)
+            features, _ = self._core_unroll(
+                tf.reshape(features, [t, b, -1]), first, state, actions, rewards
+            )
             features = tf.reshape(features, [t * b, self.lstm_size])
             value_features = features
         params, values = self._heads(features, value_features)
-        return (tf.reshape(params, [t, b, self.distribution.param_size]),
-                tf.reshape(values, [t, b]))
+        return (
+            tf.reshape(params, [t, b, self.distribution.param_size]),
+            tf.reshape(values, [t, b]),
+        )
 
 
 def unroll_core(core: tf.keras.layers.LSTMCell, features, first, state):
@@ -339,9 +359,15 @@ class DuelingQNetwork(_OptionalLSTM):
       action_reward_inputs: whether the core also reads the previous action and reward.
     """
 
-    def __init__(self, torso: tf.keras.layers.Layer, lstm_size: int, num_actions: int,
-                 head_size: int = 256, name: str = "dueling_q",
-                 action_reward_inputs: bool = False):
+    def __init__(
+        self,
+        torso: tf.keras.layers.Layer,
+        lstm_size: int,
+        num_actions: int,
+        head_size: int = 256,
+        name: str = "dueling_q",
+        action_reward_inputs: bool = False,
+    ):
         super().__init__(name=name)
         self.torso = torso
         self.num_actions = num_actions
@@ -377,8 +403,9 @@ class DuelingQNetwork(_OptionalLSTM):
         flat = tf.reshape(observations, tf.concat([[t * b], shape[2:]], 0))
         features = self.torso(flat)
         if self.core:
-            features, state = self._core_unroll(tf.reshape(features, [t, b, -1]), first,
-                                                state, actions, rewards)
+            features, state = self._core_unroll(
+                tf.reshape(features, [t, b, -1]), first, state, actions, rewards
+            )
             features = tf.reshape(features, [t * b, self.lstm_size])
         q = self._head(features)
         return tf.reshape(q, [t, b, self.num_actions]), state
@@ -410,8 +437,10 @@ def make_torso(config: NetworkConfig, env_spec: EnvSpec, name: str) -> tf.keras.
     """The configured torso, checking that it suits the observations."""
     rank = len(env_spec.observation_shape)
     if config.name != "mlp" and rank != 3:
-        raise ValueError(f"network {config.name!r} reads frames [H, W, C]; {env_spec.env_id} "
-                         f"observes shape {list(env_spec.observation_shape)}")
+        raise ValueError(
+            f"network {config.name!r} reads frames [H, W, C]; {env_spec.env_id} "
+            f"observes shape {list(env_spec.observation_shape)}"
+        )
     if config.precision == "float32":
         return _torso(config, name)
     # Layers take their dtype policy from the global one when they are made.
@@ -433,14 +462,20 @@ def _torso(config: NetworkConfig, name: str) -> tf.keras.layers.Layer:
     return ResNetTorso(channels, config.dense_size, name)
 
 
-def make_actor_critic(config: NetworkConfig, env_spec: EnvSpec,
-                      distribution: Categorical | DiagGaussian) -> ActorCritic:
+def make_actor_critic(
+    config: NetworkConfig, env_spec: EnvSpec, distribution: Categorical | DiagGaussian
+) -> ActorCritic:
     """Builds the configured actor-critic network and creates its variables."""
     torso = make_torso(config, env_spec, "torso")
     separate_value = config.name == "mlp" and not config.lstm_size
     value_torso = make_torso(config, env_spec, "value_torso") if separate_value else None
-    net = ActorCritic(torso, value_torso, config.lstm_size, distribution,
-                      action_reward_inputs=config.action_reward_inputs)
+    net = ActorCritic(
+        torso,
+        value_torso,
+        config.lstm_size,
+        distribution,
+        action_reward_inputs=config.action_reward_inputs,
+    )
     obs = tf.zeros([1] + list(env_spec.observation_shape), env_spec.observation_dtype)
     net.step(obs, net.initial_state(1))
     return net

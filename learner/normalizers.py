@@ -30,8 +30,9 @@ class RunningMeanStd(tf.Module):
     @property
     def variance(self) -> tf.Tensor:
         """The population variance so far (1 before any data, so normalizing is a no-op)."""
-        return tf.where(self.count > 0, self.m2 / tf.maximum(self.count, 1.0),
-                        tf.ones_like(self.m2))
+        return tf.where(
+            self.count > 0, self.m2 / tf.maximum(self.count, 1.0), tf.ones_like(self.m2)
+        )
 
     def update(self, batch) -> bool:
         """Merges a batch [N, *shape] into the statistics (eagerly); returns False, changing
@@ -47,8 +48,9 @@ class RunningMeanStd(tf.Module):
         delta = batch_mean - self.mean
         mean = self.mean + delta * weight
         m2 = self.m2 + batch_m2 + tf.square(delta) * self.count * weight
-        if not bool(tf.reduce_all(tf.math.is_finite(mean)) and
-                    tf.reduce_all(tf.math.is_finite(m2))):
+        if not bool(
+            tf.reduce_all(tf.math.is_finite(mean)) and tf.reduce_all(tf.math.is_finite(m2))
+        ):
             return False
         self.mean.assign(mean)
         self.m2.assign(m2)

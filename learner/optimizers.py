@@ -18,14 +18,20 @@ class _PreReduced:
         return grads_and_vars
 
 
-_OPTIMIZERS = {"adam": tf.keras.optimizers.Adam, "rmsprop": tf.keras.optimizers.RMSprop,
-               "sgd": tf.keras.optimizers.SGD}
-_PRE_REDUCED = {name: type(f"PreReduced{cls.__name__}", (_PreReduced, cls), {})
-                for name, cls in _OPTIMIZERS.items()}
+_OPTIMIZERS = {
+    "adam": tf.keras.optimizers.Adam,
+    "rmsprop": tf.keras.optimizers.RMSprop,
+    "sgd": tf.keras.optimizers.SGD,
+}
+_PRE_REDUCED = {
+    name: type(f"PreReduced{cls.__name__}", (_PreReduced, cls), {})
+    for name, cls in _OPTIMIZERS.items()
+}
 
 
-def make_optimizer(config: OptimizerConfig, variables,
-                   pre_reduced: bool = False) -> tf.keras.optimizers.Optimizer:
+def make_optimizer(
+    config: OptimizerConfig, variables, pre_reduced: bool = False
+) -> tf.keras.optimizers.Optimizer:
     """Creates and builds the configured optimizer over ``variables``.
 
     Building up front creates the slot variables, so a checkpoint can restore them before the
@@ -45,8 +51,9 @@ def make_optimizer(config: OptimizerConfig, variables,
     return opt
 
 
-def apply_gradients(optimizer, tape: tf.GradientTape, loss, variables,
-                    clip_norm: float) -> tf.Tensor:
+def apply_gradients(
+    optimizer, tape: tf.GradientTape, loss, variables, clip_norm: float
+) -> tf.Tensor:
     """Takes one optimizer step on ``loss``, clipping gradients to a global norm (0: no
     clipping); returns the global norm before clipping. The step is skipped when that norm is
     not finite (see :func:`clip_and_apply`)."""
@@ -75,8 +82,9 @@ def clip_and_apply(optimizer, grads, variables, clip_norm: float) -> tf.Tensor:
     return grad_norm
 
 
-def clip_and_apply_finite(optimizer, grads, variables, clip_norm: float,
-                          grad_norm: tf.Tensor) -> None:
+def clip_and_apply_finite(
+    optimizer, grads, variables, clip_norm: float, grad_norm: tf.Tensor
+) -> None:
     """Clips ``grads`` (whose global norm is ``grad_norm``, known to be finite) to
     ``clip_norm`` (0: no clipping) and applies them."""
     if clip_norm > 0:

@@ -80,15 +80,22 @@ class PrioritizedReplay:
       importance_exponent: beta of the importance-sampling weights; 0 disables them.
     """
 
-    def __init__(self, capacity: int, fields: Mapping[str, tuple[tuple[int, ...], np.dtype]],
-                 priority_exponent: float, importance_exponent: float):
+    def __init__(
+        self,
+        capacity: int,
+        fields: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+        priority_exponent: float,
+        importance_exponent: float,
+    ):
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         self.capacity = capacity
         self.priority_exponent = priority_exponent
         self.importance_exponent = importance_exponent
-        self._data = {name: np.zeros((capacity,) + tuple(shape), dtype)
-                      for name, (shape, dtype) in fields.items()}
+        self._data = {
+            name: np.zeros((capacity,) + tuple(shape), dtype)
+            for name, (shape, dtype) in fields.items()
+        }
         self._tree = SumTree(capacity)
         self._next = 0
         self._size = 0
@@ -157,12 +164,12 @@ class PrioritizedReplay:
     def _set_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         priorities = np.maximum(priorities, 1e-6)  # never unsampleable
         self._max_priority = max(self._max_priority, float(priorities.max()))
-        self._tree.set(slots, priorities ** self.priority_exponent)
+        self._tree.set(slots, priorities**self.priority_exponent)
 
     def state(self) -> dict[str, np.ndarray]:
         """The whole replay as plain arrays (for a checkpoint; no pickle)."""
         with self._lock:
-            out = {f"data/{k}": v[:self._size].copy() for k, v in self._data.items()}
+            out = {f"data/{k}": v[: self._size].copy() for k, v in self._data.items()}
             out["priorities"] = self._tree.get(np.arange(self._size)).copy()
             out["cursor"] = np.array([self._next, self._size, self._added], np.int64)
             out["max_priority"] = np.array([self._max_priority])

@@ -35,8 +35,9 @@ class RunFiles:
     def append_metrics(self, status: LearnerStatus) -> None:
         """Appends one line to the metrics log."""
         with open(self.metrics_path, "a", encoding="utf-8") as fh:
-            fh.write(finite_json.dumps({**status.to_json(), "time": time.time()},
-                                       sort_keys=True) + "\n")
+            fh.write(
+                finite_json.dumps({**status.to_json(), "time": time.time()}, sort_keys=True) + "\n"
+            )
 
     def write_summary(self, summary: dict) -> None:
         """Writes the final summary of the run."""

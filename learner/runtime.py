@@ -67,21 +67,28 @@ _NO_ENVS = np.zeros(0, np.int64)
 class StepData:
     """One decoded step of all K envs of a stream, in env-id order."""
 
-    observations: np.ndarray      # [K, *obs_shape]
-    rewards: np.ndarray           # [K] float32
-    terminated: np.ndarray        # [K] bool
-    truncated: np.ndarray         # [K] bool
+    observations: np.ndarray  # [K, *obs_shape]
+    rewards: np.ndarray  # [K] float32
+    terminated: np.ndarray  # [K] bool
+    truncated: np.ndarray  # [K] bool
     #: Envs whose episode was truncated by this step and whose final observation came along.
     final_ids: np.ndarray = dataclasses.field(default_factory=lambda: _NO_ENVS)  # [M] int64
-    final_observations: np.ndarray | None = None                 # [M, *obs_shape]
+    final_observations: np.ndarray | None = None  # [M, *obs_shape]
 
 
 class Stream:
     """Learner-side state of one connected actor: its unroll builder and recurrent state."""
 
-    def __init__(self, actor_id: str, num_envs: int, builder: UnrollBuilder,
-                 state: list[np.ndarray], actor_index: int = 0, evaluation: bool = False,
-                 first_env: int = 0):
+    def __init__(
+        self,
+        actor_id: str,
+        num_envs: int,
+        builder: UnrollBuilder,
+        state: list[np.ndarray],
+        actor_index: int = 0,
+        evaluation: bool = False,
+        first_env: int = 0,
+    ):
         self.actor_id = actor_id
         self.actor_index = actor_index
         #: Index of this stream's env 0 among its actor's envs.
@@ -116,10 +123,15 @@ class LearnerRuntime:
         None leaves the first Hello naming ``spec.env.id`` to decide (see :meth:`build`).
     """
 
-    def __init__(self, experiment: Experiment,
-                 build_agent: Callable[[Experiment, EnvSpec], Agent], train: bool = True,
-                 on_agent_built: Callable[[Agent], None] | None = None,
-                 inference_lanes: int = 1, env_spec: EnvSpec | None = None):
+    def __init__(
+        self,
+        experiment: Experiment,
+        build_agent: Callable[[Experiment, EnvSpec], Agent],
+        train: bool = True,
+        on_agent_built: Callable[[Agent], None] | None = None,
+        inference_lanes: int = 1,
+        env_spec: EnvSpec | None = None,
+    ):
         self.experiment = experiment
         spec = experiment.spec
         self.run_id = uuid.uuid4().hex[:12]
@@ -143,11 +155,11 @@ class LearnerRuntime:
         self.learner_steps = 0
         self.episodes = 0
         self.elapsed_before = 0.0
-        self.returns: collections.deque[float] = collections.deque(
-            maxlen=spec.budget.return_window)
+        self.returns: collections.deque[float] = collections.deque(maxlen=spec.budget.return_window)
         self.eval_episodes = 0
         self.eval_returns: collections.deque[float] = collections.deque(
-            maxlen=spec.budget.return_window)
+            maxlen=spec.budget.return_window
+        )
         self.last_metrics: dict[str, float] = {}
         #: Unix times of the first actions sent to an actor (its first env step follows) and
         #: of the stop; start-up and learner updates/s are measured between them.
@@ -171,11 +183,15 @@ class LearnerRuntime:
         self.observer: Any = None
         self.started = time.monotonic()
         self.batchers = [
-            InferenceBatcher(self._infer, spec.learner.inference_batch_size,
-                             spec.learner.inference_max_wait_ms / 1000.0,
-                             name="inference-batcher" + (f"-{i}" if i else ""),
-                             on_batch=self._on_inference_batch)
-            for i in range(max(1, inference_lanes))]
+            InferenceBatcher(
+                self._infer,
+                spec.learner.inference_batch_size,
+                spec.learner.inference_max_wait_ms / 1000.0,
+                name="inference-batcher" + (f"-{i}" if i else ""),
+                on_batch=self._on_inference_batch,
+            )
+            for i in range(max(1, inference_lanes))
+        ]
         self.batcher = self.batchers[0]
         self._streams_opened = 0
         self._after_train_step: list[Callable[[], None]] = []
@@ -194,8 +210,10 @@ class LearnerRuntime:
         with self._agent_lock:
             if self.agent is not None:
                 if env_spec != self.env_spec:
-                    raise ValueError("env spec differs from the learner's: " +
-                                     "; ".join(self.env_spec.differences(env_spec)))
+                    raise ValueError(
+                        "env spec differs from the learner's: "
+                        + "; ".join(self.env_spec.differences(env_spec))
+                    )
                 return self.agent
             agent = self._build_agent(self.experiment, env_spec)
             self.env_spec = env_spec  # what on_agent_built sees (a checkpoint checks it)
@@ -207,14 +225,24 @@ class LearnerRuntime:
                 raise
             self.agent = agent
             self.agent_ready.set()
-            log.info("agent %s built for %s: %s", self.experiment.spec.agent.name,
-                     env_spec.env_id, env_spec.describe())
+            log.info(
+                "agent %s built for %s: %s",
+                self.experiment.spec.agent.name,
+                env_spec.env_id,
+                env_spec.describe(),
+            )
             return agent
 
     # -- streams ------------------------------------------------------------------------
 
-    def open_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec,
-                    actor_index: int = 0, first_env: int = 0) -> Stream:
+    def open_stream(
+        self,
+        actor_id: str,
+        num_envs: int,
+        env_spec: EnvSpec,
+        actor_index: int = 0,
+        first_env: int = 0,
+    ) -> Stream:
         """Registers an actor after its handshake; nothing is allocated before every check.
 
         Raises:
@@ -226,39 +254,52 @@ class LearnerRuntime:
         """
         cap = self.experiment.spec.learner.max_envs_per_actor
         if not 1 <= num_envs <= cap:
-            raise HandshakeError("INVALID_ARGUMENT", f"hello.num_envs: must be in [1, {cap}] "
-                                                     f"(spec.learner.maxEnvsPerActor), got "
-                                                     f"{num_envs}")
+            raise HandshakeError(
+                "INVALID_ARGUMENT",
+                f"hello.num_envs: must be in [1, {cap}] "
+                f"(spec.learner.maxEnvsPerActor), got "
+                f"{num_envs}",
+            )
         if self.agent is None:
             wanted = self.experiment.spec.env.id
             if env_spec.env_id != wanted:
-                raise HandshakeError("FAILED_PRECONDITION",
-                                     f"env spec differs from the learner's: env_id: learner "
-                                     f"has {wanted!r}, actor has {env_spec.env_id!r}")
+                raise HandshakeError(
+                    "FAILED_PRECONDITION",
+                    f"env spec differs from the learner's: env_id: learner "
+                    f"has {wanted!r}, actor has {env_spec.env_id!r}",
+                )
             if env_spec.observation_bytes > MAX_MESSAGE_BYTES:
-                raise HandshakeError("INVALID_ARGUMENT",
-                                     f"hello.env_spec.observation_shape: one observation of "
-                                     f"{env_spec.observation_bytes} bytes exceeds the "
-                                     f"{MAX_MESSAGE_BYTES}-byte message limit")
+                raise HandshakeError(
+                    "INVALID_ARGUMENT",
+                    f"hello.env_spec.observation_shape: one observation of "
+                    f"{env_spec.observation_bytes} bytes exceeds the "
+                    f"{MAX_MESSAGE_BYTES}-byte message limit",
+                )
             try:
                 self.build(env_spec)
             except ValueError as exc:
                 raise HandshakeError("FAILED_PRECONDITION", str(exc)) from None
         elif env_spec != self.env_spec:
             raise HandshakeError(
-                "FAILED_PRECONDITION", "env spec differs from the learner's: " +
-                "; ".join(self.env_spec.differences(env_spec)))
+                "FAILED_PRECONDITION",
+                "env spec differs from the learner's: "
+                + "; ".join(self.env_spec.differences(env_spec)),
+            )
         step_bytes = num_envs * env_spec.observation_bytes
         if step_bytes > MAX_MESSAGE_BYTES:
-            raise HandshakeError("INVALID_ARGUMENT",
-                                 f"hello.num_envs: {num_envs} observations of "
-                                 f"{env_spec.observation_bytes} bytes make {step_bytes}-byte "
-                                 f"steps, over the {MAX_MESSAGE_BYTES}-byte message limit")
+            raise HandshakeError(
+                "INVALID_ARGUMENT",
+                f"hello.num_envs: {num_envs} observations of "
+                f"{env_spec.observation_bytes} bytes make {step_bytes}-byte "
+                f"steps, over the {MAX_MESSAGE_BYTES}-byte message limit",
+            )
         with self._streams_lock:
             if actor_id in self._streams:
-                raise HandshakeError("ALREADY_EXISTS",
-                                     f"actor id {actor_id!r} already has an open stream; a "
-                                     f"reconnect is welcome once that one has ended")
+                raise HandshakeError(
+                    "ALREADY_EXISTS",
+                    f"actor id {actor_id!r} already has an open stream; a "
+                    f"reconnect is welcome once that one has ended",
+                )
             # Reserved now, filled below: a concurrent hello with this id is refused.
             self._streams[actor_id] = None
         try:
@@ -271,8 +312,9 @@ class LearnerRuntime:
             self._streams[actor_id] = stream
         return stream
 
-    def _new_stream(self, actor_id: str, num_envs: int, env_spec: EnvSpec,
-                    actor_index: int, first_env: int = 0) -> Stream:
+    def _new_stream(
+        self, actor_id: str, num_envs: int, env_spec: EnvSpec, actor_index: int, first_env: int = 0
+    ) -> Stream:
         agent = self.agent
         fields = {
             "observation": (env_spec.observation_shape, np.dtype(env_spec.observation_dtype)),
@@ -284,11 +326,22 @@ class LearnerRuntime:
             **agent.step_fields(),
         }
         length, period = agent.unroll_layout(self.experiment.spec.learner.unroll_length)
-        builder = UnrollBuilder(self.experiment.spec.learner.unroll_length, num_envs, fields,
-                                length=length, period=period)
-        stream = Stream(actor_id, num_envs, builder,
-                        agent.initial_state(num_envs, actor_index, first_env), actor_index,
-                        agent.is_evaluation_actor(actor_index), first_env)
+        builder = UnrollBuilder(
+            self.experiment.spec.learner.unroll_length,
+            num_envs,
+            fields,
+            length=length,
+            period=period,
+        )
+        stream = Stream(
+            actor_id,
+            num_envs,
+            builder,
+            agent.initial_state(num_envs, actor_index, first_env),
+            actor_index,
+            agent.is_evaluation_actor(actor_index),
+            first_env,
+        )
         # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in order.
         with self._streams_lock:
             stream.lane = self._streams_opened % len(self.batchers)
@@ -339,8 +392,13 @@ class LearnerRuntime:
         if self.observer is not None:
             self.observer.inference_batch(size, seconds)
 
-    def submit(self, stream: Stream, step: StepData, episodes: list[tuple[float, int]],
-               loop: asyncio.AbstractEventLoop | None = None):
+    def submit(
+        self,
+        stream: Stream,
+        step: StepData,
+        episodes: list[tuple[float, int]],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ):
         """Queues one step of a stream for batched inference; the future resolves to its
         actions [K]: an asyncio future of ``loop`` (the caller's running loop) when given, else
         a ``concurrent.futures.Future``."""
@@ -376,15 +434,22 @@ class LearnerRuntime:
             done = step.terminated | step.truncated
             if len(step.final_ids) and step.final_observations is not None:
                 ids = step.final_ids
-                finals.append((ids, step.final_observations, [s[ids] for s in stream.state],
-                               step.rewards[ids]))
+                finals.append(
+                    (
+                        ids,
+                        step.final_observations,
+                        [s[ids] for s in stream.state],
+                        step.rewards[ids],
+                    )
+                )
             else:
                 finals.append(None)
             if stream.state and done.any():
-                fresh = agent.initial_state(stream.num_envs, stream.actor_index,
-                                            stream.first_env)
-                stream.state = [np.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), f, s)
-                                for s, f in zip(stream.state, fresh)]
+                fresh = agent.initial_state(stream.num_envs, stream.actor_index, stream.first_env)
+                stream.state = [
+                    np.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), f, s)
+                    for s, f in zip(stream.state, fresh)
+                ]
             states_before.append(stream.state)
             observations.append(step.observations)
             # A first step's input reward belongs to the episode before it.
@@ -394,13 +459,16 @@ class LearnerRuntime:
             observations.append(obs)
             states_before.append(state)
             rewards.append(reward)
-        state = [np.concatenate(parts) for parts in zip(*states_before)] if states_before[0] \
-            else []
-        outputs, new_state = agent.inference(np.concatenate(observations), state,
-                                             np.concatenate(rewards).astype(np.float32))
+        state = [np.concatenate(parts) for parts in zip(*states_before)] if states_before[0] else []
+        outputs, new_state = agent.inference(
+            np.concatenate(observations), state, np.concatenate(rewards).astype(np.float32)
+        )
         # An agent without value estimates bootstraps truncations from zero.
-        values = np.asarray(outputs["value"], np.float32) if "value" in outputs else \
-            np.zeros(len(outputs["action"]), np.float32)
+        values = (
+            np.asarray(outputs["value"], np.float32)
+            if "value" in outputs
+            else np.zeros(len(outputs["action"]), np.float32)
+        )
         # Before the unrolls store them: a stored action outside the space would fail the
         # training step that reads it, as surely as a sent one would fail the actor's env.
         outputs["action"] = self._legal_actions(outputs["action"])
@@ -408,31 +476,37 @@ class LearnerRuntime:
         results, offset, final_offset = [], 0, n
         for i, (stream, step) in enumerate(items):
             k = stream.num_envs
-            part = {name: value[offset:offset + k] for name, value in outputs.items()}
+            part = {name: value[offset : offset + k] for name, value in outputs.items()}
             if new_state:
-                stream.state = [s[offset:offset + k] for s in new_state]
+                stream.state = [s[offset : offset + k] for s in new_state]
             final = finals[i]
             final_value = self._final_values(stream, step, final, values, final_offset)
             if final is not None:
                 final_offset += len(final[0])
-            stream.last_value = values[offset:offset + k]
+            stream.last_value = values[offset : offset + k]
             offset += k
-            row = {"observation": step.observations, "reward": step.rewards,
-                   "terminated": step.terminated, "truncated": step.truncated,
-                   "final_value": final_value, **part}
+            row = {
+                "observation": step.observations,
+                "reward": step.rewards,
+                "terminated": step.terminated,
+                "truncated": step.truncated,
+                "final_value": final_value,
+                **part,
+            }
             if not stream.closed and self._train_enabled and not stream.evaluation:
                 unroll = stream.builder.append(row, states_before[i])
                 if unroll is not None:
                     self._enqueue(unroll, stream.actor_id)
-            results.append(env_actions[offset - k:offset])
+            results.append(env_actions[offset - k : offset])
         if self.first_actions_time is None:
             self.first_actions_time = time.time()
             self._first_actions.set()
         return results
 
     @staticmethod
-    def _final_values(stream: Stream, step: StepData, final, values: np.ndarray,
-                      offset: int) -> np.ndarray:
+    def _final_values(
+        stream: Stream, step: StepData, final, values: np.ndarray, offset: int
+    ) -> np.ndarray:
         """Each env's value to bootstrap a truncation from: its final observation's where the
         actor sent one, else (an env restarted after an error) that of the last observation
         seen before it; zero where nothing was truncated."""
@@ -442,7 +516,7 @@ class LearnerRuntime:
         out = np.where(cut, stream.last_value, np.float32(0)).astype(np.float32)
         if final is not None:
             ids = final[0]
-            out[ids] = values[offset:offset + len(ids)]
+            out[ids] = values[offset : offset + len(ids)]
         return out
 
     def _legal_actions(self, actions: np.ndarray) -> np.ndarray:
@@ -460,8 +534,12 @@ class LearnerRuntime:
             return actions
         count = int(bad.sum())
         self.invalid_actions += count
-        log.error("inference produced %d action(s) outside the action space (%s); using %s "
-                  "instead", count, spec.describe(), "action 0" if spec.discrete else "0.0")
+        log.error(
+            "inference produced %d action(s) outside the action space (%s); using %s instead",
+            count,
+            spec.describe(),
+            "action 0" if spec.discrete else "0.0",
+        )
         return np.where(bad, np.zeros((), actions.dtype), actions)
 
     def _enqueue(self, unroll: dict, actor_id: str) -> None:
@@ -516,9 +594,13 @@ class LearnerRuntime:
         grad_norm = metrics.get("grad_norm", 0.0)
         if not math.isfinite(grad_norm):
             self.skipped_updates += 1
-            log.warning("training step skipped (%d so far): non-finite gradients (global norm "
-                        "%s) on a batch with unrolls from actor(s) %s", self.skipped_updates,
-                        grad_norm, ", ".join(sorted(actors)) or "unknown")
+            log.warning(
+                "training step skipped (%d so far): non-finite gradients (global norm "
+                "%s) on a batch with unrolls from actor(s) %s",
+                self.skipped_updates,
+                grad_norm,
+                ", ".join(sorted(actors)) or "unknown",
+            )
             return
         # A step that trained on nothing (PPO drops a batch whose unrolls all lag too far)
         # reports only its lag; the loss, KL and the rest keep the last update's values.
@@ -603,8 +685,11 @@ class LearnerRuntime:
         # With evaluation actors (greedy, e.g. R2D2's) the target is judged on their returns:
         # exploring actors' returns understate what the policy can do.
         window = self.eval_returns if self.eval_episodes else self.returns
-        if (budget.target_return is not None and len(window) == window.maxlen
-                and float(np.mean(window)) >= budget.target_return):
+        if (
+            budget.target_return is not None
+            and len(window) == window.maxlen
+            and float(np.mean(window)) >= budget.target_return
+        ):
             return "target_return"
         return None
 
@@ -641,8 +726,9 @@ class LearnerRuntime:
         return LearnerStatus(
             experiment=self.experiment.metadata.name,
             run_id=self.run_id,
-            state="finished" if self.finished else
-                  ("running" if self._stepped else "waiting_for_actors"),
+            state="finished"
+            if self.finished
+            else ("running" if self._stepped else "waiting_for_actors"),
             env_steps=self.env_steps,
             learner_steps=self.learner_steps,
             episodes=self.episodes,
@@ -656,8 +742,9 @@ class LearnerRuntime:
             skipped_updates=self.skipped_updates,
             invalid_actions=self.invalid_actions,
             unverified_episodes=self.unverified_episodes,
-            mean_inference_batch=(sum(b.items for b in self.batchers) /
-                                  max(1, sum(b.batches for b in self.batchers))),
+            mean_inference_batch=(
+                sum(b.items for b in self.batchers) / max(1, sum(b.batches for b in self.batchers))
+            ),
             inference_batches=sum(b.batches for b in self.batchers),
             inference_steps=sum(b.items for b in self.batchers),
             queued_unrolls=self.queued_unrolls,

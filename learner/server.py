@@ -81,8 +81,9 @@ class StepChecker:
         dtype = np.dtype(spec.observation_dtype)
         # float16/32 sum exactly enough in float64 (no finite input overflows it), which
         # costs less than isfinite(); float64 needs isfinite itself.
-        self._obs_check = None if dtype.kind != "f" else ("sum" if dtype.itemsize < 8
-                                                          else "isfinite")
+        self._obs_check = (
+            None if dtype.kind != "f" else ("sum" if dtype.itemsize < 8 else "isfinite")
+        )
         self._shape = (num_envs,) + spec.observation_shape
         self.steps = 0
         #: Episodes reported but not counted: they began before this stream.
@@ -106,10 +107,12 @@ class StepChecker:
         if not in_order:
             ids = list(ids)
             if sorted(ids) != self.env_ids:
-                raise WireError(f"step.env_ids: must be a permutation of 0..{k - 1}, got "
-                                f"{ids[:16]}")
-        obs = decode_array(msg.observations, "step.observations", self.spec.observation_dtype,
-                           self._shape)
+                raise WireError(
+                    f"step.env_ids: must be a permutation of 0..{k - 1}, got {ids[:16]}"
+                )
+        obs = decode_array(
+            msg.observations, "step.observations", self.spec.observation_dtype, self._shape
+        )
         if self._obs_check == "sum":
             finite = math.isfinite(obs.sum(dtype=np.float64))
         else:
@@ -117,8 +120,11 @@ class StepChecker:
         if not finite:
             raise WireError("step.observations: must be finite (found NaN or infinity)")
         rewards, terminated, truncated = msg.rewards, msg.terminated, msg.truncated
-        for name, values in (("rewards", rewards), ("terminated", terminated),
-                             ("truncated", truncated)):
+        for name, values in (
+            ("rewards", rewards),
+            ("terminated", terminated),
+            ("truncated", truncated),
+        ):
             if len(values) != k:
                 raise WireError(f"step.{name}: expected {k} values, got {len(values)}")
         limit = self.max_abs_reward
@@ -133,8 +139,10 @@ class StepChecker:
             if not largest <= limit:  # also catches NaN
                 if not np.isfinite(rewards).all():
                     raise WireError("step.rewards: must be finite")
-                raise WireError(f"step.rewards: {largest:g} is beyond the largest reward the "
-                                f"Experiment allows (spec.env.maxAbsReward = {limit:g})")
+                raise WireError(
+                    f"step.rewards: {largest:g} is beyond the largest reward the "
+                    f"Experiment allows (spec.env.maxAbsReward = {limit:g})"
+                )
         terminated = np.fromiter(terminated, bool, k)
         truncated = np.fromiter(truncated, bool, k)
         if not in_order:
@@ -158,8 +166,9 @@ class StepChecker:
             step.final_ids, step.final_observations = self._finals(msg, terminated, truncated)
         return step, episodes
 
-    def _finals(self, msg: seedrl_pb2.Step, terminated: np.ndarray,
-                truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _finals(
+        self, msg: seedrl_pb2.Step, terminated: np.ndarray, truncated: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The final observations of episodes truncated by this step: env ids [M] and
         observations [M, ...], which the learner values to bootstrap from."""
         k = self.num_envs
@@ -167,14 +176,20 @@ class StepChecker:
             raise WireError(f"step.final_env_ids: {len(msg.final_env_ids)} ids from {k} envs")
         ids = np.asarray(msg.final_env_ids, np.int64)
         if ids.max() >= k or len(np.unique(ids)) != len(ids):
-            raise WireError(f"step.final_env_ids: must be distinct env ids below {k}, got "
-                            f"{ids[:16].tolist()}")
+            raise WireError(
+                f"step.final_env_ids: must be distinct env ids below {k}, got {ids[:16].tolist()}"
+            )
         if not (truncated[ids] & ~terminated[ids]).all():
-            raise WireError("step.final_env_ids: only envs truncated (not terminated) by this "
-                            "step have a final observation")
-        obs = decode_array(msg.final_observations, "step.final_observations",
-                           self.spec.observation_dtype,
-                           (len(ids),) + self.spec.observation_shape)
+            raise WireError(
+                "step.final_env_ids: only envs truncated (not terminated) by this "
+                "step have a final observation"
+            )
+        obs = decode_array(
+            msg.final_observations,
+            "step.final_observations",
+            self.spec.observation_dtype,
+            (len(ids),) + self.spec.observation_shape,
+        )
         if self._obs_check and not np.isfinite(obs).all():
             raise WireError("step.final_observations: must be finite (found NaN or infinity)")
         return ids, obs
@@ -185,8 +200,7 @@ class StepChecker:
         they break even near 100)."""
         k = self.num_envs
         if len(messages) > k:
-            raise WireError(f"step.episodes: {len(messages)} episodes from {k} envs in one "
-                            f"step")
+            raise WireError(f"step.episodes: {len(messages)} episodes from {k} envs in one step")
         seen = set()
         out = []
         for j, ep in enumerate(messages):
@@ -202,9 +216,11 @@ class StepChecker:
             if length < 1:
                 raise WireError(f"{what}.length: must be >= 1, got {length}")
             if abs(ret) > self.max_abs_reward * length:
-                raise WireError(f"{what}.episode_return: {ret:g} over {length} steps is "
-                                f"beyond spec.env.maxAbsReward ({self.max_abs_reward:g}) "
-                                f"per step")
+                raise WireError(
+                    f"{what}.episode_return: {ret:g} over {length} steps is "
+                    f"beyond spec.env.maxAbsReward ({self.max_abs_reward:g}) "
+                    f"per step"
+                )
             if first:  # repeated from a broken connection: nothing to check it against
                 self.unverified += 1
                 continue
@@ -212,15 +228,19 @@ class StepChecker:
                 raise WireError(f"{what}.env_id: env {i} did not end an episode in this step")
             seen_length = int(self.ep_length[i])
             if length < seen_length:
-                raise WireError(f"{what}.length: {length}, but this stream alone sent "
-                                f"{seen_length} steps of that episode")
+                raise WireError(
+                    f"{what}.length: {length}, but this stream alone sent "
+                    f"{seen_length} steps of that episode"
+                )
             if length > seen_length:  # it began before this stream
                 self.unverified += 1
                 continue
             tally = float(self.ep_return[i])
             if abs(ret - tally) > RETURN_RTOL * (float(self.ep_abs[i]) + 1.0):
-                raise WireError(f"{what}.episode_return: {ret:g}, but the rewards this "
-                                f"stream sent for it add up to {tally:g}")
+                raise WireError(
+                    f"{what}.episode_return: {ret:g}, but the rewards this "
+                    f"stream sent for it add up to {tally:g}"
+                )
             out.append((float(ret), int(length)))
         return out
 
@@ -238,12 +258,14 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
     async def AssignIndex(self, request, context):  # noqa: N802 - gRPC method name
         name = self.runtime.experiment.metadata.name
         if request.experiment != name:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"this learner serves experiment {name!r}, not "
-                                f"{request.experiment!r}")
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"this learner serves experiment {name!r}, not {request.experiment!r}",
+            )
         if not request.actor_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "index_request.actor_id: must not be empty")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "index_request.actor_id: must not be empty"
+            )
         try:
             index = self.indices.assign(request.actor_id)
         except NotYet as exc:
@@ -251,19 +273,21 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         log.info("actor %s is index %d", request.actor_id, index)
         return seedrl_pb2.IndexGrant(actor_index=index)
 
-    async def _open_stream(self, actor_id: str, hello: seedrl_pb2.Hello, spec: EnvSpec,
-                           index: int):
+    async def _open_stream(self, actor_id: str, hello: seedrl_pb2.Hello, spec: EnvSpec, index: int):
         """Registers the stream in a worker thread. If this call is cancelled meanwhile (the
         actor went away), the registration still completes there: it is undone as soon as it
         does, or the actor id would stay taken for good."""
-        registering = self._hellos.submit(self.runtime.open_stream, actor_id, hello.num_envs,
-                                          spec, index, hello.first_env)
+        registering = self._hellos.submit(
+            self.runtime.open_stream, actor_id, hello.num_envs, spec, index, hello.first_env
+        )
         try:
             return await asyncio.wrap_future(registering)
         except asyncio.CancelledError:
+
             def undo(done: concurrent.futures.Future) -> None:
                 if not done.cancelled() and done.exception() is None:
                     self.runtime.close_stream(done.result())
+
             registering.add_done_callback(undo)
             raise
 
@@ -282,48 +306,69 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         if first is None:
             return
         if first.WhichOneof("kind") != "hello":
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "",
-                               "the first message of a stream must be a hello")
+            await self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "",
+                "the first message of a stream must be a hello",
+            )
         hello = first.hello
         actor_id = hello.actor_id[:MAX_ACTOR_ID]
         if hello.protocol_version != PROTOCOL_VERSION:
-            await self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION, actor_id,
-                               f"protocol version {hello.protocol_version} is not supported; "
-                               f"this learner speaks {PROTOCOL_VERSION}")
+            await self._refuse(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                actor_id,
+                f"protocol version {hello.protocol_version} is not supported; "
+                f"this learner speaks {PROTOCOL_VERSION}",
+            )
         name = runtime.experiment.metadata.name
         if hello.experiment != name:
-            await self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION, actor_id,
-                               f"this learner serves experiment {name!r}, not "
-                               f"{hello.experiment[:100]!r}")
+            await self._refuse(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                actor_id,
+                f"this learner serves experiment {name!r}, not {hello.experiment[:100]!r}",
+            )
         if not hello.actor_id or len(hello.actor_id) > MAX_ACTOR_ID:
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
-                               f"hello.actor_id: must be 1 to {MAX_ACTOR_ID} characters, got "
-                               f"{len(hello.actor_id)}")
+            await self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                actor_id,
+                f"hello.actor_id: must be 1 to {MAX_ACTOR_ID} characters, got "
+                f"{len(hello.actor_id)}",
+            )
         index = self.indices.connect(actor_id, hello.actor_index)
         try:
             spec = EnvSpec.from_proto(hello.env_spec)
             stream = await self._open_stream(actor_id, hello, spec, index)
         except WireError as exc:
             self.indices.disconnect(actor_id, index)
-            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
-                               f"hello.{exc}")
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id, f"hello.{exc}")
         except HandshakeError as exc:
             self.indices.disconnect(actor_id, index)
-            await self._refuse(context, getattr(grpc.StatusCode, exc.code), actor_id,
-                               str(exc))
+            await self._refuse(context, getattr(grpc.StatusCode, exc.code), actor_id, str(exc))
         except asyncio.CancelledError:
             self.indices.disconnect(actor_id, index)
             raise
         if index != hello.actor_index:
-            log.warning("actor %s said index %d, held by another live actor: it acts as %d",
-                        actor_id, hello.actor_index, index)
-        checker = StepChecker(stream.num_envs, runtime.env_spec,
-                              runtime.experiment.spec.env.max_abs_reward)
+            log.warning(
+                "actor %s said index %d, held by another live actor: it acts as %d",
+                actor_id,
+                hello.actor_index,
+                index,
+            )
+        checker = StepChecker(
+            stream.num_envs, runtime.env_spec, runtime.experiment.spec.env.max_abs_reward
+        )
         log.info("actor %s connected with %d envs", stream.actor_id, stream.num_envs)
         loop = asyncio.get_running_loop()
         try:
-            yield seedrl_pb2.LearnerMessage(welcome=seedrl_pb2.Welcome(
-                protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id, actor_index=index))
+            yield seedrl_pb2.LearnerMessage(
+                welcome=seedrl_pb2.Welcome(
+                    protocol_version=PROTOCOL_VERSION, run_id=runtime.run_id, actor_index=index
+                )
+            )
             # Per message: read, check, decode, queue for inference, answer. Everything else
             # is per batch or per stream (profiled: this loop is what a learner with many
             # streams spends its CPU on).
@@ -335,14 +380,19 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                             return
                         await _stopping_early(context, runtime)
                     if msg.WhichOneof("kind") != "step":
-                        await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
-                                           "expected a step after the hello")
+                        await self._refuse(
+                            context,
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            actor_id,
+                            "expected a step after the hello",
+                        )
                     unverified = checker.unverified
                     try:
                         step, episodes = checker.decode(msg.step)
                     except WireError as exc:
-                        await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
-                                           str(exc))
+                        await self._refuse(
+                            context, grpc.StatusCode.INVALID_ARGUMENT, actor_id, str(exc)
+                        )
                     if checker.unverified != unverified:
                         runtime.unverified_episodes += checker.unverified - unverified
                     try:
@@ -352,11 +402,15 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                             yield seedrl_pb2.LearnerMessage(finished=True)
                             return
                         await _stopping_early(context, runtime)
-                    yield seedrl_pb2.LearnerMessage(actions=seedrl_pb2.Actions(
-                        env_ids=checker.env_ids, actions=encode_array(actions)))
+                    yield seedrl_pb2.LearnerMessage(
+                        actions=seedrl_pb2.Actions(
+                            env_ids=checker.env_ids, actions=encode_array(actions)
+                        )
+                    )
             except DecodeError as exc:  # gRPC decodes each message lazily, as it is read
-                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, actor_id,
-                                   _undecodable(exc))
+                await self._refuse(
+                    context, grpc.StatusCode.INVALID_ARGUMENT, actor_id, _undecodable(exc)
+                )
         finally:
             runtime.close_stream(stream)
             self.indices.disconnect(actor_id, index)
@@ -367,9 +421,11 @@ async def _stopping_early(context, runtime: LearnerRuntime) -> None:
     """Ends a stream while the learner stops before the Experiment is finished (a signal, a
     training failure): UNAVAILABLE, which actors retry, so that they stream to the learner that
     resumes, instead of exiting as if the run were over."""
-    await context.abort(grpc.StatusCode.UNAVAILABLE,
-                        f"the learner is stopping ({runtime.stop_reason}) before the experiment "
-                        f"is finished; reconnect")
+    await context.abort(
+        grpc.StatusCode.UNAVAILABLE,
+        f"the learner is stopping ({runtime.stop_reason}) before the experiment "
+        f"is finished; reconnect",
+    )
 
 
 async def _next_message(request_iterator):
@@ -404,9 +460,9 @@ def server_credentials(cert_file: str | None, key_file: str | None):
     return grpc.ssl_server_credentials([(key, cert)])
 
 
-async def start_server(runtime: LearnerRuntime, address: str,
-                       credentials=None, indices: ActorIndices | None = None
-                       ) -> tuple[grpc.aio.Server, int]:
+async def start_server(
+    runtime: LearnerRuntime, address: str, credentials=None, indices: ActorIndices | None = None
+) -> tuple[grpc.aio.Server, int]:
     """Starts the service on ``address`` (``host:port`` or ``unix:PATH``).
 
     Args:
@@ -416,14 +472,16 @@ async def start_server(runtime: LearnerRuntime, address: str,
     Returns:
       The running server and the bound TCP port (0 for unix sockets).
     """
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        # Notice dead actors (a killed pod leaves no FIN) within a minute.
-        ("grpc.keepalive_time_ms", 20_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-    ])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # Notice dead actors (a killed pod leaves no FIN) within a minute.
+            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+        ]
+    )
     seedrl_pb2_grpc.add_LearnerServicer_to_server(LearnerService(runtime, indices), server)
     if credentials is not None:
         port = server.add_secure_port(address, credentials)

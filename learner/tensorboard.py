@@ -46,7 +46,7 @@ class Summaries:
             self._store = open_store(uri)
             self.directory = tempfile.mkdtemp(prefix="seedrl-tensorboard-")
         else:
-            self.directory = uri[len("file://"):] if uri.startswith("file://") else uri
+            self.directory = uri[len("file://") :] if uri.startswith("file://") else uri
         os.makedirs(self.directory, exist_ok=True)
         self._writer = tf.summary.create_file_writer(self.directory)
         self._metadata = _scalar_metadata()
@@ -58,8 +58,9 @@ class Summaries:
         with self._writer.as_default(step=step):
             for tag, value in scalars.items():
                 if value is not None and value == value:  # skip missing and NaN
-                    tf.summary.write(tag, tf.constant(float(value), tf.float32),
-                                     metadata=self._metadata)
+                    tf.summary.write(
+                        tag, tf.constant(float(value), tf.float32), metadata=self._metadata
+                    )
         if self._store is not None and time.monotonic() - self._last_sync >= self.sync_seconds:
             self.sync()
 

@@ -35,25 +35,35 @@ class UnrollBuilder:
         ``1 <= period <= length``.
     """
 
-    def __init__(self, unroll_length: int, num_envs: int,
-                 fields: Mapping[str, tuple[tuple[int, ...], np.dtype]],
-                 length: int | None = None, period: int | None = None):
+    def __init__(
+        self,
+        unroll_length: int,
+        num_envs: int,
+        fields: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+        length: int | None = None,
+        period: int | None = None,
+    ):
         self.length = unroll_length + 1 if length is None else length
         self.period = unroll_length if period is None else period
         if not 1 <= self.period <= self.length:
-            raise ValueError(f"period must be in [1, {self.length}] for unrolls of "
-                             f"{self.length} rows, got {self.period}")
+            raise ValueError(
+                f"period must be in [1, {self.length}] for unrolls of "
+                f"{self.length} rows, got {self.period}"
+            )
         self.num_envs = num_envs
-        self._buffers = {name: np.zeros((self.length, num_envs) + tuple(shape), dtype=dtype)
-                         for name, (shape, dtype) in fields.items()}
+        self._buffers = {
+            name: np.zeros((self.length, num_envs) + tuple(shape), dtype=dtype)
+            for name, (shape, dtype) in fields.items()
+        }
         self._row = 0
         self.initial_state: list[np.ndarray] = []
         # States at the rows of the buffer where later unrolls begin (period, 2 period, ...),
         # oldest first.
         self._pending: collections.deque[list[np.ndarray]] = collections.deque()
 
-    def append(self, row: Mapping[str, np.ndarray],
-               state_before: list[np.ndarray] | None = None) -> dict[str, np.ndarray] | None:
+    def append(
+        self, row: Mapping[str, np.ndarray], state_before: list[np.ndarray] | None = None
+    ) -> dict[str, np.ndarray] | None:
         """Writes one step of all K envs; returns a finished unroll or None.
 
         Args:
@@ -78,7 +88,7 @@ class UnrollBuilder:
         unroll["initial_state"] = self.initial_state
         keep = self.length - self.period
         for buf in self._buffers.values():
-            buf[:keep] = buf[self.period:]
+            buf[:keep] = buf[self.period :]
         if keep == 0:
             self._row = 0
         else:
@@ -97,8 +107,10 @@ def split_unroll(unroll: Mapping[str, object]) -> list[dict[str, np.ndarray]]:
     state = unroll.get("initial_state", [])
     fields = {k: v for k, v in unroll.items() if k != "initial_state"}
     num_envs = next(iter(fields.values())).shape[1]
-    return [{**{k: v[:, i] for k, v in fields.items()},
-             "initial_state": [s[i] for s in state]} for i in range(num_envs)]
+    return [
+        {**{k: v[:, i] for k, v in fields.items()}, "initial_state": [s[i] for s in state]}
+        for i in range(num_envs)
+    ]
 
 
 def stack_unrolls(unrolls: list[Mapping[str, object]]) -> dict[str, object]:
@@ -106,8 +118,7 @@ def stack_unrolls(unrolls: list[Mapping[str, object]]) -> dict[str, object]:
     out: dict[str, object] = {}
     for key in unrolls[0]:
         if key == "initial_state":
-            out[key] = [np.stack([u[key][j] for u in unrolls]) for j in
-                        range(len(unrolls[0][key]))]
+            out[key] = [np.stack([u[key][j] for u in unrolls]) for j in range(len(unrolls[0][key]))]
         else:
             out[key] = np.stack([u[key] for u in unrolls], axis=1)
     return out

@@ -28,13 +28,19 @@ class CostGauges:
 
     def __init__(self, registry: CollectorRegistry | None = None):
         registry = REGISTRY if registry is None else registry
-        self.usd = Gauge("seedrl_experiment_cost_usd",
-                         "Estimated cost of an Experiment so far, in USD, from the resources "
-                         "its pods requested and the time they ran.",
-                         ["experiment", "namespace", "role"], registry=registry)
-        self.per_million = Gauge("seedrl_experiment_cost_usd_per_million_frames",
-                                 "Estimated USD per million environment frames so far.",
-                                 ["experiment", "namespace"], registry=registry)
+        self.usd = Gauge(
+            "seedrl_experiment_cost_usd",
+            "Estimated cost of an Experiment so far, in USD, from the resources "
+            "its pods requested and the time they ran.",
+            ["experiment", "namespace", "role"],
+            registry=registry,
+        )
+        self.per_million = Gauge(
+            "seedrl_experiment_cost_usd_per_million_frames",
+            "Estimated USD per million environment frames so far.",
+            ["experiment", "namespace"],
+            registry=registry,
+        )
 
     def update(self, experiment: str, namespace: str, report: CostReport) -> None:
         """Sets the gauges of one Experiment from its report."""
@@ -66,9 +72,12 @@ class ExperimentGauges:
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        self._phase = Gauge("seedrl_experiment_phase",
-                            "1 for the phase an Experiment is in, 0 for the others.",
-                            ["experiment", "namespace", "phase"], registry=self.registry)
+        self._phase = Gauge(
+            "seedrl_experiment_phase",
+            "1 for the phase an Experiment is in, 0 for the others.",
+            ["experiment", "namespace", "phase"],
+            registry=self.registry,
+        )
         self.cost = CostGauges(self.registry)
 
     def set_phase(self, experiment: str, namespace: str, phase: str) -> None:
@@ -76,8 +85,7 @@ class ExperimentGauges:
         for p in PHASES:
             self._phase.labels(experiment, namespace, p).set(1.0 if p == phase else 0.0)
 
-    def set_cost(self, experiment: str, namespace: str,
-                 report: CostReport | None) -> None:
+    def set_cost(self, experiment: str, namespace: str, report: CostReport | None) -> None:
         """Sets the cost gauges from a pricing report (None: nothing priced yet)."""
         if report is not None:
             self.cost.update(experiment, namespace, report)

@@ -27,17 +27,18 @@ class Agent(abc.ABC):
         """
 
     @abc.abstractmethod
-    def initial_state(self, batch_size: int, actor_index: int = 0,
-                      first_env: int = 0) -> list[np.ndarray]:
+    def initial_state(
+        self, batch_size: int, actor_index: int = 0, first_env: int = 0
+    ) -> list[np.ndarray]:
         """The per-env state of ``batch_size`` fresh envs of actor ``actor_index``, the first of
         them being env ``first_env`` of that actor: a list of [batch, ...] arrays (empty for
         feed-forward agents). Besides a recurrent state it may hold per-env constants such as
         an exploration rate."""
 
     @abc.abstractmethod
-    def inference(self, observations: np.ndarray, state: list[np.ndarray],
-                  rewards: np.ndarray | None = None
-                  ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    def inference(
+        self, observations: np.ndarray, state: list[np.ndarray], rewards: np.ndarray | None = None
+    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
         """Acts on a batch of observations [N, *obs_shape].
 
         Args:

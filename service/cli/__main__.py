@@ -1,4 +1,5 @@
 """python -m seedrl.service.cli"""
+
 import sys
 
 from seedrl.service.cli.main import main

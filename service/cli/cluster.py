@@ -21,23 +21,29 @@ FIELD_MANAGER = "seedrl-cli"
 APPLY = "application/apply-patch+yaml"
 
 
-def list_experiments(client: kubernetes.client.ApiClient, namespace: str | None
-                     ) -> list[dict[str, Any]]:
+def list_experiments(
+    client: kubernetes.client.ApiClient, namespace: str | None
+) -> list[dict[str, Any]]:
     """The Experiments in one namespace (all namespaces if None), sorted by namespace, name."""
     api = kubernetes.client.CustomObjectsApi(client)
     if namespace is None:
-        response = api.list_cluster_custom_object(GROUP, VERSION, PLURAL,
-                                                  _preload_content=False)
+        response = api.list_cluster_custom_object(GROUP, VERSION, PLURAL, _preload_content=False)
     else:
-        response = api.list_namespaced_custom_object(GROUP, VERSION, namespace,
-                                                     PLURAL, _preload_content=False)
+        response = api.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, _preload_content=False
+        )
     items = json.loads(cast(Any, response).data).get("items") or []
-    return sorted(items, key=lambda o: (o["metadata"].get("namespace") or "",
-                                        o["metadata"]["name"]))
+    return sorted(
+        items, key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"])
+    )
 
 
-def apply_experiment(client: kubernetes.client.ApiClient, document: Mapping[str, Any],
-                     namespace: str, force_conflicts: bool = False) -> dict[str, Any]:
+def apply_experiment(
+    client: kubernetes.client.ApiClient,
+    document: Mapping[str, Any],
+    namespace: str,
+    force_conflicts: bool = False,
+) -> dict[str, Any]:
     """Server-side applies an Experiment document (created, or updated to this content).
 
     Args:
@@ -53,9 +59,17 @@ def apply_experiment(client: kubernetes.client.ApiClient, document: Mapping[str,
     body.setdefault("metadata", {})["namespace"] = namespace
     api = kubernetes.client.CustomObjectsApi(client)
     response = api.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"], body,
-        field_manager=FIELD_MANAGER, force=force_conflicts, _content_type=APPLY,
-        _preload_content=False)
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        body["metadata"]["name"],
+        body,
+        field_manager=FIELD_MANAGER,
+        force=force_conflicts,
+        _content_type=APPLY,
+        _preload_content=False,
+    )
     return json.loads(cast(Any, response).data)
 
 
@@ -64,7 +78,8 @@ def _age(created: str | None, now: datetime.datetime) -> str:
         return "-"
     try:
         then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=datetime.timezone.utc)
+            tzinfo=datetime.timezone.utc
+        )
     except ValueError:
         return "-"
     seconds = max(0, int((now - then).total_seconds()))
@@ -83,8 +98,11 @@ def _count(value: Optional[int]) -> str:
     return str(value)
 
 
-def status_rows(items: Sequence[Mapping[str, Any]], now: datetime.datetime | None = None,
-                with_namespace: bool = False) -> list[list[str]]:
+def status_rows(
+    items: Sequence[Mapping[str, Any]],
+    now: datetime.datetime | None = None,
+    with_namespace: bool = False,
+) -> list[list[str]]:
     """The table ``seedrl status`` prints: a header row, then one row per Experiment."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     header = ["NAME", "PHASE", "AGENT", "ENV", "ACTORS", "STEPS", "RETURN", "COST", "AGE"]
@@ -104,17 +122,20 @@ def status_rows(items: Sequence[Mapping[str, Any]], now: datetime.datetime | Non
         mean = learner.mean_return if learner else None
         cost = (status.get("cost") or {}).get("totalUsd")
         phase = status.get("phase") or "-"
-        valid = next((c for c in status.get("conditions") or []
-                      if c.get("type") == "Valid"), None)
+        valid = next((c for c in status.get("conditions") or [] if c.get("type") == "Valid"), None)
         if valid and valid.get("status") == "False":
             phase = f"{phase} ({valid.get('reason')})"
-        row = [meta.get("name", "?"), phase,
-               (spec.get("agent") or {}).get("name", AgentConfig().name),
-               (spec.get("env") or {}).get("id", EnvConfig().id),
-               f"{actors.get('ready', 0)}/{desired}",
-               _count(learner.env_steps) if learner else "-",
-               "-" if mean is None else f"{mean:.1f}",
-               "-" if cost is None else f"${cost:,.2f}", _age(meta.get("creationTimestamp"), now)]
+        row = [
+            meta.get("name", "?"),
+            phase,
+            (spec.get("agent") or {}).get("name", AgentConfig().name),
+            (spec.get("env") or {}).get("id", EnvConfig().id),
+            f"{actors.get('ready', 0)}/{desired}",
+            _count(learner.env_steps) if learner else "-",
+            "-" if mean is None else f"{mean:.1f}",
+            "-" if cost is None else f"${cost:,.2f}",
+            _age(meta.get("creationTimestamp"), now),
+        ]
         if with_namespace:
             row.insert(0, meta.get("namespace") or "")
         rows.append(row)
@@ -124,5 +145,9 @@ def status_rows(items: Sequence[Mapping[str, Any]], now: datetime.datetime | Non
 def format_table(rows: list[list[str]]) -> str:
     """Left-aligned columns separated by three spaces, as kubectl prints them."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                     for row in rows) + "\n"
+    return (
+        "\n".join(
+            "   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
+        )
+        + "\n"
+    )

@@ -26,30 +26,49 @@ from seedrl.common.exit_codes import ExitCode
 def add_parser(sub) -> None:
     """Adds the ``cost`` command to the CLI's subparsers."""
     p = sub.add_parser(
-        "cost", help="cost report of a run or Experiment, or `cost plan FILE --frames N`",
+        "cost",
+        help="cost report of a run or Experiment, or `cost plan FILE --frames N`",
         description="`seedrl cost NAME` prints what a run (runs/NAME) or a cluster "
-                    "Experiment cost; `seedrl cost plan FILE --frames N` estimates time and "
-                    "cost to N frames for SEED's layout against IMPALA's.")
+        "Experiment cost; `seedrl cost plan FILE --frames N` estimates time and "
+        "cost to N frames for SEED's layout against IMPALA's.",
+    )
     p.add_argument("name", help="a run or Experiment name, or 'plan'")
     p.add_argument("file", nargs="?", help="(plan) the Experiment YAML file")
     p.add_argument("--runs-dir", default="runs", help="where local run directories live")
-    p.add_argument("--namespace", default=None,
-                   help="the Experiment's namespace (default: the kubeconfig's)")
-    p.add_argument("--prices", default=None,
-                   help="a price-table override (YAML; default: $SEEDRL_PRICES or the "
-                        "packaged table)")
+    p.add_argument(
+        "--namespace", default=None, help="the Experiment's namespace (default: the kubeconfig's)"
+    )
+    p.add_argument(
+        "--prices",
+        default=None,
+        help="a price-table override (YAML; default: $SEEDRL_PRICES or the packaged table)",
+    )
     p.add_argument("--frames", type=float, help="(plan) env frames to train to")
-    p.add_argument("--throughput", default=None,
-                   help="(plan) measured rates: a bench-throughput JSON or a run's "
-                        "summary.json (default: runs/<name>/summary.json of FILE's "
-                        "Experiment, else the packaged reference figures of its env)")
-    p.add_argument("--inference-from", default=None,
-                   help="(plan) a bench-throughput JSON giving the model's inference cost "
-                        "when --throughput is a run summary")
-    p.add_argument("--actors", type=int, default=None,
-                   help="(plan) actors in the SEED layout (default: spec.actors.replicas)")
-    p.add_argument("--learner-steps-per-s", type=float, default=None,
-                   help="(plan) the most env steps/s the learner serves, if known")
+    p.add_argument(
+        "--throughput",
+        default=None,
+        help="(plan) measured rates: a bench-throughput JSON or a run's "
+        "summary.json (default: runs/<name>/summary.json of FILE's "
+        "Experiment, else the packaged reference figures of its env)",
+    )
+    p.add_argument(
+        "--inference-from",
+        default=None,
+        help="(plan) a bench-throughput JSON giving the model's inference cost "
+        "when --throughput is a run summary",
+    )
+    p.add_argument(
+        "--actors",
+        type=int,
+        default=None,
+        help="(plan) actors in the SEED layout (default: spec.actors.replicas)",
+    )
+    p.add_argument(
+        "--learner-steps-per-s",
+        type=float,
+        default=None,
+        help="(plan) the most env steps/s the learner serves, if known",
+    )
 
 
 def _problems(exc: ConfigError, what: str) -> None:
@@ -58,8 +77,9 @@ def _problems(exc: ConfigError, what: str) -> None:
         print(f"  {path}: {reason}", file=sys.stderr)
 
 
-def cluster_cost(name: str, namespace: str | None = None,
-                 api_client=None) -> tuple[str, dict | None]:
+def cluster_cost(
+    name: str, namespace: str | None = None, api_client=None
+) -> tuple[str, dict | None]:
     """The namespace read and ``status.cost`` of the Experiment ``name`` through the Kubernetes
     API (None before the operator has priced it).
 
@@ -76,7 +96,8 @@ def cluster_cost(name: str, namespace: str | None = None,
         namespace = namespace or kube.default_namespace()
     namespace = namespace or "default"
     obj: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name)
+        GROUP, VERSION, namespace, PLURAL, name
+    )
     return namespace, ((obj or {}).get("status") or {}).get("cost")
 
 
@@ -91,8 +112,13 @@ def _local_report(run_dir: str, prices_path: str | None) -> dict | None:
     records = [cost.record_from_dict(r) for r in data.get("records", [])]
     prices = cost.load_prices(prices_path)
     as_of = max((e for r in records for _, e in r.intervals if e is not None), default=0.0)
-    report = cost.compute_cost(records, prices, env_frames=int(stored.get("envFrames") or 0),
-                               now=as_of, description=cost.describe_records(records, as_of))
+    report = cost.compute_cost(
+        records,
+        prices,
+        env_frames=int(stored.get("envFrames") or 0),
+        now=as_of,
+        description=cost.describe_records(records, as_of),
+    )
     status = report.to_status()
     status["running"] = bool(data.get("running"))
     return status
@@ -113,8 +139,11 @@ def cmd_report(args) -> int:
         try:
             namespace, status = cluster_cost(args.name, args.namespace)
         except Exception as exc:  # noqa: BLE001 - any API or config failure is reported as is
-            print(f"error: no local run {run_dir}/cost.json, and the cluster could not be "
-                  f"read: {exc}", file=sys.stderr)
+            print(
+                f"error: no local run {run_dir}/cost.json, and the cluster could not be "
+                f"read: {exc}",
+                file=sys.stderr,
+            )
             return ExitCode.FAILED
         where = f"Experiment {namespace}/{args.name}"
         if not status:
@@ -137,8 +166,7 @@ def cmd_plan(args) -> int:
     try:
         exp = load_experiment(args.file)
         prices = cost.load_prices(args.prices)
-        source = args.throughput or os.path.join(args.runs_dir, exp.metadata.name,
-                                                 "summary.json")
+        source = args.throughput or os.path.join(args.runs_dir, exp.metadata.name, "summary.json")
         if args.throughput or os.path.exists(source):
             throughput = cost_plan.read_throughput(source, exp, args.inference_from)
         else:
@@ -146,19 +174,26 @@ def cmd_plan(args) -> int:
             reference = cost_plan.reference_throughput(exp)
             if reference is None:
                 known = ", ".join(sorted(cost_plan.load_reference().envs))
-                print(f"error: no throughput for {exp.spec.env.id}: {source} does not exist "
-                      f"and reference figures exist only for {known}; pass --throughput "
-                      f"bench-throughput.json (make bench-throughput) or a run's "
-                      f"summary.json", file=sys.stderr)
+                print(
+                    f"error: no throughput for {exp.spec.env.id}: {source} does not exist "
+                    f"and reference figures exist only for {known}; pass --throughput "
+                    f"bench-throughput.json (make bench-throughput) or a run's "
+                    f"summary.json",
+                    file=sys.stderr,
+                )
                 return ExitCode.BAD_CONFIG
             throughput = reference
         machines = cost.rendered_machines(exp)
         result = cost_plan.plan(
-            frames=int(args.frames), frames_per_step=exp.spec.env.frames_per_step,
+            frames=int(args.frames),
+            frames_per_step=exp.spec.env.frames_per_step,
             replicas=args.actors or exp.spec.actors.replicas,
-            learner=machines["learner"], actor=machines["actor"],
-            throughput=throughput, prices=prices,
-            learner_steps_per_s=args.learner_steps_per_s)
+            learner=machines["learner"],
+            actor=machines["actor"],
+            throughput=throughput,
+            prices=prices,
+            learner_steps_per_s=args.learner_steps_per_s,
+        )
     except ConfigError as exc:
         _problems(exc, "cannot plan")
         return ExitCode.BAD_CONFIG
@@ -174,8 +209,7 @@ def cmd_cost(args) -> int:
     if args.name == "plan":
         return cmd_plan(args)
     if args.file:
-        print(f"error: unexpected argument {args.file!r}; usage: seedrl cost NAME",
-              file=sys.stderr)
+        print(f"error: unexpected argument {args.file!r}; usage: seedrl cost NAME", file=sys.stderr)
         return ExitCode.BAD_CONFIG
     return cmd_report(args)
 
@@ -190,4 +224,3 @@ def train_cost(exp, run_dir: str):
     except ConfigError as exc:
         _problems(exc, "invalid price table; no cost estimate for this run")
         return None
-

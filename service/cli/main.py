@@ -1,10 +1,10 @@
 """The `seedrl` command line.
 
-  seedrl train FILE [--set path=value ...] [--resume] [--runs-dir DIR]
-  seedrl validate FILE [--set path=value ...]
-  seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cli/cost.py)
-  seedrl submit FILE [--set path=value ...] [-n NAMESPACE] [--dry-run]
-  seedrl status [-n NAMESPACE | -A]
+seedrl train FILE [--set path=value ...] [--resume] [--runs-dir DIR]
+seedrl validate FILE [--set path=value ...]
+seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cli/cost.py)
+seedrl submit FILE [--set path=value ...] [-n NAMESPACE] [--dry-run]
+seedrl status [-n NAMESPACE | -A]
 """
 
 from __future__ import annotations
@@ -20,55 +20,74 @@ from seedrl.common.storage import tensorboard_uri
 from seedrl.service.cli import cost as cost_cli
 
 
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seedrl", description="Scalable deep RL, SEED-style.")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_overrides(sp):
         sp.add_argument("file", help="an Experiment YAML file")
-        sp.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="PATH=VALUE",
-                        help="override a field, e.g. --set spec.budget.maxEnvSteps=20000 "
-                             "(repeatable; values are YAML)")
+        sp.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="PATH=VALUE",
+            help="override a field, e.g. --set spec.budget.maxEnvSteps=20000 "
+            "(repeatable; values are YAML)",
+        )
 
     train = sub.add_parser("train", help="run an Experiment on this machine")
     with_overrides(train)
-    train.add_argument("--resume", action="store_true",
-                       help="continue runs/<name> from its last checkpoint (also needed to "
-                            "continue from a spec.checkpoint.uri that holds checkpoints)")
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue runs/<name> from its last checkpoint (also needed to "
+        "continue from a spec.checkpoint.uri that holds checkpoints)",
+    )
     train.add_argument("--runs-dir", default="runs", help="where run directories live")
     train.add_argument("--quiet", action="store_true", help="no progress display")
 
     validate = sub.add_parser("validate", help="check an Experiment and print it resolved")
     with_overrides(validate)
-    validate.add_argument("--no-env-check", action="store_true",
-                          help="skip making one env of spec.env (to check that its id is "
-                               "registered, after spec.env.imports): for a machine without "
-                               "the env's packages")
+    validate.add_argument(
+        "--no-env-check",
+        action="store_true",
+        help="skip making one env of spec.env (to check that its id is "
+        "registered, after spec.env.imports): for a machine without "
+        "the env's packages",
+    )
     cost_cli.add_parser(sub)
 
     def with_cluster(sp):
-        sp.add_argument("--kubeconfig", help="kubeconfig file (default: in a pod, its service "
-                                             "account; else $KUBECONFIG or ~/.kube/config)")
+        sp.add_argument(
+            "--kubeconfig",
+            help="kubeconfig file (default: in a pod, its service "
+            "account; else $KUBECONFIG or ~/.kube/config)",
+        )
         sp.add_argument("--context", help="kubeconfig context (default: the current one)")
         sp.add_argument("-n", "--namespace", help="namespace (default: the context's)")
 
-    submit = sub.add_parser("submit", help="validate an Experiment here, then apply it to the "
-                                           "cluster")
+    submit = sub.add_parser(
+        "submit", help="validate an Experiment here, then apply it to the cluster"
+    )
     with_overrides(submit)
     with_cluster(submit)
-    submit.add_argument("--dry-run", action="store_true",
-                        help="validate and print what would be applied; touch nothing")
-    submit.add_argument("--force-conflicts", action="store_true",
-                        help="take over fields that another manager (kubectl, an autoscaler) "
-                             "set")
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate and print what would be applied; touch nothing",
+    )
+    submit.add_argument(
+        "--force-conflicts",
+        action="store_true",
+        help="take over fields that another manager (kubectl, an autoscaler) set",
+    )
 
-    status = sub.add_parser("status", help="the Experiments in a namespace: phase, steps, "
-                                           "return, cost")
+    status = sub.add_parser(
+        "status", help="the Experiments in a namespace: phase, steps, return, cost"
+    )
     with_cluster(status)
-    status.add_argument("-A", "--all-namespaces", action="store_true",
-                        help="every namespace")
+    status.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     return p
 
 
@@ -139,8 +158,12 @@ def cmd_train(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.REFUSED
     progress = None if args.quiet else Progress(exp.metadata.name, exp.spec.budget)
-    run = LocalRun(exp, run_dir, on_status=progress.update if progress else None,
-                   cost=cost_cli.train_cost(exp, run_dir))
+    run = LocalRun(
+        exp,
+        run_dir,
+        on_status=progress.update if progress else None,
+        cost=cost_cli.train_cost(exp, run_dir),
+    )
     interrupted = []
 
     def on_signal(signum, _frame):
@@ -149,36 +172,48 @@ def cmd_train(args) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"training {exp.metadata.name}: {exp.spec.actors.replicas} actors x "
-          f"{exp.spec.actors.envs_per_actor} envs of {exp.spec.env.id}, agent "
-          f"{exp.spec.agent.name}; logs in {run_dir}", flush=True)
+    print(
+        f"training {exp.metadata.name}: {exp.spec.actors.replicas} actors x "
+        f"{exp.spec.actors.envs_per_actor} envs of {exp.spec.env.id}, agent "
+        f"{exp.spec.agent.name}; logs in {run_dir}",
+        flush=True,
+    )
     ports = run.metrics_ports
     logdir = tensorboard_uri(exp.spec.checkpoint.uri, run_dir)
-    print(f"metrics: learner http://127.0.0.1:{ports[0]}/metrics (status on /status), actors "
-          f"on ports {', '.join(map(str, ports[1:-1]))}, phase and cost on port {ports[-1]}; "
-          f"Prometheus targets in "
-          f"{run.targets_path} (file_sd_configs); TensorBoard: tensorboard --logdir {logdir}",
-          flush=True)
+    print(
+        f"metrics: learner http://127.0.0.1:{ports[0]}/metrics (status on /status), actors "
+        f"on ports {', '.join(map(str, ports[1:-1]))}, phase and cost on port {ports[-1]}; "
+        f"Prometheus targets in "
+        f"{run.targets_path} (file_sd_configs); TensorBoard: tensorboard --logdir {logdir}",
+        flush=True,
+    )
     summary = run.run()
     if progress:
         progress.close()
     reason = summary.get("stop_reason")
     if reason == "learner_failed":
-        print(f"error: the learner failed (exit code {summary.get('learner_exit_code')}); "
-              f"see {summary.get('log')}", file=sys.stderr)
+        print(
+            f"error: the learner failed (exit code {summary.get('learner_exit_code')}); "
+            f"see {summary.get('log')}",
+            file=sys.stderr,
+        )
         return ExitCode.FAILED
     if reason == "no_progress":
         print(f"error: {summary.get('error')} (logs in {run_dir})", file=sys.stderr)
         return ExitCode.FAILED
     mean = summary.get("mean_return_100")
     mean_text = "n/a" if mean is None else f"{mean:.1f}"
-    print(f"stopped ({reason}) after {summary.get('env_steps', 0):,} env steps in "
-          f"{format_duration(summary.get('seconds', 0))} "
-          f"({summary.get('env_steps_per_s', 0):,.0f} steps/s); mean return of the last "
-          f"{summary.get('return_window', 0)} episodes: {mean_text}. Summary: "
-          f"{run_dir}/summary.json", flush=True)
+    print(
+        f"stopped ({reason}) after {summary.get('env_steps', 0):,} env steps in "
+        f"{format_duration(summary.get('seconds', 0))} "
+        f"({summary.get('env_steps_per_s', 0):,.0f} steps/s); mean return of the last "
+        f"{summary.get('return_window', 0)} episodes: {mean_text}. Summary: "
+        f"{run_dir}/summary.json",
+        flush=True,
+    )
     if run.cost_status:
         from seedrl.service.cost import format_cost_line
+
         print(format_cost_line(run.cost_status), flush=True)
     if reason == "train_error":
         return ExitCode.FAILED
@@ -208,13 +243,19 @@ def cmd_submit(args) -> int:
         for path, reason in exc.problems:
             print(f"  {path}: {reason}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
-    namespace = (args.namespace or exp.metadata.namespace
-                 or kube.default_namespace(args.kubeconfig, args.context))
+    namespace = (
+        args.namespace
+        or exp.metadata.namespace
+        or kube.default_namespace(args.kubeconfig, args.context)
+    )
     if not exp.spec.checkpoint.uri:
         # Allowed (short runs, trials), but a preempted or rescheduled learner starts over.
-        print("warning: spec.checkpoint.uri is empty: the learner checkpoints into its pod's "
-              "emptyDir, which a new pod (preemption, node loss) does not get back; set "
-              "gs://bucket/prefix to resume across pods", file=sys.stderr)
+        print(
+            "warning: spec.checkpoint.uri is empty: the learner checkpoints into its pod's "
+            "emptyDir, which a new pod (preemption, node loss) does not get back; set "
+            "gs://bucket/prefix to resume across pods",
+            file=sys.stderr,
+        )
     if args.dry_run:
         document.setdefault("metadata", {})["namespace"] = namespace
         sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
@@ -223,11 +264,16 @@ def cmd_submit(args) -> int:
         client = kube.api_client(args.kubeconfig, args.context)
         stored = cluster.apply_experiment(client, document, namespace, args.force_conflicts)
     except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
-        print(f"error: could not apply {exp.metadata.name} to namespace {namespace}: "
-              f"{_api_error(exc)}", file=sys.stderr)
+        print(
+            f"error: could not apply {exp.metadata.name} to namespace {namespace}: "
+            f"{_api_error(exc)}",
+            file=sys.stderr,
+        )
         return ExitCode.FAILED
-    print(f"{SINGULAR}.{GROUP}/{stored['metadata']['name']} applied in namespace "
-          f"{namespace} (generation {stored['metadata'].get('generation', '?')})")
+    print(
+        f"{SINGULAR}.{GROUP}/{stored['metadata']['name']} applied in namespace "
+        f"{namespace} (generation {stored['metadata'].get('generation', '?')})"
+    )
     return ExitCode.OK
 
 
@@ -236,8 +282,11 @@ def cmd_status(args) -> int:
     from seedrl.service import kube
     from seedrl.service.cli import cluster
 
-    namespace = None if args.all_namespaces else (
-        args.namespace or kube.default_namespace(args.kubeconfig, args.context))
+    namespace = (
+        None
+        if args.all_namespaces
+        else (args.namespace or kube.default_namespace(args.kubeconfig, args.context))
+    )
     try:
         client = kube.api_client(args.kubeconfig, args.context)
         items = cluster.list_experiments(client, namespace)
@@ -248,8 +297,9 @@ def cmd_status(args) -> int:
         where = "any namespace" if namespace is None else f"namespace {namespace}"
         print(f"no experiments in {where}")
         return ExitCode.OK
-    sys.stdout.write(cluster.format_table(cluster.status_rows(items,
-                                                              with_namespace=namespace is None)))
+    sys.stdout.write(
+        cluster.format_table(cluster.status_rows(items, with_namespace=namespace is None))
+    )
     return ExitCode.OK
 
 

@@ -60,14 +60,23 @@ annotations: {{}}
 def _comment(text: str, indent: str) -> list[str]:
     """A docstring as ``# `` comment lines wrapped to the file's width."""
     body = " ".join(text.split())
-    return textwrap.wrap(body, WIDTH - len(indent) - 2, initial_indent=f"{indent}# ",
-                         subsequent_indent=f"{indent}# ", break_on_hyphens=False)
+    return textwrap.wrap(
+        body,
+        WIDTH - len(indent) - 2,
+        initial_indent=f"{indent}# ",
+        subsequent_indent=f"{indent}# ",
+        break_on_hyphens=False,
+    )
 
 
 def _scalar(value: Any) -> str:
     """One value in YAML flow style, on one line."""
-    return yaml.safe_dump(value, default_flow_style=True, width=10**9,
-                          allow_unicode=True).strip().removesuffix("\n...").strip()
+    return (
+        yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True)
+        .strip()
+        .removesuffix("\n...")
+        .strip()
+    )
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -142,8 +151,9 @@ def outputs() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Writes or checks the generated chart files; prints them with neither flag."""
-    return generated.main("python -m seedrl.service.generate.chart_values",
-                          __doc__.splitlines()[0], outputs, argv)
+    return generated.main(
+        "python -m seedrl.service.generate.chart_values", __doc__.splitlines()[0], outputs, argv
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,14 @@ class LocalCost:
         self.previous = [cost.record_from_dict(r) for r in previous.get("records", [])]
         #: The latest pricing (a :class:`seedrl.service.cost.CostReport`), for the cost gauges.
         self.last_report: cost.CostReport | None = None
-        self.session = 1 + max((int(r.name.rpartition("@")[2]) for r in self.previous
-                                if r.name.rpartition("@")[2].isdigit()), default=0)
+        self.session = 1 + max(
+            (
+                int(r.name.rpartition("@")[2])
+                for r in self.previous
+                if r.name.rpartition("@")[2].isdigit()
+            ),
+            default=0,
+        )
 
     def records(self, children: Sequence[Any], now: float) -> list[cost.PodRecord]:
         """This session's processes (``Child`` objects with ``intervals``) and earlier ones'."""
@@ -67,12 +73,21 @@ class LocalCost:
         now = time.time()
         records = self.records(children, now)
         frames = int(env_steps or 0) * self.exp.spec.env.frames_per_step
-        report = cost.compute_cost(records, self.prices, env_frames=frames, now=now,
-                                   description=cost.describe_records(records, now))
+        report = cost.compute_cost(
+            records,
+            self.prices,
+            env_frames=frames,
+            now=now,
+            description=cost.describe_records(records, now),
+        )
         self.last_report = report
         status = report.to_status()
-        data = {"experiment": self.exp.metadata.name, "running": running, "cost": status,
-                "records": [r.to_dict() for r in records]}
+        data = {
+            "experiment": self.exp.metadata.name,
+            "running": running,
+            "cost": status,
+            "records": [r.to_dict() for r in records],
+        }
         path = os.path.join(self.run_dir, COST_FILE)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:

@@ -89,7 +89,8 @@ def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
         if not resume:
             raise RunDirError(
                 f"{run_dir} already exists: pass --resume to continue that run, or pick "
-                f"another name with --set metadata.name=NEW-NAME")
+                f"another name with --set metadata.name=NEW-NAME"
+            )
         if os.path.exists(config_path):
             with open(config_path, encoding="utf-8") as fh:
                 old = yaml.safe_load(fh) or {}
@@ -98,7 +99,8 @@ def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
                 raise RunDirError(
                     f"{'.'.join(changed[0].split('.')[:2])} differs from the run being "
                     f"resumed ({config_path}); its checkpoints only fit the original — start "
-                    f"a new run instead")
+                    f"a new run instead"
+                )
         for stale in ("summary.json", "status.json"):
             path = os.path.join(run_dir, stale)
             if os.path.exists(path):
@@ -127,14 +129,15 @@ def check_checkpoint_location(exp: Experiment, resume: bool) -> None:
         return
     try:
         store = open_store(uri)
-        with_retries(lambda: store.read(CHECKPOINT_MANIFEST), what=f"reading {uri}",
-                     attempts=3)
+        with_retries(lambda: store.read(CHECKPOINT_MANIFEST), what=f"reading {uri}", attempts=3)
     except NotFound:
         return
     except (StorageError, ValueError, OSError) as exc:
         raise RunDirError(f"cannot read the checkpoint location {uri}: {exc}") from None
-    raise RunDirError(f"{uri} already holds checkpoints: pass --resume to continue from them, "
-                      f"or set another spec.checkpoint.uri")
+    raise RunDirError(
+        f"{uri} already holds checkpoints: pass --resume to continue from them, "
+        f"or set another spec.checkpoint.uri"
+    )
 
 
 def learner_address(run_dir: str) -> str:
@@ -192,17 +195,25 @@ def last_line(path: str, limit: int = 8192) -> str:
     return lines[-1] if lines else ""
 
 
-def derive_env_spec(config_path: str, out_path: str, env: dict[str, str] | None = None,
-                    timeout: float = ENV_SPEC_TIMEOUT_S) -> str | None:
+def derive_env_spec(
+    config_path: str,
+    out_path: str,
+    env: dict[str, str] | None = None,
+    timeout: float = ENV_SPEC_TIMEOUT_S,
+) -> str | None:
     """Makes the Experiment's env once, with the actors' code, and writes its spec to
     ``out_path``; returns None, or why the env cannot be made (one line)."""
     import subprocess
 
     try:
-        done = subprocess.run(python_module("seedrl.actors", "--config", config_path,
-                                            "--env-spec-out", out_path),
-                              capture_output=True, text=True, env=env, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            python_module("seedrl.actors", "--config", config_path, "--env-spec-out", out_path),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return f"making one {config_path} env took over {timeout:.0f} s"
     if done.returncode == 0:
@@ -220,14 +231,29 @@ def write_prometheus_targets(run_dir: str, experiment: str, ports: list[int]) ->
     """Writes ``prometheus-targets.json`` (Prometheus ``file_sd_configs`` format) listing the
     learner's, each actor's and the launcher's endpoints (``ports`` in that order), labelled
     as the cluster's PodMonitor labels pods."""
-    groups = [{"targets": [f"127.0.0.1:{ports[0]}"],
-               "labels": {"seedrl_experiment": experiment, "seedrl_role": "learner"}}]
-    groups += [{"targets": [f"127.0.0.1:{port}"],
-                "labels": {"seedrl_experiment": experiment, "seedrl_role": "actor",
-                           "seedrl_actor": str(i)}}
-               for i, port in enumerate(ports[1:-1])]
-    groups.append({"targets": [f"127.0.0.1:{ports[-1]}"],
-                   "labels": {"seedrl_experiment": experiment, "seedrl_role": "launcher"}})
+    groups = [
+        {
+            "targets": [f"127.0.0.1:{ports[0]}"],
+            "labels": {"seedrl_experiment": experiment, "seedrl_role": "learner"},
+        }
+    ]
+    groups += [
+        {
+            "targets": [f"127.0.0.1:{port}"],
+            "labels": {
+                "seedrl_experiment": experiment,
+                "seedrl_role": "actor",
+                "seedrl_actor": str(i),
+            },
+        }
+        for i, port in enumerate(ports[1:-1])
+    ]
+    groups.append(
+        {
+            "targets": [f"127.0.0.1:{ports[-1]}"],
+            "labels": {"seedrl_experiment": experiment, "seedrl_role": "launcher"},
+        }
+    )
     path = os.path.join(run_dir, PROMETHEUS_TARGETS)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -248,9 +274,14 @@ class LocalRun:
         the final report is left in ``cost_status``.
     """
 
-    def __init__(self, exp: Experiment, run_dir: str,
-                 on_status: Callable[[LearnerStatus], None] | None = None,
-                 learner_args: tuple[str, ...] = (), cost=None):
+    def __init__(
+        self,
+        exp: Experiment,
+        run_dir: str,
+        on_status: Callable[[LearnerStatus], None] | None = None,
+        learner_args: tuple[str, ...] = (),
+        cost=None,
+    ):
         self.exp = exp
         self.cost = cost
         self.cost_status: dict | None = None
@@ -275,21 +306,50 @@ class LocalRun:
         #: this launcher's own (the run's phase and cost, as the operator exports them).
         self.metrics_ports = free_ports(2 + replicas)
         self.gauges = ExperimentGauges()
-        self._metrics_server = MetricsServer(self.gauges.registry, host="127.0.0.1",
-                                             port=self.metrics_ports[-1])
-        self.learner = Child("learner", python_module(
-            "seedrl.learner", "--config", config, "--run-dir", run_dir, "--listen", self.address,
-            "--env-spec", self.env_spec_path,
-            "--metrics-address", f"127.0.0.1:{self.metrics_ports[0]}", *learner_args),
-            os.path.join(run_dir, "learner.log"), env)
-        self.actors = [Child(f"actor-{i}", python_module(
-            "seedrl.actors", "--config", config, "--learner", self.address, "--index", str(i),
-            "--actor-id", f"{exp.metadata.name}-local-{i}",
-            "--metrics-address", f"127.0.0.1:{self.metrics_ports[1 + i]}"),
-            os.path.join(run_dir, f"actor-{i}.log"), env)
-            for i in range(replicas)]
-        self.targets_path = write_prometheus_targets(
-            run_dir, exp.metadata.name, self.metrics_ports)
+        self._metrics_server = MetricsServer(
+            self.gauges.registry, host="127.0.0.1", port=self.metrics_ports[-1]
+        )
+        self.learner = Child(
+            "learner",
+            python_module(
+                "seedrl.learner",
+                "--config",
+                config,
+                "--run-dir",
+                run_dir,
+                "--listen",
+                self.address,
+                "--env-spec",
+                self.env_spec_path,
+                "--metrics-address",
+                f"127.0.0.1:{self.metrics_ports[0]}",
+                *learner_args,
+            ),
+            os.path.join(run_dir, "learner.log"),
+            env,
+        )
+        self.actors = [
+            Child(
+                f"actor-{i}",
+                python_module(
+                    "seedrl.actors",
+                    "--config",
+                    config,
+                    "--learner",
+                    self.address,
+                    "--index",
+                    str(i),
+                    "--actor-id",
+                    f"{exp.metadata.name}-local-{i}",
+                    "--metrics-address",
+                    f"127.0.0.1:{self.metrics_ports[1 + i]}",
+                ),
+                os.path.join(run_dir, f"actor-{i}.log"),
+                env,
+            )
+            for i in range(replicas)
+        ]
+        self.targets_path = write_prometheus_targets(run_dir, exp.metadata.name, self.metrics_ports)
 
     def request_stop(self, signum: int = signal.SIGINT) -> None:
         """Asks the run to stop (from a signal handler): the learner checkpoints and exits."""
@@ -322,8 +382,7 @@ class LocalRun:
                     forwarded = True
                 code = self.learner.poll()
                 if code is not None:
-                    if forwarded or not self._restart(self.learner, code,
-                                                      MAX_LEARNER_RESTARTS):
+                    if forwarded or not self._restart(self.learner, code, MAX_LEARNER_RESTARTS):
                         break
                 fresh = read_status(status_path)
                 if fresh and fresh.time != last_status_time:
@@ -338,27 +397,31 @@ class LocalRun:
                     finished = status is not None and status.state == "finished"
                     self._supervise_actors(finished)
                     if not finished:
-                        self.failure = self._no_progress(time.monotonic() - last_progress,
-                                                         status)
+                        self.failure = self._no_progress(time.monotonic() - last_progress, status)
                         if self.failure:
                             break
                 if self.cost and time.monotonic() - last_cost >= COST_EVERY_S:
                     last_cost = time.monotonic()
-                    self.cost.update([self.learner, *self.actors], env_steps or 0,
-                                     running=True)
+                    self.cost.update([self.learner, *self.actors], env_steps or 0, running=True)
                     self.gauges.set_cost(name, LOCAL_NAMESPACE, self.cost.last_report)
                 time.sleep(0.25)
         finally:
             # The learner goes first so that it can checkpoint; actors see `finished` or lose
             # their stream, and are stopped next.
-            stop_all([self.learner], signal.SIGTERM,
-                     timeout=self.exp.spec.learner.termination_grace_period_seconds)
+            stop_all(
+                [self.learner],
+                signal.SIGTERM,
+                timeout=self.exp.spec.learner.termination_grace_period_seconds,
+            )
             stop_all(self.actors, signal.SIGTERM, timeout=10)
         summary = read_json(summary_path)
         if summary is None:
-            summary = {"experiment": self.exp.metadata.name, "stop_reason": "learner_failed",
-                       "learner_exit_code": self.learner.poll(),
-                       "log": self.learner.log_path}
+            summary = {
+                "experiment": self.exp.metadata.name,
+                "stop_reason": "learner_failed",
+                "learner_exit_code": self.learner.poll(),
+                "log": self.learner.log_path,
+            }
         return self._end(summary, summary_path, env_steps or 0)
 
     def _end(self, summary: dict, summary_path: str, env_steps: int = 0) -> dict:
@@ -371,9 +434,9 @@ class LocalRun:
             with open(summary_path, "w", encoding="utf-8") as fh:
                 finite_json.dump(summary, fh, indent=1)
         if self.cost:
-            self.cost_status = self.cost.update([self.learner, *self.actors],
-                                                summary.get("env_steps", env_steps),
-                                                running=False)
+            self.cost_status = self.cost.update(
+                [self.learner, *self.actors], summary.get("env_steps", env_steps), running=False
+            )
             self.gauges.set_cost(name, LOCAL_NAMESPACE, self.cost.last_report)
         failed = summary.get("stop_reason") in ("learner_failed", "train_error", NO_PROGRESS)
         self.gauges.set_phase(name, LOCAL_NAMESPACE, "Failed" if failed else "Succeeded")
@@ -389,8 +452,10 @@ class LocalRun:
             return None
         refusal = status.last_refusal if status else None
         detail = self.last_actor_failure or (
-            f"the learner refused them: {refusal}" if refusal else
-            f"no actor sent an env step (see {self.run_dir}/actor-*.log)")
+            f"the learner refused them: {refusal}"
+            if refusal
+            else f"no actor sent an env step (see {self.run_dir}/actor-*.log)"
+        )
         if status is None or (not status.env_steps and status.state != "running"):
             return f"actors could not start: {detail}"
         if hopeless:
@@ -410,33 +475,52 @@ class LocalRun:
                 if finished:
                     continue  # told by the learner that the run is finished
                 ran = now - actor.started_at
-                self._quick_failures[i] = 1 if ran >= ACTOR_HEALTHY_AFTER_S else \
-                    self._quick_failures[i] + 1
+                self._quick_failures[i] = (
+                    1 if ran >= ACTOR_HEALTHY_AFTER_S else self._quick_failures[i] + 1
+                )
                 why = last_line(actor.log_path)
                 left = code in (ExitCode.OK, ExitCode.STOPPED)  # finished or stopped, not a crash
                 if not left:
                     self.last_actor_failure = f"{actor.name} exited with code {code}" + (
-                        f": {why}" if why else "")
+                        f": {why}" if why else ""
+                    )
                 if actor.restarts >= MAX_ACTOR_RESTARTS:
                     self._given_up.add(i)
-                    log.error("%s exited with code %s after %d restarts; giving up on it: %s",
-                              actor.name, code, actor.restarts, why)
+                    log.error(
+                        "%s exited with code %s after %d restarts; giving up on it: %s",
+                        actor.name,
+                        code,
+                        actor.restarts,
+                        why,
+                    )
                     continue
-                delay = min(ACTOR_BACKOFF_MAX_S,
-                            ACTOR_BACKOFF_INITIAL_S * 2 ** (self._quick_failures[i] - 1))
+                delay = min(
+                    ACTOR_BACKOFF_MAX_S,
+                    ACTOR_BACKOFF_INITIAL_S * 2 ** (self._quick_failures[i] - 1),
+                )
                 self._restart_at[i] = now + delay
                 if not left:
-                    log.warning("%s exited with code %s: %s; restarting it in %.0f s (%d/%d)",
-                                actor.name, code, why or "(its log is empty)", delay,
-                                actor.restarts + 1, MAX_ACTOR_RESTARTS)
+                    log.warning(
+                        "%s exited with code %s: %s; restarting it in %.0f s (%d/%d)",
+                        actor.name,
+                        code,
+                        why or "(its log is empty)",
+                        delay,
+                        actor.restarts + 1,
+                        MAX_ACTOR_RESTARTS,
+                    )
             elif now >= self._restart_at[i]:
                 del self._restart_at[i]
                 if finished:
                     continue
                 actor.restarts += 1
                 if code in (ExitCode.OK, ExitCode.STOPPED):
-                    log.warning("%s left while the run goes on; restarting it (%d/%d)",
-                                actor.name, actor.restarts, MAX_ACTOR_RESTARTS)
+                    log.warning(
+                        "%s left while the run goes on; restarting it (%d/%d)",
+                        actor.name,
+                        actor.restarts,
+                        MAX_ACTOR_RESTARTS,
+                    )
                 actor.start()
 
     @staticmethod
@@ -445,9 +529,14 @@ class LocalRun:
         if should_restart(code, child.restarts, limit):
             if code not in RETRY_FREELY:
                 child.restarts += 1
-            log.warning("%s exited with %s; %s", child.name, describe(code),
-                        "starting it again" if code in RETRY_FREELY else
-                        f"restarting it ({child.restarts}/{limit})")
+            log.warning(
+                "%s exited with %s; %s",
+                child.name,
+                describe(code),
+                "starting it again"
+                if code in RETRY_FREELY
+                else f"restarting it ({child.restarts}/{limit})",
+            )
             child.start()
             return True
         if code != ExitCode.OK:

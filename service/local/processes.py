@@ -28,8 +28,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class Child:
     """One child process with its command line, log file and restart count."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: str,
-                 env: dict[str, str] | None = None):
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: str, env: dict[str, str] | None = None
+    ):
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
@@ -50,9 +51,14 @@ class Child:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=self.env,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=self.env,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
         finally:
             log.close()
         self.started_at = time.monotonic()
@@ -84,8 +90,9 @@ class Child:
                 pass
 
 
-def stop_all(children: Sequence[Child], signum: int = signal.SIGTERM,
-             timeout: float = 10.0) -> None:
+def stop_all(
+    children: Sequence[Child], signum: int = signal.SIGTERM, timeout: float = 10.0
+) -> None:
     """Signals every live child, waits up to ``timeout`` seconds, then kills what is left."""
     for child in children:
         child.signal(signum)

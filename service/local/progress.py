@@ -22,8 +22,9 @@ class Progress:
       every_s: seconds between lines when ``out`` is not a terminal.
     """
 
-    def __init__(self, name: str, budget: BudgetConfig, out: TextIO = sys.stdout,
-                 every_s: float = 10.0):
+    def __init__(
+        self, name: str, budget: BudgetConfig, out: TextIO = sys.stdout, every_s: float = 10.0
+    ):
         self.name = name
         self.budget = budget
         self.out = out
@@ -62,9 +63,11 @@ class Progress:
         ret = "-" if status.mean_return is None else f"{status.mean_return:.1f}"
         if status.eval_mean_return is not None:
             ret += f" | eval {status.eval_mean_return:.1f}"
-        return (f"{self.name} {bar}{steps} steps | {rate:,.0f} steps/s | "
-                f"{status.episodes:,} episodes | return({status.return_window}) {ret} | "
-                f"actors {status.actors} | {format_duration(status.elapsed)}")
+        return (
+            f"{self.name} {bar}{steps} steps | {rate:,.0f} steps/s | "
+            f"{status.episodes:,} episodes | return({status.return_window}) {ret} | "
+            f"actors {status.actors} | {format_duration(status.elapsed)}"
+        )
 
     def update(self, status: LearnerStatus) -> None:
         """Shows a new snapshot."""

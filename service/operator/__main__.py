@@ -1,4 +1,5 @@
 """python -m seedrl.service.operator"""
+
 import sys
 
 from seedrl.service.operator.handlers import main

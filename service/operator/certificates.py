@@ -25,12 +25,15 @@ CERT, KEY, CA = "tls.crt", "tls.key", "ca.crt"
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "seedrl"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "seedrl"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
 
 
-def self_signed(dns_names: Sequence[str], now: datetime.datetime | None = None
-                ) -> dict[str, bytes]:
+def self_signed(dns_names: Sequence[str], now: datetime.datetime | None = None) -> dict[str, bytes]:
     """A new CA and a leaf it signed for ``dns_names`` (ECDSA P-256), as PEM.
 
     Returns:
@@ -40,30 +43,55 @@ def self_signed(dns_names: Sequence[str], now: datetime.datetime | None = None
     start, end = now - datetime.timedelta(minutes=5), now + VALIDITY
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name(f"seedrl learner CA {dns_names[0]}")
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(start).not_valid_after(end)
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
-                                       key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, key_cert_sign=True, crl_sign=True,
-                                       encipher_only=False, decipher_only=False),
-                         critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    leaf = (x509.CertificateBuilder().subject_name(_name(dns_names[0])).issuer_name(ca_name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(_name(dns_names[0]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     pem = serialization.Encoding.PEM
-    return {CERT: leaf.public_bytes(pem), CA: ca.public_bytes(pem),
-            KEY: key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                   serialization.NoEncryption())}
+    return {
+        CERT: leaf.public_bytes(pem),
+        CA: ca.public_bytes(pem),
+        KEY: key.private_bytes(
+            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    }
 
 
 def dns_names_of(cert_pem: bytes) -> list[str]:
@@ -76,8 +104,9 @@ def dns_names_of(cert_pem: bytes) -> list[str]:
     return san.get_values_for_type(x509.DNSName)
 
 
-def needs_new(data: Mapping[str, bytes] | None, dns_names: Sequence[str],
-              now: datetime.datetime | None = None) -> bool:
+def needs_new(
+    data: Mapping[str, bytes] | None, dns_names: Sequence[str], now: datetime.datetime | None = None
+) -> bool:
     """Whether a Secret's certificate must be made (again): missing or unreadable, for other
     names, or within :data:`RENEW_BEFORE` of its end."""
     if not data or not all(data.get(k) for k in (CERT, KEY, CA)):
@@ -87,5 +116,7 @@ def needs_new(data: Mapping[str, bytes] | None, dns_names: Sequence[str],
         cert = x509.load_pem_x509_certificate(data[CERT])
     except ValueError:
         return True
-    return (sorted(dns_names_of(data[CERT])) != sorted(dns_names)
-            or cert.not_valid_after_utc - RENEW_BEFORE <= now)
+    return (
+        sorted(dns_names_of(data[CERT])) != sorted(dns_names)
+        or cert.not_valid_after_utc - RENEW_BEFORE <= now
+    )

@@ -107,6 +107,7 @@ _CREATE_ONLY = ("PersistentVolumeClaim",)
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads")
 LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 
+
 def fetch_url(url: str, timeout: float = 3.0) -> str:
     """GETs a URL and returns the body as text (the default way to read a learner's status)."""
     with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - http only
@@ -138,7 +139,8 @@ class OperatorConfig:
     fetch: Callable[[str], str] = fetch_url
     status_url: Callable[[str, str, int], str] = reconcile.learner_status_url
     prices: cost.PriceTable = dataclasses.field(
-        default_factory=lambda: cost.load_prices(environ={}))
+        default_factory=lambda: cost.load_prices(environ={})
+    )
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     connection: Optional[kopf.ConnectionInfo] = None
     active: Callable[[], bool] = lambda: True
@@ -158,8 +160,9 @@ class Children:
         """The object as plain JSON, or None if it does not exist."""
         api, suffix = self._api(kind)
         try:
-            response = getattr(api, f"read_namespaced_{suffix}")(name, namespace,
-                                                                 _preload_content=False)
+            response = getattr(api, f"read_namespaced_{suffix}")(
+                name, namespace, _preload_content=False
+            )
         except kubernetes.client.ApiException as exc:
             if exc.status == 404:
                 return None
@@ -169,7 +172,8 @@ class Children:
     def pods(self, namespace: str, selector: str) -> list[dict]:
         """The pods matching a label selector, as plain JSON."""
         response = kubernetes.client.CoreV1Api(self.api_client).list_namespaced_pod(
-            namespace, label_selector=selector, _preload_content=False)
+            namespace, label_selector=selector, _preload_content=False
+        )
         return list(json.loads(response.data).get("items") or [])
 
     def apply(self, obj: Mapping[str, Any]) -> None:
@@ -177,15 +181,22 @@ class Children:
         api, suffix = self._api(obj["kind"])
         meta = obj["metadata"]
         getattr(api, f"patch_namespaced_{suffix}")(
-            meta["name"], meta["namespace"], dict(obj), field_manager=FIELD_MANAGER, force=True,
-            _content_type=APPLY, _preload_content=False)
+            meta["name"],
+            meta["namespace"],
+            dict(obj),
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type=APPLY,
+            _preload_content=False,
+        )
 
     def create(self, obj: Mapping[str, Any]) -> None:
         """Creates one object; an existing one is left alone."""
         api, suffix = self._api(obj["kind"])
         try:
-            getattr(api, f"create_namespaced_{suffix}")(obj["metadata"]["namespace"],
-                                                        dict(obj), _preload_content=False)
+            getattr(api, f"create_namespaced_{suffix}")(
+                obj["metadata"]["namespace"], dict(obj), _preload_content=False
+            )
         except kubernetes.client.ApiException as exc:
             if exc.status != 409:
                 raise
@@ -193,54 +204,83 @@ class Children:
     def merge(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """JSON-merge-patches one object."""
         api, suffix = self._api(kind)
-        getattr(api, f"patch_namespaced_{suffix}")(name, namespace, dict(patch),
-                                                   _content_type=MERGE, _preload_content=False)
+        getattr(api, f"patch_namespaced_{suffix}")(
+            name, namespace, dict(patch), _content_type=MERGE, _preload_content=False
+        )
 
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """Posts a Kubernetes Event about ``obj`` (best effort: a failure is only logged)."""
         meta = obj["metadata"]
         now = datetime.datetime.now(datetime.timezone.utc)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
-                             "namespace": meta["namespace"]},
-                "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                                   "name": meta["name"], "namespace": meta["namespace"],
-                                   "uid": meta.get("uid")},
-                "type": type_, "reason": reason, "message": message[:1024],
-                "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
-                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
         try:
             kubernetes.client.CoreV1Api(self.api_client).create_namespaced_event(
-                meta["namespace"], body, _preload_content=False)
+                meta["namespace"], body, _preload_content=False
+            )
         except (kubernetes.client.ApiException, OSError) as exc:
-            log.warning("cannot post event %s on %s/%s: %s", reason, meta["namespace"],
-                        meta["name"], exc)
+            log.warning(
+                "cannot post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc
+            )
 
     def workloads(self, namespace: str, job_uid: str) -> list[dict]:
         """The Kueue Workloads of a Job (Kueue labels them with the Job's uid)."""
         group, version, plural = KUEUE
         api = kubernetes.client.CustomObjectsApi(self.api_client)
         response = api.list_namespaced_custom_object(
-            group, version, namespace, plural, label_selector=f"{LABEL_KUEUE_JOB_UID}={job_uid}",
-            _preload_content=False)
+            group,
+            version,
+            namespace,
+            plural,
+            label_selector=f"{LABEL_KUEUE_JOB_UID}={job_uid}",
+            _preload_content=False,
+        )
         return list(json.loads(response.data).get("items") or [])
 
     def set_workload_active(self, namespace: str, name: str, active: bool) -> None:
         """Activates or deactivates a Kueue Workload (``spec.active``)."""
         group, version, plural = KUEUE
         kubernetes.client.CustomObjectsApi(self.api_client).patch_namespaced_custom_object(
-            group, version, namespace, plural, name, {"spec": {"active": active}},
-            _content_type=MERGE, _preload_content=False)
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            {"spec": {"active": active}},
+            _content_type=MERGE,
+            _preload_content=False,
+        )
 
-    def delete(self, kind: str, namespace: str, name: str,
-               propagation: str = "Background") -> bool:
+    def delete(self, kind: str, namespace: str, name: str, propagation: str = "Background") -> bool:
         """Deletes one object (its dependents in the background, or first with
         ``Foreground``); False if it was already gone."""
         api, suffix = self._api(kind)
         try:
             getattr(api, f"delete_namespaced_{suffix}")(
-                name, namespace, propagation_policy=propagation, _preload_content=False)
+                name, namespace, propagation_policy=propagation, _preload_content=False
+            )
         except kubernetes.client.ApiException as exc:
             if exc.status == 404:
                 return False
@@ -292,11 +332,14 @@ class Reconciler:
     def observe(self, exp: Experiment, namespace: str) -> Observed:
         """The learner Job and the actor Deployment as the API server has them now."""
         n = reconcile.names(exp.metadata.name)
-        return Observed(self.children.read("Job", namespace, n.learner),
-                        self.children.read("Deployment", namespace, n.actors))
+        return Observed(
+            self.children.read("Job", namespace, n.learner),
+            self.children.read("Deployment", namespace, n.actors),
+        )
 
-    def learner_status(self, exp: Experiment, namespace: str,
-                       job: Mapping[str, Any] | None) -> tuple[LearnerStatus | None, str | None]:
+    def learner_status(
+        self, exp: Experiment, namespace: str, job: Mapping[str, Any] | None
+    ) -> tuple[LearnerStatus | None, str | None]:
         """The learner's /status when a learner pod is up; else (None, why)."""
         if not job or not int(((job.get("status") or {}).get("active")) or 0):
             return None, "no learner pod is running"
@@ -306,9 +349,15 @@ class Reconciler:
         except (OSError, ValueError, http.client.HTTPException) as exc:
             return None, f"reading {url}: {exc}"
 
-    def apply(self, exp: Experiment, namespace: str, uid: str,
-              job: Mapping[str, Any] | None, done_before: bool = False,
-              body: Mapping[str, Any] | None = None) -> None:
+    def apply(
+        self,
+        exp: Experiment,
+        namespace: str,
+        uid: str,
+        job: Mapping[str, Any] | None,
+        done_before: bool = False,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
         """Brings every child to what ``exp`` renders to.
 
         Args:
@@ -320,8 +369,7 @@ class Reconciler:
         finished = reconcile.job_finished(job) or done_before
         self.ensure_learner_certificate(exp, namespace, owner)
         admitted = reconcile.admitted(exp, job)
-        for obj in reconcile.render(exp, owner, namespace, finished=finished,
-                                    admitted=admitted):
+        for obj in reconcile.render(exp, owner, namespace, finished=finished, admitted=admitted):
             kind = obj["kind"]
             if kind in _CREATE_ONLY:
                 self.children.create(obj)
@@ -339,8 +387,13 @@ class Reconciler:
                 if exp.spec.queue_name:
                     self.activate_workload(exp, namespace, job)
 
-    def replace_learner(self, exp: Experiment, namespace: str, job: Mapping[str, Any],
-                        body: Mapping[str, Any] | None) -> None:
+    def replace_learner(
+        self,
+        exp: Experiment,
+        namespace: str,
+        job: Mapping[str, Any],
+        body: Mapping[str, Any] | None,
+    ) -> None:
         """Deletes a learner Job that runs an older spec, in the foreground: the Job stays
         until its pod is gone (it gets SIGTERM and writes its final checkpoint), so the new
         Job, created by a later reconcile, never runs beside it."""
@@ -348,24 +401,36 @@ class Reconciler:
             return  # already on its way out
         name = job["metadata"]["name"]
         if self.children.delete("Job", namespace, name, propagation="Foreground"):
-            log.info("Experiment %s/%s: replacing learner Job %s (the spec changed)",
-                     namespace, exp.metadata.name, name)
+            log.info(
+                "Experiment %s/%s: replacing learner Job %s (the spec changed)",
+                namespace,
+                exp.metadata.name,
+                name,
+            )
             if body is not None:
-                self.children.event(body, "Normal", "ReplacingLearner",
-                                    f"The spec changed what the learner runs: Job {name} is "
-                                    f"replaced; the new learner resumes from the checkpoint.")
+                self.children.event(
+                    body,
+                    "Normal",
+                    "ReplacingLearner",
+                    f"The spec changed what the learner runs: Job {name} is "
+                    f"replaced; the new learner resumes from the checkpoint.",
+                )
 
-    def activate_workload(self, exp: Experiment, namespace: str,
-                          job: Mapping[str, Any]) -> None:
+    def activate_workload(self, exp: Experiment, namespace: str, job: Mapping[str, Any]) -> None:
         """Sets the queued Job's Kueue Workload ``spec.active`` from ``spec.suspend``."""
         wanted = workload_active(exp)
         for workload in self.children.workloads(namespace, job["metadata"]["uid"]):
             if bool((workload.get("spec") or {}).get("active", True)) != wanted:
-                self.children.set_workload_active(namespace, workload["metadata"]["name"],
-                                                  wanted)
+                self.children.set_workload_active(namespace, workload["metadata"]["name"], wanted)
 
-    def status(self, exp: Experiment, namespace: str, body: Mapping[str, Any],
-               refused: list[str], seen: Observed | None = None) -> dict:
+    def status(
+        self,
+        exp: Experiment,
+        namespace: str,
+        body: Mapping[str, Any],
+        refused: list[str],
+        seen: Observed | None = None,
+    ) -> dict:
         """The status to write, from what the children and the learner say now."""
         seen = seen or self.observe(exp, namespace)
         job, deployment = seen.job, seen.deployment
@@ -373,28 +438,47 @@ class Reconciler:
         pods = seen.pods
         if pods is None:
             try:
-                pods = self.children.pods(namespace,
-                                          f"{reconcile.LABEL_EXPERIMENT}={exp.metadata.name}")
+                pods = self.children.pods(
+                    namespace, f"{reconcile.LABEL_EXPERIMENT}={exp.metadata.name}"
+                )
             except kubernetes.client.ApiException as exc:
-                log.warning("Experiment %s/%s: cannot list its pods: %s", namespace,
-                            exp.metadata.name, exc)
-        learner_pods = [p for p in pods or []
-                        if (p["metadata"].get("labels") or {}).get(reconcile.LABEL_ROLE)
-                        == "learner"]
+                log.warning(
+                    "Experiment %s/%s: cannot list its pods: %s", namespace, exp.metadata.name, exc
+                )
+        learner_pods = [
+            p
+            for p in pods or []
+            if (p["metadata"].get("labels") or {}).get(reconcile.LABEL_ROLE) == "learner"
+        ]
         if learner is None and job is not None and reconcile.job_finished(job):
             # The learner is gone: its final status is in its pod's termination message.
             learner = reconcile.final_learner_status(learner_pods) or learner
         status = reconcile.compute_status(
-            exp, generation=body["metadata"].get("generation"), previous=body.get("status"),
-            job=job, deployment=deployment, learner=learner, learner_error=why, refused=refused,
-            learner_pods=learner_pods, replacing=reconcile.job_outdated(exp, job))
+            exp,
+            generation=body["metadata"].get("generation"),
+            previous=body.get("status"),
+            job=job,
+            deployment=deployment,
+            learner=learner,
+            learner_error=why,
+            refused=refused,
+            learner_pods=learner_pods,
+            replacing=reconcile.job_outdated(exp, job),
+        )
         report = self.price(exp, namespace, body.get("status") or {}, status, pods)
-        self.config.metrics.observe(exp.metadata.name, namespace, body["metadata"].get("uid"),
-                                    status.get("phase"), report)
+        self.config.metrics.observe(
+            exp.metadata.name, namespace, body["metadata"].get("uid"), status.get("phase"), report
+        )
         return status
 
-    def price(self, exp: Experiment, namespace: str, previous: Mapping[str, Any],
-              status: dict, pods: list[dict] | None = None) -> cost.CostReport | None:
+    def price(
+        self,
+        exp: Experiment,
+        namespace: str,
+        previous: Mapping[str, Any],
+        status: dict,
+        pods: list[dict] | None = None,
+    ) -> cost.CostReport | None:
         """Prices the Experiment's pods into ``status["cost"]`` and ``status["costRecords"]``.
 
         The stored records (``previous["costRecords"]``) are merged with the pods listed now,
@@ -409,19 +493,28 @@ class Reconciler:
         try:
             if pods is None:
                 pods = self.children.pods(namespace, selector)
-            records, report = cost.price_pods(previous.get("costRecords") or [], pods,
-                                              self.config.prices,
-                                              env_frames=int(status.get("envFrames") or 0))
+            records, report = cost.price_pods(
+                previous.get("costRecords") or [],
+                pods,
+                self.config.prices,
+                env_frames=int(status.get("envFrames") or 0),
+            )
         except Exception as exc:  # noqa: BLE001 - cost is best effort, the reconcile is not
-            log.warning("Experiment %s/%s: keeping the previous cost; pricing its pods (%s) "
-                        "failed: %s", namespace, name, selector, exc)
+            log.warning(
+                "Experiment %s/%s: keeping the previous cost; pricing its pods (%s) failed: %s",
+                namespace,
+                name,
+                selector,
+                exc,
+            )
             return None
         status["cost"] = report.to_status()
         status["costRecords"] = records
         return report
 
-    def reconcile(self, body: Mapping[str, Any], heal_only: bool = False,
-                  seen: Observed | None = None) -> dict:
+    def reconcile(
+        self, body: Mapping[str, Any], heal_only: bool = False, seen: Observed | None = None
+    ) -> dict:
         """Validates, applies (unless refused) and returns the status to write.
 
         Args:
@@ -438,10 +531,12 @@ class Reconciler:
         try:
             exp = reconcile.validate(body)
         except ConfigError as exc:
-            status = reconcile.invalid_status(previous, meta.get("generation"), exc,
-                                              reconcile.now_rfc3339())
-            self.config.metrics.observe(meta["name"], namespace, meta.get("uid"),
-                                        status.get("phase"), None)
+            status = reconcile.invalid_status(
+                previous, meta.get("generation"), exc, reconcile.now_rfc3339()
+            )
+            self.config.metrics.observe(
+                meta["name"], namespace, meta.get("uid"), status.get("phase"), None
+            )
             return status
         applied = previous.get("appliedImmutable")
         refused = reconcile.immutable_changes(applied, exp) if applied else []
@@ -453,32 +548,39 @@ class Reconciler:
                 seen = self.observe(exp, namespace)
         return self.status(exp, namespace, body, refused, seen)
 
-    def _needs_healing(self, exp: Experiment, namespace: str, seen: Observed,
-                       done_before: bool) -> bool:
+    def _needs_healing(
+        self, exp: Experiment, namespace: str, seen: Observed, done_before: bool
+    ) -> bool:
         job, deployment = seen.job, seen.deployment
         if (job is None and not done_before) or deployment is None:
             return True
         if reconcile.job_outdated(exp, job):
             return True
         n = reconcile.names(exp.metadata.name)
-        children = [("ConfigMap", n.config), ("Service", n.service),
-                    ("NetworkPolicy", n.network_policy),
-                    ("PodDisruptionBudget", n.disruption_budget)]
+        children = [
+            ("ConfigMap", n.config),
+            ("Service", n.service),
+            ("NetworkPolicy", n.network_policy),
+            ("PodDisruptionBudget", n.disruption_budget),
+        ]
         if reconcile.needs_run_volume(exp):
             children.append(("PersistentVolumeClaim", n.run_volume))
         for kind, name in children:
             if self.children.read(kind, namespace, name) is None:
                 return True
-        wanted = reconcile.actor_replicas(exp, reconcile.job_finished(job) or done_before,
-                                          reconcile.admitted(exp, job))
-        return ((deployment.get("spec") or {}).get("replicas") != wanted
-                or (job is not None and _job_patch(exp, job) is not None))
+        wanted = reconcile.actor_replicas(
+            exp, reconcile.job_finished(job) or done_before, reconcile.admitted(exp, job)
+        )
+        return (deployment.get("spec") or {}).get("replicas") != wanted or (
+            job is not None and _job_patch(exp, job) is not None
+        )
 
     def forget(self, body: Mapping[str, Any]) -> None:
         """Drops the series of an Experiment that is gone (its children are the garbage
         collector's: they carry owner references)."""
-        self.config.metrics.forget(body["metadata"]["name"], body["metadata"]["namespace"],
-                                   body["metadata"].get("uid"))
+        self.config.metrics.forget(
+            body["metadata"]["name"], body["metadata"]["namespace"], body["metadata"].get("uid")
+        )
 
     # -- the learner's TLS certificate ---------------------------------------------------------
 
@@ -494,8 +596,9 @@ class Reconciler:
             raise
         return any(r.name == "certificates" for r in resources.resources or [])
 
-    def ensure_learner_certificate(self, exp: Experiment, namespace: str,
-                                   owner: Mapping[str, Any]) -> None:
+    def ensure_learner_certificate(
+        self, exp: Experiment, namespace: str, owner: Mapping[str, Any]
+    ) -> None:
         """Provisions the learner's certificate when ``spec.learner.tls.enabled``: a
         cert-manager Issuer and Certificate where cert-manager runs (it writes and renews the
         Secret), else a Secret with a self-signed CA and leaf made here, made again when
@@ -507,24 +610,38 @@ class Reconciler:
             api = kubernetes.client.CustomObjectsApi(self.children.api_client)
             for obj in reconcile.render_certificate(exp, owner, namespace):
                 api.patch_namespaced_custom_object(
-                    reconcile.CERT_MANAGER_GROUP, "v1", namespace,
-                    obj["kind"].lower() + "s", obj["metadata"]["name"], obj,
-                    field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+                    reconcile.CERT_MANAGER_GROUP,
+                    "v1",
+                    namespace,
+                    obj["kind"].lower() + "s",
+                    obj["metadata"]["name"],
+                    obj,
+                    field_manager=FIELD_MANAGER,
+                    force=True,
+                    _content_type=APPLY,
+                )
             return
         name = reconcile.tls_secret_name(exp.metadata.name)
         current = self.children.read("Secret", namespace, name)
         data = {k: base64.b64decode(v) for k, v in ((current or {}).get("data") or {}).items()}
         dns_names = reconcile.learner_dns_names(exp.metadata.name, namespace)
         if certificates.needs_new(data, dns_names):
-            log.info("Experiment %s/%s: making the learner's TLS certificate (%s)", namespace,
-                     exp.metadata.name, ", ".join(dns_names))
-            self.children.apply(reconcile.render_tls_secret(
-                exp, certificates.self_signed(dns_names), owner, namespace))
+            log.info(
+                "Experiment %s/%s: making the learner's TLS certificate (%s)",
+                namespace,
+                exp.metadata.name,
+                ", ".join(dns_names),
+            )
+            self.children.apply(
+                reconcile.render_tls_secret(
+                    exp, certificates.self_signed(dns_names), owner, namespace
+                )
+            )
 
 
-
-def _write_status(patch: kopf.Patch, status: Mapping[str, Any],
-                  current: Mapping[str, Any] | None) -> None:
+def _write_status(
+    patch: kopf.Patch, status: Mapping[str, Any], current: Mapping[str, Any] | None
+) -> None:
     """Puts into kopf's patch only the keys of ``status`` that differ from ``current``, so that
     an unchanged poll writes nothing."""
     current = current or {}
@@ -537,8 +654,7 @@ def _write_status(patch: kopf.Patch, status: Mapping[str, Any],
 _WARNING_PHASES = ("Failed",)
 
 
-def announce(children: "Children", body: Mapping[str, Any],
-             status: Mapping[str, Any]) -> None:
+def announce(children: "Children", body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
     """Posts a Kubernetes Event on the Experiment when its phase changes (a Warning with the
     Failed condition's reason and message when it fails)."""
     before = (body.get("status") or {}).get("phase")
@@ -550,8 +666,10 @@ def announce(children: "Children", body: Mapping[str, Any],
     if cond and cond.get("status") in ("True", "False") and phase == "Failed":
         reason, message = cond.get("reason") or "Failed", cond.get("message") or ""
     else:
-        reason, message = phase, f"The experiment is {phase.lower()}" + (
-            f" (was {before.lower()})." if before else ".")
+        reason, message = (
+            phase,
+            f"The experiment is {phase.lower()}" + (f" (was {before.lower()})." if before else "."),
+        )
     children.event(body, "Warning" if phase in _WARNING_PHASES else "Normal", reason, message)
 
 
@@ -576,8 +694,11 @@ class ChildCache:
     def experiments(self) -> list[dict]:
         """Every Experiment seen, not being deleted."""
         with self._lock:
-            return [b for b in self._objects["Experiment"].values()
-                    if not b["metadata"].get("deletionTimestamp")]
+            return [
+                b
+                for b in self._objects["Experiment"].values()
+                if not b["metadata"].get("deletionTimestamp")
+            ]
 
     def experiment(self, namespace: str, name: str) -> dict | None:
         """One Experiment as last seen."""
@@ -588,11 +709,17 @@ class ChildCache:
         """An Experiment's children as last seen."""
         n = reconcile.names(name)
         with self._lock:
-            pods = [p for (ns, _), p in self._objects["Pod"].items() if ns == namespace
-                    and (p["metadata"].get("labels") or {}).get(reconcile.LABEL_EXPERIMENT)
-                    == name]
-            return Observed(self._objects["Job"].get((namespace, n.learner)),
-                            self._objects["Deployment"].get((namespace, n.actors)), pods)
+            pods = [
+                p
+                for (ns, _), p in self._objects["Pod"].items()
+                if ns == namespace
+                and (p["metadata"].get("labels") or {}).get(reconcile.LABEL_EXPERIMENT) == name
+            ]
+            return Observed(
+                self._objects["Job"].get((namespace, n.learner)),
+                self._objects["Deployment"].get((namespace, n.actors)),
+                pods,
+            )
 
 
 class PeeringGate:
@@ -608,28 +735,36 @@ class PeeringGate:
       namespace: a KopfPeering's namespace; None: a ClusterKopfPeering.
     """
 
-    def __init__(self, api_client, name: str, identity: str, priority: int,
-                 namespace: str | None = None):
+    def __init__(
+        self, api_client, name: str, identity: str, priority: int, namespace: str | None = None
+    ):
         self.api = kubernetes.client.CustomObjectsApi(api_client)
-        self.name, self.identity, self.priority, self.namespace = (name, identity, priority,
-                                                                    namespace)
+        self.name, self.identity, self.priority, self.namespace = (
+            name,
+            identity,
+            priority,
+            namespace,
+        )
 
     def __call__(self) -> bool:
         try:
             if self.namespace is None:
-                body = self.api.get_cluster_custom_object("kopf.dev", "v1",
-                                                          "clusterkopfpeerings", self.name)
+                body = self.api.get_cluster_custom_object(
+                    "kopf.dev", "v1", "clusterkopfpeerings", self.name
+                )
             else:
-                body = self.api.get_namespaced_custom_object("kopf.dev", "v1", self.namespace,
-                                                             "kopfpeerings", self.name)
+                body = self.api.get_namespaced_custom_object(
+                    "kopf.dev", "v1", self.namespace, "kopfpeerings", self.name
+                )
         except kubernetes.client.ApiException as exc:
             log.warning("cannot read peering %s: %s; pausing", self.name, exc.reason)
             return False
         return is_active_peer(body.get("status") or {}, self.identity, self.priority)
 
 
-def is_active_peer(peers: Mapping[str, Any], identity: str, priority: int,
-                   now: datetime.datetime | None = None) -> bool:
+def is_active_peer(
+    peers: Mapping[str, Any], identity: str, priority: int, now: datetime.datetime | None = None
+) -> bool:
     """Whether ``identity`` is the live peer of the highest priority (kopf's rule: a peer is
     live until ``lastseen + lifetime``; a tie keeps the lower identity active, so that
     exactly one replica works even then)."""
@@ -688,8 +823,10 @@ class Poller:
                 return
             if time.monotonic() >= next_all:
                 next_all = time.monotonic() + self.config.poll_seconds
-                targets = [(b["metadata"]["namespace"], b["metadata"]["name"])
-                           for b in self.cache.experiments()]
+                targets = [
+                    (b["metadata"]["namespace"], b["metadata"]["name"])
+                    for b in self.cache.experiments()
+                ]
                 self._woken.clear()
             else:
                 targets, self._woken = list(self._woken), set()
@@ -707,39 +844,49 @@ class Poller:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return  # gone: a status written now would bring its series back
         with self.config.metrics.reconciling("poll"):
-            status = self.rec.reconcile(body, heal_only=True,
-                                        seen=self.cache.observed(namespace, name))
-            changed = {k: v for k, v in status.items()
-                       if (body.get("status") or {}).get(k) != v}
+            status = self.rec.reconcile(
+                body, heal_only=True, seen=self.cache.observed(namespace, name)
+            )
+            changed = {k: v for k, v in status.items() if (body.get("status") or {}).get(k) != v}
             if not changed:
                 return
             announce(self.rec.children, body, status)
             try:
                 self.api.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, namespace, PLURAL, name, {"status": changed},
-                    _content_type=MERGE, _preload_content=False)
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    name,
+                    {"status": changed},
+                    _content_type=MERGE,
+                    _preload_content=False,
+                )
             except kubernetes.client.ApiException as exc:
                 if exc.status != 404:
                     raise
 
 
-def build_registry(config: OperatorConfig,
-                   registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
+def build_registry(
+    config: OperatorConfig, registry: kopf.OperatorRegistry | None = None
+) -> kopf.OperatorRegistry:
     """Registers the handlers for Experiments on ``registry`` (a new one if None)."""
     registry = registry if registry is not None else kopf.OperatorRegistry()
     rec = Reconciler(config)
     res = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
     res_args = (GROUP, VERSION, PLURAL)
-    ours = {reconcile.LABEL_EXPERIMENT: kopf.PRESENT,
-            "app.kubernetes.io/managed-by": reconcile.MANAGED_BY}
+    ours = {
+        reconcile.LABEL_EXPERIMENT: kopf.PRESENT,
+        "app.kubernetes.io/managed-by": reconcile.MANAGED_BY,
+    }
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Bookkeeping in annotations: the CRD's structural schema would prune status.kopf.
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix=GROUP)
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=GROUP, key="last-handled-configuration")
+            prefix=GROUP, key="last-handled-configuration"
+        )
         settings.persistence.finalizer = f"{GROUP}/finalizer"
         settings.posting.level = logging.WARNING
 
@@ -766,15 +913,18 @@ def build_registry(config: OperatorConfig,
     def job_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Job", type, body)
         if type is not None:  # not the initial listing, which the refresh covers
-            poller.wake(body["metadata"]["namespace"],
-                        body["metadata"]["labels"][reconcile.LABEL_EXPERIMENT])
+            poller.wake(
+                body["metadata"]["namespace"],
+                body["metadata"]["labels"][reconcile.LABEL_EXPERIMENT],
+            )
 
     @kopf.on.event("apps", "v1", "deployments", labels=ours, registry=registry)
     def deployment_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Deployment", type, body)
 
-    @kopf.on.event("v1", "pods", labels={reconcile.LABEL_EXPERIMENT: kopf.PRESENT},
-                   registry=registry)
+    @kopf.on.event(
+        "v1", "pods", labels={reconcile.LABEL_EXPERIMENT: kopf.PRESENT}, registry=registry
+    )
     def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Pod", type, body)
 
@@ -802,8 +952,9 @@ def build_registry(config: OperatorConfig,
     return registry
 
 
-def serve_metrics(metrics: OperatorMetrics, port: int,
-                  host: str = "0.0.0.0") -> MetricsServer | None:
+def serve_metrics(
+    metrics: OperatorMetrics, port: int, host: str = "0.0.0.0"
+) -> MetricsServer | None:
     """Starts serving the operator's registry on ``/metrics`` (and ``/healthz``); port 0
     serves nothing and returns None."""
     if not port:
@@ -827,49 +978,80 @@ def main(argv: list[str] | None = None) -> int:
     [--metrics-port P]``."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m seedrl.service.operator",
-                                description="Run the seedrl operator.")
-    p.add_argument("--namespace", action="append", default=[],
-                   help="watch only these namespaces (repeatable); default: all")
-    p.add_argument("--poll-seconds", type=float, default=10.0,
-                   help="how often to refresh each Experiment's status")
-    p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
-                   help="kopf's liveness endpoint")
-    p.add_argument("--metrics-port", type=int, default=8081,
-                   help="port of the operator's Prometheus /metrics on 0.0.0.0; 0 disables")
-    p.add_argument("--peering", default="",
-                   help="elect one active operator among replicas through kopf's peering "
-                        "object of this name (KopfPeering in --peering-namespace, or "
-                        "ClusterKopfPeering when watching every namespace); empty: run "
-                        "standalone (one replica only)")
-    p.add_argument("--priority", type=int, default=None,
-                   help="this replica's peering priority (the highest is active); default: "
-                        "random, so that replicas never tie (tied peers all pause)")
+    p = argparse.ArgumentParser(
+        prog="python -m seedrl.service.operator", description="Run the seedrl operator."
+    )
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only these namespaces (repeatable); default: all",
+    )
+    p.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=10.0,
+        help="how often to refresh each Experiment's status",
+    )
+    p.add_argument(
+        "--liveness", default="http://0.0.0.0:8080/healthz", help="kopf's liveness endpoint"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8081,
+        help="port of the operator's Prometheus /metrics on 0.0.0.0; 0 disables",
+    )
+    p.add_argument(
+        "--peering",
+        default="",
+        help="elect one active operator among replicas through kopf's peering "
+        "object of this name (KopfPeering in --peering-namespace, or "
+        "ClusterKopfPeering when watching every namespace); empty: run "
+        "standalone (one replica only)",
+    )
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="this replica's peering priority (the highest is active); default: "
+        "random, so that replicas never tie (tied peers all pause)",
+    )
     args = p.parse_args(argv)
     if not 0 <= args.metrics_port <= 65535:
         p.error(f"--metrics-port must be 0 to 65535, got {args.metrics_port}")
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s seedrl-operator %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s seedrl-operator %(levelname)s %(message)s"
+    )
     try:
         prices = cost.load_prices()
     except ConfigError as exc:
         p.error(f"the price table ({cost.PRICES_ENV}): {exc}")
     log.info("pricing pods with table %s (%s)", prices.version, prices.region)
-    config = OperatorConfig(api_client=api_client(), poll_seconds=args.poll_seconds,
-                            prices=prices)
+    config = OperatorConfig(api_client=api_client(), poll_seconds=args.poll_seconds, prices=prices)
     identity = f"seedrl-operator@{socket.gethostname()}/{os.getpid()}"
     priority = peering_priority(args.priority)
     if args.peering:
-        config.active = PeeringGate(config.api_client, args.peering, identity, priority,
-                                    None if not args.namespace else args.namespace[0])
+        config.active = PeeringGate(
+            config.api_client,
+            args.peering,
+            identity,
+            priority,
+            None if not args.namespace else args.namespace[0],
+        )
         log.info("peering %s as %s, priority %d", args.peering, identity, priority)
     server = serve_metrics(config.metrics, args.metrics_port)
     try:
-        kopf.run(registry=build_registry(config), standalone=not args.peering,
-                 peering_name=args.peering or None, identity=identity,
-                 priority=priority if args.peering else None,
-                 clusterwide=not args.namespace, namespaces=args.namespace,
-                 liveness_endpoint=args.liveness)
+        kopf.run(
+            registry=build_registry(config),
+            standalone=not args.peering,
+            peering_name=args.peering or None,
+            identity=identity,
+            priority=priority if args.peering else None,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=args.liveness,
+        )
     finally:
         if server is not None:
             server.stop()

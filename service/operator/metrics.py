@@ -34,12 +34,18 @@ class OperatorMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        self.reconciles = Counter("seedrl_operator_reconciles_total",
-                                  "Reconciles run by the operator, by what triggered them.",
-                                  ["trigger"], registry=self.registry)
-        self.errors = Counter("seedrl_operator_reconcile_errors_total",
-                              "Reconciles that raised (kopf retries them), by trigger.",
-                              ["trigger"], registry=self.registry)
+        self.reconciles = Counter(
+            "seedrl_operator_reconciles_total",
+            "Reconciles run by the operator, by what triggered them.",
+            ["trigger"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "seedrl_operator_reconcile_errors_total",
+            "Reconciles that raised (kopf retries them), by trigger.",
+            ["trigger"],
+            registry=self.registry,
+        )
         for trigger in TRIGGERS:  # both series exist from the start, at 0
             self.reconciles.labels(trigger)
             self.errors.labels(trigger)
@@ -59,8 +65,14 @@ class OperatorMetrics:
             self.errors.labels(trigger).inc()
             raise
 
-    def observe(self, name: str, namespace: str, uid: str | None, phase: str | None,
-                report: cost.CostReport | None) -> None:
+    def observe(
+        self,
+        name: str,
+        namespace: str,
+        uid: str | None,
+        phase: str | None,
+        report: cost.CostReport | None,
+    ) -> None:
         """Sets an Experiment's phase and (when priced this time) cost gauges."""
         with self._lock:
             if uid is not None and uid in self._deleted:

@@ -106,6 +106,7 @@ LEARNER_PERMANENT = tuple(sorted(c for c in PERMANENT if c != ExitCode.REFUSED))
 # Names and labels
 # --------------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Names:
     """The names of an Experiment's children (all in the Experiment's namespace)."""
@@ -124,11 +125,15 @@ def names(experiment_name: str) -> Names:
     ``<name>-actors``. Experiment names are DNS labels of at most 63 characters; the suffixes
     keep Service names (limit 63) valid up to a 55-character Experiment name, which validation
     of the operator enforces through :func:`validate`."""
-    return Names(config=f"{experiment_name}-config", learner=f"{experiment_name}-learner",
-                 service=f"{experiment_name}-learner", actors=f"{experiment_name}-actors",
-                 network_policy=f"{experiment_name}-learner",
-                 disruption_budget=f"{experiment_name}-learner",
-                 run_volume=f"{experiment_name}-learner-run")
+    return Names(
+        config=f"{experiment_name}-config",
+        learner=f"{experiment_name}-learner",
+        service=f"{experiment_name}-learner",
+        actors=f"{experiment_name}-actors",
+        network_policy=f"{experiment_name}-learner",
+        disruption_budget=f"{experiment_name}-learner",
+        run_volume=f"{experiment_name}-learner-run",
+    )
 
 
 def selector_labels(experiment_name: str, role: str) -> dict[str, str]:
@@ -138,10 +143,14 @@ def selector_labels(experiment_name: str, role: str) -> dict[str, str]:
 
 def _labels(exp: Experiment, role: str | None = None) -> dict[str, str]:
     out = dict(exp.metadata.labels)
-    out.update({"app.kubernetes.io/name": "seedrl",
-                "app.kubernetes.io/instance": exp.metadata.name,
-                "app.kubernetes.io/managed-by": MANAGED_BY,
-                LABEL_EXPERIMENT: exp.metadata.name})
+    out.update(
+        {
+            "app.kubernetes.io/name": "seedrl",
+            "app.kubernetes.io/instance": exp.metadata.name,
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+            LABEL_EXPERIMENT: exp.metadata.name,
+        }
+    )
     if role:
         out.update({"app.kubernetes.io/component": role, LABEL_ROLE: role})
     return out
@@ -149,8 +158,14 @@ def _labels(exp: Experiment, role: str | None = None) -> dict[str, str]:
 
 def owner_reference(name: str, uid: str) -> dict[str, Any]:
     """The reference that makes an Experiment own (and garbage-collect) a child."""
-    return {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid,
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,24 +190,37 @@ def validate(body: Mapping[str, Any]) -> Experiment:
     document = {
         "apiVersion": body.get("apiVersion", API_VERSION),
         "kind": body.get("kind", KIND),
-        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations")
-                     if meta.get(k) is not None},
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "labels", "annotations")
+            if meta.get(k) is not None
+        },
         "spec": body.get("spec") or {},
     }
     # Bookkeeping of kubectl (its last-applied copy) and of the operator's kopf (progress,
     # last-handled spec) says nothing about the experiment; kept, it would change the pods'
     # config at every handler run and roll the actors for nothing.
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if not k.startswith(BOOKKEEPING_ANNOTATIONS)}
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if not k.startswith(BOOKKEEPING_ANNOTATIONS)
+    }
     if annotations:
         document["metadata"]["annotations"] = annotations
     else:
         document["metadata"].pop("annotations", None)
     exp = parse_experiment(document)
     if len(exp.metadata.name) > MAX_NAME_LENGTH:
-        raise ConfigError([("metadata.name", f"must be at most {MAX_NAME_LENGTH} characters "
-                                             f"in a cluster (children add -learner), got "
-                                             f"{len(exp.metadata.name)}")])
+        raise ConfigError(
+            [
+                (
+                    "metadata.name",
+                    f"must be at most {MAX_NAME_LENGTH} characters "
+                    f"in a cluster (children add -learner), got "
+                    f"{len(exp.metadata.name)}",
+                )
+            ]
+        )
     return exp
 
 
@@ -205,13 +233,15 @@ def immutable_part(exp: Experiment) -> dict[str, Any]:
 def immutable_changes(applied: Mapping[str, Any], exp: Experiment) -> list[str]:
     """Dotted paths (``spec.env.id``) where ``exp`` differs from the applied immutable part
     (a section the applied part does not record is not compared)."""
-    return resume.bound_changes(applied, to_document(exp.spec),
-                                [key for key in resume.BOUND_SECTIONS if key in applied])
+    return resume.bound_changes(
+        applied, to_document(exp.spec), [key for key in resume.BOUND_SECTIONS if key in applied]
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Rendering
 # --------------------------------------------------------------------------------------------
+
 
 def config_text(exp: Experiment) -> str:
     """The resolved Experiment the pods read, every default filled in."""
@@ -259,14 +289,25 @@ def learner_hash(exp: Experiment) -> str:
 
 
 def _security_context() -> dict[str, Any]:
-    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def _pod_security_context() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def _resources(res, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -286,9 +327,11 @@ def _volumes(exp: Experiment, role: str = "actor") -> list[dict[str, Any]]:
     run: dict[str, Any] = {"emptyDir": {}}
     if role == "learner" and needs_run_volume(exp):
         run = {"persistentVolumeClaim": {"claimName": n.run_volume}}
-    return [{"name": "config", "configMap": {"name": n.config}},
-            {"name": "run", **run},
-            {"name": "tmp", "emptyDir": {}}]
+    return [
+        {"name": "config", "configMap": {"name": n.config}},
+        {"name": "run", **run},
+        {"name": "tmp", "emptyDir": {}},
+    ]
 
 
 def needs_run_volume(exp: Experiment) -> bool:
@@ -298,17 +341,21 @@ def needs_run_volume(exp: Experiment) -> bool:
 
 
 def _mounts() -> list[dict[str, Any]]:
-    return [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "run", "mountPath": RUN_DIR},
-            {"name": "tmp", "mountPath": "/tmp"}]
+    return [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "run", "mountPath": RUN_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
 
 
 def _env(exp: Experiment) -> list[dict[str, Any]]:
-    return [{"name": "SEEDRL_EXPERIMENT", "value": exp.metadata.name},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            # The root filesystem is read-only: caches (TensorFlow, matplotlib) go to /tmp.
-            {"name": "HOME", "value": "/tmp"},
-            {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    return [
+        {"name": "SEEDRL_EXPERIMENT", "value": exp.metadata.name},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        # The root filesystem is read-only: caches (TensorFlow, matplotlib) go to /tmp.
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
 
 
 def learner_accelerator_args(exp: Experiment) -> list[str]:
@@ -321,19 +368,30 @@ def _accelerator(exp: Experiment) -> tuple[dict[str, str], list[dict[str, Any]],
     """Node selector, tolerations and extra resources for the learner's accelerator."""
     acc = exp.spec.learner.accelerator
     if acc.kind == "tpu":
-        return ({"cloud.google.com/gke-tpu-accelerator": acc.tpu.type,
-                 "cloud.google.com/gke-tpu-topology": acc.tpu.topology},
-                [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                {TPU_RESOURCE: str(tpu_chips(acc.tpu.topology))})
+        return (
+            {
+                "cloud.google.com/gke-tpu-accelerator": acc.tpu.type,
+                "cloud.google.com/gke-tpu-topology": acc.tpu.topology,
+            },
+            [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+            {TPU_RESOURCE: str(tpu_chips(acc.tpu.topology))},
+        )
     if acc.kind == "gpu":
-        return ({"cloud.google.com/gke-accelerator": acc.gpu.type},
-                [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                {GPU_RESOURCE: str(acc.gpu.count)})
+        return (
+            {"cloud.google.com/gke-accelerator": acc.gpu.type},
+            [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+            {GPU_RESOURCE: str(acc.gpu.count)},
+        )
     return {}, [], {}
 
 
-def _pod_spec(exp: Experiment, container: dict[str, Any], restart_policy: str,
-              grace_seconds: int, role: str = "actor") -> dict[str, Any]:
+def _pod_spec(
+    exp: Experiment,
+    container: dict[str, Any],
+    restart_policy: str,
+    grace_seconds: int,
+    role: str = "actor",
+) -> dict[str, Any]:
     """What every seedrl pod has: one locked-down container, no API token, no service links."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": restart_policy,
@@ -349,8 +407,13 @@ def _pod_spec(exp: Experiment, container: dict[str, Any], restart_policy: str,
     return pod_spec
 
 
-def _meta(exp: Experiment, name: str, role: str | None, owner: Mapping[str, Any] | None,
-          namespace: str | None) -> dict[str, Any]:
+def _meta(
+    exp: Experiment,
+    name: str,
+    role: str | None,
+    owner: Mapping[str, Any] | None,
+    namespace: str | None,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": _labels(exp, role)}
     if namespace:
         meta["namespace"] = namespace
@@ -361,44 +424,73 @@ def _meta(exp: Experiment, name: str, role: str | None, owner: Mapping[str, Any]
 
 def render_config_map(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
     """The ConfigMap with the resolved Experiment."""
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _meta(exp, names(exp.metadata.name).config, None, owner, namespace),
-            "data": {"config.yaml": config_text(exp)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(exp, names(exp.metadata.name).config, None, owner, namespace),
+        "data": {"config.yaml": config_text(exp)},
+    }
 
 
 def render_service(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
     """The learner's Service: gRPC for the actors, HTTP metrics/status."""
     learner = exp.spec.learner
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": _meta(exp, names(exp.metadata.name).service, "learner", owner,
-                              namespace),
-            "spec": {"type": "ClusterIP",
-                     "selector": selector_labels(exp.metadata.name, "learner"),
-                     "ports": [{"name": "grpc", "port": learner.port,
-                                "targetPort": "grpc", "protocol": "TCP",
-                                "appProtocol": "grpc"},
-                               {"name": "metrics", "port": learner.metrics_port,
-                                "targetPort": "metrics", "protocol": "TCP",
-                                "appProtocol": "http"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(exp, names(exp.metadata.name).service, "learner", owner, namespace),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(exp.metadata.name, "learner"),
+            "ports": [
+                {
+                    "name": "grpc",
+                    "port": learner.port,
+                    "targetPort": "grpc",
+                    "protocol": "TCP",
+                    "appProtocol": "grpc",
+                },
+                {
+                    "name": "metrics",
+                    "port": learner.metrics_port,
+                    "targetPort": "metrics",
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                },
+            ],
+        },
+    }
 
 
 def render_network_policy(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
     """Only this experiment's actors reach the learner's gRPC port; metrics are open."""
     learner = exp.spec.learner
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": _meta(exp, names(exp.metadata.name).network_policy, "learner", owner,
-                              namespace),
-            "spec": {"podSelector": {"matchLabels": selector_labels(exp.metadata.name,
-                                                                    "learner")},
-                     "policyTypes": ["Ingress"],
-                     "ingress": [
-                         {"from": [{"podSelector": {"matchLabels": selector_labels(
-                             exp.metadata.name, "actor")}}],
-                          "ports": [{"protocol": "TCP", "port": learner.port}]},
-                         # Read-only progress for Prometheus and the operator, which run in
-                         # namespaces this policy cannot know.
-                         {"ports": [{"protocol": "TCP", "port": learner.metrics_port}]},
-                     ]}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(
+            exp, names(exp.metadata.name).network_policy, "learner", owner, namespace
+        ),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(exp.metadata.name, "learner")},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "podSelector": {
+                                "matchLabels": selector_labels(exp.metadata.name, "actor")
+                            }
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": learner.port}],
+                },
+                # Read-only progress for Prometheus and the operator, which run in
+                # namespaces this policy cannot know.
+                {"ports": [{"protocol": "TCP", "port": learner.metrics_port}]},
+            ],
+        },
+    }
 
 
 def _probes(port: str, ready_path: str) -> dict[str, Any]:
@@ -408,12 +500,24 @@ def _probes(port: str, ready_path: str) -> dict[str, Any]:
     before liveness counts; liveness then restarts a process whose endpoint stops answering for
     two minutes."""
     return {
-        "startupProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 5,
-                         "timeoutSeconds": 5, "failureThreshold": 60},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 20,
-                          "timeoutSeconds": 5, "failureThreshold": 6},
-        "readinessProbe": {"httpGet": {"path": ready_path, "port": port}, "periodSeconds": 5,
-                           "timeoutSeconds": 5, "failureThreshold": 3},
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": port},
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+            "failureThreshold": 60,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": port},
+            "periodSeconds": 20,
+            "timeoutSeconds": 5,
+            "failureThreshold": 6,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": ready_path, "port": port},
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
     }
 
 
@@ -426,18 +530,39 @@ def learner_failure_policy() -> dict[str, Any]:
     after its final checkpoint); a permanent code fails the Job at once; anything else (an
     exception, SIGKILL/OOMKilled) counts against backoffLimit.
     """
-    return {"rules": [
-        {"action": "Ignore", "onPodConditions": [{"type": DISRUPTION_TARGET,
-                                                  "status": "True"}]},
-        {"action": "Ignore", "onExitCodes": {"containerName": "learner", "operator": "In",
-                                             "values": [int(c) for c in RETRY_FREELY]}},
-        {"action": "FailJob", "onExitCodes": {"containerName": "learner", "operator": "In",
-                                              "values": [int(c) for c in LEARNER_PERMANENT]}},
-        # The env cannot be made from the Experiment: every new pod would find the same.
-        {"action": "FailJob", "onExitCodes": {"containerName": ENV_SPEC_CONTAINER,
-                                              "operator": "In",
-                                              "values": [int(ExitCode.BAD_CONFIG)]}},
-    ]}
+    return {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}],
+            },
+            {
+                "action": "Ignore",
+                "onExitCodes": {
+                    "containerName": "learner",
+                    "operator": "In",
+                    "values": [int(c) for c in RETRY_FREELY],
+                },
+            },
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": "learner",
+                    "operator": "In",
+                    "values": [int(c) for c in LEARNER_PERMANENT],
+                },
+            },
+            # The env cannot be made from the Experiment: every new pod would find the same.
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": ENV_SPEC_CONTAINER,
+                    "operator": "In",
+                    "values": [int(ExitCode.BAD_CONFIG)],
+                },
+            },
+        ]
+    }
 
 
 def _learner_placement(exp: Experiment, pod_spec: dict[str, Any]) -> None:
@@ -448,17 +573,22 @@ def _learner_placement(exp: Experiment, pod_spec: dict[str, Any]) -> None:
         tolerations = [*tolerations, _SPOT_TOLERATION]
     else:
         # GKE does not taint Spot nodes by itself: without this a learner may land on one.
-        pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": LABEL_SPOT, "operator": "DoesNotExist"}]}]}}}
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": LABEL_SPOT, "operator": "DoesNotExist"}]}
+                    ]
+                }
+            }
+        }
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if tolerations:
         pod_spec["tolerations"] = tolerations
 
 
-_SPOT_TOLERATION = {"key": LABEL_SPOT, "operator": "Equal", "value": "true",
-                    "effect": "NoSchedule"}
+_SPOT_TOLERATION = {"key": LABEL_SPOT, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
 def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
@@ -472,17 +602,29 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "name": "learner",
         "image": learner_image(learner),
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "seedrl.learner", "--config", CONFIG_FILE,
-                    "--listen", f"[::]:{learner.port}", "--run-dir", RUN_DIR,
-                    "--termination-log", TERMINATION_LOG, "--env-spec", ENV_SPEC_FILE,
-                    *learner_accelerator_args(exp)],
-        "ports": [{"name": "grpc", "containerPort": learner.port, "protocol": "TCP"},
-                  {"name": "metrics", "containerPort": learner.metrics_port,
-                   "protocol": "TCP"}],
+        "command": [
+            "python",
+            "-m",
+            "seedrl.learner",
+            "--config",
+            CONFIG_FILE,
+            "--listen",
+            f"[::]:{learner.port}",
+            "--run-dir",
+            RUN_DIR,
+            "--termination-log",
+            TERMINATION_LOG,
+            "--env-spec",
+            ENV_SPEC_FILE,
+            *learner_accelerator_args(exp),
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": learner.port, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": learner.metrics_port, "protocol": "TCP"},
+        ],
         "env": _env(exp),
         "resources": _resources(learner.resources, extra),
-        "volumeMounts": [*_mounts(), {"name": "shared", "mountPath": SHARED_DIR,
-                                      "readOnly": True}],
+        "volumeMounts": [*_mounts(), {"name": "shared", "mountPath": SHARED_DIR, "readOnly": True}],
         "securityContext": _security_context(),
         # Ready once it serves the actors' streams (after restoring its checkpoint).
         **_probes("metrics", "/readyz"),
@@ -491,15 +633,18 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod_spec = _pod_spec(exp, container, "Never", learner.termination_grace_period_seconds,
-                         "learner")
+    pod_spec = _pod_spec(
+        exp, container, "Never", learner.termination_grace_period_seconds, "learner"
+    )
     pod_spec["initContainers"] = [render_env_spec_container(exp)]
     pod_spec["volumes"].append({"name": "shared", "emptyDir": {}})
     add_tls(exp, "learner", container, pod_spec)
     _learner_placement(exp, pod_spec)
-    template_meta = {"labels": _labels(exp, "learner"),
-                     # The autoscaler must not take the learner's node away to save a node.
-                     "annotations": {ANNOTATION_SAFE_TO_EVICT: "false"}}
+    template_meta = {
+        "labels": _labels(exp, "learner"),
+        # The autoscaler must not take the learner's node away to save a node.
+        "annotations": {ANNOTATION_SAFE_TO_EVICT: "false"},
+    }
     job_spec: dict[str, Any] = {
         "completions": 1,
         "parallelism": 1,
@@ -535,13 +680,22 @@ def render_env_spec_container(exp: Experiment) -> dict[str, Any]:
         "name": ENV_SPEC_CONTAINER,
         "image": exp.spec.actors.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "seedrl.actors", "--config", CONFIG_FILE,
-                    "--env-spec-out", ENV_SPEC_FILE],
+        "command": [
+            "python",
+            "-m",
+            "seedrl.actors",
+            "--config",
+            CONFIG_FILE,
+            "--env-spec-out",
+            ENV_SPEC_FILE,
+        ],
         "env": _env(exp),
         "resources": _resources(exp.spec.learner.resources),
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                         {"name": "shared", "mountPath": SHARED_DIR},
-                         {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "shared", "mountPath": SHARED_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
         "securityContext": _security_context(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -553,24 +707,33 @@ def render_disruption_budget(exp: Experiment, owner=None, namespace=None) -> dic
     crashing) may still be evicted, so that it never blocks a drain for nothing. GKE's node
     upgrades respect it for up to an hour, then delete the pod: the learner then checkpoints
     and resumes elsewhere, as it does after any disruption."""
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": _meta(exp, names(exp.metadata.name).disruption_budget, "learner",
-                              owner, namespace),
-            "spec": {"maxUnavailable": 0,
-                     "unhealthyPodEvictionPolicy": "AlwaysAllow",
-                     "selector": {"matchLabels": selector_labels(exp.metadata.name,
-                                                                 "learner")}}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(
+            exp, names(exp.metadata.name).disruption_budget, "learner", owner, namespace
+        ),
+        "spec": {
+            "maxUnavailable": 0,
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "selector": {"matchLabels": selector_labels(exp.metadata.name, "learner")},
+        },
+    }
 
 
 def render_run_volume(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
     """The learner's run directory (status, metrics, checkpoints) as a PersistentVolumeClaim,
     for an Experiment without ``spec.checkpoint.uri``: each learner pod is a new pod, and an
     emptyDir would lose the checkpoints with the old one."""
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": _meta(exp, names(exp.metadata.name).run_volume, "learner", owner,
-                              namespace),
-            "spec": {"accessModes": ["ReadWriteOnce"],
-                     "resources": {"requests": {"storage": exp.spec.checkpoint.volume_size}}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(exp, names(exp.metadata.name).run_volume, "learner", owner, namespace),
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": exp.spec.checkpoint.volume_size}},
+        },
+    }
 
 
 def actor_replicas(exp: Experiment, finished: bool = False, admitted: bool = True) -> int:
@@ -605,7 +768,8 @@ def job_finished(job: Mapping[str, Any] | None) -> bool:
 
 def _job_hash(job: Mapping[str, Any] | None) -> str | None:
     return (((job or {}).get("metadata") or {}).get("annotations") or {}).get(
-        ANNOTATION_LEARNER_HASH)
+        ANNOTATION_LEARNER_HASH
+    )
 
 
 def job_outdated(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
@@ -644,8 +808,9 @@ def final_learner_status(pods: list[Mapping[str, Any]] | tuple) -> LearnerStatus
         return None
 
 
-def failure_reason(failed: Mapping[str, Any],
-                   pods: list[Mapping[str, Any]] | tuple = ()) -> tuple[str, str]:
+def failure_reason(
+    failed: Mapping[str, Any], pods: list[Mapping[str, Any]] | tuple = ()
+) -> tuple[str, str]:
     """The reason and message of a failed learner Job's Experiment.
 
     The reason names the cause when the last failed learner pod tells it: its exit code's
@@ -656,8 +821,12 @@ def failure_reason(failed: Mapping[str, Any],
     """
     reason = failed.get("reason") or "JobFailed"
     message = failed.get("message") or "The learner Job failed."
-    ended = [(t, p) for p in pods if (p.get("status") or {}).get("phase") == "Failed"
-             and (t := _terminated(p) or _init_failed(p)) is not None]
+    ended = [
+        (t, p)
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Failed"
+        and (t := _terminated(p) or _init_failed(p)) is not None
+    ]
     if not ended:
         return reason, message
     term, pod = max(ended, key=lambda tp: tp[0].get("finishedAt") or "")
@@ -681,8 +850,9 @@ def failure_reason(failed: Mapping[str, Any],
     return reason, f"{message} {detail}"
 
 
-def render_actors(exp: Experiment, owner=None, namespace=None,
-                  finished: bool = False, admitted: bool = True) -> dict[str, Any]:
+def render_actors(
+    exp: Experiment, owner=None, namespace=None, finished: bool = False, admitted: bool = True
+) -> dict[str, Any]:
     """The actors: a Deployment whose pods derive their index from their pod name."""
     spec = exp.spec
     actors = spec.actors
@@ -693,10 +863,18 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
         "imagePullPolicy": "IfNotPresent",
         # A Deployment's pods have no ordinal: with `--index auto` the learner assigns each
         # actor the lowest free index (unique among live actors, kept across reconnects).
-        "command": ["python", "-m", "seedrl.actors", "--config", CONFIG_FILE,
-                    "--learner", f"{n.service}:{spec.learner.port}", "--index", "auto"],
-        "ports": [{"name": "metrics", "containerPort": actors.metrics_port,
-                   "protocol": "TCP"}],
+        "command": [
+            "python",
+            "-m",
+            "seedrl.actors",
+            "--config",
+            CONFIG_FILE,
+            "--learner",
+            f"{n.service}:{spec.learner.port}",
+            "--index",
+            "auto",
+        ],
+        "ports": [{"name": "metrics", "containerPort": actors.metrics_port, "protocol": "TCP"}],
         "env": _env(exp),
         "resources": _resources(actors.resources),
         "volumeMounts": _mounts(),
@@ -709,27 +887,36 @@ def render_actors(exp: Experiment, owner=None, namespace=None,
     if actors.spot:
         pod_spec["nodeSelector"] = {LABEL_SPOT: "true"}
         pod_spec["tolerations"] = [_SPOT_TOLERATION]
-    template_meta = {"labels": _labels(exp, "actor"),
-                     "annotations": {ANNOTATION_CONFIG_HASH: actor_hash(exp)}}
+    template_meta = {
+        "labels": _labels(exp, "actor"),
+        "annotations": {ANNOTATION_CONFIG_HASH: actor_hash(exp)},
+    }
     meta = _meta(exp, n.actors, "actor", owner, namespace)
     if spec.queue_name:
         # Kueue's Deployment integration admits each actor pod in the same queue, so that the
         # actors' resources count against the quota as the learner's do.
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
         template_meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": meta,
-            "spec": {"replicas": actor_replicas(exp, finished, admitted),
-                     "selector": {"matchLabels": selector_labels(exp.metadata.name, "actor")},
-                     "strategy": {"type": "RollingUpdate",
-                                  "rollingUpdate": {"maxSurge": "25%",
-                                                    "maxUnavailable": "25%"}},
-                     "template": {"metadata": template_meta, "spec": pod_spec}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": actor_replicas(exp, finished, admitted),
+            "selector": {"matchLabels": selector_labels(exp.metadata.name, "actor")},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            },
+            "template": {"metadata": template_meta, "spec": pod_spec},
+        },
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # TLS between actors and learner
 # --------------------------------------------------------------------------------------------
+
 
 def tls_secret_name(experiment_name: str) -> str:
     """The Secret holding the learner's certificate (``tls.crt``, ``tls.key``, ``ca.crt``)."""
@@ -740,25 +927,39 @@ def learner_dns_names(experiment_name: str, namespace: str) -> list[str]:
     """The names the learner's certificate is valid for: its Service's, short and qualified.
     Actors connect to the short one (``<name>-learner``) and verify it."""
     service = names(experiment_name).service
-    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
-            f"{service}.{namespace}.svc.cluster.local"]
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
 
 
-def add_tls(exp: Experiment, role: str, container: dict[str, Any],
-            pod_spec: dict[str, Any]) -> None:
+def add_tls(
+    exp: Experiment, role: str, container: dict[str, Any], pod_spec: dict[str, Any]
+) -> None:
     """Mounts the learner's certificate into a pod and starts its process with TLS, when
     ``spec.learner.tls.enabled``: the learner gets its certificate and key and serves only TLS;
     an actor gets the CA alone (least privilege) and verifies the learner's Service name."""
     if not exp.spec.learner.tls.enabled:
         return
     if role == "learner":
-        items, args = ["tls.crt", "tls.key"], ["--tls-cert", f"{TLS_DIR}/tls.crt",
-                                               "--tls-key", f"{TLS_DIR}/tls.key"]
+        items, args = (
+            ["tls.crt", "tls.key"],
+            ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"],
+        )
     else:
         items, args = ["ca.crt"], ["--tls-ca", f"{TLS_DIR}/ca.crt"]
-    pod_spec["volumes"].append({"name": "tls", "secret": {
-        "secretName": tls_secret_name(exp.metadata.name),
-        "items": [{"key": key, "path": key} for key in items], "defaultMode": 0o440}})
+    pod_spec["volumes"].append(
+        {
+            "name": "tls",
+            "secret": {
+                "secretName": tls_secret_name(exp.metadata.name),
+                "items": [{"key": key, "path": key} for key in items],
+                "defaultMode": 0o440,
+            },
+        }
+    )
     container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     container["command"] = [*container["command"], *args]
 
@@ -771,35 +972,52 @@ def render_certificate(exp: Experiment, owner=None, namespace=None) -> list[dict
         return []
     name = tls_secret_name(exp.metadata.name)
     ns = namespace or exp.metadata.namespace or "default"
-    issuer = {"apiVersion": f"{CERT_MANAGER_GROUP}/v1", "kind": "Issuer",
-              "metadata": _meta(exp, name, "learner", owner, namespace),
-              "spec": {"selfSigned": {}}}
-    certificate = {
-        "apiVersion": f"{CERT_MANAGER_GROUP}/v1", "kind": "Certificate",
+    issuer = {
+        "apiVersion": f"{CERT_MANAGER_GROUP}/v1",
+        "kind": "Issuer",
         "metadata": _meta(exp, name, "learner", owner, namespace),
-        "spec": {"secretName": name, "dnsNames": learner_dns_names(exp.metadata.name, ns),
-                 "duration": "8760h", "renewBefore": "720h",
-                 "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-                 "usages": ["server auth", "digital signature", "key encipherment"],
-                 "secretTemplate": {"labels": _labels(exp, "learner")},
-                 "issuerRef": {"group": CERT_MANAGER_GROUP, "kind": "Issuer", "name": name}}}
+        "spec": {"selfSigned": {}},
+    }
+    certificate = {
+        "apiVersion": f"{CERT_MANAGER_GROUP}/v1",
+        "kind": "Certificate",
+        "metadata": _meta(exp, name, "learner", owner, namespace),
+        "spec": {
+            "secretName": name,
+            "dnsNames": learner_dns_names(exp.metadata.name, ns),
+            "duration": "8760h",
+            "renewBefore": "720h",
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "usages": ["server auth", "digital signature", "key encipherment"],
+            "secretTemplate": {"labels": _labels(exp, "learner")},
+            "issuerRef": {"group": CERT_MANAGER_GROUP, "kind": "Issuer", "name": name},
+        },
+    }
     return [issuer, certificate]
 
 
-def render_tls_secret(exp: Experiment, data: Mapping[str, bytes], owner=None,
-                      namespace=None) -> dict[str, Any]:
+def render_tls_secret(
+    exp: Experiment, data: Mapping[str, bytes], owner=None, namespace=None
+) -> dict[str, Any]:
     """The learner's certificate as a Secret the operator writes itself (no cert-manager)."""
     import base64
 
-    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": _meta(exp, tls_secret_name(exp.metadata.name), "learner", owner,
-                              namespace),
-            "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": _meta(exp, tls_secret_name(exp.metadata.name), "learner", owner, namespace),
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
 
 
-def render(exp: Experiment, owner: Mapping[str, Any] | None = None,
-           namespace: str | None = None, finished: bool = False,
-           admitted: bool = True) -> list[dict[str, Any]]:
+def render(
+    exp: Experiment,
+    owner: Mapping[str, Any] | None = None,
+    namespace: str | None = None,
+    finished: bool = False,
+    admitted: bool = True,
+) -> list[dict[str, Any]]:
     """Every object that runs ``exp``, in the order to create them (config first).
 
     Args:
@@ -811,23 +1029,31 @@ def render(exp: Experiment, owner: Mapping[str, Any] | None = None,
     """
     ns = namespace or exp.metadata.namespace
     volume = [render_run_volume(exp, owner, ns)] if needs_run_volume(exp) else []
-    return [render_config_map(exp, owner, ns), *volume, render_service(exp, owner, ns),
-            render_network_policy(exp, owner, ns), render_disruption_budget(exp, owner, ns),
-            render_learner_job(exp, owner, ns), render_actors(exp, owner, ns, finished, admitted)]
+    return [
+        render_config_map(exp, owner, ns),
+        *volume,
+        render_service(exp, owner, ns),
+        render_network_policy(exp, owner, ns),
+        render_disruption_budget(exp, owner, ns),
+        render_learner_job(exp, owner, ns),
+        render_actors(exp, owner, ns, finished, admitted),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # The learner's status endpoint
 # --------------------------------------------------------------------------------------------
 
+
 def learner_status_url(namespace: str, experiment_name: str, metrics_port: int) -> str:
     """The in-cluster URL of a learner's status endpoint (through its Service)."""
-    return (f"http://{names(experiment_name).service}.{namespace}.svc:{metrics_port}/status")
+    return f"http://{names(experiment_name).service}.{namespace}.svc:{metrics_port}/status"
 
 
 # --------------------------------------------------------------------------------------------
 # Status
 # --------------------------------------------------------------------------------------------
+
 
 def now_rfc3339(now: datetime.datetime | None = None) -> str:
     """A Kubernetes timestamp (UTC, whole seconds)."""
@@ -835,8 +1061,15 @@ def now_rfc3339(now: datetime.datetime | None = None) -> str:
     return now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool | None,
-                  reason: str, message: str, generation: int | None, now: str) -> None:
+def set_condition(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: bool | None,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: str,
+) -> None:
     """Sets one condition in place; ``lastTransitionTime`` moves only when status changes."""
     text = "Unknown" if status is None else ("True" if status else "False")
     for cond in conditions:
@@ -847,8 +1080,13 @@ def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool | N
             if generation is not None:
                 cond["observedGeneration"] = generation
             return
-    cond = {"type": type_, "status": text, "reason": reason, "message": message,
-            "lastTransitionTime": now}
+    cond = {
+        "type": type_,
+        "status": text,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
     if generation is not None:
         cond["observedGeneration"] = generation
     conditions.append(cond)
@@ -869,8 +1107,9 @@ def _job_condition(job: Mapping[str, Any] | None, type_: str) -> dict[str, Any] 
     return None
 
 
-def invalid_status(previous: Mapping[str, Any] | None, generation: int | None,
-                   error: ConfigError, now: str) -> dict[str, Any]:
+def invalid_status(
+    previous: Mapping[str, Any] | None, generation: int | None, error: ConfigError, now: str
+) -> dict[str, Any]:
     """Status of an Experiment whose spec does not validate: Failed / ValidationFailed."""
     conditions = [dict(c) for c in (previous or {}).get("conditions") or []]
     message = "; ".join(f"{path}: {reason}" for path, reason in error.problems)
@@ -879,14 +1118,20 @@ def invalid_status(previous: Mapping[str, Any] | None, generation: int | None,
     return {"phase": "Failed", "conditions": conditions, "observedGeneration": generation}
 
 
-def compute_status(exp: Experiment, *, generation: int | None,
-                   previous: Mapping[str, Any] | None,
-                   job: Mapping[str, Any] | None, deployment: Mapping[str, Any] | None,
-                   learner: LearnerStatus | None, learner_error: str | None = None,
-                   refused: list[str] | tuple[str, ...] = (),
-                   now: str | None = None,
-                   learner_pods: list[Mapping[str, Any]] | tuple = (),
-                   replacing: bool = False) -> dict[str, Any]:
+def compute_status(
+    exp: Experiment,
+    *,
+    generation: int | None,
+    previous: Mapping[str, Any] | None,
+    job: Mapping[str, Any] | None,
+    deployment: Mapping[str, Any] | None,
+    learner: LearnerStatus | None,
+    learner_error: str | None = None,
+    refused: list[str] | tuple[str, ...] = (),
+    now: str | None = None,
+    learner_pods: list[Mapping[str, Any]] | tuple = (),
+    replacing: bool = False,
+) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
     Args:
@@ -911,30 +1156,56 @@ def compute_status(exp: Experiment, *, generation: int | None,
     conditions = [dict(c) for c in prev.get("conditions") or []]
     set_condition(conditions, "Valid", True, "Validated", "The spec is valid.", generation, now)
     if refused:
-        set_condition(conditions, "SpecApplied", False, "ImmutableFieldChanged",
-                      f"{', '.join(refused)} cannot change once an experiment has started "
-                      f"(its checkpoints belong to the old value); revert the change or "
-                      f"create a new Experiment", generation, now)
+        set_condition(
+            conditions,
+            "SpecApplied",
+            False,
+            "ImmutableFieldChanged",
+            f"{', '.join(refused)} cannot change once an experiment has started "
+            f"(its checkpoints belong to the old value); revert the change or "
+            f"create a new Experiment",
+            generation,
+            now,
+        )
     elif replacing:
-        set_condition(conditions, "SpecApplied", False, "ReplacingLearner",
-                      "The learner Job runs an older spec: it is being replaced, and its new "
-                      "pod resumes from the checkpoint.", generation, now)
-    elif job is not None and job_finished(job) and _job_hash(job) not in (None,
-                                                                          learner_hash(exp)):
-        set_condition(conditions, "SpecApplied", False, "LearnerFinished",
-                      "The learner finished before this spec: a finished experiment is not run "
-                      "again; create a new Experiment to train more.", generation, now)
+        set_condition(
+            conditions,
+            "SpecApplied",
+            False,
+            "ReplacingLearner",
+            "The learner Job runs an older spec: it is being replaced, and its new "
+            "pod resumes from the checkpoint.",
+            generation,
+            now,
+        )
+    elif job is not None and job_finished(job) and _job_hash(job) not in (None, learner_hash(exp)):
+        set_condition(
+            conditions,
+            "SpecApplied",
+            False,
+            "LearnerFinished",
+            "The learner finished before this spec: a finished experiment is not run "
+            "again; create a new Experiment to train more.",
+            generation,
+            now,
+        )
     else:
-        set_condition(conditions, "SpecApplied", True, "Applied",
-                      "The children match the spec.", generation, now)
+        set_condition(
+            conditions,
+            "SpecApplied",
+            True,
+            "Applied",
+            "The children match the spec.",
+            generation,
+            now,
+        )
     job_status = (job or {}).get("status") or {}
     dep_status = (deployment or {}).get("status") or {}
     complete = _job_condition(job, "Complete")
     failed = _job_condition(job, "Failed")
     cleaned_up = job is None and finished_before(prev)
     queued = job is not None and not admitted(exp, job) and not exp.spec.suspend
-    desired = actor_replicas(exp, bool(complete or failed or cleaned_up),
-                             job is None or not queued)
+    desired = actor_replicas(exp, bool(complete or failed or cleaned_up), job is None or not queued)
     ready_actors = int(dep_status.get("readyReplicas") or 0)
     learner_ready = int(job_status.get("ready") or 0) >= 1
 
@@ -952,92 +1223,206 @@ def compute_status(exp: Experiment, *, generation: int | None,
         phase = "Pending"
 
     if cleaned_up:
-        set_condition(conditions, "LearnerReady", False, "Finished", "The learner finished; "
-                      "its Job was deleted after ttlSecondsAfterFinished.", generation, now)
+        set_condition(
+            conditions,
+            "LearnerReady",
+            False,
+            "Finished",
+            "The learner finished; its Job was deleted after ttlSecondsAfterFinished.",
+            generation,
+            now,
+        )
     elif job is None:
-        set_condition(conditions, "LearnerReady", False, "Creating", "The learner Job does "
-                      "not exist yet.", generation, now)
+        set_condition(
+            conditions,
+            "LearnerReady",
+            False,
+            "Creating",
+            "The learner Job does not exist yet.",
+            generation,
+            now,
+        )
     elif learner_ready:
-        set_condition(conditions, "LearnerReady", True, "PodReady", "The learner pod is "
-                      "ready.", generation, now)
+        set_condition(
+            conditions,
+            "LearnerReady",
+            True,
+            "PodReady",
+            "The learner pod is ready.",
+            generation,
+            now,
+        )
     else:
         active = int(job_status.get("active") or 0)
-        set_condition(conditions, "LearnerReady", False,
-                      "Suspended" if exp.spec.suspend else "Queued" if queued else
-                      ("PodNotReady" if active else "NoPod"),
-                      "The learner is suspended." if exp.spec.suspend else
-                      f"Waiting for Kueue to admit the learner in queue "
-                      f"{exp.spec.queue_name}; the actors start once it is." if queued else
-                      (f"{active} learner pod(s), none ready." if active else
-                       "No learner pod is running."), generation, now)
+        set_condition(
+            conditions,
+            "LearnerReady",
+            False,
+            "Suspended"
+            if exp.spec.suspend
+            else "Queued"
+            if queued
+            else ("PodNotReady" if active else "NoPod"),
+            "The learner is suspended."
+            if exp.spec.suspend
+            else f"Waiting for Kueue to admit the learner in queue "
+            f"{exp.spec.queue_name}; the actors start once it is."
+            if queued
+            else (
+                f"{active} learner pod(s), none ready." if active else "No learner pod is running."
+            ),
+            generation,
+            now,
+        )
     if desired == 0:
         actors_ok = ready_actors == 0
-        set_condition(conditions, "ActorsReady", actors_ok,
-                      "ScaledToZero" if actors_ok else "ScalingDown",
-                      "No actors are wanted now." if actors_ok else
-                      f"{ready_actors} actor pod(s) still running.", generation, now)
+        set_condition(
+            conditions,
+            "ActorsReady",
+            actors_ok,
+            "ScaledToZero" if actors_ok else "ScalingDown",
+            "No actors are wanted now."
+            if actors_ok
+            else f"{ready_actors} actor pod(s) still running.",
+            generation,
+            now,
+        )
     else:
         actors_ok = ready_actors >= desired
-        set_condition(conditions, "ActorsReady", actors_ok,
-                      "AllReady" if actors_ok else "NotAllReady",
-                      f"{ready_actors} of {desired} actor pods ready.", generation, now)
+        set_condition(
+            conditions,
+            "ActorsReady",
+            actors_ok,
+            "AllReady" if actors_ok else "NotAllReady",
+            f"{ready_actors} of {desired} actor pods ready.",
+            generation,
+            now,
+        )
 
     idle = learner.seconds_without_env_steps if learner is not None else None
     limit = exp.spec.budget.no_progress_seconds
-    if (learner is not None and learner.state != "finished" and limit and idle is not None
-            and idle >= limit):
+    if (
+        learner is not None
+        and learner.state != "finished"
+        and limit
+        and idle is not None
+        and idle >= limit
+    ):
         # The same condition `seedrl train` fails a local run on (spec.budget.noProgressSeconds).
-        refusals = (f" {learner.refused_streams} actor stream(s) refused, the last: "
-                   f"{learner.last_refusal}" if learner.refused_streams else
-                   " No actor stream was refused: are the actor pods running?")
-        set_condition(conditions, "Progressing", False, "NoProgress",
-                      f"No env steps for {idle:.0f} s (spec.budget.noProgressSeconds = "
-                      f"{limit:g}).{refusals}", generation, now)
+        refusals = (
+            f" {learner.refused_streams} actor stream(s) refused, the last: {learner.last_refusal}"
+            if learner.refused_streams
+            else " No actor stream was refused: are the actor pods running?"
+        )
+        set_condition(
+            conditions,
+            "Progressing",
+            False,
+            "NoProgress",
+            f"No env steps for {idle:.0f} s (spec.budget.noProgressSeconds = {limit:g}).{refusals}",
+            generation,
+            now,
+        )
     elif learner is not None and learner.state == "running":
-        set_condition(conditions, "Progressing", True, "Training",
-                      f"{learner.env_steps} env steps, {learner.learner_steps} learner steps "
-                      f"with {learner.actors} actor stream(s).", generation, now)
+        set_condition(
+            conditions,
+            "Progressing",
+            True,
+            "Training",
+            f"{learner.env_steps} env steps, {learner.learner_steps} learner steps "
+            f"with {learner.actors} actor stream(s).",
+            generation,
+            now,
+        )
     elif learner is not None and learner.state == "waiting_for_actors":
-        set_condition(conditions, "Progressing", False, "WaitingForActors",
-                      "The learner waits for its first actor.", generation, now)
+        set_condition(
+            conditions,
+            "Progressing",
+            False,
+            "WaitingForActors",
+            "The learner waits for its first actor.",
+            generation,
+            now,
+        )
     elif learner is not None:
-        set_condition(conditions, "Progressing", False, "LearnerFinished",
-                      f"The learner finished ({learner.stop_reason or 'no reason given'}).",
-                      generation, now)
+        set_condition(
+            conditions,
+            "Progressing",
+            False,
+            "LearnerFinished",
+            f"The learner finished ({learner.stop_reason or 'no reason given'}).",
+            generation,
+            now,
+        )
     elif phase == "Running":
-        set_condition(conditions, "Progressing", None, "StatusUnavailable",
-                      learner_error or "The learner's status endpoint did not answer.",
-                      generation, now)
+        set_condition(
+            conditions,
+            "Progressing",
+            None,
+            "StatusUnavailable",
+            learner_error or "The learner's status endpoint did not answer.",
+            generation,
+            now,
+        )
     else:
-        set_condition(conditions, "Progressing", False, phase, f"The experiment is "
-                      f"{phase.lower()}.", generation, now)
+        set_condition(
+            conditions,
+            "Progressing",
+            False,
+            phase,
+            f"The experiment is {phase.lower()}.",
+            generation,
+            now,
+        )
 
-    set_condition(conditions, "Suspended", exp.spec.suspend,
-                  "SpecSuspended" if exp.spec.suspend else "NotSuspended",
-                  "spec.suspend is true: the learner checkpointed and stopped; actors are at "
-                  "zero." if exp.spec.suspend else "The experiment is not suspended.",
-                  generation, now)
+    set_condition(
+        conditions,
+        "Suspended",
+        exp.spec.suspend,
+        "SpecSuspended" if exp.spec.suspend else "NotSuspended",
+        "spec.suspend is true: the learner checkpointed and stopped; actors are at zero."
+        if exp.spec.suspend
+        else "The experiment is not suspended.",
+        generation,
+        now,
+    )
     if complete:
-        set_condition(conditions, "Complete", True, complete.get("reason") or "Completed",
-                      complete.get("message") or "The learner reached its budget.",
-                      generation, now)
+        set_condition(
+            conditions,
+            "Complete",
+            True,
+            complete.get("reason") or "Completed",
+            complete.get("message") or "The learner reached its budget.",
+            generation,
+            now,
+        )
     if failed:
         reason, message = failure_reason(failed, learner_pods)
         set_condition(conditions, "Failed", True, reason, message, generation, now)
     ready = phase == "Running" and learner_ready and actors_ok
-    set_condition(conditions, "Ready", ready, "Ready" if ready else phase,
-                  "Learner and actors are ready." if ready else f"Phase {phase}.",
-                  generation, now)
+    set_condition(
+        conditions,
+        "Ready",
+        ready,
+        "Ready" if ready else phase,
+        "Learner and actors are ready." if ready else f"Phase {phase}.",
+        generation,
+        now,
+    )
 
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": conditions,
         "observedGeneration": generation,
         "replicas": ready_actors,
-        "selector": ",".join(f"{k}={v}" for k, v in
-                             selector_labels(exp.metadata.name, "actor").items()),
-        "actors": {"desired": desired, "ready": ready_actors,
-                   "connected": learner.actors if learner else 0},
+        "selector": ",".join(
+            f"{k}={v}" for k, v in selector_labels(exp.metadata.name, "actor").items()
+        ),
+        "actors": {
+            "desired": desired,
+            "ready": ready_actors,
+            "connected": learner.actors if learner else 0,
+        },
     }
     if not refused:
         status["appliedImmutable"] = immutable_part(exp)
@@ -1045,9 +1430,12 @@ def compute_status(exp: Experiment, *, generation: int | None,
     if start:
         status["startTime"] = start
     if phase in ("Succeeded", "Failed"):
-        status["completionTime"] = (prev.get("completionTime")
-                                    or job_status.get("completionTime")
-                                    or (failed or {}).get("lastTransitionTime") or now)
+        status["completionTime"] = (
+            prev.get("completionTime")
+            or job_status.get("completionTime")
+            or (failed or {}).get("lastTransitionTime")
+            or now
+        )
     if learner is not None:
         status.update(learner.to_experiment_status())
     return status

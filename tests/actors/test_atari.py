@@ -22,7 +22,10 @@ def test_pong_observes_stacked_84x84_grayscale_bytes():
     assert all(np.array_equal(obs[..., 0], obs[..., i]) for i in range(4))
     spec = spec_of(env, "ALE/Pong-v5")
     assert (spec.observation_dtype, spec.observation_shape, spec.num_actions) == (
-        "uint8", (84, 84, 4), 6)
+        "uint8",
+        (84, 84, 4),
+        6,
+    )
     env.close()
 
 
@@ -55,8 +58,7 @@ def test_noop_starts_vary_with_the_seed_and_can_be_turned_off():
 
 def test_observation_is_the_max_of_the_last_two_frames_resized():
     env = _pong(noop_max=0, sticky_action_probability=0.0)
-    raw = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0,
-                   obs_type="grayscale")
+    raw = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0, obs_type="grayscale")
     env.reset(seed=5)
     raw.reset(seed=5)
     actions = [2, 3, 2, 0, 3, 3, 2, 1] * 6
@@ -73,8 +75,9 @@ def test_observation_is_the_max_of_the_last_two_frames_resized():
 
 
 def test_channel_stack_keeps_the_newest_frame_last():
-    env = ChannelStack(gym.make("ALE/Pong-v5", frameskip=4, obs_type="grayscale",
-                                repeat_action_probability=0.0), 3)
+    env = ChannelStack(
+        gym.make("ALE/Pong-v5", frameskip=4, obs_type="grayscale", repeat_action_probability=0.0), 3
+    )
     first, _ = env.reset(seed=0)
     seen = [first[..., -1]]
     for _ in range(3):
@@ -128,8 +131,7 @@ def _play_one_game(config, seed=3, max_steps=20_000):
     ale = envs.envs[0].unwrapped.ale
     steps = []
     for _ in range(max_steps):
-        _, _, terminated, truncated, episodes, _ = envs.step(
-            rng.integers(0, 4, 1).astype(np.int32))
+        _, _, terminated, truncated, episodes, _ = envs.step(rng.integers(0, 4, 1).astype(np.int32))
         steps.append((bool(terminated[0]), ale.lives(), episodes))
         if episodes:
             break
@@ -145,7 +147,7 @@ def test_life_loss_terminal_ends_training_episodes_but_not_the_game():
     assert len(terminals) == 5 and terminals[-1] == len(steps) - 1
     assert all(not eps for _, _, eps in steps[:-1])
     assert [steps[i][1] for i in terminals[:-1]] == [4, 3, 2, 1]
-    (_, _, length), = steps[-1][2]
+    ((_, _, length),) = steps[-1][2]
     assert length == len(steps)
 
 

@@ -34,8 +34,9 @@ def test_backoff_doubles_with_jitter_up_to_the_cap_and_resets():
 def test_actor_waits_for_the_learner_and_reconnects_after_it_restarts(tmp_path):
     address = f"unix:{tmp_path}/learner.sock"
     envs = EnvBatch(EnvConfig(id="CartPole-v1"), 2, seeds=[0, 1])
-    client = ActorClient(envs, "test-exp", "actor-x", address,
-                         backoff=Backoff(initial=0.05, cap=0.5))
+    client = ActorClient(
+        envs, "test-exp", "actor-x", address, backoff=Backoff(initial=0.05, cap=0.5)
+    )
     result = {}
 
     def run():
@@ -48,8 +49,10 @@ def test_actor_waits_for_the_learner_and_reconnects_after_it_restarts(tmp_path):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()  # before the learner exists: the actor must retry, quickly while the
     # learner has never answered (it is usually starting), with growing waits up to 4x
-    wait_for(lambda: client.startup_backoff._next >= client.startup_backoff.cap,
-             what="the actor to retry")
+    wait_for(
+        lambda: client.startup_backoff._next >= client.startup_backoff.cap,
+        what="the actor to retry",
+    )
     assert client.startup_backoff.cap <= 0.1 and client.backoff._next == 0.05
     first = start_learner(address)
     try:
@@ -78,8 +81,14 @@ def test_steps_carry_the_final_observations_of_truncated_episodes():
     client._obs = envs.reset()
     outcomes = []
     for _ in range(2):
-        (client._obs, client._rewards, client._terminated, client._truncated,
-         client._episodes, client._finals) = envs.step(np.zeros(2, np.int32))
+        (
+            client._obs,
+            client._rewards,
+            client._terminated,
+            client._truncated,
+            client._episodes,
+            client._finals,
+        ) = envs.step(np.zeros(2, np.int32))
         outcomes.append(client._step_message().step)
     assert list(outcomes[0].final_env_ids) == []
     assert list(outcomes[1].final_env_ids) == [0, 1]  # the 2-step time limit cut both

@@ -38,8 +38,11 @@ gym.register("seedrl-test/Flaky-v0", entry_point=FlakyEnv, disable_env_checker=T
 def test_spec_of_cartpole():
     env = make_env(EnvConfig(id="CartPole-v1"))
     spec = spec_of(env, "CartPole-v1")
-    assert (spec.observation_dtype, spec.observation_shape, spec.num_actions) == \
-        ("float32", (4,), 2)
+    assert (spec.observation_dtype, spec.observation_shape, spec.num_actions) == (
+        "float32",
+        (4,),
+        2,
+    )
 
 
 def test_episodes_are_reported_and_envs_reset_in_place():
@@ -112,18 +115,22 @@ def test_truncated_episodes_come_back_with_their_final_observation():
         *_, (final_ids, finals) = envs.step(np.zeros((2, 1), np.float32))
         assert final_ids.tolist() == [] and finals.shape == (0, 1)
     obs, _, terminated, truncated, episodes, (final_ids, finals) = envs.step(
-        np.zeros((2, 1), np.float32))
+        np.zeros((2, 1), np.float32)
+    )
     assert truncated.all() and not terminated.any() and len(episodes) == 2
-    np.testing.assert_array_equal(obs, [[0], [0]])          # already the next episode
+    np.testing.assert_array_equal(obs, [[0], [0]])  # already the next episode
     assert final_ids.tolist() == [0, 1]
-    np.testing.assert_array_equal(finals, [[3], [3]])       # where the time limit cut it
+    np.testing.assert_array_equal(finals, [[3], [3]])  # where the time limit cut it
 
 
-@pytest.mark.parametrize("env_id,low,high", [
-    ("Pendulum-v1", (-2.0,), (2.0,)),
-    ("seedrl-test/Timed-v0", (0.0,), (5.0,)),
-    ("CartPole-v1", (), ()),
-])
+@pytest.mark.parametrize(
+    "env_id,low,high",
+    [
+        ("Pendulum-v1", (-2.0,), (2.0,)),
+        ("seedrl-test/Timed-v0", (0.0,), (5.0,)),
+        ("CartPole-v1", (), ()),
+    ],
+)
 def test_the_spec_carries_the_action_bounds(env_id, low, high):
     spec = spec_of(make_env(EnvConfig(id=env_id)), env_id)
     assert (spec.action_low, spec.action_high) == (low, high)
@@ -155,6 +162,6 @@ def test_a_terminal_step_that_leaves_the_game_running_neither_resets_nor_ends_an
     envs.reset()
     seen = [envs.step(np.zeros(1, np.int32)) for _ in range(6)]
     assert [s[2][0] for s in seen] == [False, True, False, True, False, True]
-    assert [s[0][0, 0] for s in seen] == [1, 2, 3, 4, 5, 0]   # reset only at game over
+    assert [s[0][0, 0] for s in seen] == [1, 2, 3, 4, 5, 0]  # reset only at game over
     assert [s[4] for s in seen[:5]] == [[]] * 5
-    assert seen[5][4] == [(0, 6.0, 6)]                        # one episode: the whole game
+    assert seen[5][4] == [(0, 6.0, 6)]  # one episode: the whole game

@@ -26,11 +26,14 @@ def test_is_football():
     assert not is_football("ALE/Pong-v5")
 
 
-@pytest.mark.parametrize("config, dtype, shape", [
-    (dict(representation="simple115v2"), np.float32, (115,)),
-    (dict(representation="extracted"), np.uint8, (72, 96, 4)),
-    (dict(representation="extracted", stacked=True), np.uint8, (72, 96, 16)),
-])
+@pytest.mark.parametrize(
+    "config, dtype, shape",
+    [
+        (dict(representation="simple115v2"), np.float32, (115,)),
+        (dict(representation="extracted"), np.uint8, (72, 96, 4)),
+        (dict(representation="extracted", stacked=True), np.uint8, (72, 96, 16)),
+    ],
+)
 def test_spaces_and_observations(config, dtype, shape):
     env = make(**config)
     try:
@@ -118,8 +121,11 @@ def test_same_seed_same_game():
         np.testing.assert_array_equal(rollout(first, seed=5), game)
         assert not np.array_equal(rollout(second, seed=6), game)
         # Unseeded episodes go on with the generator: each gets a new engine seed.
-        seeds = {first.reset(seed=5)[1]["engine_seed"], first.reset()[1]["engine_seed"],
-                 first.reset()[1]["engine_seed"]}
+        seeds = {
+            first.reset(seed=5)[1]["engine_seed"],
+            first.reset()[1]["engine_seed"],
+            first.reset()[1]["engine_seed"],
+        }
         assert len(seeds) == 3
     finally:
         first.close()

@@ -15,8 +15,9 @@ from support.learner_harness import start_learner, stop_learner
 
 
 def experiment(**actors):
-    return parse_experiment({"metadata": {"name": "test-exp"},
-                             "spec": {"actors": {"envsPerActor": 5, **actors}}})
+    return parse_experiment(
+        {"metadata": {"name": "test-exp"}, "spec": {"actors": {"envsPerActor": 5, **actors}}}
+    )
 
 
 def test_envs_are_split_evenly_over_streams_in_process():
@@ -43,8 +44,9 @@ def test_worker_processes_are_shared_out_between_streams():
 def test_two_streams_of_one_actor_are_served_side_by_side(tmp_path):
     learner = start_learner(f"unix:{tmp_path}/learner.sock")
     batches = make_env_batches(experiment(streamsPerActor=2), index=0)
-    clients = [ActorClient(b, "test-exp", f"actor/{j}", learner.address)
-               for j, b in enumerate(batches)]
+    clients = [
+        ActorClient(b, "test-exp", f"actor/{j}", learner.address) for j, b in enumerate(batches)
+    ]
 
     async def run_all():
         await asyncio.gather(*(c.run() for c in clients))

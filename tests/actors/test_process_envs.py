@@ -49,8 +49,7 @@ def test_a_killed_worker_is_restarted_and_only_its_envs_are_truncated(batch):
     batch.step(np.zeros(5, np.int32))
     victim = batch.worker_pids()[0]  # steps envs 0..1 (5 envs over 2 workers: 0-1, 2-4)
     os.kill(victim, signal.SIGKILL)
-    obs, rewards, terminated, truncated, episodes, (final_ids, _) = batch.step(
-        np.ones(5, np.int32))
+    obs, rewards, terminated, truncated, episodes, (final_ids, _) = batch.step(np.ones(5, np.int32))
     assert truncated.tolist() == [True, True, False, False, False]
     assert final_ids.tolist() == []  # nothing to bootstrap from: the worker died
     assert rewards.tolist() == [0.0, 0.0, 1.0, 1.0, 1.0]

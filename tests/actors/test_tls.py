@@ -22,15 +22,40 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs o
 @pytest.fixture
 def certificate(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return str(cert), str(key)
 
 
 def actor(address, actor_id, credentials=None):
-    return ActorClient(EnvBatch(EnvConfig(id="CartPole-v1"), 2, [0, 1]), "test-exp", actor_id,
-                       address, credentials=credentials, backoff=Backoff(0.01, 0.1))
+    return ActorClient(
+        EnvBatch(EnvConfig(id="CartPole-v1"), 2, [0, 1]),
+        "test-exp",
+        actor_id,
+        address,
+        credentials=credentials,
+        backoff=Backoff(0.01, 0.1),
+    )
 
 
 def test_actor_streams_over_tls_and_a_plaintext_actor_cannot(certificate):
@@ -43,8 +68,8 @@ def test_actor_streams_over_tls_and_a_plaintext_actor_cannot(certificate):
         tls_actor = actor(address, "tls-actor", trusted)
         done = {}
         thread = threading.Thread(
-            target=lambda: done.setdefault("ok", asyncio.run(tls_actor.run()) is None),
-            daemon=True)
+            target=lambda: done.setdefault("ok", asyncio.run(tls_actor.run()) is None), daemon=True
+        )
         thread.start()
         deadline = time.monotonic() + 60
         while learner.runtime.env_steps <= 50 and time.monotonic() < deadline:
@@ -75,20 +100,41 @@ def test_index_request_and_stream_verify_the_name_given_for_another_address(cert
         with open(cert, "rb") as fh:
             trusted = grpc.ssl_channel_credentials(root_certificates=fh.read())
         address = f"127.0.0.1:{port}"
-        index = asyncio.run(asyncio.wait_for(request_index(
-            address, "test-exp", "named-actor", trusted, Backoff(0.01, 0.1),
-            tls_server_name="localhost"), timeout=30))
+        index = asyncio.run(
+            asyncio.wait_for(
+                request_index(
+                    address,
+                    "test-exp",
+                    "named-actor",
+                    trusted,
+                    Backoff(0.01, 0.1),
+                    tls_server_name="localhost",
+                ),
+                timeout=30,
+            )
+        )
         assert index == 0
         # Without the name, the IP is verified against a certificate for localhost: refused,
         # retried until given up on.
         with pytest.raises(TimeoutError):
-            asyncio.run(asyncio.wait_for(request_index(
-                address, "test-exp", "unnamed-actor", trusted, Backoff(0.01, 0.1)),
-                timeout=2.0))
-        client = ActorClient(EnvBatch(EnvConfig(id="CartPole-v1"), 2, [0, 1]), "test-exp",
-                             "named-actor", address, credentials=trusted,
-                             backoff=Backoff(0.01, 0.1), actor_index=index,
-                             tls_server_name="localhost")
+            asyncio.run(
+                asyncio.wait_for(
+                    request_index(
+                        address, "test-exp", "unnamed-actor", trusted, Backoff(0.01, 0.1)
+                    ),
+                    timeout=2.0,
+                )
+            )
+        client = ActorClient(
+            EnvBatch(EnvConfig(id="CartPole-v1"), 2, [0, 1]),
+            "test-exp",
+            "named-actor",
+            address,
+            credentials=trusted,
+            backoff=Backoff(0.01, 0.1),
+            actor_index=index,
+            tls_server_name="localhost",
+        )
         thread = threading.Thread(target=lambda: asyncio.run(client.run()), daemon=True)
         thread.start()
         deadline = time.monotonic() + 60

@@ -74,6 +74,7 @@ def assert_one(document, path: str, *fragments: str) -> None:
 # Bounds
 # --------------------------------------------------------------------------------------------
 
+
 def test_below_bound_message_is_exact():
     with pytest.raises(ConfigError) as e:
         parse_experiment(with_path("spec.learner.unrollLength", 0))
@@ -82,33 +83,39 @@ def test_below_bound_message_is_exact():
     assert isinstance(e.value, ValueError)
 
 
-@pytest.mark.parametrize("path, value, fragment", [
-    ("spec.actors.envsPerActor", 5000, "must be <= 4096, got 5000"),
-    ("spec.learner.port", 70000, "must be <= 65535, got 70000"),
-    ("spec.learner.optimizer.momentum", 1.0, "must be <= 0.999, got 1"),
-    ("spec.agent.vtrace.discount", 1.5, "must be <= 1, got 1.5"),
-    ("spec.agent.vtrace.discount", 0, "must be > 0, got 0"),
-    ("spec.agent.vtrace.discount", -0.5, "must be > 0, got -0.5"),
-    ("spec.learner.optimizer.learningRate", 0, "must be > 0, got 0"),
-    ("spec.agent.vtrace.clipRhoThreshold", 0.0, "must be > 0, got 0"),
-    ("spec.agent.vtrace.lambda", -0.1, "must be >= 0, got -0.1"),
-    ("spec.seed", -1, "must be >= 0, got -1"),
-    ("spec.actors.replicas", 0, "must be >= 1, got 0"),
-    ("spec.env.maxEpisodeSteps", 0, "must be >= 1, got 0"),
-    ("spec.budget.maxSeconds", -1, "must be >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "path, value, fragment",
+    [
+        ("spec.actors.envsPerActor", 5000, "must be <= 4096, got 5000"),
+        ("spec.learner.port", 70000, "must be <= 65535, got 70000"),
+        ("spec.learner.optimizer.momentum", 1.0, "must be <= 0.999, got 1"),
+        ("spec.agent.vtrace.discount", 1.5, "must be <= 1, got 1.5"),
+        ("spec.agent.vtrace.discount", 0, "must be > 0, got 0"),
+        ("spec.agent.vtrace.discount", -0.5, "must be > 0, got -0.5"),
+        ("spec.learner.optimizer.learningRate", 0, "must be > 0, got 0"),
+        ("spec.agent.vtrace.clipRhoThreshold", 0.0, "must be > 0, got 0"),
+        ("spec.agent.vtrace.lambda", -0.1, "must be >= 0, got -0.1"),
+        ("spec.seed", -1, "must be >= 0, got -1"),
+        ("spec.actors.replicas", 0, "must be >= 1, got 0"),
+        ("spec.env.maxEpisodeSteps", 0, "must be >= 1, got 0"),
+        ("spec.budget.maxSeconds", -1, "must be >= 0, got -1"),
+    ],
+)
 def test_out_of_bounds(path, value, fragment):
     assert only_problem(with_path(path, value)) == (path, fragment)
 
 
-@pytest.mark.parametrize("path, value, attr, expected", [
-    ("spec.learner.unrollLength", 2, ("learner", "unroll_length"), 2),
-    ("spec.actors.envsPerActor", 4096, ("actors", "envs_per_actor"), 4096),
-    ("spec.agent.vtrace.discount", 1.0, ("agent", "vtrace", "discount"), 1.0),
-    ("spec.agent.vtrace.lambda", 0, ("agent", "vtrace", "lambda_"), 0.0),
-    ("spec.checkpoint.intervalSteps", 0, ("checkpoint", "interval_steps"), 0),
-    ("spec.env.maxEpisodeSteps", None, ("env", "max_episode_steps"), None),
-])
+@pytest.mark.parametrize(
+    "path, value, attr, expected",
+    [
+        ("spec.learner.unrollLength", 2, ("learner", "unroll_length"), 2),
+        ("spec.actors.envsPerActor", 4096, ("actors", "envs_per_actor"), 4096),
+        ("spec.agent.vtrace.discount", 1.0, ("agent", "vtrace", "discount"), 1.0),
+        ("spec.agent.vtrace.lambda", 0, ("agent", "vtrace", "lambda_"), 0.0),
+        ("spec.checkpoint.intervalSteps", 0, ("checkpoint", "interval_steps"), 0),
+        ("spec.env.maxEpisodeSteps", None, ("env", "max_episode_steps"), None),
+    ],
+)
 def test_values_on_the_bound_are_accepted(path, value, attr, expected):
     node = parse_experiment(with_path(path, value)).spec
     for a in attr:
@@ -121,24 +128,28 @@ def test_values_on_the_bound_are_accepted(path, value, attr, expected):
 # Types
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path, value, fragment", [
-    ("spec.learner.batchSize", "16", "must be an integer, got str '16'"),
-    ("spec.learner.batchSize", True, "must be an integer, got bool True"),
-    ("spec.learner.batchSize", 2.5, "must be an integer, got float 2.5"),
-    ("spec.env.maxEpisodeSteps", False, "must be an integer, got bool False"),
-    ("spec.agent.vtrace.discount", "0.99", "must be a number, got str '0.99'"),
-    ("spec.agent.vtrace.entropyCost", True, "must be a number, got bool True"),
-    ("spec.budget.targetReturn", "high", "must be a number, got str 'high'"),
-    ("spec.agent.vtrace.bootstrapOnTruncation", 1, "must be true or false, got int 1"),
-    ("spec.agent.vtrace.bootstrapOnTruncation", "true", "must be true or false, got str"),
-    ("spec.env.id", 5, "must be a string, got int 5"),
-    ("spec.learner", [1, 2], "must be a mapping, got list [1, 2]"),
-    ("spec.env.options", ["a"], "must be a mapping, got list"),
-    ("metadata.labels", "app", "must be a mapping, got str 'app'"),
-    ("spec.agent.network.hiddenSizes", {"a": 1}, "must be a list, got dict"),
-    ("spec.agent.network.hiddenSizes", 64, "must be a list, got int 64"),
-    ("spec.env.imports", "mypkg", "must be a list, got str 'mypkg'"),
-])
+
+@pytest.mark.parametrize(
+    "path, value, fragment",
+    [
+        ("spec.learner.batchSize", "16", "must be an integer, got str '16'"),
+        ("spec.learner.batchSize", True, "must be an integer, got bool True"),
+        ("spec.learner.batchSize", 2.5, "must be an integer, got float 2.5"),
+        ("spec.env.maxEpisodeSteps", False, "must be an integer, got bool False"),
+        ("spec.agent.vtrace.discount", "0.99", "must be a number, got str '0.99'"),
+        ("spec.agent.vtrace.entropyCost", True, "must be a number, got bool True"),
+        ("spec.budget.targetReturn", "high", "must be a number, got str 'high'"),
+        ("spec.agent.vtrace.bootstrapOnTruncation", 1, "must be true or false, got int 1"),
+        ("spec.agent.vtrace.bootstrapOnTruncation", "true", "must be true or false, got str"),
+        ("spec.env.id", 5, "must be a string, got int 5"),
+        ("spec.learner", [1, 2], "must be a mapping, got list [1, 2]"),
+        ("spec.env.options", ["a"], "must be a mapping, got list"),
+        ("metadata.labels", "app", "must be a mapping, got str 'app'"),
+        ("spec.agent.network.hiddenSizes", {"a": 1}, "must be a list, got dict"),
+        ("spec.agent.network.hiddenSizes", 64, "must be a list, got int 64"),
+        ("spec.env.imports", "mypkg", "must be a list, got str 'mypkg'"),
+    ],
+)
 def test_wrong_types(path, value, fragment):
     assert_one(with_path(path, value), path, fragment)
 
@@ -152,18 +163,27 @@ def test_document_that_is_not_a_mapping():
 
 
 def test_non_string_list_item_names_the_item():
-    assert_one(with_path("spec.env.imports", ["ok", 3]), "spec.env.imports[1]",
-               "must be a string, got int 3")
+    assert_one(
+        with_path("spec.env.imports", ["ok", 3]),
+        "spec.env.imports[1]",
+        "must be a string, got int 3",
+    )
 
 
 def test_non_string_label_value_names_the_label():
-    assert_one(with_path("metadata.labels", {"app": 1}), "metadata.labels.app",
-               "must be a string, got int 1")
+    assert_one(
+        with_path("metadata.labels", {"app": 1}),
+        "metadata.labels.app",
+        "must be a string, got int 1",
+    )
 
 
 def test_non_integer_list_item_names_the_item():
-    assert_one(with_path("spec.agent.network.hiddenSizes", [64, "wide"]),
-               "spec.agent.network.hiddenSizes[1]", "must be an integer")
+    assert_one(
+        with_path("spec.agent.network.hiddenSizes", [64, "wide"]),
+        "spec.agent.network.hiddenSizes[1]",
+        "must be an integer",
+    )
 
 
 def test_int_accepted_for_float_and_converted():
@@ -200,9 +220,11 @@ def test_null_section_means_defaults():
 # Unknown fields
 # --------------------------------------------------------------------------------------------
 
+
 def test_unknown_top_level_field_lists_known_fields():
-    assert_one(doc() | {"foo": 1}, "foo", "unknown field",
-               "known fields: apiVersion, kind, metadata, spec")
+    assert_one(
+        doc() | {"foo": 1}, "foo", "unknown field", "known fields: apiVersion, kind, metadata, spec"
+    )
 
 
 def test_unknown_top_level_near_miss_suggests():
@@ -216,13 +238,17 @@ def test_unknown_metadata_field():
 
 
 def test_unknown_nested_field_suggests_near_miss():
-    assert_one(with_path("spec.learner.unrolLength", 20), "spec.learner.unrolLength",
-               "unknown field; did you mean unrollLength?")
+    assert_one(
+        with_path("spec.learner.unrolLength", 20),
+        "spec.learner.unrolLength",
+        "unknown field; did you mean unrollLength?",
+    )
 
 
 def test_unknown_deeply_nested_field():
-    assert_one(with_path("spec.agent.network.widths", [1]), "spec.agent.network.widths",
-               "unknown field")
+    assert_one(
+        with_path("spec.agent.network.widths", [1]), "spec.agent.network.widths", "unknown field"
+    )
 
 
 def test_snake_case_key_is_unknown_and_suggests_camel_case():
@@ -242,17 +268,31 @@ def test_python_attribute_name_lambda_underscore_is_not_a_key():
 # Choices, patterns, required fields, apiVersion / kind
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path, value, fragment", [
-    ("spec.agent.name", "dqn", "must be one of vtrace, r2d2, ppo; got 'dqn'"),
-    ("spec.agent.network.name", "cnn",
-     "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'"),
-    ("spec.agent.network.activation", "gelu", "must be one of relu, tanh; got 'gelu'"),
-    ("spec.learner.optimizer.name", "adagrad", "must be one of adam, rmsprop, sgd; got 'adagrad'"),
-    ("spec.agent.vtrace.rewardClipping", "clip",
-     "must be one of none, abs_one, soft_asymmetric; got 'clip'"),
-    ("apiVersion", "v1", f"must be one of {API_VERSION}; got 'v1'"),
-    ("kind", "Job", "must be one of Experiment; got 'Job'"),
-])
+
+@pytest.mark.parametrize(
+    "path, value, fragment",
+    [
+        ("spec.agent.name", "dqn", "must be one of vtrace, r2d2, ppo; got 'dqn'"),
+        (
+            "spec.agent.network.name",
+            "cnn",
+            "must be one of mlp, nature_cnn, impala_resnet, football_smm; got 'cnn'",
+        ),
+        ("spec.agent.network.activation", "gelu", "must be one of relu, tanh; got 'gelu'"),
+        (
+            "spec.learner.optimizer.name",
+            "adagrad",
+            "must be one of adam, rmsprop, sgd; got 'adagrad'",
+        ),
+        (
+            "spec.agent.vtrace.rewardClipping",
+            "clip",
+            "must be one of none, abs_one, soft_asymmetric; got 'clip'",
+        ),
+        ("apiVersion", "v1", f"must be one of {API_VERSION}; got 'v1'"),
+        ("kind", "Job", "must be one of Experiment; got 'Job'"),
+    ],
+)
 def test_choices(path, value, fragment):
     assert only_problem(with_path(path, value)) == (path, fragment)
 
@@ -296,8 +336,10 @@ def test_required_name_missing():
 
 
 def test_null_metadata_reports_missing_name():
-    assert only_problem(doc() | {"metadata": None}) == ("metadata.name",
-                                                        "required field is missing")
+    assert only_problem(doc() | {"metadata": None}) == (
+        "metadata.name",
+        "required field is missing",
+    )
 
 
 def test_missing_metadata_reported():
@@ -316,29 +358,39 @@ def test_api_version_and_kind_may_be_omitted():
 # Lists, non-finite numbers, options
 # --------------------------------------------------------------------------------------------
 
+
 def test_list_item_out_of_bound_names_index():
     assert only_problem(with_path("spec.agent.network.hiddenSizes", [64, 0])) == (
-        "spec.agent.network.hiddenSizes[1]", "must be >= 1, got 0")
+        "spec.agent.network.hiddenSizes[1]",
+        "must be >= 1, got 0",
+    )
 
 
 def test_several_bad_list_items_each_reported():
     problems = problems_of(with_path("spec.agent.network.hiddenSizes", [0, 64, -3]))
-    assert [p for p, _ in problems] == ["spec.agent.network.hiddenSizes[0]",
-                                        "spec.agent.network.hiddenSizes[2]"]
+    assert [p for p, _ in problems] == [
+        "spec.agent.network.hiddenSizes[0]",
+        "spec.agent.network.hiddenSizes[2]",
+    ]
 
 
 def test_empty_list_below_min_items():
     assert only_problem(with_path("spec.agent.network.hiddenSizes", [])) == (
-        "spec.agent.network.hiddenSizes", "must have at least 1 item(s), got 0")
+        "spec.agent.network.hiddenSizes",
+        "must have at least 1 item(s), got 0",
+    )
 
 
-@pytest.mark.parametrize("path, text", [
-    ("spec.agent.vtrace.discount", ".nan"),
-    ("spec.learner.optimizer.learningRate", ".inf"),
-    ("spec.budget.targetReturn", ".nan"),
-    ("spec.budget.targetReturn", "-.inf"),
-    ("spec.budget.maxSeconds", ".inf"),
-])
+@pytest.mark.parametrize(
+    "path, text",
+    [
+        ("spec.agent.vtrace.discount", ".nan"),
+        ("spec.learner.optimizer.learningRate", ".inf"),
+        ("spec.budget.targetReturn", ".nan"),
+        ("spec.budget.targetReturn", "-.inf"),
+        ("spec.budget.maxSeconds", ".inf"),
+    ],
+)
 def test_non_finite_numbers_rejected(path, text):
     d = apply_overrides(doc(), [f"{path}={text}"])
     problems = problems_of(d)
@@ -347,9 +399,11 @@ def test_non_finite_numbers_rejected(path, text):
 
 
 def test_non_finite_from_yaml_file_text():
-    text = ("metadata: {name: exp}\n"
-            "spec:\n  agent:\n    vtrace:\n      entropyCost: .nan\n"
-            "  learner:\n    inferenceMaxWaitMs: .inf\n")
+    text = (
+        "metadata: {name: exp}\n"
+        "spec:\n  agent:\n    vtrace:\n      entropyCost: .nan\n"
+        "  learner:\n    inferenceMaxWaitMs: .inf\n"
+    )
     problems = problems_of(load_yaml(text))
     paths = [p for p, _ in problems]
     assert "spec.agent.vtrace.entropyCost" in paths
@@ -357,17 +411,24 @@ def test_non_finite_from_yaml_file_text():
     assert ("spec.agent.vtrace.entropyCost", "must be a finite number, got nan") in problems
 
 
-@pytest.mark.parametrize("path, text", [
-    ("spec.learner.batchSize", ".nan"),
-    ("spec.learner.batchSize", ".inf"),
-])
+@pytest.mark.parametrize(
+    "path, text",
+    [
+        ("spec.learner.batchSize", ".nan"),
+        ("spec.learner.batchSize", ".inf"),
+    ],
+)
 def test_non_finite_for_int_rejected(path, text):
     assert_one(apply_overrides(doc(), [f"{path}={text}"]), path, "must be an integer")
 
 
 def test_options_accept_nested_plain_data():
-    options = {"render_mode": None, "sutton_barto_reward": True, "gravity": 9.8,
-               "nested": {"a": [1, 2.5, "x", False, None, {"b": []}]}}
+    options = {
+        "render_mode": None,
+        "sutton_barto_reward": True,
+        "gravity": 9.8,
+        "nested": {"a": [1, 2.5, "x", False, None, {"b": []}]},
+    }
     exp = parse_experiment(with_path("spec.env.options", copy.deepcopy(options)))
     assert exp.spec.env.options == options
 
@@ -391,15 +452,20 @@ def test_options_reject_non_plain_values():
 # Cross-field rules
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("uri", ["s3://bucket/x", "http://host/x", "gs://", "gs://b/x",
-                                 "gs://Upper/x"])
+
+@pytest.mark.parametrize(
+    "uri", ["s3://bucket/x", "http://host/x", "gs://", "gs://b/x", "gs://Upper/x"]
+)
 def test_unsupported_checkpoint_uri_rejected(uri):
-    assert_one(with_path("spec.checkpoint.uri", uri), "spec.checkpoint.uri",
-               "must match", repr(uri))
+    assert_one(
+        with_path("spec.checkpoint.uri", uri), "spec.checkpoint.uri", "must match", repr(uri)
+    )
 
 
-@pytest.mark.parametrize("uri", ["", "/tmp/ckpt", "runs/x", "file:///tmp/ckpt",
-                                 "gs://my-bucket", "gs://my-bucket/runs/exp-1"])
+@pytest.mark.parametrize(
+    "uri",
+    ["", "/tmp/ckpt", "runs/x", "file:///tmp/ckpt", "gs://my-bucket", "gs://my-bucket/runs/exp-1"],
+)
 def test_supported_checkpoint_uri_accepted(uri):
     assert parse_experiment(with_path("spec.checkpoint.uri", uri)).spec.checkpoint.uri == uri
 
@@ -423,13 +489,16 @@ def test_both_cross_field_problems_reported_together():
     set_path(d, "spec.budget.maxEnvSteps", 0)
     set_path(d, "spec.agent.name", "ppo")
     set_path(d, "spec.learner.batchSize", 2)
-    assert sorted(p for p, _ in problems_of(d)) == ["spec.agent.ppo.minibatches",
-                                                    "spec.learner.optimizer.linearDecay"]
+    assert sorted(p for p, _ in problems_of(d)) == [
+        "spec.agent.ppo.minibatches",
+        "spec.learner.optimizer.linearDecay",
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # Several problems at once
 # --------------------------------------------------------------------------------------------
+
 
 def test_all_problems_reported_in_document_order():
     d = {
@@ -469,13 +538,13 @@ def test_type_and_unknown_problems_in_sibling_sections_all_reported():
     set_path(d, "spec.actors.replicas", "two")
     set_path(d, "spec.budget.returnWindow", 0)
     paths = [p for p, _ in problems_of(d)]
-    assert paths == ["spec.learner.unrolLength", "spec.actors.replicas",
-                     "spec.budget.returnWindow"]
+    assert paths == ["spec.learner.unrolLength", "spec.actors.replicas", "spec.budget.returnWindow"]
 
 
 # --------------------------------------------------------------------------------------------
 # Defaults and round trips
 # --------------------------------------------------------------------------------------------
+
 
 def test_only_name_gives_every_default():
     exp = parse_experiment({"metadata": {"name": "exp"}})
@@ -517,24 +586,31 @@ def test_default_lists_are_not_shared():
 
 def _customised() -> Experiment:
     d = load_yaml(EXAMPLE.read_text(encoding="utf-8"))
-    apply_overrides(d, [
-        "metadata.namespace=team-a",
-        "metadata.labels={app: seedrl}",
-        "spec.env.options={gravity: 9.8, nested: {a: [1, null]}}",
-        "spec.env.imports=[mypkg.envs]",
-        "spec.env.maxEpisodeSteps=200",
-        "spec.agent.vtrace.lambda=0.95",
-        "spec.agent.vtrace.rewardClipping=abs_one",
-        "spec.learner.optimizer.epsilon=1.0e-6",
-        "spec.checkpoint.uri=file:///tmp/ckpt",
-    ])
+    apply_overrides(
+        d,
+        [
+            "metadata.namespace=team-a",
+            "metadata.labels={app: seedrl}",
+            "spec.env.options={gravity: 9.8, nested: {a: [1, null]}}",
+            "spec.env.imports=[mypkg.envs]",
+            "spec.env.maxEpisodeSteps=200",
+            "spec.agent.vtrace.lambda=0.95",
+            "spec.agent.vtrace.rewardClipping=abs_one",
+            "spec.learner.optimizer.epsilon=1.0e-6",
+            "spec.checkpoint.uri=file:///tmp/ckpt",
+        ],
+    )
     return parse_experiment(d)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: parse_experiment({"metadata": {"name": "exp"}}),
-    _customised,
-], ids=["defaults", "customised"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: parse_experiment({"metadata": {"name": "exp"}}),
+        _customised,
+    ],
+    ids=["defaults", "customised"],
+)
 def test_to_document_round_trip(make):
     exp = make()
     document = to_document(exp)
@@ -544,10 +620,14 @@ def test_to_document_round_trip(make):
     assert parse_experiment(to_document(exp)) == exp
 
 
-@pytest.mark.parametrize("make", [
-    lambda: parse_experiment({"metadata": {"name": "exp"}}),
-    _customised,
-], ids=["defaults", "customised"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: parse_experiment({"metadata": {"name": "exp"}}),
+        _customised,
+    ],
+    ids=["defaults", "customised"],
+)
 def test_dump_round_trip(make):
     exp = make()
     text = dump_experiment(exp)
@@ -563,8 +643,10 @@ def test_small_float_round_trips_through_dump():
 def test_exponent_notation_without_dot_is_a_number():
     # `learningRate: 3e-4` is how most people write a learning rate, and Kubernetes (YAML 1.2
     # / JSON number rules) reads it as a number, so the same file must load locally too.
-    text = ("metadata: {name: exp}\nspec:\n  learner:\n    optimizer:\n"
-            "      learningRate: 3e-4\n      epsilon: 1e-7\n")
+    text = (
+        "metadata: {name: exp}\nspec:\n  learner:\n    optimizer:\n"
+        "      learningRate: 3e-4\n      epsilon: 1e-7\n"
+    )
     exp = parse_experiment(load_yaml(text))
     assert exp.spec.learner.optimizer.learning_rate == 3e-4
     assert exp.spec.learner.optimizer.epsilon == 1e-7
@@ -581,10 +663,21 @@ def test_customised_values_survive():
 def test_document_keys_are_camel_case():
     document = to_document(parse_experiment({"metadata": {"name": "exp"}}))
     assert list(document) == ["apiVersion", "kind", "metadata", "spec"]
-    assert list(document["spec"]) == ["seed", "env", "agent", "learner", "actors", "checkpoint",
-                                      "budget", "serviceAccountName", "suspend",
-                                      "activeDeadlineSeconds", "backoffLimit",
-                                      "ttlSecondsAfterFinished", "queueName"]
+    assert list(document["spec"]) == [
+        "seed",
+        "env",
+        "agent",
+        "learner",
+        "actors",
+        "checkpoint",
+        "budget",
+        "serviceAccountName",
+        "suspend",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "ttlSecondsAfterFinished",
+        "queueName",
+    ]
     assert "unrollLength" in document["spec"]["learner"]
     assert "inferenceMaxWaitMs" in document["spec"]["learner"]
     assert "maxEpisodeSteps" in document["spec"]["env"]
@@ -599,6 +692,7 @@ def test_document_keys_are_camel_case():
                 yield k
                 if k != "options":
                     yield from all_keys(v)
+
     assert not [k for k in all_keys(document) if "_" in k]
 
 
@@ -614,14 +708,18 @@ def test_dump_is_yaml_with_camel_case_keys():
 # Overrides
 # --------------------------------------------------------------------------------------------
 
+
 def test_overrides_parse_values_as_yaml():
-    d = apply_overrides(doc(), [
-        "spec.budget.maxEnvSteps=20000",
-        "spec.budget.targetReturn=475.5",
-        "spec.agent.network.hiddenSizes=[32, 32]",
-        "metadata.name=other",
-        "spec.learner.optimizer.linearDecay=true",
-    ])
+    d = apply_overrides(
+        doc(),
+        [
+            "spec.budget.maxEnvSteps=20000",
+            "spec.budget.targetReturn=475.5",
+            "spec.agent.network.hiddenSizes=[32, 32]",
+            "metadata.name=other",
+            "spec.learner.optimizer.linearDecay=true",
+        ],
+    )
     assert d["spec"]["budget"]["maxEnvSteps"] == 20000
     assert type(d["spec"]["budget"]["maxEnvSteps"]) is int
     assert d["spec"]["budget"]["targetReturn"] == 475.5
@@ -727,6 +825,7 @@ def test_override_producing_invalid_value_reported_by_parse():
 # load_experiment / load_yaml
 # --------------------------------------------------------------------------------------------
 
+
 def test_load_experiment_from_file(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("metadata:\n  name: from-file\nspec:\n  seed: 7\n", encoding="utf-8")
@@ -745,8 +844,9 @@ def test_load_experiment_applies_overrides(tmp_path):
 
 def test_load_experiment_reports_invalid_fields(tmp_path):
     path = tmp_path / "exp.yaml"
-    path.write_text("metadata:\n  name: x\nspec:\n  learner:\n    unrollLength: 0\n",
-                    encoding="utf-8")
+    path.write_text(
+        "metadata:\n  name: x\nspec:\n  learner:\n    unrollLength: 0\n", encoding="utf-8"
+    )
     with pytest.raises(ConfigError) as e:
         load_experiment(str(path))
     assert e.value.problems == [("spec.learner.unrollLength", "must be >= 2, got 0")]
@@ -821,37 +921,47 @@ def test_every_example_loads_and_round_trips(path):
 
 
 def test_ppo_minibatches_must_divide_the_batch():
-    assert only_problem(doc(agent={"name": "ppo", "ppo": {"minibatches": 3}},
-                            learner={"batchSize": 16})) == (
-        "spec.agent.ppo.minibatches", "must divide spec.learner.batchSize (16), got 3")
+    assert only_problem(
+        doc(agent={"name": "ppo", "ppo": {"minibatches": 3}}, learner={"batchSize": 16})
+    ) == ("spec.agent.ppo.minibatches", "must divide spec.learner.batchSize (16), got 3")
 
 
 def test_r2d2_sequence_rules():
-    problems = dict(problems_of(doc(agent={"name": "r2d2", "r2d2": {
-        "sequenceLength": 40, "burnIn": 40}})))
+    problems = dict(
+        problems_of(doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 40, "burnIn": 40}}))
+    )
     assert problems["spec.agent.r2d2.sequenceLength"].startswith("must exceed burnIn (40)")
     # A sequence may be shorter than burn-in + n: its last steps use shorter returns.
-    parse_experiment(doc(agent={"name": "r2d2", "r2d2": {
-        "sequenceLength": 12, "burnIn": 10, "nStep": 5}}))
+    parse_experiment(
+        doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 12, "burnIn": 10, "nStep": 5}})
+    )
     problems = dict(problems_of(doc(agent={"name": "r2d2", "r2d2": {"sequencePeriod": 10}})))
     assert "unknown field" in problems["spec.agent.r2d2.sequencePeriod"]
 
 
 def test_atari_and_football_sections():
-    exp = parse_experiment(doc(env={"id": "ALE/Breakout-v5",
-                                     "atari": {"frameStack": 1, "fullActionSpace": True}}))
+    exp = parse_experiment(
+        doc(env={"id": "ALE/Breakout-v5", "atari": {"frameStack": 1, "fullActionSpace": True}})
+    )
     assert exp.spec.env.atari.frame_stack == 1 and exp.spec.env.atari.noop_max == 30
-    problems = problems_of(doc(env={"atari": {"stickyActionProbability": 1.5},
-                                   "football": {"representation": "pixels"}}))
+    problems = problems_of(
+        doc(
+            env={
+                "atari": {"stickyActionProbability": 1.5},
+                "football": {"representation": "pixels"},
+            }
+        )
+    )
     assert dict(problems) == {
         "spec.env.atari.stickyActionProbability": "must be <= 1, got 1.5",
-        "spec.env.football.representation":
-            "must be one of simple115v2, extracted; got 'pixels'"}
+        "spec.env.football.representation": "must be one of simple115v2, extracted; got 'pixels'",
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # Declarations: docs and defaults
 # --------------------------------------------------------------------------------------------
+
 
 def _dataclasses_from(root: type) -> list[type]:
     seen: list[type] = []
@@ -873,22 +983,45 @@ ALL_FIELDS = [(cls, f) for cls in _dataclasses_from(Experiment) for f in datacla
 
 def test_every_section_is_reached():
     names = {cls.__name__ for cls in _dataclasses_from(Experiment)}
-    assert names == {"Experiment", "Metadata", "Spec", "EnvConfig", "AtariConfig",
-                     "FootballConfig", "AgentConfig", "NetworkConfig", "VTraceConfig", "R2D2Config",
-                     "PPOConfig", "LearnerConfig", "TLSConfig", "OptimizerConfig", "DevicesConfig",
-                     "ActorsConfig", "CheckpointConfig", "BudgetConfig", "ResourcesConfig",
-                     "AcceleratorConfig", "TPUConfig", "GPUConfig"}
+    assert names == {
+        "Experiment",
+        "Metadata",
+        "Spec",
+        "EnvConfig",
+        "AtariConfig",
+        "FootballConfig",
+        "AgentConfig",
+        "NetworkConfig",
+        "VTraceConfig",
+        "R2D2Config",
+        "PPOConfig",
+        "LearnerConfig",
+        "TLSConfig",
+        "OptimizerConfig",
+        "DevicesConfig",
+        "ActorsConfig",
+        "CheckpointConfig",
+        "BudgetConfig",
+        "ResourcesConfig",
+        "AcceleratorConfig",
+        "TPUConfig",
+        "GPUConfig",
+    }
 
 
-@pytest.mark.parametrize("cls, f", ALL_FIELDS,
-                         ids=[f"{c.__name__}.{f.name}" for c, f in ALL_FIELDS])
+@pytest.mark.parametrize(
+    "cls, f", ALL_FIELDS, ids=[f"{c.__name__}.{f.name}" for c, f in ALL_FIELDS]
+)
 def test_every_field_has_doc(cls, f):
     assert isinstance(f.metadata.get("doc"), str) and f.metadata["doc"].strip()
 
 
 def test_only_the_name_is_required():
-    required = [f"{cls.__name__}.{f.name}" for cls, f in ALL_FIELDS
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    required = [
+        f"{cls.__name__}.{f.name}"
+        for cls, f in ALL_FIELDS
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     # Experiment.metadata has no default only because the name inside it has none.
     assert sorted(required) == ["Experiment.metadata", "Metadata.name"]
 
@@ -920,6 +1053,7 @@ def test_field_key_is_camel_case_or_explicit():
 # Cluster fields (read by the operator, ignored by the local launcher)
 # --------------------------------------------------------------------------------------------
 
+
 def test_cluster_defaults():
     spec = parse_experiment(doc()).spec
     assert spec.learner.accelerator.kind == "cpu"
@@ -932,32 +1066,43 @@ def test_cluster_defaults():
 
 
 def test_cluster_fields_parse():
-    spec = parse_experiment(doc(
-        learner={"accelerator": {"kind": "tpu", "tpu": {"type": "tpu-v6e-slice",
-                                                        "topology": "2x4"}},
-                 "resources": {"cpu": "8", "memory": "64Gi", "cpuLimit": "16"},
-                 "image": "europe-docker.pkg.dev/p/r/learner:v1@sha256:ab"},
-        actors={"spot": True, "resources": {"cpu": "500m", "memory": "1.5Gi"}},
-        serviceAccountName="seedrl-wi", suspend=True, activeDeadlineSeconds=3600,
-        backoffLimit=2, ttlSecondsAfterFinished=0, queueName="team-a")).spec
+    spec = parse_experiment(
+        doc(
+            learner={
+                "accelerator": {"kind": "tpu", "tpu": {"type": "tpu-v6e-slice", "topology": "2x4"}},
+                "resources": {"cpu": "8", "memory": "64Gi", "cpuLimit": "16"},
+                "image": "europe-docker.pkg.dev/p/r/learner:v1@sha256:ab",
+            },
+            actors={"spot": True, "resources": {"cpu": "500m", "memory": "1.5Gi"}},
+            serviceAccountName="seedrl-wi",
+            suspend=True,
+            activeDeadlineSeconds=3600,
+            backoffLimit=2,
+            ttlSecondsAfterFinished=0,
+            queueName="team-a",
+        )
+    ).spec
     assert spec.learner.accelerator.tpu.topology == "2x4"
     assert spec.learner.resources.cpu_limit == "16"
     assert spec.actors.spot and spec.actors.resources.cpu == "500m"
     assert spec.suspend and spec.active_deadline_seconds == 3600 and spec.queue_name == "team-a"
 
 
-@pytest.mark.parametrize("dotted, value, fragment", [
-    ("spec.learner.resources.memory", "lots", "Kubernetes quantity"),
-    ("spec.learner.resources.cpu", 4, "must be a string"),
-    ("spec.learner.accelerator.kind", "fpga", "must be one of cpu, gpu, tpu"),
-    ("spec.learner.accelerator.tpu.topology", "2by2", "e.g. 2x4"),
-    ("spec.learner.accelerator.tpu.type", "v5e", "GKE TPU accelerator"),
-    ("spec.learner.accelerator.gpu.count", 0, "must be >= 1"),
-    ("spec.learner.image", "has space", "image reference"),
-    ("spec.serviceAccountName", "Bad_Name", "DNS subdomain"),
-    ("spec.activeDeadlineSeconds", 0, "must be >= 1"),
-    ("spec.queueName", "Q", "must match"),
-])
+@pytest.mark.parametrize(
+    "dotted, value, fragment",
+    [
+        ("spec.learner.resources.memory", "lots", "Kubernetes quantity"),
+        ("spec.learner.resources.cpu", 4, "must be a string"),
+        ("spec.learner.accelerator.kind", "fpga", "must be one of cpu, gpu, tpu"),
+        ("spec.learner.accelerator.tpu.topology", "2by2", "e.g. 2x4"),
+        ("spec.learner.accelerator.tpu.type", "v5e", "GKE TPU accelerator"),
+        ("spec.learner.accelerator.gpu.count", 0, "must be >= 1"),
+        ("spec.learner.image", "has space", "image reference"),
+        ("spec.serviceAccountName", "Bad_Name", "DNS subdomain"),
+        ("spec.activeDeadlineSeconds", 0, "must be >= 1"),
+        ("spec.queueName", "Q", "must match"),
+    ],
+)
 def test_bad_cluster_fields_name_the_field(dotted, value, fragment):
     assert_one(with_path(dotted, value), dotted, fragment)
 
@@ -965,41 +1110,84 @@ def test_bad_cluster_fields_name_the_field(dotted, value, fragment):
 #: Every TPU shape a user could type that no single-host node pool schedules, with the field
 #: refused and what the message must say (it always lists the valid choices).
 UNSCHEDULABLE_TPUS = [
-    ("tpu-v4-podslice", "2x2x2", "topology",
-     "v4 2x2x2 spans 2 hosts; single-host v4 topologies: 2x2x1"),
-    ("tpu-v4-podslice", "2x2x4", "topology",
-     "v4 2x2x4 spans 4 hosts; single-host v4 topologies: 2x2x1"),
+    (
+        "tpu-v4-podslice",
+        "2x2x2",
+        "topology",
+        "v4 2x2x2 spans 2 hosts; single-host v4 topologies: 2x2x1",
+    ),
+    (
+        "tpu-v4-podslice",
+        "2x2x4",
+        "topology",
+        "v4 2x2x4 spans 4 hosts; single-host v4 topologies: 2x2x1",
+    ),
     ("tpu-v4-podslice", "4x4x4", "topology", "spans 16 hosts; single-host v4 topologies: 2x2x1"),
-    ("tpu-v4-podslice", "2x2", "topology",
-     "v4 2x2 is not a v4 slice shape (3 dimensions); single-host v4 topologies: 2x2x1"),
-    ("tpu-v5p-slice", "2x2x2", "topology",
-     "v5p 2x2x2 spans 2 hosts; single-host v5p topologies: 2x2x1"),
-    ("tpu-v5p-slice", "2x4x4", "topology",
-     "v5p 2x4x4 spans 8 hosts; single-host v5p topologies: 2x2x1"),
-    ("tpu-v5-lite-podslice", "2x2x1", "topology",
-     "v5e 2x2x1 is not a v5e slice shape (2 dimensions); "
-     "single-host v5e topologies: 1x1, 2x2, 2x4"),
-    ("tpu-v5-lite-podslice", "4x4", "topology",
-     "v5e 4x4 spans 2 hosts; single-host v5e topologies: 1x1, 2x2, 2x4"),
-    ("tpu-v5-lite-podslice", "1x2", "topology",
-     "v5e 1x2 is not a single-host slice; single-host v5e topologies: 1x1, 2x2, 2x4"),
-    ("tpu-v6e-slice", "4x4", "topology",
-     "v6e 4x4 spans 2 hosts; single-host v6e topologies: 1x1, 2x2, 2x4"),
+    (
+        "tpu-v4-podslice",
+        "2x2",
+        "topology",
+        "v4 2x2 is not a v4 slice shape (3 dimensions); single-host v4 topologies: 2x2x1",
+    ),
+    (
+        "tpu-v5p-slice",
+        "2x2x2",
+        "topology",
+        "v5p 2x2x2 spans 2 hosts; single-host v5p topologies: 2x2x1",
+    ),
+    (
+        "tpu-v5p-slice",
+        "2x4x4",
+        "topology",
+        "v5p 2x4x4 spans 8 hosts; single-host v5p topologies: 2x2x1",
+    ),
+    (
+        "tpu-v5-lite-podslice",
+        "2x2x1",
+        "topology",
+        "v5e 2x2x1 is not a v5e slice shape (2 dimensions); "
+        "single-host v5e topologies: 1x1, 2x2, 2x4",
+    ),
+    (
+        "tpu-v5-lite-podslice",
+        "4x4",
+        "topology",
+        "v5e 4x4 spans 2 hosts; single-host v5e topologies: 1x1, 2x2, 2x4",
+    ),
+    (
+        "tpu-v5-lite-podslice",
+        "1x2",
+        "topology",
+        "v5e 1x2 is not a single-host slice; single-host v5e topologies: 1x1, 2x2, 2x4",
+    ),
+    (
+        "tpu-v6e-slice",
+        "4x4",
+        "topology",
+        "v6e 4x4 spans 2 hosts; single-host v6e topologies: 1x1, 2x2, 2x4",
+    ),
     ("tpu-v6e-slice", "8x16", "topology", "spans 16 hosts; single-host v6e topologies"),
-    ("tpu-v3-podslice", "2x2", "type",
-     "unknown TPU accelerator 'tpu-v3-podslice'; one of: tpu-v4-podslice (v4), "
-     "tpu-v5-lite-podslice (v5e), tpu-v5p-slice (v5p), tpu-v6e-slice (v6e)"),
+    (
+        "tpu-v3-podslice",
+        "2x2",
+        "type",
+        "unknown TPU accelerator 'tpu-v3-podslice'; one of: tpu-v4-podslice (v4), "
+        "tpu-v5-lite-podslice (v5e), tpu-v5p-slice (v5p), tpu-v6e-slice (v6e)",
+    ),
     ("tpu-v7x", "2x2x1", "type", "unknown TPU accelerator 'tpu-v7x'; one of:"),
 ]
-SCHEDULABLE_TPUS = [(name, topology) for name, g in TPU_GENERATIONS.items()
-                    for topology in g.single_host_topologies]
+SCHEDULABLE_TPUS = [
+    (name, topology) for name, g in TPU_GENERATIONS.items() for topology in g.single_host_topologies
+]
 
 
 @pytest.mark.parametrize("tpu_type,topology,field,message", UNSCHEDULABLE_TPUS)
-def test_unschedulable_tpu_shapes_are_refused_with_the_valid_choices(tpu_type, topology, field,
-                                                                     message):
-    document = doc(learner={"accelerator": {"kind": "tpu",
-                                            "tpu": {"type": tpu_type, "topology": topology}}})
+def test_unschedulable_tpu_shapes_are_refused_with_the_valid_choices(
+    tpu_type, topology, field, message
+):
+    document = doc(
+        learner={"accelerator": {"kind": "tpu", "tpu": {"type": tpu_type, "topology": topology}}}
+    )
     assert_one(document, f"spec.learner.accelerator.tpu.{field}", message)
     # The TPU section of a learner that is not on a TPU does not matter.
     document["spec"]["learner"]["accelerator"]["kind"] = "cpu"
@@ -1008,8 +1196,13 @@ def test_unschedulable_tpu_shapes_are_refused_with_the_valid_choices(tpu_type, t
 
 @pytest.mark.parametrize("tpu_type,topology", SCHEDULABLE_TPUS)
 def test_every_single_host_tpu_shape_is_accepted(tpu_type, topology):
-    exp = parse_experiment(doc(learner={"accelerator": {
-        "kind": "tpu", "tpu": {"type": tpu_type, "topology": topology}}}))
+    exp = parse_experiment(
+        doc(
+            learner={
+                "accelerator": {"kind": "tpu", "tpu": {"type": tpu_type, "topology": topology}}
+            }
+        )
+    )
     generation = TPU_GENERATIONS[tpu_type]
     assert tpu_chips(topology) <= generation.chips_per_host
     assert exp.spec.learner.accelerator.tpu.topology == topology
@@ -1018,8 +1211,10 @@ def test_every_single_host_tpu_shape_is_accepted(tpu_type, topology):
 def test_the_tpu_table_is_what_gke_documents():
     # Chips per VM and the single-host shapes of "Plan TPUs in GKE": v4 and v5p VMs hold 4
     # chips, v5e and v6e VMs up to 8.
-    assert {name: (g.name, g.chips_per_host, g.single_host_topologies)
-            for name, g in TPU_GENERATIONS.items()} == {
+    assert {
+        name: (g.name, g.chips_per_host, g.single_host_topologies)
+        for name, g in TPU_GENERATIONS.items()
+    } == {
         "tpu-v4-podslice": ("v4", 4, ("2x2x1",)),
         "tpu-v5-lite-podslice": ("v5e", 8, ("1x1", "2x2", "2x4")),
         "tpu-v5p-slice": ("v5p", 4, ("2x2x1",)),
@@ -1034,8 +1229,12 @@ def test_metrics_port_must_differ_from_grpc_port():
 
 
 def test_atari_frames_count_the_frame_skip():
-    pong = parse_experiment({"metadata": {"name": "p"}, "spec": {"env": {
-        "id": "ALE/Pong-v5", "atari": {"frameSkip": 3}}}})
+    pong = parse_experiment(
+        {
+            "metadata": {"name": "p"},
+            "spec": {"env": {"id": "ALE/Pong-v5", "atari": {"frameSkip": 3}}},
+        }
+    )
     assert pong.spec.env.is_atari and pong.spec.env.frames_per_step == 3
     cartpole = parse_experiment({"metadata": {"name": "c"}})
     assert not cartpole.spec.env.is_atari and cartpole.spec.env.frames_per_step == 1
@@ -1047,33 +1246,41 @@ def test_the_custom_resource_coordinates_make_the_api_version():
     assert API_VERSION == f"{GROUP}/{VERSION}" == "seedrl.dev/v1alpha1"
     assert (PLURAL, SINGULAR, KIND) == ("experiments", "experiment", "Experiment")
 
+
 # --------------------------------------------------------------------------------------------
 # Bounded YAML: aliases, recursion, nesting and size
 # --------------------------------------------------------------------------------------------
 
-LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10) if i else 'lol, lol'}]\n"
-                 for i in range(9))
+LAUGHS = "".join(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10) if i else 'lol, lol'}]\n" for i in range(9)
+)
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("r: &r [*r]\n", "line 1: a recursive alias"),
-    ("a: &a {b: *a}\n", "a recursive alias"),
-    (LAUGHS, "aliases expand the document from"),
-    ("[" * 5000 + "]" * 5000, "nested too deeply"),
-    ("a: " + "[" * 100 + "]" * 100, "nested deeper than 64 levels"),
-    ("a: [1, 2\n", "expected ',' or ']'"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("r: &r [*r]\n", "line 1: a recursive alias"),
+        ("a: &a {b: *a}\n", "a recursive alias"),
+        (LAUGHS, "aliases expand the document from"),
+        ("[" * 5000 + "]" * 5000, "nested too deeply"),
+        ("a: " + "[" * 100 + "]" * 100, "nested deeper than 64 levels"),
+        ("a: [1, 2\n", "expected ',' or ']'"),
+    ],
+)
 def test_hostile_yaml_is_refused_in_one_line(text, reason):
     with pytest.raises(ConfigError) as e:
         load_yaml(text, "f.yaml")
-    (path, message), = e.value.problems
+    ((path, message),) = e.value.problems
     assert path == "f.yaml" and reason in message
     assert "\n" not in message
 
 
 def test_bounded_aliases_and_large_plain_documents_still_load():
     assert load_yaml("x: &x {a: 1}\ny: {<<: *x, b: 2}\nz: [*x, *x]\n") == {
-        "x": {"a": 1}, "y": {"a": 1, "b": 2}, "z": [{"a": 1}, {"a": 1}]}
+        "x": {"a": 1},
+        "y": {"a": 1, "b": 2},
+        "z": [{"a": 1}, {"a": 1}],
+    }
     plain = "\n".join(f"k{i}: {i}" for i in range(60_000))  # no alias: size is what it is
     assert len(load_yaml(plain)) == 60_000
 
@@ -1089,8 +1296,10 @@ def test_a_file_over_the_limit_is_refused_unread(tmp_path):
 
 
 def test_an_experiment_bomb_under_any_field_is_refused(tmp_path):
-    for where in ("metadata:\n  name: *l8\n", "metadata: {name: x}\nspec:\n  env:\n"
-                                             "    options: {o: *l8}\n"):
+    for where in (
+        "metadata:\n  name: *l8\n",
+        "metadata: {name: x}\nspec:\n  env:\n    options: {o: *l8}\n",
+    ):
         path = tmp_path / "bomb.yaml"
         path.write_text(LAUGHS + where)
         with pytest.raises(ConfigError, match="aliases expand"):
@@ -1098,14 +1307,30 @@ def test_an_experiment_bomb_under_any_field_is_refused(tmp_path):
 
 
 def test_max_envs_per_actor_bounds_one_stream():
-    exp = parse_experiment({"metadata": {"name": "x"}, "spec": {
-        "actors": {"envsPerActor": 300, "streamsPerActor": 2},
-        "learner": {"maxEnvsPerActor": 150}}})
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "x"},
+            "spec": {
+                "actors": {"envsPerActor": 300, "streamsPerActor": 2},
+                "learner": {"maxEnvsPerActor": 150},
+            },
+        }
+    )
     assert exp.spec.learner.max_envs_per_actor == 150
     with pytest.raises(ConfigError) as e:
-        parse_experiment({"metadata": {"name": "x"}, "spec": {
-            "actors": {"envsPerActor": 301, "streamsPerActor": 2},
-            "learner": {"maxEnvsPerActor": 150}}})
-    assert e.value.problems == [("spec.learner.maxEnvsPerActor",
-                                 "must be at least the envs of one actor stream (envsPerActor "
-                                 "/ streamsPerActor = 151), got 150")]
+        parse_experiment(
+            {
+                "metadata": {"name": "x"},
+                "spec": {
+                    "actors": {"envsPerActor": 301, "streamsPerActor": 2},
+                    "learner": {"maxEnvsPerActor": 150},
+                },
+            }
+        )
+    assert e.value.problems == [
+        (
+            "spec.learner.maxEnvsPerActor",
+            "must be at least the envs of one actor stream (envsPerActor "
+            "/ streamsPerActor = 151), got 150",
+        )
+    ]

@@ -15,17 +15,29 @@ from seedrl.learner.run_files import RunFiles
 def strict(text):
     def refuse(token):
         raise AssertionError(f"{token} is not JSON")
+
     return json.loads(text, parse_constant=refuse)
 
 
 def test_non_finite_numbers_become_null_at_any_depth():
-    data = {"mean_return": math.inf, "metrics": {"loss": math.nan, "ok": 1.5},
-            "returns": [1.0, -math.inf, np.float32("nan"), np.float64(2.0)],
-            "array": np.array([np.inf, 3.0]), "count": np.int64(7), "name": "x", "n": None}
+    data = {
+        "mean_return": math.inf,
+        "metrics": {"loss": math.nan, "ok": 1.5},
+        "returns": [1.0, -math.inf, np.float32("nan"), np.float64(2.0)],
+        "array": np.array([np.inf, 3.0]),
+        "count": np.int64(7),
+        "name": "x",
+        "n": None,
+    }
     assert strict(finite_json.dumps(data)) == {
-        "mean_return": None, "metrics": {"loss": None, "ok": 1.5},
-        "returns": [1.0, None, None, 2.0], "array": [None, 3.0], "count": 7, "name": "x",
-        "n": None}
+        "mean_return": None,
+        "metrics": {"loss": None, "ok": 1.5},
+        "returns": [1.0, None, None, 2.0],
+        "array": [None, 3.0],
+        "count": 7,
+        "name": "x",
+        "n": None,
+    }
     out = io.StringIO()
     finite_json.dump({"x": math.nan}, out)
     assert strict(out.getvalue()) == {"x": None}

@@ -16,7 +16,8 @@ from seedrl.common.schema import dataclass_schema, experiment_schema, spec_schem
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml")) + sorted(
-    (ROOT / "k8s" / "examples").glob("*.yaml"))
+    (ROOT / "k8s" / "examples").glob("*.yaml")
+)
 
 
 def _validator(closed=True):
@@ -44,18 +45,22 @@ def test_every_node_is_structural_and_described():
 def test_every_config_field_appears_with_its_key():
     def check(cls, schema):
         hints = typing.get_type_hints(cls)
-        assert list(schema["properties"]) == [config.field_key(f)
-                                              for f in dataclasses.fields(cls)]
+        assert list(schema["properties"]) == [config.field_key(f) for f in dataclasses.fields(cls)]
         for f in dataclasses.fields(cls):
             if dataclasses.is_dataclass(hints[f.name]):
                 check(hints[f.name], schema["properties"][config.field_key(f)])
+
     check(config.Spec, spec_schema())
 
 
 def test_constraints_are_carried_over():
     learner = spec_schema()["properties"]["learner"]["properties"]
-    assert learner["unrollLength"] == {**learner["unrollLength"], "type": "integer",
-                                       "minimum": 2, "default": 20}
+    assert learner["unrollLength"] == {
+        **learner["unrollLength"],
+        "type": "integer",
+        "minimum": 2,
+        "default": 20,
+    }
     assert learner["port"]["maximum"] == 65535
     vtrace = spec_schema()["properties"]["agent"]["properties"]["vtrace"]["properties"]
     assert vtrace["discount"]["exclusiveMinimum"] is True and vtrace["discount"]["minimum"] == 0
@@ -80,14 +85,17 @@ def test_examples_validate(path):
     _validator().validate(yaml.safe_load(path.read_text()))
 
 
-@pytest.mark.parametrize("dotted, value, field", [
-    ("spec.learner.unrollLength", 1, "unrollLength"),
-    ("spec.agent.vtrace.discount", 0, "discount"),
-    ("spec.agent.name", "dqn", "name"),
-    ("spec.env.maxEpisodeSteps", "ten", "maxEpisodeSteps"),
-    ("spec.actors.replicas", 0, "replicas"),
-    ("spec.learner.typo", 1, "typo"),
-])
+@pytest.mark.parametrize(
+    "dotted, value, field",
+    [
+        ("spec.learner.unrollLength", 1, "unrollLength"),
+        ("spec.agent.vtrace.discount", 0, "discount"),
+        ("spec.agent.name", "dqn", "name"),
+        ("spec.env.maxEpisodeSteps", "ten", "maxEpisodeSteps"),
+        ("spec.actors.replicas", 0, "replicas"),
+        ("spec.learner.typo", 1, "typo"),
+    ],
+)
 def test_bad_documents_are_rejected_naming_the_field(dotted, value, field):
     doc = {"apiVersion": config.API_VERSION, "kind": config.KIND, "metadata": {"name": "x"}}
     config.set_path(doc, dotted, value)
@@ -98,8 +106,12 @@ def test_bad_documents_are_rejected_naming_the_field(dotted, value, field):
 
 
 def test_null_is_accepted_where_the_config_allows_it():
-    doc = {"apiVersion": config.API_VERSION, "kind": config.KIND, "metadata": {"name": "x"},
-           "spec": {"env": {"maxEpisodeSteps": None}, "budget": {"targetReturn": None}}}
+    doc = {
+        "apiVersion": config.API_VERSION,
+        "kind": config.KIND,
+        "metadata": {"name": "x"},
+        "spec": {"env": {"maxEpisodeSteps": None}, "budget": {"targetReturn": None}},
+    }
     _validator().validate(doc)
     config.parse_experiment(doc)
 

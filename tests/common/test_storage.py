@@ -117,6 +117,7 @@ def test_other_errors_are_not_retried():
 def test_gcs_outage_is_transient(tmp_path):
     # Nothing listens on this port: a connection error, which the caller may retry.
     import os
+
     os.environ["STORAGE_EMULATOR_HOST"] = "http://127.0.0.1:9"
     try:
         store = GCSStore("nobody", "x", retry_timeout=0.5)

@@ -20,10 +20,10 @@ CASES = [
     np.arange(12, dtype=np.float32).reshape(3, 4) / 7,
     np.arange(-5, 5, dtype=np.int64),
     np.array([[True, False], [False, True]]),
-    np.array(3.5, dtype=np.float64),                      # 0-d
-    np.array(7, dtype=np.int32),                          # 0-d
-    np.zeros((0,), dtype=np.float32),                     # empty
-    np.zeros((2, 0, 3), dtype=np.int16),                  # empty, inner zero
+    np.array(3.5, dtype=np.float64),  # 0-d
+    np.array(7, dtype=np.int32),  # 0-d
+    np.zeros((0,), dtype=np.float32),  # empty
+    np.zeros((2, 0, 3), dtype=np.int16),  # empty, inner zero
     np.random.default_rng(0).integers(0, 256, (4, 84, 84), dtype=np.uint8),  # frames
     np.array([-128, 0, 127], dtype=np.int8),
     np.array([0, 65535], dtype=np.uint16),
@@ -70,12 +70,16 @@ def test_python_lists_and_scalars_encode():
     assert decode_array(encode_array(np.float32(2.5)), "x").shape == ()
 
 
-@pytest.mark.parametrize("make", [
-    lambda a: a[:, ::2],
-    lambda a: a.T,
-    lambda a: a[::-1, 1:3],
-    lambda a: np.asfortranarray(a),
-], ids=["strided", "transposed", "reversed", "fortran"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a: a[:, ::2],
+        lambda a: a.T,
+        lambda a: a[::-1, 1:3],
+        lambda a: np.asfortranarray(a),
+    ],
+    ids=["strided", "transposed", "reversed", "fortran"],
+)
 def test_non_contiguous_round_trip(make):
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
     view = make(base)
@@ -107,8 +111,12 @@ def test_decoded_uint8_frames_are_read_only():
 
 
 def test_encode_rejects_disallowed_dtypes():
-    for array in (np.array([1 + 2j], dtype=np.complex64), np.array([object()], dtype=object),
-                  np.array(["abc"]), np.array([1], dtype=np.uint64)):
+    for array in (
+        np.array([1 + 2j], dtype=np.complex64),
+        np.array([object()], dtype=object),
+        np.array(["abc"]),
+        np.array([1], dtype=np.uint64),
+    ):
         with pytest.raises(WireError, match="cannot be sent"):
             encode_array(array)
 
@@ -140,8 +148,7 @@ def test_decode_wrong_rank():
 def test_decode_byte_count_mismatch(data):
     with pytest.raises(WireError) as e:
         decode_array(_tensor(data=data), "actions")
-    assert str(e.value) == (f"actions: shape [2] of float32 needs 8 bytes, "
-                            f"got {len(data)}")
+    assert str(e.value) == (f"actions: shape [2] of float32 needs 8 bytes, got {len(data)}")
 
 
 def test_decode_byte_count_mismatch_zero_d_and_empty():
@@ -151,8 +158,9 @@ def test_decode_byte_count_mismatch_zero_d_and_empty():
         decode_array(_tensor(shape=(0, 5), data=b"\x00" * 4), "x")
 
 
-@pytest.mark.parametrize("dtype", ["object", "complex64", "uint64", "float", "int", "", "<f4",
-                                   "str"])
+@pytest.mark.parametrize(
+    "dtype", ["object", "complex64", "uint64", "float", "int", "", "<f4", "str"]
+)
 def test_decode_disallowed_dtype(dtype):
     with pytest.raises(WireError) as e:
         decode_array(_tensor(dtype=dtype), "obs")
@@ -188,13 +196,30 @@ def test_wire_error_is_value_error():
 # EnvSpec
 # --------------------------------------------------------------------------------------------
 
-CARTPOLE = EnvSpec(env_id="CartPole-v1", observation_dtype="float32", observation_shape=(4,),
-                   action_dtype="int32", action_shape=(), num_actions=2)
-PENDULUM = EnvSpec(env_id="Pendulum-v1", observation_dtype="float32", observation_shape=(3,),
-                   action_dtype="float32", action_shape=(1,), num_actions=0)
-ATARI = EnvSpec(env_id="ALE/Pong-v5", observation_dtype="uint8",
-                observation_shape=(4, 84, 84), action_dtype="int32", action_shape=(),
-                num_actions=6)
+CARTPOLE = EnvSpec(
+    env_id="CartPole-v1",
+    observation_dtype="float32",
+    observation_shape=(4,),
+    action_dtype="int32",
+    action_shape=(),
+    num_actions=2,
+)
+PENDULUM = EnvSpec(
+    env_id="Pendulum-v1",
+    observation_dtype="float32",
+    observation_shape=(3,),
+    action_dtype="float32",
+    action_shape=(1,),
+    num_actions=0,
+)
+ATARI = EnvSpec(
+    env_id="ALE/Pong-v5",
+    observation_dtype="uint8",
+    observation_shape=(4, 84, 84),
+    action_dtype="int32",
+    action_shape=(),
+    num_actions=6,
+)
 
 
 @pytest.mark.parametrize("spec", [CARTPOLE, PENDULUM, ATARI], ids=lambda s: s.env_id)
@@ -217,12 +242,15 @@ def _msg(**changes) -> seedrl_pb2.EnvSpec:
     return dataclasses.replace(CARTPOLE, **changes).to_proto()
 
 
-@pytest.mark.parametrize("changes, field", [
-    ({"observation_dtype": "object"}, "env_spec.observation_dtype"),
-    ({"observation_dtype": "complex64"}, "env_spec.observation_dtype"),
-    ({"action_dtype": "int"}, "env_spec.action_dtype"),
-    ({"action_dtype": ""}, "env_spec.action_dtype"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"observation_dtype": "object"}, "env_spec.observation_dtype"),
+        ({"observation_dtype": "complex64"}, "env_spec.observation_dtype"),
+        ({"action_dtype": "int"}, "env_spec.action_dtype"),
+        ({"action_dtype": ""}, "env_spec.action_dtype"),
+    ],
+)
 def test_from_proto_rejects_bad_dtypes(changes, field):
     with pytest.raises(WireError) as e:
         EnvSpec.from_proto(_msg(**changes))
@@ -230,12 +258,15 @@ def test_from_proto_rejects_bad_dtypes(changes, field):
     assert "not allowed" in str(e.value)
 
 
-@pytest.mark.parametrize("changes", [
-    {"observation_shape": (0,)},
-    {"observation_shape": (4, -1)},
-    {"action_shape": (0,), "action_dtype": "float32", "num_actions": 0},
-    {"action_shape": (-2,), "action_dtype": "float32", "num_actions": 0},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"observation_shape": (0,)},
+        {"observation_shape": (4, -1)},
+        {"action_shape": (0,), "action_dtype": "float32", "num_actions": 0},
+        {"action_shape": (-2,), "action_dtype": "float32", "num_actions": 0},
+    ],
+)
 def test_from_proto_rejects_non_positive_dims(changes):
     with pytest.raises(WireError, match="positive dimensions"):
         EnvSpec.from_proto(_msg(**changes))
@@ -246,11 +277,14 @@ def test_from_proto_rejects_negative_num_actions():
         EnvSpec.from_proto(_msg(num_actions=-1))
 
 
-@pytest.mark.parametrize("changes", [
-    {"action_dtype": "int64"},
-    {"action_dtype": "float32"},
-    {"action_shape": (1,)},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"action_dtype": "int64"},
+        {"action_dtype": "float32"},
+        {"action_shape": (1,)},
+    ],
+)
 def test_from_proto_rejects_bad_discrete_actions(changes):
     with pytest.raises(WireError, match="discrete actions must be int32 scalars"):
         EnvSpec.from_proto(_msg(**changes))
@@ -273,8 +307,7 @@ def test_differences_lists_each_differing_field():
 def test_differences_all_fields():
     diffs = CARTPOLE.differences(PENDULUM)
     names = [d.split(":")[0] for d in diffs]
-    assert names == ["env_id", "observation_shape", "action_dtype", "action_shape",
-                     "num_actions"]
+    assert names == ["env_id", "observation_shape", "action_dtype", "action_shape", "num_actions"]
 
 
 def test_differences_empty_for_equal_specs():
@@ -286,13 +319,16 @@ def test_differences_empty_for_equal_specs():
 # Action bounds: the policy's [-1, 1] onto the env's range
 # --------------------------------------------------------------------------------------------
 
+
 def _bounded(low, high):
-    return EnvSpec("Box-v0", "float32", (3,), "float32", (len(low),), 0, tuple(low),
-                   tuple(high))
+    return EnvSpec("Box-v0", "float32", (3,), "float32", (len(low),), 0, tuple(low), tuple(high))
 
 
-@pytest.mark.parametrize("low,high", [((-0.4,), (0.4,)), ((-2.0,), (2.0,)), ((0.0,), (5.0,))],
-                         ids=["humanoid-0.4", "pendulum-2", "asymmetric-0-5"])
+@pytest.mark.parametrize(
+    "low,high",
+    [((-0.4,), (0.4,)), ((-2.0,), (2.0,)), ((0.0,), (5.0,))],
+    ids=["humanoid-0.4", "pendulum-2", "asymmetric-0-5"],
+)
 def test_the_normalised_range_maps_onto_the_whole_of_the_bounds(low, high):
     spec = _bounded(low, high)
     assert EnvSpec.from_proto(spec.to_proto()) == spec
@@ -320,12 +356,15 @@ def test_discrete_and_unbounded_specs_leave_actions_alone():
     assert PENDULUM.to_env_actions(raw) is raw  # an actor that sent no bounds
 
 
-@pytest.mark.parametrize("low,high,reason", [
-    ((0.0,), (5.0, 6.0), "expected 1 bounds each"),
-    ((1.0,), (0.0,), "need finite low <= high"),
-    ((float("nan"),), (1.0,), "need finite low <= high"),
-    ((-float("inf"),), (1.0,), "need finite low <= high"),
-])
+@pytest.mark.parametrize(
+    "low,high,reason",
+    [
+        ((0.0,), (5.0, 6.0), "expected 1 bounds each"),
+        ((1.0,), (0.0,), "need finite low <= high"),
+        ((float("nan"),), (1.0,), "need finite low <= high"),
+        ((-float("inf"),), (1.0,), "need finite low <= high"),
+    ],
+)
 def test_bad_bounds_are_refused(low, high, reason):
     msg = dataclasses.replace(PENDULUM, action_low=low, action_high=high).to_proto()
     with pytest.raises(WireError, match=reason):
@@ -348,18 +387,35 @@ def test_an_env_spec_round_trips_through_json_and_a_file(tmp_path):
     assert spec.describe() == "uint8[84, 84, 4] observations, 6 discrete actions"
 
 
-@pytest.mark.parametrize("data, reason", [
-    ([], "expected the keys"),
-    ({"env_id": "x"}, "expected the keys"),
-    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "extra": 1},
-     "expected the keys"),
-    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "num_actions": "two"},
-     "env spec"),
-    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "observation_dtype": "object"},
-     "not allowed"),
-    ({**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "observation_shape": [1] * 9},
-     "at most 8 dimensions"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        ([], "expected the keys"),
+        ({"env_id": "x"}, "expected the keys"),
+        (
+            {**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "extra": 1},
+            "expected the keys",
+        ),
+        (
+            {**EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(), "num_actions": "two"},
+            "env spec",
+        ),
+        (
+            {
+                **EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(),
+                "observation_dtype": "object",
+            },
+            "not allowed",
+        ),
+        (
+            {
+                **EnvSpec("x", "float32", (4,), "int32", (), 2).to_json(),
+                "observation_shape": [1] * 9,
+            },
+            "at most 8 dimensions",
+        ),
+    ],
+)
 def test_a_bad_env_spec_file_is_refused(tmp_path, data, reason):
     with pytest.raises(WireError, match=reason):
         EnvSpec.from_json(data)

@@ -25,12 +25,26 @@ EXPERIMENTS = ("seedrl.dev", "v1alpha1", "experiments")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     with SimulatedCluster(tmp_path_factory.mktemp("cluster")) as c:
-        c.helm("install", "seedrl", str(ROOT / "helm" / "seedrl-operator"), "-n",
-               "seedrl-system", "--create-namespace", "--set", "operator.pollSeconds=1",
-               "--wait=false")
-        wait_until(lambda: len([p for p in c.pods("seedrl-system")
-                                if p["status"].get("phase") == "Running"]) == 2, 120,
-                   "both operator replicas running", c)
+        c.helm(
+            "install",
+            "seedrl",
+            str(ROOT / "helm" / "seedrl-operator"),
+            "-n",
+            "seedrl-system",
+            "--create-namespace",
+            "--set",
+            "operator.pollSeconds=1",
+            "--wait=false",
+        )
+        wait_until(
+            lambda: (
+                len([p for p in c.pods("seedrl-system") if p["status"].get("phase") == "Running"])
+                == 2
+            ),
+            120,
+            "both operator replicas running",
+            c,
+        )
         yield c
         assert not c.errors(), c.errors()
 
@@ -39,11 +53,13 @@ def experiment(name: str, **spec) -> dict:
     """A small CartPole Experiment; ``spec`` keys are merged in (dicts one level deep)."""
     base = {
         "agent": {"name": "vtrace", "vtrace": {"rewardScale": 0.1}},
-        "learner": {"batchSize": 8, "port": free_port(),
-                    "resources": {"cpu": "1", "memory": "4Gi"},
-                    "terminationGracePeriodSeconds": 30},
-        "actors": {"replicas": 2, "envsPerActor": 8,
-                   "resources": {"cpu": "500m", "memory": "1Gi"}},
+        "learner": {
+            "batchSize": 8,
+            "port": free_port(),
+            "resources": {"cpu": "1", "memory": "4Gi"},
+            "terminationGracePeriodSeconds": 30,
+        },
+        "actors": {"replicas": 2, "envsPerActor": 8, "resources": {"cpu": "500m", "memory": "1Gi"}},
         "budget": {"maxEnvSteps": 40000, "targetReturn": None, "returnWindow": 20},
         "checkpoint": {"intervalSeconds": 3, "intervalSteps": 0},
     }
@@ -52,8 +68,12 @@ def experiment(name: str, **spec) -> dict:
             base[key] = {**base[key], **value}
         else:
             base[key] = value
-    return {"apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": name}, "spec": base}
+    return {
+        "apiVersion": "seedrl.dev/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": name},
+        "spec": base,
+    }
 
 
 def apply(cluster, namespace: str, document: dict, tmp_path: Path) -> None:
@@ -70,29 +90,43 @@ def status(cluster, namespace: str, name: str) -> dict:
 
 
 def condition(cluster, namespace: str, name: str, type_: str) -> dict:
-    return next((c for c in status(cluster, namespace, name).get("conditions") or []
-                 if c["type"] == type_), {})
+    return next(
+        (c for c in status(cluster, namespace, name).get("conditions") or [] if c["type"] == type_),
+        {},
+    )
 
 
 def learner_pods(cluster, namespace: str, name: str) -> list[dict]:
-    return sorted(cluster.pods(namespace, **{"seedrl.dev__experiment": name,
-                                              "seedrl.dev__role": "learner"}),
-                  key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"])
+    return sorted(
+        cluster.pods(namespace, **{"seedrl.dev__experiment": name, "seedrl.dev__role": "learner"}),
+        key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"],
+    )
 
 
 def actor_pods(cluster, namespace: str, name: str) -> list[dict]:
-    return [p for p in cluster.pods(namespace, **{"seedrl.dev__experiment": name,
-                                                   "seedrl.dev__role": "actor"})
-            if p["status"].get("phase") not in ("Succeeded", "Failed")
-            and not p["metadata"].get("deletionTimestamp")]
+    return [
+        p
+        for p in cluster.pods(
+            namespace, **{"seedrl.dev__experiment": name, "seedrl.dev__role": "actor"}
+        )
+        if p["status"].get("phase") not in ("Succeeded", "Failed")
+        and not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def wait_for_pod(cluster, namespace: str, name: str, old: dict) -> bool:
     """Waits for a learner pod other than ``old``; fails with a diagnosis."""
     try:
-        wait_until(lambda: [p for p in learner_pods(cluster, namespace, name)
-                            if p["metadata"]["uid"] != old["metadata"]["uid"]],
-                   180, "a new learner pod", cluster)
+        wait_until(
+            lambda: [
+                p
+                for p in learner_pods(cluster, namespace, name)
+                if p["metadata"]["uid"] != old["metadata"]["uid"]
+            ],
+            180,
+            "a new learner pod",
+            cluster,
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}{diagnosis(cluster, namespace, name)}") from None
     return True
@@ -117,6 +151,7 @@ class PhaseRecorder:
                 if stopping:
                     return
                 self._stop.wait(0.2)
+
         self._thread = threading.Thread(target=run, daemon=True)
 
     def __enter__(self):
@@ -132,14 +167,15 @@ def diagnosis(cluster, namespace: str, name: str) -> str:
     """What to look at when a scenario times out: the Job, the learner pods and their logs."""
     job = cluster.get("batch", "v1", "jobs", namespace, f"{name}-learner") or {}
     pods = learner_pods(cluster, namespace, name)
-    return (f"\nJob status: {json.dumps(job.get('status'))}\nExperiment status phase: "
-            f"{status(cluster, namespace, name).get('phase')}\nlearner pods: "
-            f"{[(p['metadata']['name'], p['status']) for p in pods]}\n{logs(cluster, pods)}")
+    return (
+        f"\nJob status: {json.dumps(job.get('status'))}\nExperiment status phase: "
+        f"{status(cluster, namespace, name).get('phase')}\nlearner pods: "
+        f"{[(p['metadata']['name'], p['status']) for p in pods]}\n{logs(cluster, pods)}"
+    )
 
 
 def logs(cluster, pods) -> str:
-    return "\n".join(f"--- {p['metadata']['name']}\n{cluster.pod_log(p)[-3000:]}"
-                     for p in pods)
+    return "\n".join(f"--- {p['metadata']['name']}\n{cluster.pod_log(p)[-3000:]}" for p in pods)
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,12 +183,16 @@ def logs(cluster, pods) -> str:
 
 def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tmp_path):
     ns, name = "happy", "cartpole"
-    apply(cluster, ns, experiment(name, budget={"maxEnvSteps": 200000, "targetReturn": 60}),
-          tmp_path)
+    apply(
+        cluster, ns, experiment(name, budget={"maxEnvSteps": 200000, "targetReturn": 60}), tmp_path
+    )
     with PhaseRecorder(cluster, ns, name) as phases:
-        wait_until(lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
-                   300, lambda: "the experiment to finish" + diagnosis(cluster, ns, name),
-                   cluster)
+        wait_until(
+            lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
+            300,
+            lambda: "the experiment to finish" + diagnosis(cluster, ns, name),
+            cluster,
+        )
     final = status(cluster, ns, name)
     assert final["phase"] == "Succeeded", (final, logs(cluster, learner_pods(cluster, ns, name)))
     assert final["stopReason"] == "target_return" and final["meanReturn"] >= 60
@@ -161,8 +201,10 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
     term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == ExitCode.OK and term["reason"] == "Completed"
     # The actors were granted distinct indices by the learner.
-    assert "the learner granted index" in logs(cluster, actor_pods(cluster, ns, name)) or \
-        final["actors"]["desired"] == 0
+    assert (
+        "the learner granted index" in logs(cluster, actor_pods(cluster, ns, name))
+        or final["actors"]["desired"] == 0
+    )
     # The learner served the env spec its init container derived with the actor image.
     assert "--env-spec" in pod["spec"]["containers"][0]["command"]
     (init,) = pod["status"]["initContainerStatuses"]
@@ -170,8 +212,9 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
     assert "no --env-spec" not in cluster.pod_log(pod)
     # Over TLS: the learner served with the certificate the operator made (kubectl shows its
     # Secret), the actors verifying the learner Service's name with the CA alone.
-    secret = json.loads(cluster.kubectl("get", "secret", f"{name}-learner-tls", "-n", ns,
-                                        "-o", "json").stdout)
+    secret = json.loads(
+        cluster.kubectl("get", "secret", f"{name}-learner-tls", "-n", ns, "-o", "json").stdout
+    )
     assert secret["type"] == "kubernetes.io/tls"
     assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "Experiment"
@@ -182,67 +225,121 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
     assert final["cost"]["totalUsd"] > 0 and final["costRecords"]
     table = cluster.kubectl("get", "experiments", "-n", ns).stdout
     assert name in table and "Succeeded" in table
-    shown = subprocess.run([sys.executable, "-m", "seedrl.service.cli", "status", "-n", ns,
-                            "--kubeconfig", str(cluster.kubeconfig)], capture_output=True,
-                           text=True, timeout=60, cwd=ROOT)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seedrl.service.cli",
+            "status",
+            "-n",
+            ns,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if line.startswith(name))
     assert "Succeeded" in row and "$" in row
     # The operator told what happened as Events on the Experiment.
     reasons = {e["reason"] for e in cluster.events(ns, name)}
     assert {"Running", "Succeeded"} <= reasons, reasons
+
     # Exactly one of the two operator replicas is active (kopf peering).
     # Both replicas enter the peering object once kopf has started in each; under load the
     # second can start after this run has already finished, so wait for it with a deadline.
     def peers():
-        peering = cluster.get("kopf.dev", "v1", "clusterkopfpeerings", "",
-                              "seedrl-seedrl-operator")
+        peering = cluster.get("kopf.dev", "v1", "clusterkopfpeerings", "", "seedrl-seedrl-operator")
         return (peering or {}).get("status") or {}
 
-    wait_until(lambda: len(peers()) == 2, 180, lambda: f"both operator replicas peering: {peers()}",
-               cluster)
+    wait_until(
+        lambda: len(peers()) == 2,
+        180,
+        lambda: f"both operator replicas peering: {peers()}",
+        cluster,
+    )
 
 
 def test_draining_the_learners_node_resumes_it_elsewhere_and_never_reads_succeeded(
-        cluster, tmp_path):
+    cluster, tmp_path
+):
     ns, name = "drain", "cartpole"
     # A budget of training time (kept across resumes by the checkpoint), not of env steps: a
     # fast machine had reached a 30,000-step budget before the drain, and the run rightly
     # ended Succeeded then.
     seconds = 60
-    apply(cluster, ns, experiment(name, budget={"maxEnvSteps": 10**8, "maxSeconds": seconds}),
-          tmp_path)
+    apply(
+        cluster,
+        ns,
+        experiment(name, budget={"maxEnvSteps": 10**8, "maxSeconds": seconds}),
+        tmp_path,
+    )
     with PhaseRecorder(cluster, ns, name) as phases:
-        wait_until(lambda: (status(cluster, ns, name).get("envFrames") or 0) >= 6000 and
-                   status(cluster, ns, name).get("lastCheckpoint"), 240,
-                   "training with a checkpoint", cluster)
+        wait_until(
+            lambda: (
+                (status(cluster, ns, name).get("envFrames") or 0) >= 6000
+                and status(cluster, ns, name).get("lastCheckpoint")
+            ),
+            240,
+            "training with a checkpoint",
+            cluster,
+        )
         (first,) = learner_pods(cluster, ns, name)
         node = first["spec"]["nodeName"]
         assert not node.startswith("gke-spot"), "a CPU learner landed on a Spot node"
         # The PodDisruptionBudget refuses the eviction of a healthy learner: a drain waits.
-        blocked = cluster.kubectl("drain", node, "--ignore-daemonsets",
-                                  "--delete-emptydir-data", "--timeout=3s", check=False)
+        blocked = cluster.kubectl(
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=3s",
+            check=False,
+        )
         assert blocked.returncode != 0
         assert "disruption budget" in blocked.stdout + blocked.stderr
         # What a GKE upgrade does once its hour of respecting the budget is over, or an admin
         # with --disable-eviction: the pod is deleted; it checkpoints and stops (STOPPED).
         before = status(cluster, ns, name)["envFrames"]
-        cluster.kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
-                        "--disable-eviction", "--force", "--timeout=90s", timeout=150)
+        cluster.kubectl(
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--disable-eviction",
+            "--force",
+            "--timeout=90s",
+            timeout=150,
+        )
         wait_for_pod(cluster, ns, name, first)
-        second = [p for p in learner_pods(cluster, ns, name)
-                  if p["metadata"]["uid"] != first["metadata"]["uid"]][0]
+        second = [
+            p
+            for p in learner_pods(cluster, ns, name)
+            if p["metadata"]["uid"] != first["metadata"]["uid"]
+        ][0]
         assert second["spec"]["nodeName"] != node
-        wait_until(lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
-                   300, lambda: f"the experiment to finish{diagnosis(cluster, ns, name)}",
-                   cluster)
+        wait_until(
+            lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
+            300,
+            lambda: f"the experiment to finish{diagnosis(cluster, ns, name)}",
+            cluster,
+        )
     final = status(cluster, ns, name)
     pods = learner_pods(cluster, ns, name)
     assert final["phase"] == "Succeeded", (final, logs(cluster, pods))
-    old = next(p for p in pods if p["metadata"]["uid"] == first["metadata"]["uid"]) \
-        if any(p["metadata"]["uid"] == first["metadata"]["uid"] for p in pods) else None
-    assert old is None or old["status"]["containerStatuses"][0]["state"]["terminated"][
-        "exitCode"] == ExitCode.STOPPED
+    old = (
+        next(p for p in pods if p["metadata"]["uid"] == first["metadata"]["uid"])
+        if any(p["metadata"]["uid"] == first["metadata"]["uid"] for p in pods)
+        else None
+    )
+    assert (
+        old is None
+        or old["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+        == ExitCode.STOPPED
+    )
     log = cluster.pod_log(pods[-1])
     assert "resumed from" in log, log[-3000:]
     # Progress went on past the pre-drain count, and nothing read Succeeded before the resumed
@@ -261,19 +358,27 @@ def test_an_unusable_checkpoint_location_fails_at_once_with_the_reason(cluster, 
     store.mkdir()
     (store / "MANIFEST.json").write_text("{ not json")
     apply(cluster, ns, experiment(name, checkpoint={"uri": str(store)}), tmp_path)
-    wait_until(lambda: status(cluster, ns, name).get("phase") == "Failed", 180,
-               "the experiment to fail", cluster)
+    wait_until(
+        lambda: status(cluster, ns, name).get("phase") == "Failed",
+        180,
+        "the experiment to fail",
+        cluster,
+    )
     failed = condition(cluster, ns, name, "Failed")
     assert failed["reason"] == "CheckpointLocationUnusable", failed
     assert "MANIFEST.json is unreadable" in failed["message"], failed
     # Not retried: one learner pod, exit 4, and the Job failed by its podFailurePolicy.
     pods = learner_pods(cluster, ns, name)
     assert len(pods) == 1
-    assert pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == \
-        ExitCode.CHECKPOINT_LOCATION
+    assert (
+        pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+        == ExitCode.CHECKPOINT_LOCATION
+    )
     job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
-    assert any(c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
-               for c in job["status"]["conditions"])
+    assert any(
+        c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
+        for c in job["status"]["conditions"]
+    )
     assert (store / "MANIFEST.json").read_text() == "{ not json"  # nothing overwritten
     assert status(cluster, ns, name)["actors"]["desired"] == 0
 
@@ -283,8 +388,12 @@ def test_an_env_that_cannot_be_made_fails_before_the_learner_starts(cluster, tmp
     # Valid as a document; only making the env tells: the learner pod's init container does
     # it with the actors' code (as `seedrl train` does before it starts anything).
     apply(cluster, ns, experiment(name, env={"id": "NoSuchEnv-v99"}), tmp_path)
-    wait_until(lambda: status(cluster, ns, name).get("phase") == "Failed", 180,
-               lambda: "the experiment to fail" + diagnosis(cluster, ns, name), cluster)
+    wait_until(
+        lambda: status(cluster, ns, name).get("phase") == "Failed",
+        180,
+        lambda: "the experiment to fail" + diagnosis(cluster, ns, name),
+        cluster,
+    )
     failed = condition(cluster, ns, name, "Failed")
     assert failed["reason"] == "InvalidConfiguration", failed
     assert "init container env-spec: exit code 2" in failed["message"], failed
@@ -294,48 +403,71 @@ def test_an_env_that_cannot_be_made_fails_before_the_learner_starts(cluster, tmp
     (init,) = pod["status"]["initContainerStatuses"]
     assert init["state"]["terminated"]["exitCode"] == ExitCode.BAD_CONFIG
     assert pod["status"]["containerStatuses"][0]["state"] == {
-        "waiting": {"reason": "PodInitializing"}}
+        "waiting": {"reason": "PodInitializing"}
+    }
     job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
-    assert any(c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
-               for c in job["status"]["conditions"])
+    assert any(
+        c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
+        for c in job["status"]["conditions"]
+    )
     table = cluster.kubectl("get", "pods", "-n", ns, "-l", "seedrl.dev/role=learner").stdout
     assert "Init:Error" in table, table
 
 
 @pytest.mark.slow
 def test_a_learner_killed_for_memory_is_retried_up_to_the_backoff_limit_then_fails(
-        cluster, tmp_path):
+    cluster, tmp_path
+):
     ns, name = "oom", "cartpole"
     # TensorFlow alone outgrows 300Mi: the kubelet kills it as the kernel's OOM killer would.
-    apply(cluster, ns, experiment(name, backoffLimit=1,
-                                  learner={"resources": {"cpu": "1", "memory": "300Mi"}}),
-          tmp_path)
-    wait_until(lambda: status(cluster, ns, name).get("phase") == "Failed", 240,
-               "the experiment to fail", cluster)
+    apply(
+        cluster,
+        ns,
+        experiment(name, backoffLimit=1, learner={"resources": {"cpu": "1", "memory": "300Mi"}}),
+        tmp_path,
+    )
+    wait_until(
+        lambda: status(cluster, ns, name).get("phase") == "Failed",
+        240,
+        "the experiment to fail",
+        cluster,
+    )
     failed = condition(cluster, ns, name, "Failed")
     assert failed["reason"] == "OOMKilled", failed
-    assert "exit code 137" in failed["message"] and "BackoffLimitExceeded" not in \
-        failed["reason"]
+    assert "exit code 137" in failed["message"] and "BackoffLimitExceeded" not in failed["reason"]
     pods = learner_pods(cluster, ns, name)
     assert len(pods) == 2  # the first try and one retry: backoffLimit 1
     for pod in pods:
         term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
         assert (term["exitCode"], term["reason"]) == (137, "OOMKilled")
     job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
-    assert any(c["type"] == "Failed" and c["reason"] == "BackoffLimitExceeded"
-               for c in job["status"]["conditions"])
-    assert any(e["reason"] == "OOMKilled" and e["type"] == "Warning"
-               for e in cluster.events(ns, name))
+    assert any(
+        c["type"] == "Failed" and c["reason"] == "BackoffLimitExceeded"
+        for c in job["status"]["conditions"]
+    )
+    assert any(
+        e["reason"] == "OOMKilled" and e["type"] == "Warning" for e in cluster.events(ns, name)
+    )
 
 
 @pytest.mark.slow
 def test_preempting_half_the_spot_actors_replaces_them_and_training_goes_on(cluster, tmp_path):
     ns, name = "spot", "cartpole"
-    apply(cluster, ns, experiment(name, actors={"spot": True},
-                                  budget={"maxEnvSteps": 10**8}), tmp_path)
-    wait_until(lambda: condition(cluster, ns, name, "ActorsReady").get("status") == "True"
-               and (status(cluster, ns, name).get("envFrames") or 0) > 2000, 240,
-               "training with both actors", cluster)
+    apply(
+        cluster,
+        ns,
+        experiment(name, actors={"spot": True}, budget={"maxEnvSteps": 10**8}),
+        tmp_path,
+    )
+    wait_until(
+        lambda: (
+            condition(cluster, ns, name, "ActorsReady").get("status") == "True"
+            and (status(cluster, ns, name).get("envFrames") or 0) > 2000
+        ),
+        240,
+        "training with both actors",
+        cluster,
+    )
     actors = actor_pods(cluster, ns, name)
     nodes = {p["spec"]["nodeName"] for p in actors}
     assert len(actors) == 2 and len(nodes) == 2 and all(n.startswith("gke-spot") for n in nodes)
@@ -344,17 +476,34 @@ def test_preempting_half_the_spot_actors_replaces_them_and_training_goes_on(clus
     assert victim["spec"]["terminationGracePeriodSeconds"] <= 15
     before = status(cluster, ns, name)["envFrames"]
     cluster.preempt(victim["spec"]["nodeName"])
-    wait_until(lambda: len(actor_pods(cluster, ns, name)) == 2 and
-               victim["metadata"]["uid"] not in
-               {p["metadata"]["uid"] for p in actor_pods(cluster, ns, name)}, 120,
-               "a replacement actor", cluster)
-    wait_until(lambda: condition(cluster, ns, name, "ActorsReady").get("status") == "True" and
-               status(cluster, ns, name)["actors"]["connected"] == 2, 180,
-               "the replacement streaming", cluster)
-    wait_until(lambda: status(cluster, ns, name)["envFrames"] > before + 5000, 120,
-               "training to go on", cluster)
-    assert survivor["metadata"]["uid"] in {p["metadata"]["uid"]
-                                           for p in actor_pods(cluster, ns, name)}
+    wait_until(
+        lambda: (
+            len(actor_pods(cluster, ns, name)) == 2
+            and victim["metadata"]["uid"]
+            not in {p["metadata"]["uid"] for p in actor_pods(cluster, ns, name)}
+        ),
+        120,
+        "a replacement actor",
+        cluster,
+    )
+    wait_until(
+        lambda: (
+            condition(cluster, ns, name, "ActorsReady").get("status") == "True"
+            and status(cluster, ns, name)["actors"]["connected"] == 2
+        ),
+        180,
+        "the replacement streaming",
+        cluster,
+    )
+    wait_until(
+        lambda: status(cluster, ns, name)["envFrames"] > before + 5000,
+        120,
+        "training to go on",
+        cluster,
+    )
+    assert survivor["metadata"]["uid"] in {
+        p["metadata"]["uid"] for p in actor_pods(cluster, ns, name)
+    }
     assert status(cluster, ns, name)["phase"] == "Running"
     cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")
 
@@ -363,20 +512,34 @@ def test_preempting_half_the_spot_actors_replaces_them_and_training_goes_on(clus
 def test_scaling_two_three_one_keeps_the_surviving_actors(cluster, tmp_path):
     ns, name = "scale", "cartpole"
     apply(cluster, ns, experiment(name, budget={"maxEnvSteps": 10**8}), tmp_path)
-    wait_until(lambda: condition(cluster, ns, name, "ActorsReady").get("status") == "True",
-               240, "two actors", cluster)
+    wait_until(
+        lambda: condition(cluster, ns, name, "ActorsReady").get("status") == "True",
+        240,
+        "two actors",
+        cluster,
+    )
     two = {p["metadata"]["uid"] for p in actor_pods(cluster, ns, name)}
     learner = learner_pods(cluster, ns, name)[-1]["metadata"]["uid"]
     cluster.kubectl("scale", f"experiment/{name}", "--replicas=3", "-n", ns)
-    wait_until(lambda: len(actor_pods(cluster, ns, name)) == 3 and
-               status(cluster, ns, name)["actors"]["connected"] == 3, 180, "three actors",
-               cluster)
+    wait_until(
+        lambda: (
+            len(actor_pods(cluster, ns, name)) == 3
+            and status(cluster, ns, name)["actors"]["connected"] == 3
+        ),
+        180,
+        "three actors",
+        cluster,
+    )
     three = {p["metadata"]["uid"] for p in actor_pods(cluster, ns, name)}
     assert two < three  # added one, left the others running
     # The actors' indices are unique while three run (read now: the pods scaled away below
     # leave the API, logs and all, once they have stopped).
-    granted = [line for p in actor_pods(cluster, ns, name)
-               for line in cluster.pod_log(p).splitlines() if "granted index" in line]
+    granted = [
+        line
+        for p in actor_pods(cluster, ns, name)
+        for line in cluster.pod_log(p).splitlines()
+        if "granted index" in line
+    ]
     indices = [int(line.rsplit(" ", 1)[1]) for line in granted]
     assert len(indices) == len(set(indices)) == 3, granted
     cluster.kubectl("scale", f"experiment/{name}", "--replicas=1", "-n", ns)
@@ -393,29 +556,61 @@ def test_scaling_two_three_one_keeps_the_surviving_actors(cluster, tmp_path):
 def test_suspend_checkpoints_and_resume_continues(cluster, tmp_path):
     ns, name = "pause", "cartpole"
     apply(cluster, ns, experiment(name, budget={"maxEnvSteps": 10**8}), tmp_path)
-    wait_until(lambda: (status(cluster, ns, name).get("envFrames") or 0) > 4000, 240,
-               "training", cluster)
+    wait_until(
+        lambda: (status(cluster, ns, name).get("envFrames") or 0) > 4000, 240, "training", cluster
+    )
     (running,) = learner_pods(cluster, ns, name)
-    cluster.kubectl("patch", f"experiment/{name}", "-n", ns, "--type=merge",
-                    "-p", json.dumps({"spec": {"suspend": True}}))
+    cluster.kubectl(
+        "patch",
+        f"experiment/{name}",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"suspend": True}}),
+    )
     # The Job controller deletes the pod of a suspended Job: SIGTERM, final checkpoint, exit
     # STOPPED; the pod is then gone, its log stays.
-    wait_until(lambda: status(cluster, ns, name).get("phase") == "Suspended" and
-               not actor_pods(cluster, ns, name) and not learner_pods(cluster, ns, name), 120,
-               "suspended", cluster)
+    wait_until(
+        lambda: (
+            status(cluster, ns, name).get("phase") == "Suspended"
+            and not actor_pods(cluster, ns, name)
+            and not learner_pods(cluster, ns, name)
+        ),
+        120,
+        "suspended",
+        cluster,
+    )
     log = cluster.pod_log(running)
     assert "final checkpoint" in log and "exiting with exit code 75" in log, log[-2000:]
     assert condition(cluster, ns, name, "Suspended")["status"] == "True"
     frames = status(cluster, ns, name)["envFrames"]
-    cluster.kubectl("patch", f"experiment/{name}", "-n", ns, "--type=merge",
-                    "-p", json.dumps({"spec": {"suspend": False}}))
-    wait_until(lambda: status(cluster, ns, name).get("phase") == "Running" and
-               (status(cluster, ns, name).get("envFrames") or 0) > frames + 2000, 240,
-               "resumed training", cluster)
+    cluster.kubectl(
+        "patch",
+        f"experiment/{name}",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"suspend": False}}),
+    )
+    wait_until(
+        lambda: (
+            status(cluster, ns, name).get("phase") == "Running"
+            and (status(cluster, ns, name).get("envFrames") or 0) > frames + 2000
+        ),
+        240,
+        "resumed training",
+        cluster,
+    )
     pods = learner_pods(cluster, ns, name)
     assert len(pods) == 1, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
-    wait_until(lambda: "resumed from" in cluster.pod_log(pods[0]), 60,
-               f"the new learner to say it resumed:\n{logs(cluster, pods)}", cluster)
+    wait_until(
+        lambda: "resumed from" in cluster.pod_log(pods[0]),
+        60,
+        f"the new learner to say it resumed:\n{logs(cluster, pods)}",
+        cluster,
+    )
     job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
     assert (job["status"].get("failed") or 0) == 0
     cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")
@@ -426,15 +621,29 @@ def test_a_learner_edit_replaces_the_job_and_resumes_from_the_checkpoint(cluster
     ns, name = "edit", "cartpole"
     document = experiment(name, budget={"maxEnvSteps": 10**8})
     apply(cluster, ns, document, tmp_path)
-    wait_until(lambda: status(cluster, ns, name).get("lastCheckpoint"), 240, "a checkpoint",
-               cluster)
+    wait_until(
+        lambda: status(cluster, ns, name).get("lastCheckpoint"), 240, "a checkpoint", cluster
+    )
     old_job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")["metadata"]["uid"]
     document["spec"]["budget"]["maxEnvSteps"] = 20000 + status(cluster, ns, name)["envFrames"]
     apply(cluster, ns, document, tmp_path)
-    wait_until(lambda: (cluster.get("batch", "v1", "jobs", ns, f"{name}-learner") or {}).get(
-        "metadata", {}).get("uid") not in (None, old_job), 180, "the replaced Job", cluster)
-    wait_until(lambda: status(cluster, ns, name).get("phase") == "Succeeded", 300,
-               "the edited budget reached", cluster)
+    wait_until(
+        lambda: (
+            (cluster.get("batch", "v1", "jobs", ns, f"{name}-learner") or {})
+            .get("metadata", {})
+            .get("uid")
+            not in (None, old_job)
+        ),
+        180,
+        "the replaced Job",
+        cluster,
+    )
+    wait_until(
+        lambda: status(cluster, ns, name).get("phase") == "Succeeded",
+        300,
+        "the edited budget reached",
+        cluster,
+    )
     assert condition(cluster, ns, name, "SpecApplied")["status"] == "True"
     assert "resumed from" in cluster.pod_log(learner_pods(cluster, ns, name)[-1])
     assert any(e["reason"] == "ReplacingLearner" for e in cluster.events(ns, name))
@@ -444,21 +653,37 @@ def test_a_learner_edit_replaces_the_job_and_resumes_from_the_checkpoint(cluster
 def test_deleting_while_the_operator_is_stopped_removes_everything(cluster, tmp_path):
     ns, name = "orphan", "cartpole"
     apply(cluster, ns, experiment(name, budget={"maxEnvSteps": 10**8}), tmp_path)
-    wait_until(lambda: (status(cluster, ns, name).get("envFrames") or 0) > 1000, 240,
-               "training", cluster)
-    cluster.kubectl("scale", "deployment/seedrl-seedrl-operator", "-n", "seedrl-system",
-                    "--replicas=0")
-    wait_until(lambda: not [p for p in cluster.pods("seedrl-system")
-                            if not p["metadata"].get("deletionTimestamp")], 120,
-               "the operator stopped", cluster)
+    wait_until(
+        lambda: (status(cluster, ns, name).get("envFrames") or 0) > 1000, 240, "training", cluster
+    )
+    cluster.kubectl(
+        "scale", "deployment/seedrl-seedrl-operator", "-n", "seedrl-system", "--replicas=0"
+    )
+    wait_until(
+        lambda: (
+            not [
+                p
+                for p in cluster.pods("seedrl-system")
+                if not p["metadata"].get("deletionTimestamp")
+            ]
+        ),
+        120,
+        "the operator stopped",
+        cluster,
+    )
     try:
         # No finalizer: the deletion completes at once, the garbage collector takes the rest.
         cluster.kubectl("delete", "experiment", name, "-n", ns, "--timeout=30s")
         wait_until(lambda: not cluster.pods(ns), 120, "every pod gone", cluster)
-        for kind in (("batch", "v1", "jobs"), ("apps", "v1", "deployments"),
-                     ("", "v1", "services"), ("", "v1", "configmaps"),
-                     ("policy", "v1", "poddisruptionbudgets")):
+        for kind in (
+            ("batch", "v1", "jobs"),
+            ("apps", "v1", "deployments"),
+            ("", "v1", "services"),
+            ("", "v1", "configmaps"),
+            ("policy", "v1", "poddisruptionbudgets"),
+        ):
             assert not cluster.list(*kind, ns), kind
     finally:
-        cluster.kubectl("scale", "deployment/seedrl-seedrl-operator", "-n", "seedrl-system",
-                        "--replicas=2")
+        cluster.kubectl(
+            "scale", "deployment/seedrl-seedrl-operator", "-n", "seedrl-system", "--replicas=2"
+        )

@@ -37,8 +37,12 @@ MIN_MUTATIONS = 500
 RSS_GROWTH_MB = 200
 #: How a fuzzed stream may end: a refusal naming the problem, or OK (a stream whose mutations
 #: happened to be valid, closed by the client).
-EXPECTED_CODES = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT,
-                  grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS}
+EXPECTED_CODES = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.ALREADY_EXISTS,
+}
 
 
 def _rss_mb(pid: int) -> float:
@@ -58,22 +62,41 @@ class Mutator:
     def number(self, kind: str):
         r = self.rng
         if kind == "float":
-            return r.choice([float("nan"), float("inf"), -float("inf"), 1e38, -3.4e38, 1e300,
-                             0.0, -1.0, r.uniform(-1e6, 1e6), 5e-324])
+            return r.choice(
+                [
+                    float("nan"),
+                    float("inf"),
+                    -float("inf"),
+                    1e38,
+                    -3.4e38,
+                    1e300,
+                    0.0,
+                    -1.0,
+                    r.uniform(-1e6, 1e6),
+                    5e-324,
+                ]
+            )
         if kind == "uint32":
-            return r.choice([0, 1, 2, 3, 4096, 4097, 2 ** 31, 2 ** 32 - 1, r.randrange(2 ** 32)])
-        return r.choice([0, -1, 1, 2, 2 ** 31, 2 ** 40, 2 ** 63 - 1, -(2 ** 63),
-                         r.randrange(-100, 100)])
+            return r.choice([0, 1, 2, 3, 4096, 4097, 2**31, 2**32 - 1, r.randrange(2**32)])
+        return r.choice([0, -1, 1, 2, 2**31, 2**40, 2**63 - 1, -(2**63), r.randrange(-100, 100)])
 
     def shape(self):
         r = self.rng
-        return [self.number("int64") if r.random() < 0.3 else r.randrange(0, 9)
-                for _ in range(r.choice([0, 1, 1, 2, 3, 9, 40]))]
+        return [
+            self.number("int64") if r.random() < 0.3 else r.randrange(0, 9)
+            for _ in range(r.choice([0, 1, 1, 2, 3, 9, 40]))
+        ]
 
     def hello(self, actor_id: str) -> seedrl_pb2.ActorMessage:
-        msg = seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
-            protocol_version=PROTOCOL_VERSION, experiment="fuzz", actor_id=actor_id,
-            num_envs=2, env_spec=CARTPOLE.to_proto()))
+        msg = seedrl_pb2.ActorMessage(
+            hello=seedrl_pb2.Hello(
+                protocol_version=PROTOCOL_VERSION,
+                experiment="fuzz",
+                actor_id=actor_id,
+                num_envs=2,
+                env_spec=CARTPOLE.to_proto(),
+            )
+        )
         h, spec, r = msg.hello, msg.hello.env_spec, self.rng
         choice = r.randrange(12)
         if choice == 0:
@@ -105,11 +128,16 @@ class Mutator:
         return msg
 
     def _valid_step(self, k: int) -> seedrl_pb2.Step:
-        obs = np.asarray([[self.rng.uniform(-1, 1) for _ in range(4)] for _ in range(k)],
-                         np.float32)
-        return seedrl_pb2.Step(env_ids=list(range(k)), observations=encode_array(obs),
-                               rewards=[1.0] * k, terminated=[False] * k,
-                               truncated=[False] * k)
+        obs = np.asarray(
+            [[self.rng.uniform(-1, 1) for _ in range(4)] for _ in range(k)], np.float32
+        )
+        return seedrl_pb2.Step(
+            env_ids=list(range(k)),
+            observations=encode_array(obs),
+            rewards=[1.0] * k,
+            terminated=[False] * k,
+            truncated=[False] * k,
+        )
 
     def step(self, k: int) -> seedrl_pb2.ActorMessage:
         s, r = self._valid_step(k), self.rng
@@ -142,10 +170,11 @@ class Mutator:
             s.truncated.append(True)
         elif choice in (8, 9, 10):
             for _ in range(r.choice([1, 1, 2, 3, 50])):
-                s.episodes.add(env_id=self.number("uint32") if r.random() < 0.3
-                               else r.randrange(k),
-                               episode_return=self.number("float"),
-                               length=self.number("int64"))
+                s.episodes.add(
+                    env_id=self.number("uint32") if r.random() < 0.3 else r.randrange(k),
+                    episode_return=self.number("float"),
+                    length=self.number("int64"),
+                )
         else:
             return seedrl_pb2.ActorMessage(hello=self.hello("again").hello)
         return seedrl_pb2.ActorMessage(step=s)
@@ -159,7 +188,7 @@ class Mutator:
             if op == 0 and b:
                 b[min(i, len(b) - 1)] ^= 1 << self.rng.randrange(8)
             elif op == 1:
-                del b[i:i + self.rng.randrange(1, 8)]
+                del b[i : i + self.rng.randrange(1, 8)]
             else:
                 b[i:i] = bytes(self.rng.randrange(256) for _ in range(self.rng.randrange(1, 8)))
         return bytes(b)
@@ -175,17 +204,24 @@ def _fuzz_stream(method, mutator: Mutator, n: int) -> tuple[int, grpc.StatusCode
         hello = mutator.hello(f"fuzz-{n}")
         mutated += 1
     else:
-        hello = seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
-            protocol_version=PROTOCOL_VERSION, experiment="fuzz", actor_id=f"fuzz-{n}",
-            num_envs=2, env_spec=CARTPOLE.to_proto()))
+        hello = seedrl_pb2.ActorMessage(
+            hello=seedrl_pb2.Hello(
+                protocol_version=PROTOCOL_VERSION,
+                experiment="fuzz",
+                actor_id=f"fuzz-{n}",
+                num_envs=2,
+                env_spec=CARTPOLE.to_proto(),
+            )
+        )
     messages.append(hello.SerializeToString())
     for _ in range(r.randrange(1, 5)):
         if r.random() < 0.75:
             messages.append(mutator.step(2).SerializeToString())
             mutated += 1
         else:
-            messages.append(seedrl_pb2.ActorMessage(step=mutator._valid_step(2))
-                            .SerializeToString())
+            messages.append(
+                seedrl_pb2.ActorMessage(step=mutator._valid_step(2)).SerializeToString()
+            )
     if r.random() < 0.25:
         i = r.randrange(len(messages))
         messages[i] = mutator.corrupt(messages[i])
@@ -202,25 +238,48 @@ def test_thousands_of_mutated_messages_leave_the_learner_serving(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     config = run_dir / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "metadata": {"name": "fuzz"},
-        "spec": {"learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
-                 "agent": {"network": {"hiddenSizes": [8]}},
-                 "checkpoint": {"intervalSteps": 0, "intervalSeconds": 0},
-                 "budget": {"maxEnvSteps": 0}}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"name": "fuzz"},
+                "spec": {
+                    "learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
+                    "agent": {"network": {"hiddenSizes": [8]}},
+                    "checkpoint": {"intervalSteps": 0, "intervalSeconds": 0},
+                    "budget": {"maxEnvSteps": 0},
+                },
+            }
+        )
+    )
     assert derive_env_spec(str(config), str(run_dir / "env_spec.json")) is None
     address = f"unix:{run_dir}/l.sock"
     log = open(run_dir / "learner.log", "ab")  # noqa: SIM115 - handed to the child
     learner = subprocess.Popen(
-        [sys.executable, "-m", "seedrl.learner", "--config", str(config), "--run-dir",
-         str(run_dir), "--listen", address, "--env-spec", str(run_dir / "env_spec.json"),
-         "--metrics-address", "off"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        [
+            sys.executable,
+            "-m",
+            "seedrl.learner",
+            "--config",
+            str(config),
+            "--run-dir",
+            str(run_dir),
+            "--listen",
+            address,
+            "--env-spec",
+            str(run_dir / "env_spec.json"),
+            "--metrics-address",
+            "off",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     log.close()
     real = None
     channel = None
     try:
+
         def status():
             try:
                 return yaml.safe_load((run_dir / "status.json").read_text()) or {}
@@ -235,8 +294,10 @@ def test_thousands_of_mutated_messages_leave_the_learner_serving(tmp_path):
 
         channel = grpc.insecure_channel(address)
         method = channel.stream_stream(
-            "/seedrl.v1.Learner/Stream", request_serializer=lambda b: b,
-            response_deserializer=seedrl_pb2.LearnerMessage.FromString)
+            "/seedrl.v1.Learner/Stream",
+            request_serializer=lambda b: b,
+            response_deserializer=seedrl_pb2.LearnerMessage.FromString,
+        )
         mutator = Mutator(seed=19)
         sent, streams, ends = 0, 0, {}
         started = time.monotonic()
@@ -249,21 +310,30 @@ def test_thousands_of_mutated_messages_leave_the_learner_serving(tmp_path):
             assert learner.poll() is None, "the learner exited"
             real.check()
         seconds = time.monotonic() - started
-        print(f"\n{sent} mutated messages in {streams} streams in {seconds:.0f} s; ends: "
-              f"{ {c.name: n for c, n in ends.items()} }; learner RSS {rss_before:.0f} -> "
-              f"{_rss_mb(learner.pid):.0f} MB")
+        print(
+            f"\n{sent} mutated messages in {streams} streams in {seconds:.0f} s; ends: "
+            f"{ {c.name: n for c, n in ends.items()} }; learner RSS {rss_before:.0f} -> "
+            f"{_rss_mb(learner.pid):.0f} MB"
+        )
         assert sent >= MIN_MUTATIONS
         assert ends.get(grpc.StatusCode.INVALID_ARGUMENT, 0) > streams // 4
         assert _rss_mb(learner.pid) - rss_before < RSS_GROWTH_MB
         # The real actors' training went on beside the fuzzing, and goes on after it (in a
         # status snapshot taken since: status.json is rewritten every half second).
         fuzz_end = time.time()
-        wait_for(lambda: status().get("time", 0) > fuzz_end + 1 and
-                 status().get("learner_steps", 0) >= steps_before + 20, 180,
-                 "training after the fuzzing", real.check)
+        wait_for(
+            lambda: (
+                status().get("time", 0) > fuzz_end + 1
+                and status().get("learner_steps", 0) >= steps_before + 20
+            ),
+            180,
+            "training after the fuzzing",
+            real.check,
+        )
         after = status()
         assert after["actors"] == 2 and after["refused_streams"] >= ends.get(
-            grpc.StatusCode.INVALID_ARGUMENT, 0)
+            grpc.StatusCode.INVALID_ARGUMENT, 0
+        )
         assert after["mean_return"] is None or 0 < after["mean_return"] <= 500
         learner.send_signal(signal.SIGTERM)
         assert learner.wait(120) == ExitCode.STOPPED  # SIGTERM before the end

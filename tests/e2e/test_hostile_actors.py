@@ -60,8 +60,12 @@ def training_goes_on(learner, actors, steps=10, timeout=180):  # noqa: F811
     only their returns are counted and both of them are still connected."""
     runtime = learner.runtime
     start = runtime.learner_steps
-    wait_for(lambda: runtime.learner_steps >= start + steps, timeout,
-             f"{steps} learner steps after step {start}", actors.check)
+    wait_for(
+        lambda: runtime.learner_steps >= start + steps,
+        timeout,
+        f"{steps} learner steps after step {start}",
+        actors.check,
+    )
     wait_for(lambda: runtime.episodes >= 1, timeout, "an episode", actors.check)
     assert only_real_returns(runtime.returns, actors.returns)
     assert all(0 < r <= CARTPOLE_MAX_RETURN for r in runtime.returns)
@@ -87,6 +91,7 @@ def connect(learner, **kw):  # noqa: F811
 
 # -- finding 1: NaN or inf observations -------------------------------------------------------
 
+
 def test_non_finite_observations_fail_only_their_stream(learner, actors):  # noqa: F811
     training_goes_on(learner, actors, steps=3)
     for value in (np.nan, np.inf, -np.inf):
@@ -95,7 +100,8 @@ def test_non_finite_observations_fail_only_their_stream(learner, actors):  # noq
         obs[1, 2] = value
         hostile.send(step(obs=obs))
         assert "step.observations: must be finite" in refused(
-            hostile, grpc.StatusCode.INVALID_ARGUMENT)
+            hostile, grpc.StatusCode.INVALID_ARGUMENT
+        )
     training_goes_on(learner, actors)
     status = learner.runtime.status()
     assert status.refused_streams == 3
@@ -107,18 +113,23 @@ def test_observations_that_overflow_the_network_cost_updates_not_the_run(tmp_pat
     network into NaN: every update they reach is skipped and counted (in the status and as
     seedrl_learner_skipped_updates_total), the actions sent back stay in the action space,
     no variable turns NaN, and the real actors' training goes on."""
-    running = start_learner(f"unix:{tmp_path}/l.sock",
-                            experiment=small_experiment(network={"activation": "relu"}))
+    running = start_learner(
+        f"unix:{tmp_path}/l.sock", experiment=small_experiment(network={"activation": "relu"})
+    )
     metrics = LearnerMetrics(running.runtime)
     actors = RealActors(running.address)
     try:
         _overflowing_stream(running, actors)
-        samples = {(s.name, s.labels.get("experiment")): s.value
-                   for family in text_string_to_metric_families(
-                       generate_latest(metrics.registry).decode())
-                   for s in family.samples}
-        assert samples[("seedrl_learner_skipped_updates_total", "test-exp")] == \
-            running.runtime.skipped_updates >= 1
+        samples = {
+            (s.name, s.labels.get("experiment")): s.value
+            for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+            for s in family.samples
+        }
+        assert (
+            samples[("seedrl_learner_skipped_updates_total", "test-exp")]
+            == running.runtime.skipped_updates
+            >= 1
+        )
         assert samples[("seedrl_learner_invalid_actions_total", "test-exp")] >= 1
     finally:
         actors.stop()
@@ -146,15 +157,19 @@ def _overflowing_stream(learner, actors):  # noqa: F811
 
 # -- finding 2: the Experiment decides the env spec, not the first hello -----------------------
 
+
 def test_a_first_hello_with_another_spec_is_refused_and_real_actors_are_welcome(tmp_path):
     running = start_learner(f"unix:{tmp_path}/l.sock")
     real = None
     try:
-        for spec, what in ((EnvSpec("CartPole-v1", "float32", (6,), "int32", (), 2),
-                            "observation_shape: learner has (4,), actor has (6,)"),
-                           (EnvSpec("Pong", "float32", (4,), "int32", (), 2), "env_id"),
-                           (EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 3),
-                            "num_actions")):
+        for spec, what in (
+            (
+                EnvSpec("CartPole-v1", "float32", (6,), "int32", (), 2),
+                "observation_shape: learner has (4,), actor has (6,)",
+            ),
+            (EnvSpec("Pong", "float32", (4,), "int32", (), 2), "env_id"),
+            (EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 3), "num_actions"),
+        ):
             s = Stream(running.address)
             s.send(hello(actor_id="first", spec=spec))
             assert what in refused(s, grpc.StatusCode.FAILED_PRECONDITION)
@@ -169,6 +184,7 @@ def test_a_first_hello_with_another_spec_is_refused_and_real_actors_are_welcome(
 
 # -- finding 3: a hello reusing a live actor id ------------------------------------------------
 
+
 def test_a_second_stream_with_a_live_actor_id_is_refused(learner, actors):  # noqa: F811
     training_goes_on(learner, actors, steps=3)
     for _ in range(3):
@@ -181,9 +197,9 @@ def test_a_second_stream_with_a_live_actor_id_is_refused(learner, actors):  # no
 
 # -- finding 4: episode returns ----------------------------------------------------------------
 
+
 def test_implausible_episodes_are_refused_and_never_counted(tmp_path):
-    exp = small_experiment(budget={"maxEnvSteps": 0, "targetReturn": 450.0,
-                                   "returnWindow": 5})
+    exp = small_experiment(budget={"maxEnvSteps": 0, "targetReturn": 450.0, "returnWindow": 5})
     running = start_learner(f"unix:{tmp_path}/l.sock", experiment=exp)
     real = RealActors(running.address)
     try:
@@ -211,8 +227,7 @@ def test_implausible_episodes_are_refused_and_never_counted(tmp_path):
         for _ in range(4):
             hostile.send(step(rewards=[1.0, 1.0]))
             hostile.recv()
-        hostile.send(step(rewards=[1.0, 1.0], terminated=[True, False],
-                          episodes=[(0, 499.0, 5)]))
+        hostile.send(step(rewards=[1.0, 1.0], terminated=[True, False], episodes=[(0, 499.0, 5)]))
         assert "add up to 5" in refused(hostile, grpc.StatusCode.INVALID_ARGUMENT)
         training_goes_on(running, real)
         assert running.runtime.check_budget() is None  # no forged return reached the target
@@ -222,6 +237,7 @@ def test_implausible_episodes_are_refused_and_never_counted(tmp_path):
 
 
 # -- finding 5: memory follows num_envs --------------------------------------------------------
+
 
 def _rss_mb() -> float:
     with open("/proc/self/status") as fh:
@@ -235,16 +251,28 @@ def test_hellos_are_capped_before_any_allocation(learner, actors):  # noqa: F811
     training_goes_on(learner, actors, steps=3)
     before = _rss_mb()
     cases = [
-        (hello(actor_id="big", num_envs=10 ** 7), grpc.StatusCode.INVALID_ARGUMENT,
-         "spec.learner.maxEnvsPerActor"),
-        (hello(actor_id="big", num_envs=10 ** 9), grpc.StatusCode.INVALID_ARGUMENT,
-         "spec.learner.maxEnvsPerActor"),
-        (hello(actor_id="big", spec=EnvSpec("CartPole-v1", "float32", (2 ** 40,), "int32", (),
-                                            2)),
-         grpc.StatusCode.FAILED_PRECONDITION, "observation_shape"),
-        (hello(actor_id="big", spec=EnvSpec("CartPole-v1", "float32", (2 ** 20,) * 8, "int32",
-                                            (), 2)),
-         grpc.StatusCode.FAILED_PRECONDITION, "observation_shape"),
+        (
+            hello(actor_id="big", num_envs=10**7),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "spec.learner.maxEnvsPerActor",
+        ),
+        (
+            hello(actor_id="big", num_envs=10**9),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "spec.learner.maxEnvsPerActor",
+        ),
+        (
+            hello(actor_id="big", spec=EnvSpec("CartPole-v1", "float32", (2**40,), "int32", (), 2)),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "observation_shape",
+        ),
+        (
+            hello(
+                actor_id="big", spec=EnvSpec("CartPole-v1", "float32", (2**20,) * 8, "int32", (), 2)
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "observation_shape",
+        ),
     ]
     for message, code, what in cases:
         s = Stream(learner.address)
@@ -263,11 +291,20 @@ def test_a_hello_whose_steps_could_not_fit_a_message_is_refused(tmp_path):
         s = Stream(running.address)
         s.send(hello(actor_id="wide", num_envs=1025, spec=wide))
         assert "over the 67108864-byte message limit" in refused(
-            s, grpc.StatusCode.INVALID_ARGUMENT)
+            s, grpc.StatusCode.INVALID_ARGUMENT
+        )
         ok = connect(running, actor_id="narrow", num_envs=2, spec=wide)
-        ok.send(seedrl_pb2.ActorMessage(step=seedrl_pb2.Step(
-            env_ids=[0, 1], observations=encode_array(np.zeros((2, 16384), np.float32)),
-            rewards=[0.0, 0.0], terminated=[False, False], truncated=[False, False])))
+        ok.send(
+            seedrl_pb2.ActorMessage(
+                step=seedrl_pb2.Step(
+                    env_ids=[0, 1],
+                    observations=encode_array(np.zeros((2, 16384), np.float32)),
+                    rewards=[0.0, 0.0],
+                    terminated=[False, False],
+                    truncated=[False, False],
+                )
+            )
+        )
         assert ok.recv().WhichOneof("kind") == "actions"
         ok.close()
     finally:
@@ -281,8 +318,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def strict_json(path):
     """A JSON file's content, failing on NaN or Infinity (not JSON, whatever Python writes)."""
+
     def refuse(token):
         raise AssertionError(f"{path} holds {token}, which is not JSON")
+
     return json.loads(Path(path).read_text(), parse_constant=refuse)
 
 
@@ -290,11 +329,25 @@ def _learner_process(run_dir, *extra):
     log = open(run_dir / "learner.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "seedrl.learner", "--config", str(run_dir / "config.yaml"),
-             "--run-dir", str(run_dir), "--listen", f"unix:{run_dir}/l.sock",
-             "--metrics-address", "off", *extra],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+            [
+                sys.executable,
+                "-m",
+                "seedrl.learner",
+                "--config",
+                str(run_dir / "config.yaml"),
+                "--run-dir",
+                str(run_dir),
+                "--listen",
+                f"unix:{run_dir}/l.sock",
+                "--metrics-address",
+                "off",
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
     finally:
         log.close()
 
@@ -309,12 +362,19 @@ def _status(run_dir):
 def test_a_resumed_learner_keeps_its_policy_and_writes_only_valid_json(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(yaml.safe_dump({
-        "metadata": {"name": "test-exp"},
-        "spec": {"learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
-                 "agent": {"network": {"hiddenSizes": [8]}},
-                 "checkpoint": {"intervalSteps": 5},
-                 "budget": {"maxEnvSteps": 0, "targetReturn": 450.0, "returnWindow": 5}}}))
+    (run_dir / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"name": "test-exp"},
+                "spec": {
+                    "learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
+                    "agent": {"network": {"hiddenSizes": [8]}},
+                    "checkpoint": {"intervalSteps": 5},
+                    "budget": {"maxEnvSteps": 0, "targetReturn": 450.0, "returnWindow": 5},
+                },
+            }
+        )
+    )
     assert derive_env_spec(str(run_dir / "config.yaml"), str(run_dir / "env_spec.json")) is None
     address = f"unix:{run_dir}/l.sock"
 
@@ -324,8 +384,9 @@ def test_a_resumed_learner_keeps_its_policy_and_writes_only_valid_json(tmp_path)
     try:
         wait_for(lambda: _status(run_dir).get("state"), 120, "the first learner")
         real = RealActors(address)
-        wait_for(lambda: _status(run_dir).get("learner_steps", 0) >= 10, 180,
-                 "training", real.check)
+        wait_for(
+            lambda: _status(run_dir).get("learner_steps", 0) >= 10, 180, "training", real.check
+        )
         liar = Stream(address)
         liar.send(hello(actor_id="liar"))
         liar.recv()
@@ -351,15 +412,21 @@ def test_a_resumed_learner_keeps_its_policy_and_writes_only_valid_json(tmp_path)
     second = _learner_process(run_dir)
     real = None
     try:
-        wait_for(lambda: _status(run_dir).get("state") == "waiting_for_actors", 120,
-                 "the second learner")
+        wait_for(
+            lambda: _status(run_dir).get("state") == "waiting_for_actors", 120, "the second learner"
+        )
         impostor = Stream(address)
-        impostor.send(hello(actor_id="impostor",
-                            spec=EnvSpec("CartPole-v1", "float32", (6,), "int32", (), 2)))
+        impostor.send(
+            hello(actor_id="impostor", spec=EnvSpec("CartPole-v1", "float32", (6,), "int32", (), 2))
+        )
         assert "observation_shape" in refused(impostor, grpc.StatusCode.FAILED_PRECONDITION)
         real = RealActors(address)
-        wait_for(lambda: _status(run_dir).get("learner_steps", 0) >=
-                 summary["learner_steps"] + 10, 180, "training after the resume", real.check)
+        wait_for(
+            lambda: _status(run_dir).get("learner_steps", 0) >= summary["learner_steps"] + 10,
+            180,
+            "training after the resume",
+            real.check,
+        )
         status = _status(run_dir)
         assert status["state"] == "running" and status["stop_reason"] is None
         assert status["mean_return"] is None or status["mean_return"] <= CARTPOLE_MAX_RETURN

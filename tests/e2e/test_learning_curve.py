@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = importlib.util.spec_from_file_location("learning_curve",
-                                              ROOT / "bench" / "learning_curve.py")
+SPEC = importlib.util.spec_from_file_location(
+    "learning_curve", ROOT / "bench" / "learning_curve.py"
+)
 learning_curve = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(learning_curve)
 
@@ -22,15 +23,38 @@ def test_stitching_drops_what_a_crash_lost_after_the_last_checkpoint():
 
 def _session(tmp_path, *extra):
     return subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "learning_curve.py"),
-         "--config", str(ROOT / "examples" / "cartpole-vtrace.yaml"), "--name", "curve",
-         "--runs-dir", str(tmp_path / "runs"), "--json", str(tmp_path / "curve.json"),
-         "--minutes", "0.3", "--random-episodes", "3", "--set", "spec.actors.replicas=1",
-         "--set", "spec.checkpoint.intervalSeconds=5",
-         # The example can reach its target within one session, which ends the run: the
-         # target is only drawn here, so that the second session has a run to continue.
-         "--set", "spec.budget.targetReturn=null", "--target", "475", *extra],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
+        [
+            sys.executable,
+            str(ROOT / "bench" / "learning_curve.py"),
+            "--config",
+            str(ROOT / "examples" / "cartpole-vtrace.yaml"),
+            "--name",
+            "curve",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--json",
+            str(tmp_path / "curve.json"),
+            "--minutes",
+            "0.3",
+            "--random-episodes",
+            "3",
+            "--set",
+            "spec.actors.replicas=1",
+            "--set",
+            "spec.checkpoint.intervalSeconds=5",
+            # The example can reach its target within one session, which ends the run: the
+            # target is only drawn here, so that the second session has a run to continue.
+            "--set",
+            "spec.budget.targetReturn=null",
+            "--target",
+            "475",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
 
 
 def test_a_curve_is_drawn_and_a_second_session_continues_it(tmp_path):

@@ -21,8 +21,10 @@ RULES = ROOT / "helm" / "seedrl-operator" / "rules" / "seedrl-alerts.yaml"
 RUNS = {
     # Its learning rate decays over maxEnvSteps, which these time-limited runs leave at 0.
     "obs-ppo": ("examples/cartpole-ppo.yaml", ["spec.learner.optimizer.linearDecay=false"]),
-    "obs-r2d2": ("examples/cartpole-r2d2.yaml", ["spec.actors.replicas=2",
-                                                 "spec.agent.r2d2.minReplaySize=40"]),
+    "obs-r2d2": (
+        "examples/cartpole-r2d2.yaml",
+        ["spec.actors.replicas=2", "spec.agent.r2d2.minReplaySize=40"],
+    ),
 }
 
 
@@ -51,23 +53,39 @@ def prometheus(tmp_path):
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
-        "scrape_configs": [{"job_name": "seedrl",
-                            "file_sd_configs": [{"files": [
-                                str(tmp_path / name / "prometheus-targets.json")
-                                for name in RUNS], "refresh_interval": "1s"}]}],
+        "scrape_configs": [
+            {
+                "job_name": "seedrl",
+                "file_sd_configs": [
+                    {
+                        "files": [
+                            str(tmp_path / name / "prometheus-targets.json") for name in RUNS
+                        ],
+                        "refresh_interval": "1s",
+                    }
+                ],
+            }
+        ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - the child writes it
-    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
     def ready():
         assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
         try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2).status \
-                == 200
+            return (
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2).status == 200
+            )
         except OSError:
             return False
 
@@ -84,20 +102,41 @@ def prometheus(tmp_path):
 def test_every_dashboard_query_returns_data_from_real_runs(tmp_path, prometheus):
     runs = []
     for name, (example, overrides) in RUNS.items():
-        cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(ROOT / example),
-               "--runs-dir", str(tmp_path), "--quiet", "--set", f"metadata.name={name}",
-               "--set", "spec.budget.maxEnvSteps=0", "--set", "spec.budget.maxSeconds=240",
-               "--set", "spec.budget.targetReturn=null",
-               "--set", "spec.checkpoint.intervalSeconds=3"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "seedrl.service.cli",
+            "train",
+            str(ROOT / example),
+            "--runs-dir",
+            str(tmp_path),
+            "--quiet",
+            "--set",
+            f"metadata.name={name}",
+            "--set",
+            "spec.budget.maxEnvSteps=0",
+            "--set",
+            "spec.budget.maxSeconds=240",
+            "--set",
+            "spec.budget.targetReturn=null",
+            "--set",
+            "spec.checkpoint.intervalSeconds=3",
+        ]
         for o in overrides:
             cmd += ["--set", o]
         runs.append(start(cmd))
-    checks = [(uid, title, expr.replace("$experiment", "obs-ppo|obs-r2d2")
-               .replace("$__rate_interval", "10s"))
-              for uid in dashboards.DASHBOARDS
-              for title, expr in dashboards.queries(dashboards.build(uid))]
+    checks = [
+        (
+            uid,
+            title,
+            expr.replace("$experiment", "obs-ppo|obs-r2d2").replace("$__rate_interval", "10s"),
+        )
+        for uid in dashboards.DASHBOARDS
+        for title, expr in dashboards.queries(dashboards.build(uid))
+    ]
     missing = checks
     try:
+
         def all_answered():
             nonlocal missing
             for proc in runs:
@@ -115,14 +154,17 @@ def test_every_dashboard_query_returns_data_from_real_runs(tmp_path, prometheus)
         try:
             wait_for(all_answered, 200, "every panel query to return data")
         except AssertionError:
-            pytest.fail(f"{len(missing)} of {len(checks)} panel queries returned no data: " +
-                        "; ".join(f"{uid} / {title}: {expr}" for uid, title, expr in missing))
+            pytest.fail(
+                f"{len(missing)} of {len(checks)} panel queries returned no data: "
+                + "; ".join(f"{uid} / {title}: {expr}" for uid, title, expr in missing)
+            )
         # Both runs' processes are scraped, and the alert rules loaded and evaluate cleanly.
-        up = _query(prometheus, 'count by (seedrl_role) (up == 1)')["data"]["result"]
+        up = _query(prometheus, "count by (seedrl_role) (up == 1)")["data"]["result"]
         roles = {r["metric"]["seedrl_role"]: int(r["value"][1]) for r in up}
         assert roles == {"learner": 2, "actor": 4, "launcher": 2}
-        rules = json.load(urllib.request.urlopen(
-            f"http://127.0.0.1:{prometheus}/api/v1/rules", timeout=10))["data"]["groups"]
+        rules = json.load(
+            urllib.request.urlopen(f"http://127.0.0.1:{prometheus}/api/v1/rules", timeout=10)
+        )["data"]["groups"]
         evaluated = [r for g in rules for r in g["rules"]]
         assert len(evaluated) == 5 and all(r["health"] == "ok" for r in evaluated), evaluated
         assert not [r for r in evaluated if r["state"] == "firing"]

@@ -9,14 +9,32 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_r2d2_trains_from_replay_with_an_evaluation_actor(tmp_path):
-    cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(ROOT / "examples" /
-           "cartpole-r2d2.yaml"), "--quiet", "--runs-dir", str(tmp_path),
-           "--set", "metadata.name=r2d2", "--set", "spec.budget.maxEnvSteps=12000",
-           "--set", "spec.budget.targetReturn=null", "--set", "spec.actors.replicas=3",
-           "--set", "spec.actors.envsPerActor=4",
-           "--set", "spec.agent.r2d2.minReplaySize=16",
-           "--set", "spec.agent.r2d2.samplesPerInsert=0",
-           "--set", "spec.learner.batchSize=8"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "seedrl.service.cli",
+        "train",
+        str(ROOT / "examples" / "cartpole-r2d2.yaml"),
+        "--quiet",
+        "--runs-dir",
+        str(tmp_path),
+        "--set",
+        "metadata.name=r2d2",
+        "--set",
+        "spec.budget.maxEnvSteps=12000",
+        "--set",
+        "spec.budget.targetReturn=null",
+        "--set",
+        "spec.actors.replicas=3",
+        "--set",
+        "spec.actors.envsPerActor=4",
+        "--set",
+        "spec.agent.r2d2.minReplaySize=16",
+        "--set",
+        "spec.agent.r2d2.samplesPerInsert=0",
+        "--set",
+        "spec.learner.batchSize=8",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     run_dir = tmp_path / "r2d2"
     logs = "".join(p.read_text()[-2000:] for p in run_dir.glob("*.log"))

@@ -26,18 +26,25 @@ def write_certificate(tmp_path, experiment_name, namespace):
 
     (tmp_path / "tls").mkdir()
     for key, data in certificates.self_signed(
-            reconcile.learner_dns_names(experiment_name, namespace)).items():
+        reconcile.learner_dns_names(experiment_name, namespace)
+    ).items():
         (tmp_path / "tls" / key).write_bytes(data)
 
 
 def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     port, metrics = free_port(), free_port()
-    exp = parse_experiment({"metadata": {"name": "pods", "namespace": "ml"}, "spec": {
-        "learner": {"port": port, "metricsPort": metrics, "batchSize": 4},
-        # Both actors share one port here (one pod each in a cluster): the second goes
-        # without.
-        "actors": {"replicas": 2, "envsPerActor": 4, "metricsPort": free_port()},
-        "budget": {"maxEnvSteps": 6000}}})
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "pods", "namespace": "ml"},
+            "spec": {
+                "learner": {"port": port, "metricsPort": metrics, "batchSize": 4},
+                # Both actors share one port here (one pod each in a cluster): the second goes
+                # without.
+                "actors": {"replicas": 2, "envsPerActor": 4, "metricsPort": free_port()},
+                "budget": {"maxEnvSteps": 6000},
+            },
+        }
+    )
     objs = {o["kind"]: o for o in reconcile.render(exp)}
     (tmp_path / "config.yaml").write_text(objs["ConfigMap"]["data"]["config.yaml"])
     write_certificate(tmp_path, "pods", "ml")
@@ -48,8 +55,14 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     # The learner pod's init container first: the env spec, made with the actors' code.
     (tmp_path / "shared").mkdir()
-    derived = subprocess.run(localize(init["command"], tmp_path, service, port), cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=120)
+    derived = subprocess.run(
+        localize(init["command"], tmp_path, service, port),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert derived.returncode == 0, derived.stderr
     spec = json.loads((tmp_path / "shared" / "env_spec.json").read_text())
     assert spec["env_id"] == "CartPole-v1" and spec["observation_shape"] == [4]
@@ -59,20 +72,37 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     # cluster the operator scales its Deployment to 0).
     actor_logs = [tmp_path / f"actor-{i}.log" for i in range(2)]
     actors = []
-    for pod, path in zip(("pods-actors-5d8c9b7f4-x2k9q", "pods-actors-5d8c9b7f4-m7w4z"),
-                         actor_logs):
+    for pod, path in zip(
+        ("pods-actors-5d8c9b7f4-x2k9q", "pods-actors-5d8c9b7f4-m7w4z"), actor_logs
+    ):
         with path.open("w") as out:
-            actors.append(subprocess.Popen(localize(actor["command"], tmp_path, service, port),
-                                           cwd=ROOT, env={**env, "POD_NAME": pod},
-                                           stdout=out, stderr=subprocess.STDOUT, text=True))
+            actors.append(
+                subprocess.Popen(
+                    localize(actor["command"], tmp_path, service, port),
+                    cwd=ROOT,
+                    env={**env, "POD_NAME": pod},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
     deadline = time.monotonic() + 240
     while not all("no index from the learner" in path.read_text() for path in actor_logs):
-        assert time.monotonic() < deadline and all(a.poll() is None for a in actors), \
-            [path.read_text()[-2000:] for path in actor_logs]
+        assert time.monotonic() < deadline and all(a.poll() is None for a in actors), [
+            path.read_text()[-2000:] for path in actor_logs
+        ]
         time.sleep(0.05)
-    procs = [subprocess.Popen(localize(learner["command"], tmp_path, service, port), cwd=ROOT,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True), *actors]
+    procs = [
+        subprocess.Popen(
+            localize(learner["command"], tmp_path, service, port),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+        *actors,
+    ]
     # Meanwhile, read the learner's /status as the operator does, through its parser.
     seen = []
     url = f"http://127.0.0.1:{metrics}/status"
@@ -98,15 +128,37 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     assert seen, "the learner's /status never answered"
     assert {s.state for s in seen} <= set(STATES)
     assert any(s.state == "running" and s.env_steps > 0 for s in seen), seen[-3:]
-    assert any(s.episodes > 0 and s.mean_return is not None and s.actors >= 1
-               for s in seen), seen[-3:]
+    assert any(s.episodes > 0 and s.mean_return is not None and s.actors >= 1 for s in seen), seen[
+        -3:
+    ]
     # The learner granted the two actors distinct indices (`--index auto`).
-    granted = [int(m.group(1)) for log in logs[1:]
-               for m in [re.search(r"the learner granted index (\d+)", log)] if m]
+    granted = [
+        int(m.group(1))
+        for log in logs[1:]
+        for m in [re.search(r"the learner granted index (\d+)", log)]
+        if m
+    ]
     assert sorted(granted) == [0, 1], logs[1:]
     # The learner left its final status where the kubelet reads a termination message.
-    final = reconcile.final_learner_status([{"metadata": {"name": "l"}, "status": {
-        "containerStatuses": [{"name": "learner", "state": {"terminated": {
-            "exitCode": 0, "message": (tmp_path / "termination-log").read_text()}}}]}}])
+    final = reconcile.final_learner_status(
+        [
+            {
+                "metadata": {"name": "l"},
+                "status": {
+                    "containerStatuses": [
+                        {
+                            "name": "learner",
+                            "state": {
+                                "terminated": {
+                                    "exitCode": 0,
+                                    "message": (tmp_path / "termination-log").read_text(),
+                                }
+                            },
+                        }
+                    ]
+                },
+            }
+        ]
+    )
     assert final.state == "finished" and final.stop_reason == "max_env_steps"
     assert final.env_steps == summary["env_steps"]

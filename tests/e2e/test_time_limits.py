@@ -19,30 +19,59 @@ from seedrl.learner.agents import build_agent
 from seedrl.learner.runtime import LearnerRuntime, StepData
 
 GAMMA = 0.9
-CONVEYOR = EnvConfig(id="SeedrlTest/Conveyor-v0", imports=["support.seedrl_test_envs"],
-                     max_episode_steps=2)
+CONVEYOR = EnvConfig(
+    id="SeedrlTest/Conveyor-v0", imports=["support.seedrl_test_envs"], max_episode_steps=2
+)
 MLP = {"hiddenSizes": [32], "activation": "relu", "denseSize": 32}
 #: name -> (agent section, learner section, training steps the 24,000 env steps allow).
 AGENTS = {
-    "vtrace": ({"vtrace": {"discount": GAMMA, "entropyCost": 0.0}},
-               {"unrollLength": 4, "batchSize": 8}, 700),
-    "ppo": ({"ppo": {"discount": GAMMA, "lambda": 0.95, "minibatches": 2, "epochs": 4}},
-            {"unrollLength": 4, "batchSize": 16}, 350),
+    "vtrace": (
+        {"vtrace": {"discount": GAMMA, "entropyCost": 0.0}},
+        {"unrollLength": 4, "batchSize": 8},
+        700,
+    ),
+    "ppo": (
+        {"ppo": {"discount": GAMMA, "lambda": 0.95, "minibatches": 2, "epochs": 4}},
+        {"unrollLength": 4, "batchSize": 16},
+        350,
+    ),
     # 4,000 sequences of 6 steps at SEED's replay ratio of 1.5: ~180 steps of 32.
-    "r2d2": ({"r2d2": {"discount": GAMMA, "sequenceLength": 6, "burnIn": 0, "nStep": 1,
-                       "minReplaySize": 16, "targetUpdatePeriod": 20, "replayCapacity": 2000}},
-             {"batchSize": 32}, 170),
+    "r2d2": (
+        {
+            "r2d2": {
+                "discount": GAMMA,
+                "sequenceLength": 6,
+                "burnIn": 0,
+                "nStep": 1,
+                "minReplaySize": 16,
+                "targetUpdatePeriod": 20,
+                "replayCapacity": 2000,
+            }
+        },
+        {"batchSize": 32},
+        170,
+    ),
 }
 
 
 def _experiment(name):
     agent, learner, _ = AGENTS[name]
-    return parse_experiment({"metadata": {"name": "t"}, "spec": {
-        "env": {"id": CONVEYOR.id},
-        "agent": {"name": name, "network": MLP, **agent},
-        "learner": {"inferenceMaxWaitMs": 0, "queueCapacity": 256,
-                    "optimizer": {"learningRate": 0.003}, **learner},
-        "actors": {"replicas": 1, "envsPerActor": 16}}})
+    return parse_experiment(
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "env": {"id": CONVEYOR.id},
+                "agent": {"name": name, "network": MLP, **agent},
+                "learner": {
+                    "inferenceMaxWaitMs": 0,
+                    "queueCapacity": 256,
+                    "optimizer": {"learningRate": 0.003},
+                    **learner,
+                },
+                "actors": {"replicas": 1, "envsPerActor": 16},
+            },
+        }
+    )
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
@@ -52,12 +81,16 @@ def test_truncated_episodes_bootstrap_from_the_final_observation(name):
     try:
         stream = runtime.open_stream("a", 16, envs.spec)
         obs, k = envs.reset(), envs.num_envs
-        rewards, terminated, truncated = np.zeros(k, np.float32), np.zeros(k, bool), \
-            np.zeros(k, bool)
+        rewards, terminated, truncated = (
+            np.zeros(k, np.float32),
+            np.zeros(k, bool),
+            np.zeros(k, bool),
+        )
         finals = (np.zeros(0, np.int64), None)
         for _ in range(1500):
-            actions = runtime.submit(stream, StepData(obs, rewards, terminated, truncated,
-                                                      finals[0], finals[1]), []).result(60)
+            actions = runtime.submit(
+                stream, StepData(obs, rewards, terminated, truncated, finals[0], finals[1]), []
+            ).result(60)
             obs, rewards, terminated, truncated, _, finals = envs.step(actions)
         deadline = time.monotonic() + 120
         while runtime.learner_steps < AGENTS[name][2] and time.monotonic() < deadline:
@@ -65,8 +98,7 @@ def test_truncated_episodes_bootstrap_from_the_final_observation(name):
         assert runtime.train_error is None
         agent = runtime.agent
         cells = np.eye(3, dtype=np.float32)
-        value = agent.inference(cells, agent.initial_state(3), np.zeros(3, np.float32))[0][
-            "value"]
+        value = agent.inference(cells, agent.initial_state(3), np.zeros(3, np.float32))[0]["value"]
         a, b, c = value
         # C's value is learned from episodes that start there; B's only through the bootstrap
         # from C at the time limit: B / C tends to gamma (0.9), where bootstrapping from B's

@@ -16,16 +16,26 @@ RANDOM_RETURN = 22.0
 
 
 def train_cmd(runs_dir, name, *overrides, resume=False):
-    cmd = [sys.executable, "-m", "seedrl.service.cli", "train", str(EXAMPLE), "--runs-dir",
-           str(runs_dir), "--set", f"metadata.name={name}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "seedrl.service.cli",
+        "train",
+        str(EXAMPLE),
+        "--runs-dir",
+        str(runs_dir),
+        "--set",
+        f"metadata.name={name}",
+    ]
     for o in overrides:
         cmd += ["--set", o]
     return cmd + (["--resume"] if resume else [])
 
 
 def start(cmd):
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def read_json(path):
@@ -80,8 +90,14 @@ def test_learns_cartpole_with_a_learner_and_two_actors(tmp_path):
 
 def start_run(tmp_path, name, max_env_steps):
     """Starts `seedrl train` with a step budget and no target; returns (process, run_dir)."""
-    proc = start(train_cmd(tmp_path, name, f"spec.budget.maxEnvSteps={max_env_steps}",
-                           "spec.budget.targetReturn=null"))
+    proc = start(
+        train_cmd(
+            tmp_path,
+            name,
+            f"spec.budget.maxEnvSteps={max_env_steps}",
+            "spec.budget.targetReturn=null",
+        )
+    )
     return proc, tmp_path / name
 
 
@@ -98,8 +114,9 @@ def test_killing_an_actor_mid_run_does_not_stop_training(tmp_path):
         os.kill(victims[0], signal.SIGKILL)
         steps_at_kill = status_value(run_dir, "learner_steps")
         # Training goes on with the other actor (and the restarted one).
-        wait_for_learner_steps(run_dir, steps_at_kill + 30, 120,
-                               "training to continue after the kill")
+        wait_for_learner_steps(
+            run_dir, steps_at_kill + 30, 120, "training to continue after the kill"
+        )
         out, _ = proc.communicate(timeout=400)
     finally:
         proc.kill()
@@ -120,8 +137,11 @@ def test_actors_that_leave_while_the_run_goes_on_are_restarted(tmp_path):
         wait_for_learner_steps(run_dir, 10, 180, "training")
         (victim,) = actor_processes(tmp_path, "e2e-leave-local-1")
         os.kill(victim, signal.SIGTERM)
-        wait_for(lambda: (run_dir / "actor-1.log").read_text().count("connected to unix:") == 2,
-                 120, "actor-1 restarted and connected again")
+        wait_for(
+            lambda: (run_dir / "actor-1.log").read_text().count("connected to unix:") == 2,
+            120,
+            "actor-1 restarted and connected again",
+        )
         steps = status_value(run_dir, "learner_steps")
         wait_for_learner_steps(run_dir, steps + 10, 120, "training after the restart")
         proc.send_signal(signal.SIGINT)
@@ -135,12 +155,17 @@ def test_actors_that_leave_while_the_run_goes_on_are_restarted(tmp_path):
 def test_a_run_whose_env_cannot_be_made_fails_at_once_with_the_reason(tmp_path):
     """Issue 19, finding 6: it ended with exit 0 after 0 env steps (or never, with
     maxSeconds 0). Now the env is made once before anything starts."""
-    result = subprocess.run(train_cmd(tmp_path, "e2e-nosuch", "spec.env.id=NoSuchEnv-v99",
-                                      "spec.budget.maxSeconds=0"),
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        train_cmd(tmp_path, "e2e-nosuch", "spec.env.id=NoSuchEnv-v99", "spec.budget.maxSeconds=0"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert ("error: actors could not start: spec.env.id: cannot make 'NoSuchEnv-v99'"
-            in result.stderr), result.stderr
+    assert (
+        "error: actors could not start: spec.env.id: cannot make 'NoSuchEnv-v99'" in result.stderr
+    ), result.stderr
     summary = read_json(tmp_path / "e2e-nosuch" / "summary.json")
     assert summary["stop_reason"] == "no_progress" and summary["env_steps"] == 0
     assert "NoSuchEnv-v99" in summary["error"]
@@ -157,41 +182,67 @@ def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reas
     from seedrl.service.operator import reconcile
 
     support = str(ROOT / "tests" / "support")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [support, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [support, os.environ.get("PYTHONPATH")])),
+    }
     proc = subprocess.Popen(
-        train_cmd(tmp_path, "e2e-broken", "spec.env.id=SeedrlTest/BrokenReset-v0",
-                  "spec.env.imports=[seedrl_test_envs]", "spec.budget.noProgressSeconds=60",
-                  "spec.budget.maxSeconds=0"),
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        train_cmd(
+            tmp_path,
+            "e2e-broken",
+            "spec.env.id=SeedrlTest/BrokenReset-v0",
+            "spec.env.imports=[seedrl_test_envs]",
+            "spec.budget.noProgressSeconds=60",
+            "spec.budget.maxSeconds=0",
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     run_dir = tmp_path / "e2e-broken"
     try:
         learner_status = wait_for(
-            lambda: (s := read_json(run_dir / "status.json")) and
-            s.get("state") == "waiting_for_actors" and
-            (s.get("seconds_without_env_steps") or 0) >= 2 and s, 120,
-            "the learner's status to show seconds without env steps")
+            lambda: (
+                (s := read_json(run_dir / "status.json"))
+                and s.get("state") == "waiting_for_actors"
+                and (s.get("seconds_without_env_steps") or 0) >= 2
+                and s
+            ),
+            120,
+            "the learner's status to show seconds without env steps",
+        )
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
     assert proc.returncode == 1, out + err
-    assert "actor-0 exited with code 1: RuntimeError: this corridor is closed for repairs; " \
-           "restarting it in 1 s (1/20)" in err, err
+    assert (
+        "actor-0 exited with code 1: RuntimeError: this corridor is closed for repairs; "
+        "restarting it in 1 s (1/20)" in err
+    ), err
     assert "restarting it in 2 s (2/20)" in err, err
-    assert ("error: actors could not start: actor-" in err and
-            "exited with code 1: RuntimeError: this corridor is closed for repairs" in err), err
+    assert (
+        "error: actors could not start: actor-" in err
+        and "exited with code 1: RuntimeError: this corridor is closed for repairs" in err
+    ), err
     summary = read_json(run_dir / "summary.json")
     assert summary["stop_reason"] == "no_progress" and summary["env_steps"] == 0
     assert not processes_mentioning(str(tmp_path))
     # In a cluster, the operator reads the same status from the learner's /status (its limit
     # set to what the snapshot shows: how long the learner had been up varies with load).
     idle = learner_status["seconds_without_env_steps"]
-    exp = parse_experiment({"metadata": {"name": "e2e-broken"},
-                            "spec": {"budget": {"noProgressSeconds": idle}}})
+    exp = parse_experiment(
+        {"metadata": {"name": "e2e-broken"}, "spec": {"budget": {"noProgressSeconds": idle}}}
+    )
     status = reconcile.compute_status(
-        exp, generation=1, previous=None, job={"status": {"ready": 1, "active": 1}},
+        exp,
+        generation=1,
+        previous=None,
+        job={"status": {"ready": 1, "active": 1}},
         deployment={"status": {"readyReplicas": 2}},
-        learner=LearnerStatus.from_json(learner_status))
+        learner=LearnerStatus.from_json(learner_status),
+    )
     progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("False", "NoProgress")
 
@@ -212,8 +263,9 @@ def test_ctrl_c_checkpoints_and_resume_continues_without_overwriting(tmp_path):
     assert not processes_mentioning(str(tmp_path))
 
     # The same name without --resume is refused and leaves the run untouched.
-    refused = subprocess.run(train_cmd(tmp_path, "e2e-resume"), cwd=ROOT, capture_output=True,
-                             text=True, timeout=60)
+    refused = subprocess.run(
+        train_cmd(tmp_path, "e2e-resume"), cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode == 3
     assert "already exists" in refused.stderr and "--resume" in refused.stderr
     assert read_json(run_dir / "summary.json") == first
@@ -221,9 +273,18 @@ def test_ctrl_c_checkpoints_and_resume_continues_without_overwriting(tmp_path):
     # --resume continues the same counters from the checkpoint.
     target = first["env_steps"] + 8000
     resumed = subprocess.run(
-        train_cmd(tmp_path, "e2e-resume", f"spec.budget.maxEnvSteps={target}",
-                  "spec.budget.targetReturn=null", resume=True),
-        cwd=ROOT, capture_output=True, text=True, timeout=400)
+        train_cmd(
+            tmp_path,
+            "e2e-resume",
+            f"spec.budget.maxEnvSteps={target}",
+            "spec.budget.targetReturn=null",
+            resume=True,
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     second = read_json(run_dir / "summary.json")
     assert second["stop_reason"] == "max_env_steps"
@@ -235,9 +296,13 @@ def test_ctrl_c_checkpoints_and_resume_continues_without_overwriting(tmp_path):
 
 
 def test_a_bad_experiment_is_rejected_with_the_field_path(tmp_path):
-    result = subprocess.run(train_cmd(tmp_path, "e2e-bad", "spec.learner.unrollLength=0",
-                                      "spec.actors.replicas=two"),
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        train_cmd(tmp_path, "e2e-bad", "spec.learner.unrollLength=0", "spec.actors.replicas=two"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "spec.learner.unrollLength: must be >= 2, got 0" in result.stderr
     assert "spec.actors.replicas: must be an integer" in result.stderr

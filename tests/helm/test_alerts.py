@@ -21,8 +21,9 @@ def _promtool() -> str:
 
 @pytest.mark.prometheus
 def test_promtool_checks_the_rules():
-    result = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 5 rules found" in result.stdout
 
@@ -30,23 +31,39 @@ def test_promtool_checks_the_rules():
 @pytest.mark.prometheus
 def test_each_alert_fires_and_stays_quiet_as_unit_tested():
     # alerts_test.yaml: every alert once firing, and beside it series that must not fire.
-    result = subprocess.run([_promtool(), "test", "rules", "alerts_test.yaml"], cwd=HERE,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [_promtool(), "test", "rules", "alerts_test.yaml"],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    tested = {t["alertname"] for case in yaml.safe_load((HERE / "alerts_test.yaml").read_text())
-              ["tests"] for t in case["alert_rule_test"]}
-    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"]
-              for r in g["rules"]}
-    assert tested == alerts == {"SeedrlLearnerDown", "SeedrlNoActorsConnected",
-                                "SeedrlThroughputHalved", "SeedrlCheckpointStale",
-                                "SeedrlExperimentFailed"}
+    tested = {
+        t["alertname"]
+        for case in yaml.safe_load((HERE / "alerts_test.yaml").read_text())["tests"]
+        for t in case["alert_rule_test"]
+    }
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    assert (
+        tested
+        == alerts
+        == {
+            "SeedrlLearnerDown",
+            "SeedrlNoActorsConnected",
+            "SeedrlThroughputHalved",
+            "SeedrlCheckpointStale",
+            "SeedrlExperimentFailed",
+        }
+    )
 
 
 @pytest.mark.helm
 def test_the_chart_renders_the_same_rules_as_a_prometheus_rule():
     lint(OPERATOR_CHART, sets=["alerts.enabled=true"])
-    manifests = render(OPERATOR_CHART, sets=["alerts.enabled=true",
-                                             "alerts.additionalLabels.team=rl"])
+    manifests = render(
+        OPERATOR_CHART, sets=["alerts.enabled=true", "alerts.additionalLabels.team=rl"]
+    )
     (rule,) = of_kind(manifests, "PrometheusRule")
     source = yaml.safe_load(RULES.read_text())["groups"]
     rendered = rule["spec"]["groups"]

@@ -6,8 +6,16 @@ import helm_python as helm_sdk
 import pytest
 
 from seedrl.common import config
-from support.charts import (EXPERIMENT_CHART, ROOT, lint, load_manifests, render, template,
-                            validate_all, validate_experiment)
+from support.charts import (
+    EXPERIMENT_CHART,
+    ROOT,
+    lint,
+    load_manifests,
+    render,
+    template,
+    validate_all,
+    validate_experiment,
+)
 
 pytestmark = pytest.mark.helm
 
@@ -19,23 +27,35 @@ TPU = {
     "spec": {
         "env": {"id": "ALE/Pong-v5"},
         "agent": {"name": "vtrace", "network": {"name": "nature_cnn"}},
-        "learner": {"batchSize": 32, "inferenceBatchSize": 256,
-                    "accelerator": {"kind": "tpu",
-                                    "tpu": {"type": "tpu-v5-lite-podslice", "topology": "2x2"}},
-                    "resources": {"cpu": "20", "memory": "64Gi"},
-                    "optimizer": {"learningRate": 6e-4, "epsilon": 1e-7}},
-        "actors": {"replicas": 64, "envsPerActor": 32, "spot": True,
-                   "resources": {"cpu": "2", "memory": "4Gi"}},
+        "learner": {
+            "batchSize": 32,
+            "inferenceBatchSize": 256,
+            "accelerator": {
+                "kind": "tpu",
+                "tpu": {"type": "tpu-v5-lite-podslice", "topology": "2x2"},
+            },
+            "resources": {"cpu": "20", "memory": "64Gi"},
+            "optimizer": {"learningRate": 6e-4, "epsilon": 1e-7},
+        },
+        "actors": {
+            "replicas": 64,
+            "envsPerActor": 32,
+            "spot": True,
+            "resources": {"cpu": "2", "memory": "4Gi"},
+        },
         "budget": {"maxEnvSteps": 200_000_000, "targetReturn": 20.0},
     },
 }
 
 
 #: A learner on two NVIDIA L4 GPUs.
-GPU = {"name": "pong-gpu",
-       "spec": {"env": {"id": "ALE/Pong-v5"},
-                "learner": {"accelerator": {"kind": "gpu",
-                                            "gpu": {"type": "nvidia-l4", "count": 2}}}}}
+GPU = {
+    "name": "pong-gpu",
+    "spec": {
+        "env": {"id": "ALE/Pong-v5"},
+        "learner": {"accelerator": {"kind": "gpu", "gpu": {"type": "nvidia-l4", "count": 2}}},
+    },
+}
 
 
 def _example_values(path):
@@ -43,8 +63,9 @@ def _example_values(path):
     return {"name": doc["metadata"]["name"], "spec": doc.get("spec") or {}}
 
 
-EXAMPLES = sorted([*(ROOT / "examples").glob("*.yaml"),
-                   *(ROOT / "k8s" / "examples").glob("*.yaml")])
+EXAMPLES = sorted(
+    [*(ROOT / "examples").glob("*.yaml"), *(ROOT / "k8s" / "examples").glob("*.yaml")]
+)
 
 
 def _experiment(manifests):
@@ -56,8 +77,9 @@ def _experiment(manifests):
 @pytest.mark.parametrize("values", [{}, TPU], ids=["defaults", "tpu"])
 def test_lints_strict_and_renders_a_valid_experiment(values, tmp_path):
     lint(EXPERIMENT_CHART, values, tmp_path)
-    manifests = render(EXPERIMENT_CHART, release="cartpole", namespace="rl", values=values,
-                       tmp_path=tmp_path)
+    manifests = render(
+        EXPERIMENT_CHART, release="cartpole", namespace="rl", values=values, tmp_path=tmp_path
+    )
     validate_all(manifests)
     exp = _experiment(manifests)
     assert exp["metadata"]["namespace"] == "rl"
@@ -73,8 +95,9 @@ def test_defaults_name_the_experiment_after_the_release():
 
 
 def test_tpu_values_pass_through_unchanged(tmp_path):
-    exp = _experiment(render(EXPERIMENT_CHART, release="r1", namespace="rl", values=TPU,
-                             tmp_path=tmp_path))
+    exp = _experiment(
+        render(EXPERIMENT_CHART, release="r1", namespace="rl", values=TPU, tmp_path=tmp_path)
+    )
     assert exp["metadata"]["name"] == "pong-tpu"
     assert exp["metadata"]["labels"]["team"] == "rl"
     assert exp["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
@@ -97,16 +120,22 @@ def test_every_example_renders_through_the_chart(example, tmp_path):
     assert config.parse_experiment(exp).spec == own
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("spec.actors.replicas=-1", "at '/spec/actors/replicas': minimum: got -1, want 1"),
-    ("spec.actors.replicaz=3", "at '/spec/actors': additional properties 'replicaz'"),
-    ("spec.agent.name=dqn", "at '/spec/agent/name'"),
-    ("spec.learner.accelerator.tpu.topology=big", "at '/spec/learner/accelerator/tpu/topology'"),
-    ("name=Bad_Name", "at '/name'"),
-    # The operator suffixes child names (<name>-learner): longer names could not be run.
-    ("name=" + "a" * 56, "at '/name': maxLength: got 56, want 55"),
-    ("nam=x", "additional properties 'nam'"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("spec.actors.replicas=-1", "at '/spec/actors/replicas': minimum: got -1, want 1"),
+        ("spec.actors.replicaz=3", "at '/spec/actors': additional properties 'replicaz'"),
+        ("spec.agent.name=dqn", "at '/spec/agent/name'"),
+        (
+            "spec.learner.accelerator.tpu.topology=big",
+            "at '/spec/learner/accelerator/tpu/topology'",
+        ),
+        ("name=Bad_Name", "at '/name'"),
+        # The operator suffixes child names (<name>-learner): longer names could not be run.
+        ("name=" + "a" * 56, "at '/name': maxLength: got 56, want 55"),
+        ("nam=x", "additional properties 'nam'"),
+    ],
+)
 def test_bad_values_are_rejected_naming_the_field(setting, message):
     proc = template(EXPERIMENT_CHART, sets=[setting], check=False)
     assert proc.returncode != 0
@@ -136,30 +165,53 @@ def test_helm_sdk_renders_the_same_experiment_and_the_notes():
     assert "helm uninstall r1 -n rl" in notes
 
 
-@pytest.mark.parametrize("values,image,resource,count,selector", [
-    (TPU, "ghcr.io/seedrl/learner:0.1.0-tpu", "google.com/tpu", "4",
-     {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-      "cloud.google.com/gke-tpu-topology": "2x2"}),
-    (GPU, "ghcr.io/seedrl/learner:0.1.0-gpu", "nvidia.com/gpu", "2",
-     {"cloud.google.com/gke-accelerator": "nvidia-l4"}),
-], ids=["tpu", "gpu"])
+@pytest.mark.parametrize(
+    "values,image,resource,count,selector",
+    [
+        (
+            TPU,
+            "ghcr.io/seedrl/learner:0.1.0-tpu",
+            "google.com/tpu",
+            "4",
+            {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                "cloud.google.com/gke-tpu-topology": "2x2",
+            },
+        ),
+        (
+            GPU,
+            "ghcr.io/seedrl/learner:0.1.0-gpu",
+            "nvidia.com/gpu",
+            "2",
+            {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+        ),
+    ],
+    ids=["tpu", "gpu"],
+)
 def test_the_operator_runs_the_charts_accelerator_experiment_on_its_accelerator(
-        values, image, resource, count, selector, tmp_path):
+    values, image, resource, count, selector, tmp_path
+):
     # The chart's Experiment (no image given) as the operator renders its learner: the
     # accelerator's build of the learner, the device requested, the node pool selected.
     from seedrl.service.operator import reconcile
 
-    exp = _experiment(render(EXPERIMENT_CHART, release="r1", namespace="rl", values=values,
-                             tmp_path=tmp_path))
+    exp = _experiment(
+        render(EXPERIMENT_CHART, release="r1", namespace="rl", values=values, tmp_path=tmp_path)
+    )
     assert exp["spec"]["learner"]["image"] == ""
     job = next(o for o in reconcile.render(reconcile.validate(exp)) if o["kind"] == "Job")
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == image
-    assert container["resources"]["requests"][resource] == \
-        container["resources"]["limits"][resource] == count
+    assert (
+        container["resources"]["requests"][resource]
+        == container["resources"]["limits"][resource]
+        == count
+    )
     assert pod["nodeSelector"] == selector
     assert {"key": resource, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     command = container["command"]
-    assert command[command.index("--accelerator") + 1] == values["spec"]["learner"][
-        "accelerator"]["kind"]
+    assert (
+        command[command.index("--accelerator") + 1]
+        == values["spec"]["learner"]["accelerator"]["kind"]
+    )

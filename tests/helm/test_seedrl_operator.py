@@ -9,30 +9,51 @@ import helm_python as helm_sdk
 import pytest
 import yaml
 
-from support.charts import (CRD_FILE, OPERATOR_CHART, lint, load_manifests, of_kind, render,
-                            run_helm, template, validate_all, validate_builtin)
+from support.charts import (
+    CRD_FILE,
+    OPERATOR_CHART,
+    lint,
+    load_manifests,
+    of_kind,
+    render,
+    run_helm,
+    template,
+    validate_all,
+    validate_builtin,
+)
 
 pytestmark = pytest.mark.helm
 
 #: Value sets every test of the chart's validity runs over.
 VALUE_SETS = {
     "defaults": {},
-    "namespaced": {"watch": {"scope": "namespaces", "namespaces": ["team-a", "team-b"]},
-                   "rbac": {"discovery": False, "aggregateToDefaultRoles": False}},
+    "namespaced": {
+        "watch": {"scope": "namespaces", "namespaces": ["team-a", "team-b"]},
+        "rbac": {"discovery": False, "aggregateToDefaultRoles": False},
+    },
     "release-namespace-only": {"watch": {"scope": "namespaces"}},
     "monitoring-and-overrides": {
         "metrics": {"podMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "grafana": {"dashboards": {"enabled": True}},
-        "operator": {"pollSeconds": 2.5, "livenessPort": 9000, "metricsPort": 9100,
-                     "extraArgs": ["--extra=1"], "env": [{"name": "SEEDRL_X", "value": "1"}]},
-        "prices": {"version": "acme-discounts-2026", "cpu": {"onDemand": 0.03, "spot": 0.01},
-                   "tpu": {"v5e": {"onDemand": 1.0, "spot": 0.4}}},
+        "operator": {
+            "pollSeconds": 2.5,
+            "livenessPort": 9000,
+            "metricsPort": 9100,
+            "extraArgs": ["--extra=1"],
+            "env": [{"name": "SEEDRL_X", "value": "1"}],
+        },
+        "prices": {
+            "version": "acme-discounts-2026",
+            "cpu": {"onDemand": 0.03, "spot": 0.01},
+            "tpu": {"v5e": {"onDemand": 1.0, "spot": 0.4}},
+        },
         "image": {"digest": "sha256:" + "a" * 64},
         "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam"}},
         "imagePullSecrets": [{"name": "regcred"}],
         "nodeSelector": {"kubernetes.io/os": "linux"},
-        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops",
-                         "effect": "NoSchedule"}],
+        "tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}
+        ],
     },
 }
 
@@ -44,8 +65,11 @@ def test_lints_strict_and_every_manifest_is_valid(name, tmp_path):
     # The CRD does not depend on values: test_installs_the_generated_crd validates it once.
     manifests = render(OPERATOR_CHART, values=values, tmp_path=tmp_path)
     kinds = {m["kind"] for m in manifests}
-    assert {"ServiceAccount", "Deployment", "ClusterRole" if name != "namespaced" else "Role"} \
-        <= kinds
+    assert {
+        "ServiceAccount",
+        "Deployment",
+        "ClusterRole" if name != "namespaced" else "Role",
+    } <= kinds
     validate_all(manifests)
 
 
@@ -53,8 +77,11 @@ def test_installs_the_generated_crd():
     manifests = render(OPERATOR_CHART, include_crds=True)
     crds = {c["metadata"]["name"]: c for c in of_kind(manifests, "CustomResourceDefinition")}
     # kopf's peering CRDs come along, for the replicas' leader election.
-    assert set(crds) == {"experiments.seedrl.dev", "clusterkopfpeerings.kopf.dev",
-                         "kopfpeerings.kopf.dev"}
+    assert set(crds) == {
+        "experiments.seedrl.dev",
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+    }
     for other in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
         validate_builtin(crds[other])
     crd = crds["experiments.seedrl.dev"]
@@ -66,8 +93,12 @@ def test_installs_the_generated_crd():
 
 
 def _rules(role):
-    return {(group, res): set(rule["verbs"]) for rule in role["rules"]
-            for group in rule["apiGroups"] for res in rule["resources"]}
+    return {
+        (group, res): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for res in rule["resources"]
+    }
 
 
 def _check_least_privilege(role):
@@ -77,8 +108,11 @@ def _check_least_privilege(role):
     # Secrets: only the learner's certificate, by name (spec.learner.tls): never listed or
     # watched, so the operator cannot enumerate what else a namespace keeps.
     assert rules[("", "secrets")] == {"get", "create", "patch", "delete"}
-    assert rules[("cert-manager.io", "issuers")] == rules[("cert-manager.io", "certificates")] \
+    assert (
+        rules[("cert-manager.io", "issuers")]
+        == rules[("cert-manager.io", "certificates")]
         == {"get", "create", "patch", "delete"}
+    )
     # The operator reads and patches Experiments; users create and delete them.
     assert rules[("seedrl.dev", "experiments")] == {"get", "list", "watch", "patch"}
     assert rules[("seedrl.dev", "experiments/status")] == {"get", "patch"}
@@ -86,24 +120,39 @@ def _check_least_privilege(role):
     # operator"): the Jobs and Deployments are watched as well.
     for child in [("batch", "jobs"), ("apps", "deployments")]:
         assert rules[child] == {"get", "list", "watch", "create", "patch", "delete"}, child
-    for child in [("", "services"), ("", "configmaps"), ("", "persistentvolumeclaims"),
-                  ("networking.k8s.io", "networkpolicies"),
-                  ("policy", "poddisruptionbudgets")]:
+    for child in [
+        ("", "services"),
+        ("", "configmaps"),
+        ("", "persistentvolumeclaims"),
+        ("networking.k8s.io", "networkpolicies"),
+        ("policy", "poddisruptionbudgets"),
+    ]:
         assert rules[child] == {"get", "create", "patch", "delete"}, child
     # Pods are only read and watched, to price them (status.cost) and name failures.
     assert rules[("", "pods")] == {"get", "list", "watch"}
     assert rules[("", "events")] == {"create"}
     assert rules[("kueue.x-k8s.io", "workloads")] == {"get", "list", "patch"}
     assert rules[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
-    assert set(rules) == {("seedrl.dev", "experiments"), ("seedrl.dev", "experiments/status"),
-                          ("seedrl.dev", "experiments/finalizers"), ("batch", "jobs"),
-                          ("apps", "deployments"), ("", "services"), ("", "configmaps"),
-                          ("", "persistentvolumeclaims"), ("policy", "poddisruptionbudgets"),
-                          ("networking.k8s.io", "networkpolicies"), ("", "events"),
-                          ("", "pods"), ("kueue.x-k8s.io", "workloads"),
-                          ("kopf.dev", "kopfpeerings"), ("kopf.dev", "clusterkopfpeerings"),
-                          ("", "secrets"), ("cert-manager.io", "issuers"),
-                          ("cert-manager.io", "certificates")}
+    assert set(rules) == {
+        ("seedrl.dev", "experiments"),
+        ("seedrl.dev", "experiments/status"),
+        ("seedrl.dev", "experiments/finalizers"),
+        ("batch", "jobs"),
+        ("apps", "deployments"),
+        ("", "services"),
+        ("", "configmaps"),
+        ("", "persistentvolumeclaims"),
+        ("policy", "poddisruptionbudgets"),
+        ("networking.k8s.io", "networkpolicies"),
+        ("", "events"),
+        ("", "pods"),
+        ("kueue.x-k8s.io", "workloads"),
+        ("kopf.dev", "kopfpeerings"),
+        ("kopf.dev", "clusterkopfpeerings"),
+        ("", "secrets"),
+        ("cert-manager.io", "issuers"),
+        ("cert-manager.io", "certificates"),
+    }
     return rules
 
 
@@ -111,38 +160,51 @@ def test_cluster_scope_binds_one_cluster_role():
     manifests = render(OPERATOR_CHART, release="op", namespace="seedrl-system")
     assert not of_kind(manifests, "Role") and not of_kind(manifests, "RoleBinding")
     roles = {r["metadata"]["name"]: r for r in of_kind(manifests, "ClusterRole")}
-    assert set(roles) == {f"seedrl-system-op-seedrl-operator-{suffix}"
-                          for suffix in ("operator", "discovery", "edit", "view")}
+    assert set(roles) == {
+        f"seedrl-system-op-seedrl-operator-{suffix}"
+        for suffix in ("operator", "discovery", "edit", "view")
+    }
     operator = roles["seedrl-system-op-seedrl-operator-operator"]
     _check_least_privilege(operator)
     # Two replicas by default, electing the active one through this peering object.
     (peering,) = of_kind(manifests, "ClusterKopfPeering")
     assert peering["metadata"]["name"] == "op-seedrl-operator"
     discovery = _rules(roles["seedrl-system-op-seedrl-operator-discovery"])
-    assert discovery == {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-                         ("", "namespaces"): {"list", "watch"}}
+    assert discovery == {
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+        ("", "namespaces"): {"list", "watch"},
+    }
     for binding in of_kind(manifests, "ClusterRoleBinding"):
         assert binding["roleRef"]["name"] in roles
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "op-seedrl-operator",
-                                        "namespace": "seedrl-system"}]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "op-seedrl-operator", "namespace": "seedrl-system"}
+        ]
     (deployment,) = of_kind(manifests, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     # No --namespace: python -m seedrl.service.operator then watches every namespace.
-    assert args == ["--poll-seconds=10", "--liveness=http://0.0.0.0:8080/healthz",
-                    "--metrics-port=8081", "--peering=op-seedrl-operator"]
+    assert args == [
+        "--poll-seconds=10",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "--metrics-port=8081",
+        "--peering=op-seedrl-operator",
+    ]
     assert deployment["spec"]["replicas"] == 2
     # One replica runs standalone: no peering.
-    manifests = render(OPERATOR_CHART, release="op", namespace="seedrl-system",
-                       sets=["replicaCount=1"])
+    manifests = render(
+        OPERATOR_CHART, release="op", namespace="seedrl-system", sets=["replicaCount=1"]
+    )
     assert not of_kind(manifests, "ClusterKopfPeering")
     (deployment,) = of_kind(manifests, "Deployment")
     assert "--peering" not in " ".join(
-        deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
 
 
 def test_users_get_experiment_rights_through_the_default_roles():
-    roles = {r["metadata"]["name"]: r for r in of_kind(render(OPERATOR_CHART, release="op",
-                                                              namespace="ops"), "ClusterRole")}
+    roles = {
+        r["metadata"]["name"]: r
+        for r in of_kind(render(OPERATOR_CHART, release="op", namespace="ops"), "ClusterRole")
+    }
     edit, view = roles["ops-op-seedrl-operator-edit"], roles["ops-op-seedrl-operator-view"]
     labels = edit["metadata"]["labels"]
     assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
@@ -152,15 +214,20 @@ def test_users_get_experiment_rights_through_the_default_roles():
     assert _rules(edit)[("seedrl.dev", "experiments/status")] == {"get"}  # the operator's
     assert all(verbs == {"get", "list", "watch"} for verbs in _rules(view).values())
     # Nothing is bound: Kubernetes folds them into admin, edit and view by their labels.
-    names = {b["roleRef"]["name"] for b in of_kind(render(OPERATOR_CHART, release="op",
-                                                          namespace="ops"), "ClusterRoleBinding")}
+    names = {
+        b["roleRef"]["name"]
+        for b in of_kind(
+            render(OPERATOR_CHART, release="op", namespace="ops"), "ClusterRoleBinding"
+        )
+    }
     assert not names & {"ops-op-seedrl-operator-edit", "ops-op-seedrl-operator-view"}
 
 
 def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
     values = VALUE_SETS["namespaced"]
-    manifests = render(OPERATOR_CHART, release="op", namespace="ops", values=values,
-                       tmp_path=tmp_path)
+    manifests = render(
+        OPERATOR_CHART, release="op", namespace="ops", values=values, tmp_path=tmp_path
+    )
     # Nothing cluster-wide at all once discovery and the users' aggregated roles are off.
     assert not of_kind(manifests, "ClusterRole") and not of_kind(manifests, "ClusterRoleBinding")
     roles = of_kind(manifests, "Role")
@@ -173,29 +240,42 @@ def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
         assert b["subjects"][0]["namespace"] == "ops"
     (deployment,) = of_kind(manifests, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == ["--namespace=team-a", "--namespace=team-b", "--poll-seconds=10",
-                    "--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=8081",
-                    "--peering=op-seedrl-operator"]
+    assert args == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--poll-seconds=10",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "--metrics-port=8081",
+        "--peering=op-seedrl-operator",
+    ]
     (peering,) = of_kind(manifests, "KopfPeering")
     assert peering["metadata"]["namespace"] == "team-a"
 
     # No namespaces listed: only the release's own.
-    manifests = render(OPERATOR_CHART, release="op", namespace="ops",
-                       sets=["watch.scope=namespaces"])
+    manifests = render(
+        OPERATOR_CHART, release="op", namespace="ops", sets=["watch.scope=namespaces"]
+    )
     assert [r["metadata"]["namespace"] for r in of_kind(manifests, "Role")] == ["ops"]
 
 
 def test_operator_values_reach_the_container(tmp_path):
-    manifests = render(OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"],
-                       tmp_path=tmp_path)
+    manifests = render(
+        OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"], tmp_path=tmp_path
+    )
     (deployment,) = of_kind(manifests, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["args"] == ["--poll-seconds=2.5", "--liveness=http://0.0.0.0:9000/healthz",
-                                 "--metrics-port=9100", "--peering=test-seedrl-operator",
-                                 "--extra=1"]
-    assert container["ports"] == [{"name": "health", "containerPort": 9000, "protocol": "TCP"},
-                                  {"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+    assert container["args"] == [
+        "--poll-seconds=2.5",
+        "--liveness=http://0.0.0.0:9000/healthz",
+        "--metrics-port=9100",
+        "--peering=test-seedrl-operator",
+        "--extra=1",
+    ]
+    assert container["ports"] == [
+        {"name": "health", "containerPort": 9000, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9100, "protocol": "TCP"},
+    ]
     assert {"name": "SEEDRL_X", "value": "1"} in container["env"]
     assert container["image"] == "ghcr.io/seedrl/operator@sha256:" + "a" * 64
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
@@ -227,56 +307,78 @@ def test_operator_pod_is_locked_down():
 
 
 def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
-    manifests = render(OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"],
-                       tmp_path=tmp_path)
+    manifests = render(
+        OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"], tmp_path=tmp_path
+    )
     monitors = {m["metadata"]["name"]: m for m in of_kind(manifests, "PodMonitor")}
-    assert set(monitors) == {"test-seedrl-operator-experiments",
-                             "test-seedrl-operator-operator"}
+    assert set(monitors) == {"test-seedrl-operator-experiments", "test-seedrl-operator-operator"}
     monitor = monitors["test-seedrl-operator-experiments"]
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     spec = monitor["spec"]
     # The labels the operator puts on every learner and actor pod (service/operator/reconcile.py).
-    assert spec["selector"] == {"matchLabels": {"app.kubernetes.io/name": "seedrl",
-                                                "app.kubernetes.io/managed-by": "seedrl-operator"}}
+    assert spec["selector"] == {
+        "matchLabels": {
+            "app.kubernetes.io/name": "seedrl",
+            "app.kubernetes.io/managed-by": "seedrl-operator",
+        }
+    }
     assert spec["namespaceSelector"] == {"any": True}
     (endpoint,) = spec["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
 
-    manifests = render(OPERATOR_CHART, namespace="ops",
-                       sets=["metrics.podMonitor.enabled=true", "watch.scope=namespaces"])
-    (monitor,) = [m for m in of_kind(manifests, "PodMonitor")
-                  if m["metadata"]["name"].endswith("-experiments")]
+    manifests = render(
+        OPERATOR_CHART,
+        namespace="ops",
+        sets=["metrics.podMonitor.enabled=true", "watch.scope=namespaces"],
+    )
+    (monitor,) = [
+        m
+        for m in of_kind(manifests, "PodMonitor")
+        if m["metadata"]["name"].endswith("-experiments")
+    ]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
     assert not of_kind(render(OPERATOR_CHART), "PodMonitor")
 
 
 def test_pod_monitor_scrapes_the_operator_itself(tmp_path):
-    manifests = render(OPERATOR_CHART, release="op", namespace="seedrl-system",
-                       values=VALUE_SETS["monitoring-and-overrides"], tmp_path=tmp_path)
-    (monitor,) = [m for m in of_kind(manifests, "PodMonitor")
-                  if m["metadata"]["name"] == "op-seedrl-operator-operator"]
+    manifests = render(
+        OPERATOR_CHART,
+        release="op",
+        namespace="seedrl-system",
+        values=VALUE_SETS["monitoring-and-overrides"],
+        tmp_path=tmp_path,
+    )
+    (monitor,) = [
+        m
+        for m in of_kind(manifests, "PodMonitor")
+        if m["metadata"]["name"] == "op-seedrl-operator-operator"
+    ]
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     spec = monitor["spec"]
     (deployment,) = of_kind(manifests, "Deployment")
     pod = deployment["spec"]["template"]
     # It selects the operator pod and nothing else: the Deployment's own selector.
     assert spec["selector"] == deployment["spec"]["selector"]
-    assert all(pod["metadata"]["labels"][k] == v
-               for k, v in spec["selector"]["matchLabels"].items())
+    assert all(
+        pod["metadata"]["labels"][k] == v for k, v in spec["selector"]["matchLabels"].items()
+    )
     assert spec["namespaceSelector"] == {"matchNames": ["seedrl-system"]}
     (endpoint,) = spec["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
-    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in \
-        pod["spec"]["containers"][0]["ports"]
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in pod["spec"][
+        "containers"
+    ][0]["ports"]
     assert endpoint["relabelings"] == [{"targetLabel": "seedrl_role", "replacement": "operator"}]
     # Its series carry each Experiment's namespace: Prometheus must keep that label.
     assert endpoint["honorLabels"] is True
     # metricsPort 0: no endpoint, so nothing to scrape.
-    manifests = render(OPERATOR_CHART, sets=["metrics.podMonitor.enabled=true",
-                                             "operator.metricsPort=0"])
+    manifests = render(
+        OPERATOR_CHART, sets=["metrics.podMonitor.enabled=true", "operator.metricsPort=0"]
+    )
     assert [m["metadata"]["name"] for m in of_kind(manifests, "PodMonitor")] == [
-        "test-seedrl-operator-experiments"]
+        "test-seedrl-operator-experiments"
+    ]
     (deployment,) = of_kind(manifests, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert [p["name"] for p in container["ports"]] == ["health"]
@@ -296,8 +398,7 @@ def test_a_price_override_is_mounted_where_the_operator_reads_it(tmp_path):
     env = {e["name"]: e.get("value") for e in container["env"]}
     mount = {m["name"]: m for m in container["volumeMounts"]}["prices"]
     assert env["SEEDRL_PRICES"] == mount["mountPath"] and mount["readOnly"] is True
-    assert {"name": "prices", "configMap": {"name": "op-seedrl-operator-prices"}} in \
-        pod["volumes"]
+    assert {"name": "prices", "configMap": {"name": "op-seedrl-operator-prices"}} in pod["volumes"]
     # The operator's own loader reads the mounted directory as the kubelet would lay it out.
     mounted = tmp_path / "mounted"
     mounted.mkdir()
@@ -326,33 +427,42 @@ def test_every_dashboard_file_becomes_a_labelled_config_map(tmp_path):
     extra = {"title": "seedrl actors", "panels": []}
     (chart / "dashboards" / "Actors_Overview.json").write_text(json.dumps(extra))
     lint(chart, sets=["grafana.dashboards.enabled=true"])
-    manifests = render(chart, release="op", sets=["grafana.dashboards.enabled=true",
-                                                  "grafana.dashboards.namespace=monitoring"])
+    manifests = render(
+        chart,
+        release="op",
+        sets=["grafana.dashboards.enabled=true", "grafana.dashboards.namespace=monitoring"],
+    )
     maps = {m["metadata"]["name"]: m for m in of_kind(manifests, "ConfigMap")}
-    assert set(maps) == {"op-seedrl-operator-dashboard-seedrl-experiment",
-                         "op-seedrl-operator-dashboard-seedrl-overview",
-                         "op-seedrl-operator-dashboard-actors-overview"}
+    assert set(maps) == {
+        "op-seedrl-operator-dashboard-seedrl-experiment",
+        "op-seedrl-operator-dashboard-seedrl-overview",
+        "op-seedrl-operator-dashboard-actors-overview",
+    }
     for m in maps.values():
         validate_builtin(m)
         assert m["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert m["metadata"]["namespace"] == "monitoring"
     overview = maps["op-seedrl-operator-dashboard-seedrl-overview"]["data"]
     assert json.loads(overview["seedrl-overview.json"]) == json.loads(
-        (OPERATOR_CHART / "dashboards" / "seedrl-overview.json").read_text())
+        (OPERATOR_CHART / "dashboards" / "seedrl-overview.json").read_text()
+    )
     assert not of_kind(render(chart), "ConfigMap")  # off by default
 
 
-@pytest.mark.parametrize("setting, path", [
-    ("watch.scope=everywhere", "/watch/scope"),
-    ("operator.livenessPort=70000", "/operator/livenessPort"),
-    ("operator.pollSeconds=0", "/operator/pollSeconds"),
-    ("watch.namespaces={Bad_NS}", "/watch/namespaces/0"),
-    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
-    ("rbac.creat=true", "/rbac"),
-    ("operator.metricsPort=70000", "/operator/metricsPort"),
-    ("prices.region=europe-west4", "/prices"),
-    ("prices.cpus=1", "/prices"),
-])
+@pytest.mark.parametrize(
+    "setting, path",
+    [
+        ("watch.scope=everywhere", "/watch/scope"),
+        ("operator.livenessPort=70000", "/operator/livenessPort"),
+        ("operator.pollSeconds=0", "/operator/pollSeconds"),
+        ("watch.namespaces={Bad_NS}", "/watch/namespaces/0"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("rbac.creat=true", "/rbac"),
+        ("operator.metricsPort=70000", "/operator/metricsPort"),
+        ("prices.region=europe-west4", "/prices"),
+        ("prices.cpus=1", "/prices"),
+    ],
+)
 def test_bad_values_are_rejected_naming_the_field(setting, path):
     proc = template(OPERATOR_CHART, sets=[setting], check=False)
     assert proc.returncode != 0
@@ -360,8 +470,7 @@ def test_bad_values_are_rejected_naming_the_field(setting, path):
 
 
 def test_kubernetes_older_than_1_29_is_refused():
-    old = run_helm("template", "x", str(OPERATOR_CHART), "--kube-version", "1.28.0",
-                   check=False)
+    old = run_helm("template", "x", str(OPERATOR_CHART), "--kube-version", "1.28.0", check=False)
     assert old.returncode != 0 and "kubeVersion" in old.stderr, old.stderr
     run_helm("template", "x", str(OPERATOR_CHART), "--kube-version", "1.33.0")
 
@@ -375,8 +484,8 @@ def test_helm_sdk_renders_the_same_manifests_and_the_notes(tmp_path):
         rendered = chart.render(values, name="op", namespace="ops")
     notes = rendered.pop("seedrl-operator/templates/NOTES.txt")
     sdk = load_manifests("\n---\n".join(rendered.values()))
-    binary = render(OPERATOR_CHART, release="op", namespace="ops", values=values,
-                    tmp_path=tmp_path)
+    binary = render(OPERATOR_CHART, release="op", namespace="ops", values=values, tmp_path=tmp_path)
+
     def key(m):
         return m["kind"], m["metadata"].get("namespace", ""), m["metadata"]["name"]
 
@@ -386,12 +495,16 @@ def test_helm_sdk_renders_the_same_manifests_and_the_notes(tmp_path):
     assert "kubectl get experiments -n NAMESPACE -w" in notes
 
 
-@pytest.mark.parametrize("name, clusterwide, namespaces", [
-    ("defaults", True, []),
-    ("namespaced", False, ["team-a", "team-b"]),
-])
-def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide, namespaces,
-                                                               tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "name, clusterwide, namespaces",
+    [
+        ("defaults", True, []),
+        ("namespaced", False, ["team-a", "team-b"]),
+    ],
+)
+def test_the_operator_accepts_the_arguments_the_chart_gives_it(
+    name, clusterwide, namespaces, tmp_path, monkeypatch
+):
     # The rendered command line goes through the operator's own argument parsing, up to the
     # point where it would start kopf.
     from seedrl.service.operator import handlers as operator
@@ -415,8 +528,9 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(name, clusterwide
     monkeypatch.delenv("SEEDRL_PRICES", raising=False)
     monkeypatch.setattr(operator, "api_client", lambda: None)
     monkeypatch.setattr(operator.kopf, "run", lambda **kwargs: started.append(kwargs))
-    (deployment,) = of_kind(render(OPERATOR_CHART, values=VALUE_SETS[name], tmp_path=tmp_path),
-                            "Deployment")
+    (deployment,) = of_kind(
+        render(OPERATOR_CHART, values=VALUE_SETS[name], tmp_path=tmp_path), "Deployment"
+    )
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"][-2:] == ["-m", "seedrl.service.operator"]
     assert operator.main(container["args"]) == 0

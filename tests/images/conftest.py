@@ -42,8 +42,10 @@ def store() -> buildah.Store:
     """buildah's store under the cache folder; the tools come from ``make image-tools``."""
     missing = [tool for tool in ("buildah", "mmdebstrap") if shutil.which(tool) is None]
     if missing:
-        pytest.fail(f"{', '.join(missing)} not installed: `make test-images` installs them "
-                    f"(make image-tools)")
+        pytest.fail(
+            f"{', '.join(missing)} not installed: `make test-images` installs them "
+            f"(make image-tools)"
+        )
     return buildah.Store()
 
 
@@ -54,5 +56,7 @@ def images(store, request) -> BuiltImages:
     yield built
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and built.seconds:
-        reporter.write_line("image builds (s, buildah, %s store): %s" % (
-            store.driver, ", ".join(f"{k} {v:.0f}" for k, v in built.seconds.items())))
+        reporter.write_line(
+            "image builds (s, buildah, %s store): %s"
+            % (store.driver, ", ".join(f"{k} {v:.0f}" for k, v in built.seconds.items()))
+        )

@@ -41,14 +41,22 @@ def free_ports(n: int) -> list[int]:
 def cartpole(name: str, learner_image: str, actor_image: str, **learner) -> dict:
     """A small CartPole Experiment whose ports are free here."""
     port, metrics, actor_metrics = free_ports(3)
-    return {"apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"env": {"id": "CartPole-v1"},
-                     "learner": {"port": port, "metricsPort": metrics, "image": learner_image,
-                                 **learner},
-                     "actors": {"replicas": 1, "envsPerActor": 8, "image": actor_image,
-                                "metricsPort": actor_metrics},
-                     "budget": {"maxEnvSteps": 20_000}}}
+    return {
+        "apiVersion": "seedrl.dev/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "env": {"id": "CartPole-v1"},
+            "learner": {"port": port, "metricsPort": metrics, "image": learner_image, **learner},
+            "actors": {
+                "replicas": 1,
+                "envsPerActor": 8,
+                "image": actor_image,
+                "metricsPort": actor_metrics,
+            },
+            "budget": {"maxEnvSteps": 20_000},
+        },
+    }
 
 
 def wait_for(predicate, timeout: float, what: str, pods=()):
@@ -60,8 +68,10 @@ def wait_for(predicate, timeout: float, what: str, pods=()):
             return value
         for pod in pods:
             if pod.process.poll() is not None:
-                pytest.fail(f"{pod.pod_name} exited {pod.process.returncode} while waiting "
-                            f"for {what}:\n{pod.output()[-4000:]}")
+                pytest.fail(
+                    f"{pod.pod_name} exited {pod.process.returncode} while waiting "
+                    f"for {what}:\n{pod.output()[-4000:]}"
+                )
         time.sleep(0.5)
     logs = "\n".join(f"--- {p.pod_name}\n{p.output()[-3000:]}" for p in pods)
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
@@ -69,8 +79,11 @@ def wait_for(predicate, timeout: float, what: str, pods=()):
 
 def _certificate(exp) -> dict:
     """The learner's certificate Secret as the operator makes it, for :class:`Pod`."""
-    return {reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
-        reconcile.learner_dns_names(exp.metadata.name, "default"))}
+    return {
+        reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
+            reconcile.learner_dns_names(exp.metadata.name, "default")
+        )
+    }
 
 
 def _by_kind(objects, kind):
@@ -78,8 +91,11 @@ def _by_kind(objects, kind):
 
 
 def test_images_run_as_uid_1000_with_their_entry_points(images, store):
-    expected = {"learner-cpu": "seedrl.learner", "actors": "seedrl.actors",
-                "operator": "seedrl.service.operator"}
+    expected = {
+        "learner-cpu": "seedrl.learner",
+        "actors": "seedrl.actors",
+        "operator": "seedrl.service.operator",
+    }
     for name, module in expected.items():
         config = store.config(images(name))
         assert config["User"] == "1000:1000"
@@ -87,51 +103,73 @@ def test_images_run_as_uid_1000_with_their_entry_points(images, store):
 
 
 def test_the_root_is_read_only_and_the_volumes_writable_as_in_a_pod(images, store, tmp_path):
-    probe = ("import os, sys\n"
-             "for path in sys.argv[1:]:\n"
-             "    try:\n"
-             "        open(os.path.join(path, 'probe'), 'w').close(); print(path, 'writable')\n"
-             "    except OSError as exc:\n"
-             "        print(path, exc.strerror)\n"
-             "print('uid', os.getuid(), os.getgid())\n")
+    probe = (
+        "import os, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        open(os.path.join(path, 'probe'), 'w').close(); print(path, 'writable')\n"
+        "    except OSError as exc:\n"
+        "        print(path, exc.strerror)\n"
+        "print('uid', os.getuid(), os.getgid())\n"
+    )
     run = tmp_path / "run"
     run.mkdir()
     os.chown(run, 1000, 1000)
     with store.container(images("actors")) as container:
-        proc = container.run(["python", "-c", probe, "/home/seedrl", "/var/run/seedrl", "/tmp"],
-                             volumes=[(run, "/var/run/seedrl", False)])
+        proc = container.run(
+            ["python", "-c", probe, "/home/seedrl", "/var/run/seedrl", "/tmp"],
+            volumes=[(run, "/var/run/seedrl", False)],
+        )
         assert proc.returncode == 0, proc.stderr
         lines = set(proc.stdout.splitlines())
         # The image's own home is the user's, yet read-only, as readOnlyRootFilesystem makes it.
-        assert lines == {"/home/seedrl Read-only file system", "/var/run/seedrl writable",
-                         "/tmp writable", "uid 1000 1000"}, proc.stdout
+        assert lines == {
+            "/home/seedrl Read-only file system",
+            "/var/run/seedrl writable",
+            "/tmp writable",
+            "uid 1000 1000",
+        }, proc.stdout
         assert (run / "probe").exists()
-        writable = container.run(["python", "-c", probe, "/home/seedrl"],
-                                 read_only_root=False)
+        writable = container.run(["python", "-c", probe, "/home/seedrl"], read_only_root=False)
         assert "/home/seedrl writable" in writable.stdout, writable.stdout + writable.stderr
 
 
-def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(images, store,
-                                                                           tmp_path):
+def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(images, store, tmp_path):
     learner_image, actor_image = images("learner-cpu"), images("actors")
     exp = parse_experiment(cartpole("cartpole-images", learner_image, actor_image))
     objects = reconcile.render(exp, namespace="default")
     service = reconcile.names(exp.metadata.name).service
     # TLS as in a cluster: the certificate the operator would make for the learner's Service;
     # the actor reaches the Service's name (an /etc/hosts entry) and verifies it.
-    secrets = {reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
-        reconcile.learner_dns_names(exp.metadata.name, "default"))}
+    secrets = {
+        reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
+            reconcile.learner_dns_names(exp.metadata.name, "default")
+        )
+    }
     # The learner pod's init container derives the env spec in the actor image first.
-    with Pod(store, learner_image, _by_kind(objects, "Job"), objects, tmp_path,
-             "cartpole-images-learner-x7k2p", secrets=secrets,
-             init_images={reconcile.ENV_SPEC_CONTAINER: actor_image}) as learner:
-        with Pod(store, actor_image, _by_kind(objects, "Deployment"), objects, tmp_path,
-                 "cartpole-images-actors-5d8f9-q2w3e", hosts={service: "127.0.0.1"},
-                 secrets=secrets) as actor:
+    with Pod(
+        store,
+        learner_image,
+        _by_kind(objects, "Job"),
+        objects,
+        tmp_path,
+        "cartpole-images-learner-x7k2p",
+        secrets=secrets,
+        init_images={reconcile.ENV_SPEC_CONTAINER: actor_image},
+    ) as learner:
+        with Pod(
+            store,
+            actor_image,
+            _by_kind(objects, "Deployment"),
+            objects,
+            tmp_path,
+            "cartpole-images-actors-5d8f9-q2w3e",
+            hosts={service: "127.0.0.1"},
+            secrets=secrets,
+        ) as actor:
             run_dir = learner.volume_dirs["run"]
             summary_path = run_dir / "summary.json"
-            wait_for(summary_path.exists, 900, "the learner's summary.json",
-                     pods=[learner])
+            wait_for(summary_path.exists, 900, "the learner's summary.json", pods=[learner])
             assert learner.wait(120) == 0, learner.output()[-4000:]
             assert actor.wait(120) == 0, actor.output()[-4000:]
     summary = json.loads(summary_path.read_text())
@@ -154,12 +192,15 @@ NO_METADATA_SERVER = {"TPU_SKIP_MDS_QUERY": "1"}
 
 
 def test_tpu_image_imports_tensorflow_and_libtpu(images, store):
-    code = ("import importlib.metadata as m, tensorflow as tf, libtpu\n"
-            "print('tensorflow', tf.__version__, 'libtpu', m.version('libtpu'))\n"
-            "print('tpu build', hasattr(tf.tpu.experimental, 'initialize_tpu_system'))\n")
+    code = (
+        "import importlib.metadata as m, tensorflow as tf, libtpu\n"
+        "print('tensorflow', tf.__version__, 'libtpu', m.version('libtpu'))\n"
+        "print('tpu build', hasattr(tf.tpu.experimental, 'initialize_tpu_system'))\n"
+    )
     with store.container(images("learner-tpu")) as container:
-        proc = container.run(["python", "-c", code], env={**NO_METADATA_SERVER, "HOME": "/tmp"},
-                             timeout=600)
+        proc = container.run(
+            ["python", "-c", code], env={**NO_METADATA_SERVER, "HOME": "/tmp"}, timeout=600
+        )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "tensorflow 2.20.0 libtpu 0.0.20" in proc.stdout, proc.stdout
     assert "tpu build True" in proc.stdout
@@ -171,32 +212,49 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
     # code and says what is missing, instead of training on the host's CPU.
     from seedrl.common.exit_codes import ExitCode
 
-    exp = parse_experiment(cartpole("tpu-learner", image, images("actors"),
-                                    accelerator={"kind": "tpu"}))
+    exp = parse_experiment(
+        cartpole("tpu-learner", image, images("actors"), accelerator={"kind": "tpu"})
+    )
     objects = reconcile.render(exp, namespace="default")
-    with Pod(store, image, _by_kind(objects, "Job"), objects, tmp_path / "tpu",
-             "tpu-learner-learner-h8j2k", extra_env=NO_METADATA_SERVER,
-             secrets=_certificate(exp),
-             init_images={reconcile.ENV_SPEC_CONTAINER: images("actors")}) as pod:
+    with Pod(
+        store,
+        image,
+        _by_kind(objects, "Job"),
+        objects,
+        tmp_path / "tpu",
+        "tpu-learner-learner-h8j2k",
+        extra_env=NO_METADATA_SERVER,
+        secrets=_certificate(exp),
+        init_images={reconcile.ENV_SPEC_CONTAINER: images("actors")},
+    ) as pod:
         assert pod.wait(300) == ExitCode.NO_ACCELERATOR, pod.output()[-4000:]
-        assert "scheduled for a TPU (spec.learner.accelerator.kind: tpu) but found none" in \
-            pod.output()
+        assert (
+            "scheduled for a TPU (spec.learner.accelerator.kind: tpu) but found none"
+            in pod.output()
+        )
     # Not told it is on a TPU (a CPU Experiment), it reports that no TPU is present and runs
     # on the CPU, as learner/devices.py documents.
     exp = parse_experiment(cartpole("cpu-learner", image, images("actors")))
     objects = reconcile.render(exp, namespace="default")
-    with Pod(store, image, _by_kind(objects, "Job"), objects, tmp_path / "cpu",
-             "cpu-learner-learner-p4m9x", extra_env=NO_METADATA_SERVER,
-             secrets=_certificate(exp),
-             init_images={reconcile.ENV_SPEC_CONTAINER: images("actors")}) as pod:
-        wait_for(lambda: "serving cpu-learner" in pod.output(), 600, "the learner serving",
-                 pods=[pod])
+    with Pod(
+        store,
+        image,
+        _by_kind(objects, "Job"),
+        objects,
+        tmp_path / "cpu",
+        "cpu-learner-learner-p4m9x",
+        extra_env=NO_METADATA_SERVER,
+        secrets=_certificate(exp),
+        init_images={reconcile.ENV_SPEC_CONTAINER: images("actors")},
+    ) as pod:
+        wait_for(
+            lambda: "serving cpu-learner" in pod.output(), 600, "the learner serving", pods=[pod]
+        )
         assert "no TPU found" in pod.output() and "running on CPU" in pod.output()
         assert "devices: 1 CPU found" in pod.output()
 
 
-def test_operator_image_reconciles_an_experiment_in_the_emulated_cluster(images, store,
-                                                                         tmp_path):
+def test_operator_image_reconciles_an_experiment_in_the_emulated_cluster(images, store, tmp_path):
     import kubernetes
 
     from support.k8s_emulator import EmulatedCluster
@@ -206,49 +264,91 @@ def test_operator_image_reconciles_an_experiment_in_the_emulated_cluster(images,
     with EmulatedCluster() as cluster:
         # The operator logs in with a kubeconfig (a Secret volume here) instead of a service
         # account: the emulator speaks plain HTTP, which in-cluster config never does.
-        kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-                      "clusters": [{"name": "emulator", "cluster": {"server": cluster.url}}],
-                      "contexts": [{"name": "emulator",
-                                    "context": {"cluster": "emulator", "user": "operator"}}],
-                      "users": [{"name": "operator", "user": {}}]}
-        workload = {"spec": {"template": {"spec": {
-            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
-            "volumes": [{"name": "tmp", "emptyDir": {}},
-                        {"name": "kubeconfig", "secret": {"secretName": "kubeconfig"}}],
-            "containers": [{
-                "name": "operator",
-                "command": ["python", "-m", "seedrl.service.operator",
-                            "--liveness", f"http://127.0.0.1:{liveness}/healthz",
-                            "--metrics-port", str(metrics), "--poll-seconds", "1"],
-                "env": [{"name": "KUBECONFIG", "value": "/etc/kube/config"},
-                        {"name": "HOME", "value": "/tmp"}],
-                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
-                                 {"name": "kubeconfig", "mountPath": "/etc/kube",
-                                  "readOnly": True}],
-                "securityContext": {"readOnlyRootFilesystem": True}}]}}}}
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "emulator",
+            "clusters": [{"name": "emulator", "cluster": {"server": cluster.url}}],
+            "contexts": [
+                {"name": "emulator", "context": {"cluster": "emulator", "user": "operator"}}
+            ],
+            "users": [{"name": "operator", "user": {}}],
+        }
+        workload = {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+                        "volumes": [
+                            {"name": "tmp", "emptyDir": {}},
+                            {"name": "kubeconfig", "secret": {"secretName": "kubeconfig"}},
+                        ],
+                        "containers": [
+                            {
+                                "name": "operator",
+                                "command": [
+                                    "python",
+                                    "-m",
+                                    "seedrl.service.operator",
+                                    "--liveness",
+                                    f"http://127.0.0.1:{liveness}/healthz",
+                                    "--metrics-port",
+                                    str(metrics),
+                                    "--poll-seconds",
+                                    "1",
+                                ],
+                                "env": [
+                                    {"name": "KUBECONFIG", "value": "/etc/kube/config"},
+                                    {"name": "HOME", "value": "/tmp"},
+                                ],
+                                "volumeMounts": [
+                                    {"name": "tmp", "mountPath": "/tmp"},
+                                    {
+                                        "name": "kubeconfig",
+                                        "mountPath": "/etc/kube",
+                                        "readOnly": True,
+                                    },
+                                ],
+                                "securityContext": {"readOnlyRootFilesystem": True},
+                            }
+                        ],
+                    }
+                }
+            }
+        }
         secrets = {"kubeconfig": {"config": yaml.safe_dump(kubeconfig).encode()}}
         custom = kubernetes.client.CustomObjectsApi(cluster.api_client())
         core = kubernetes.client.CoreV1Api(cluster.api_client())
-        with Pod(store, image, workload, [], tmp_path, "seedrl-operator-6c9d7-abcde",
-                 secrets=secrets) as pod:
-            wait_for(lambda: _http_ok(f"http://127.0.0.1:{liveness}/healthz"), 180,
-                     "the operator's liveness endpoint", pods=[pod])
-            body = cartpole("reconciled", "ghcr.io/seedrl/learner:0.1.0",
-                            "ghcr.io/seedrl/actors:0.1.0")
-            custom.create_namespaced_custom_object("seedrl.dev", "v1alpha1", "default",
-                                                   "experiments", body)
+        with Pod(
+            store, image, workload, [], tmp_path, "seedrl-operator-6c9d7-abcde", secrets=secrets
+        ) as pod:
+            wait_for(
+                lambda: _http_ok(f"http://127.0.0.1:{liveness}/healthz"),
+                180,
+                "the operator's liveness endpoint",
+                pods=[pod],
+            )
+            body = cartpole(
+                "reconciled", "ghcr.io/seedrl/learner:0.1.0", "ghcr.io/seedrl/actors:0.1.0"
+            )
+            custom.create_namespaced_custom_object(
+                "seedrl.dev", "v1alpha1", "default", "experiments", body
+            )
 
             def phase():
                 try:
                     core.read_namespaced_config_map("reconciled-config", "default")
                     obj = custom.get_namespaced_custom_object(
-                        "seedrl.dev", "v1alpha1", "default", "experiments", "reconciled")
+                        "seedrl.dev", "v1alpha1", "default", "experiments", "reconciled"
+                    )
                 except kubernetes.client.ApiException:
                     return None
                 return (obj.get("status") or {}).get("phase")
 
-            assert wait_for(phase, 120, "the Experiment's children and status",
-                            pods=[pod]) == "Pending"
+            assert (
+                wait_for(phase, 120, "the Experiment's children and status", pods=[pod])
+                == "Pending"
+            )
             assert _http_ok(f"http://127.0.0.1:{metrics}/metrics")
             assert pod.stop() == 0, pod.output()[-4000:]
 

@@ -75,8 +75,11 @@ def parse(path: Path) -> tuple[dict[str, str], list[Stage]]:
 
 def _requirements(name: str) -> list[str]:
     text = (ROOT / "images" / name).read_text()
-    return [line.strip() for line in text.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def _normalize(name: str) -> str:
@@ -117,8 +120,11 @@ def test_base_images_are_pinned_by_tag_and_digest(dockerfile):
         # Every stage starts from the pinned base or from an earlier stage of this file.
         # (or, for a named context's default, scratch: an empty folder).
         base = stage.base
-        assert base == "${PYTHON_IMAGE}" or base in names or \
-            (base == "scratch" and not stage.instructions), base
+        assert (
+            base == "${PYTHON_IMAGE}"
+            or base in names
+            or (base == "scratch" and not stage.instructions)
+        ), base
     # All images share one base, so a refresh moves them together.
     bases = {parse(ROOT / d)[0]["PYTHON_IMAGE"] for d in IMAGES}
     assert len(bases) == 1
@@ -149,8 +155,9 @@ def test_multi_stage_with_no_build_tools_in_the_final_image(dockerfile):
     chain = _final_chain(stages)
     if dockerfile == "Dockerfile.actor":  # Football's libraries only when asked for
         runs = [rest for keyword, rest in final.instructions if keyword == "RUN"]
-        assert any(re.search(r'if \[ "\$\{FOOTBALL\}" = 1 \]; then\s+apt-get update;', r)
-                   for r in runs)
+        assert any(
+            re.search(r'if \[ "\$\{FOOTBALL\}" = 1 \]; then\s+apt-get update;', r) for r in runs
+        )
     for stage in chain:
         for keyword, rest in stage.instructions:
             if keyword == "RUN":
@@ -191,7 +198,7 @@ def test_tpu_requirements_pin_every_package_they_add():
     assert requirements["tensorflow-tpu"] == "2.20.0"
     assert "libtpu" in requirements
     text = (ROOT / "Dockerfile.learner").read_text()
-    assert "tpu) tf=\"-r learner-tpu.txt" in text and "cpu) tf=\"tensorflow-cpu\"" in text
+    assert 'tpu) tf="-r learner-tpu.txt' in text and 'cpu) tf="tensorflow-cpu"' in text
     assert _constraints()["tensorflow-cpu"] == "2.21.0"
 
 
@@ -199,14 +206,18 @@ def test_gpu_requirements_pin_tensorflow_with_cuda_at_the_cpu_version_and_every_
     requirements = dict(r.split("==") for r in _requirements("learner-gpu.txt"))
     # The same TensorFlow as the CPU image, so a checkpoint moves between them.
     assert requirements.pop("tensorflow[and-cuda]") == _constraints()["tensorflow-cpu"]
-    assert requirements and all(name.startswith("nvidia-") and name.endswith("-cu12")
-                                for name in requirements), requirements
+    assert requirements and all(
+        name.startswith("nvidia-") and name.endswith("-cu12") for name in requirements
+    ), requirements
     assert 'gpu) tf="-r learner-gpu.txt"' in (ROOT / "Dockerfile.learner").read_text()
 
 
 def test_dockerignore_sends_only_what_the_dockerfiles_copy():
-    lines = [line for line in (ROOT / ".dockerignore").read_text().splitlines()
-             if line and not line.startswith("#")]
+    lines = [
+        line
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     assert lines[0] == "*"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     copied = set().union(*(sources for sources, _, _ in IMAGES.values()))
@@ -214,7 +225,6 @@ def test_dockerignore_sends_only_what_the_dockerfiles_copy():
 
 
 # --- what each image's code imports ---------------------------------------------------------
-
 
 
 def _module_file(dotted: str) -> Path | None:
@@ -236,8 +246,11 @@ def third_party_imports(entry_packages: set[str], entry_module: str) -> set[str]
     files: list[Path] = []
     for pkg in entry_packages - {"common"}:
         if pkg == "service":
-            files += [_module_file(entry_module), _module_file(entry_module + ".__main__"),
-                      _module_file(entry_module + ".handlers")]
+            files += [
+                _module_file(entry_module),
+                _module_file(entry_module + ".__main__"),
+                _module_file(entry_module + ".handlers"),
+            ]
             files = [f for f in files if f is not None]
         else:
             files += sorted((ROOT / pkg).rglob("*.py"))
@@ -277,8 +290,13 @@ def _distribution(dotted: str) -> str:
     candidates = _packages_distributions().get(top, [])
     if len(candidates) > 1:  # a namespace package such as google.*
         prefix = "/".join(dotted.split(".")[:2]) + "/"
-        candidates = [c for c in candidates if any(
-            str(f).startswith(prefix) for f in importlib.metadata.distribution(c).files or [])]
+        candidates = [
+            c
+            for c in candidates
+            if any(
+                str(f).startswith(prefix) for f in importlib.metadata.distribution(c).files or []
+            )
+        ]
     assert len(set(candidates)) == 1, (dotted, candidates)
     return _normalize(candidates[0])
 
@@ -318,17 +336,28 @@ def test_actor_path_never_imports_tensorflow():
         "for b in batches:\n"
         "    b.close()\n"
         "assert sys.modules['tensorflow'] is None\n"
-        "print('ok', len(batches))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT),
-                                                       "PATH": "/usr/bin:/bin"})
+        "print('ok', len(batches))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok 2", proc.stderr
 
 
 def _make_images_tags(*variables: str) -> list[str]:
     """The tags ``make images`` gives, read from its dry run."""
-    proc = subprocess.run(["make", "-n", "images", "IMAGE_BUILDER=buildah", *variables],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["make", "-n", "images", "IMAGE_BUILDER=buildah", *variables],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return re.findall(r"-t (\S+)", proc.stdout)
 
@@ -341,8 +370,9 @@ def test_make_images_tags_what_the_experiment_and_chart_default_to():
     # The learner image an Experiment runs by default is the one make builds for its kind.
     for kind in config.ACCELERATORS:
         learner, actors, operator = _make_images_tags(f"LEARNER_ACCELERATOR={kind}")
-        exp = config.parse_experiment({"metadata": {"name": "x"}, "spec": {
-            "learner": {"accelerator": {"kind": kind}}}})
+        exp = config.parse_experiment(
+            {"metadata": {"name": "x"}, "spec": {"learner": {"accelerator": {"kind": kind}}}}
+        )
         assert config.learner_image(exp.spec.learner) == learner
         assert exp.spec.actors.image == actors
     chart = (ROOT / "helm" / "seedrl-operator" / "values.yaml").read_text()

@@ -48,10 +48,14 @@ print("ok")
 IMAGES = {
     # image: (requirement lists, extra requirements, source packages, smoke code, entry module)
     "actor": (["actor.txt"], [], ["common", "actors"], _ACTOR, "seedrl.actors"),
-    "learner": (["learner.txt"], ["tensorflow-cpu"], ["common", "learner"], _LEARNER,
-                "seedrl.learner"),
-    "operator": (["operator.txt"], [], ["common", "service"], _OPERATOR,
-                 "seedrl.service.operator"),
+    "learner": (
+        ["learner.txt"],
+        ["tensorflow-cpu"],
+        ["common", "learner"],
+        _LEARNER,
+        "seedrl.learner",
+    ),
+    "operator": (["operator.txt"], [], ["common", "service"], _OPERATOR, "seedrl.service.operator"),
 }
 
 
@@ -64,20 +68,44 @@ def test_requirement_list_alone_runs_the_image_code(image, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     requirements = [arg for name in lists for arg in ("-r", str(ROOT / "images" / name))]
     install = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "-c", str(ROOT / "constraints.txt"),
-         *requirements, *extra], capture_output=True, text=True, timeout=1000)
+        [
+            str(venv / "bin" / "pip"),
+            "install",
+            "--quiet",
+            "-c",
+            str(ROOT / "constraints.txt"),
+            *requirements,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1000,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     app = tmp_path / "app"
     for package in packages:
         # As the Dockerfiles copy them: under seedrl/, the name they are imported by.
-        shutil.copytree(ROOT / package, app / "seedrl" / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "PYTHONPATH": str(app),
-           "HOME": str(tmp_path), "MUJOCO_GL": "disable", "KERAS_HOME": str(tmp_path / "keras")}
+        shutil.copytree(
+            ROOT / package, app / "seedrl" / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    env = {
+        "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
+        "PYTHONPATH": str(app),
+        "HOME": str(tmp_path),
+        "MUJOCO_GL": "disable",
+        "KERAS_HOME": str(tmp_path / "keras"),
+    }
     python = str(venv / "bin" / "python")
-    run = subprocess.run([python, "-c", smoke], cwd=app, env=env, capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run(
+        [python, "-c", smoke], cwd=app, env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
-    usage = subprocess.run([python, "-m", entry, "--help"], cwd=app, env=env,
-                           capture_output=True, text=True, timeout=120)
+    usage = subprocess.run(
+        [python, "-m", entry, "--help"],
+        cwd=app,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert usage.returncode == 0 and "usage:" in usage.stdout, usage.stderr[-3000:]

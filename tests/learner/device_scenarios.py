@@ -45,14 +45,22 @@ ADAM_EPSILON = CLIP
 def experiment(agent: str, optimizer: str = "sgd", **agent_spec):
     # SGD's step is proportional to the gradient, so a gradient summed over replicas instead
     # of averaged shows; Adam's would hide it with a small epsilon (see ADAM_EPSILON).
-    spec = {"seed": 3,
-            "agent": {"name": agent, "network": {"hiddenSizes": [16], "lstmSize": 8},
-                      **agent_spec},
-            "learner": {"unrollLength": UNROLL, "batchSize": BATCH,
-                        "optimizer": {"name": optimizer, "gradClipNorm": CLIP,
-                                      "learningRate": 0.1, "momentum": 0.5,
-                                      "epsilon": ADAM_EPSILON}},
-            "actors": {"replicas": 2}}
+    spec = {
+        "seed": 3,
+        "agent": {"name": agent, "network": {"hiddenSizes": [16], "lstmSize": 8}, **agent_spec},
+        "learner": {
+            "unrollLength": UNROLL,
+            "batchSize": BATCH,
+            "optimizer": {
+                "name": optimizer,
+                "gradClipNorm": CLIP,
+                "learningRate": 0.1,
+                "momentum": 0.5,
+                "epsilon": ADAM_EPSILON,
+            },
+        },
+        "actors": {"replicas": 2},
+    }
     return parse_experiment({"metadata": {"name": "devices"}, "spec": spec})
 
 
@@ -75,9 +83,13 @@ def _variables(agent):
     """The agent's state that training changes: parameters, normalizers, counters (not the
     optimizer's slots, the sampling seeds, or Keras' unused dropout seed states, which
     checkpoints do not hold)."""
-    return [v for name, obj in sorted(agent.checkpointables().items())
-            if name not in ("optimizer", "rng") for v in getattr(obj, "variables", [obj])
-            if "seed_generator" not in getattr(v, "path", "")]
+    return [
+        v
+        for name, obj in sorted(agent.checkpointables().items())
+        if name not in ("optimizer", "rng")
+        for v in getattr(obj, "variables", [obj])
+        if "seed_generator" not in getattr(v, "path", "")
+    ]
 
 
 def _numpy(v):
@@ -108,14 +120,16 @@ def _batch(rng, t, b, env_spec, param_size, state_sizes=(8, 8)):
         action = rng.normal(size=(t, b) + tuple(env_spec.action_shape)).astype(np.float32)
     terminated = rng.random((t, b)) < 0.1
     truncated = rng.random((t, b)) < 0.05
-    return {"observation": obs, "action": action,
-            "reward": rng.normal(size=(t, b)).astype(np.float32),
-            "terminated": terminated, "truncated": truncated & ~terminated,
-            "policy_params": rng.normal(size=(t, b, param_size)).astype(np.float32) * 0.3,
-            "q_values": rng.normal(size=(t, b, max(1, env_spec.num_actions))).astype(
-                np.float32),
-            "initial_state": [rng.normal(size=(b, n)).astype(np.float32) * 0.1
-                              for n in state_sizes]}
+    return {
+        "observation": obs,
+        "action": action,
+        "reward": rng.normal(size=(t, b)).astype(np.float32),
+        "terminated": terminated,
+        "truncated": truncated & ~terminated,
+        "policy_params": rng.normal(size=(t, b, param_size)).astype(np.float32) * 0.3,
+        "q_values": rng.normal(size=(t, b, max(1, env_spec.num_actions))).astype(np.float32),
+        "initial_state": [rng.normal(size=(b, n)).astype(np.float32) * 0.1 for n in state_sizes],
+    }
 
 
 def _state_sizes(network):
@@ -127,8 +141,13 @@ def _run_vtrace(agent, env_spec, steps=STEPS, b=BATCH):
     rng = np.random.default_rng(0)
     out = []
     for _ in range(steps):
-        out.append(agent.train(_batch(rng, UNROLL + 1, b, env_spec, agent.dist.param_size,
-                                      _state_sizes(agent.network))))
+        out.append(
+            agent.train(
+                _batch(
+                    rng, UNROLL + 1, b, env_spec, agent.dist.param_size, _state_sizes(agent.network)
+                )
+            )
+        )
     return out, {}
 
 
@@ -136,8 +155,9 @@ def _run_ppo(agent, env_spec, steps=STEPS):
     rng = np.random.default_rng(0)
     out = []
     for step in range(steps):
-        batch = _batch(rng, UNROLL + 1, BATCH, env_spec, agent.dist.param_size,
-                       _state_sizes(agent.network))
+        batch = _batch(
+            rng, UNROLL + 1, BATCH, env_spec, agent.dist.param_size, _state_sizes(agent.network)
+        )
         batch["policy_version"] = np.full((UNROLL + 1, BATCH), step, np.int64)
         out.append(agent.train(batch))
     return out, {}
@@ -154,25 +174,48 @@ def _run_r2d2(agent, env_spec, steps=STEPS):
         unrolls.append(unroll)
     agent.add_unrolls(unrolls)
     out = [agent.train_from_replay() for _ in range(steps)]
-    return out, {"priorities": agent.replay.state()["priorities"].tolist()
-                 if "priorities" in agent.replay.state() else None}
+    return out, {
+        "priorities": agent.replay.state()["priorities"].tolist()
+        if "priorities" in agent.replay.state()
+        else None
+    }
 
 
 AGENTS = {
     "vtrace": (lambda: experiment("vtrace"), CARTPOLE, _run_vtrace),
     # 7 unrolls: uneven shards (4 + 3, or 2 + 2 + 2 + 1), with Adam's slots mirrored too.
-    "vtrace_continuous": (lambda: experiment("vtrace", "adam"), PENDULUM,
-                          lambda agent, env_spec: _run_vtrace(agent, env_spec, b=7)),
-    "ppo": (lambda: experiment("ppo", ppo={"minibatches": 2, "epochs": 2,
-                                           "objective": "both"}), PENDULUM, _run_ppo),
-    "r2d2": (lambda: experiment("r2d2", r2d2={
-        # Stored sequences hold sequenceLength + 1 rows: SEQUENCE_LENGTH.
-        "sequenceLength": SEQUENCE_LENGTH - 1, "burnIn": 2, "nStep": 2,
-        "minReplaySize": 4, "replayCapacity": 64}), CARTPOLE, _run_r2d2),
+    "vtrace_continuous": (
+        lambda: experiment("vtrace", "adam"),
+        PENDULUM,
+        lambda agent, env_spec: _run_vtrace(agent, env_spec, b=7),
+    ),
+    "ppo": (
+        lambda: experiment("ppo", ppo={"minibatches": 2, "epochs": 2, "objective": "both"}),
+        PENDULUM,
+        _run_ppo,
+    ),
+    "r2d2": (
+        lambda: experiment(
+            "r2d2",
+            r2d2={
+                # Stored sequences hold sequenceLength + 1 rows: SEQUENCE_LENGTH.
+                "sequenceLength": SEQUENCE_LENGTH - 1,
+                "burnIn": 2,
+                "nStep": 2,
+                "minReplaySize": 4,
+                "replayCapacity": 64,
+            },
+        ),
+        CARTPOLE,
+        _run_r2d2,
+    ),
     # Minibatches of one unroll: fewer than the replicas, so the one-device step runs on the
     # mirrored variables.
-    "ppo_small_minibatches": (lambda: experiment("ppo", ppo={"minibatches": 8, "epochs": 1}),
-                              CARTPOLE, _run_ppo),
+    "ppo_small_minibatches": (
+        lambda: experiment("ppo", ppo={"minibatches": 8, "epochs": 1}),
+        CARTPOLE,
+        _run_ppo,
+    ),
 }
 
 
@@ -195,16 +238,23 @@ def _checkpoint_round_trip(name, exp, env_spec, agent, where, replicas, out_dir)
     fresh = build_agent(exp, env_spec, where)
     tf.train.Checkpoint(**trackables(fresh)).read(one_device_ckpt).expect_partial()
     with np.load(os.path.join(out_dir, f"{name}-0.npz")) as saved:
-        restored_diff = max(float(np.max(np.abs(v - saved[f"arr_{i}"]), initial=0.0))
-                            for i, v in enumerate(values(fresh)))
+        restored_diff = max(
+            float(np.max(np.abs(v - saved[f"arr_{i}"]), initial=0.0))
+            for i, v in enumerate(values(fresh))
+        )
     path = tf.train.Checkpoint(**trackables(agent)).write(
-        os.path.join(out_dir, f"{name}-ckpt-{replicas}"))
+        os.path.join(out_dir, f"{name}-ckpt-{replicas}")
+    )
     single = build_agent(exp, env_spec)
     tf.train.Checkpoint(**trackables(single)).read(path).expect_partial()
-    back_diff = max(float(np.max(np.abs(a - b), initial=0.0))
-                    for a, b in zip(values(single), values(agent)))
-    return {"restored_from_one_device": restored_diff,
-            "restored_spread": _replica_spread(fresh), "restored_on_one_device": back_diff}
+    back_diff = max(
+        float(np.max(np.abs(a - b), initial=0.0)) for a, b in zip(values(single), values(agent))
+    )
+    return {
+        "restored_from_one_device": restored_diff,
+        "restored_spread": _replica_spread(fresh),
+        "restored_on_one_device": back_diff,
+    }
 
 
 def train(replicas: int, out_dir: str) -> dict:
@@ -238,11 +288,13 @@ def train(replicas: int, out_dir: str) -> dict:
         metrics, extra = run(agent, env_spec)
         trained = [np.array(_numpy(v)) for v in variables]
         np.savez(os.path.join(out_dir, f"{name}-{replicas}.npz"), *trained)
-        results[name] = {"replicas": where.replicas, "metrics": metrics,
-                         "replica_spread": _replica_spread(agent),
-                         "priorities": extra.get("priorities"),
-                         **_checkpoint_round_trip(name, exp, env_spec, agent, where, replicas,
-                                                  out_dir)}
+        results[name] = {
+            "replicas": where.replicas,
+            "metrics": metrics,
+            "replica_spread": _replica_spread(agent),
+            "priorities": extra.get("priorities"),
+            **_checkpoint_round_trip(name, exp, env_spec, agent, where, replicas, out_dir),
+        }
     return results
 
 
@@ -259,23 +311,40 @@ def runtime() -> dict:
     from seedrl.learner.runtime import LearnerRuntime
     from seedrl.learner.server import start_server
 
-    config = DevicesConfig(logical_cpu_devices=LOGICAL_CPUS, inference_devices=2,
-                           training_devices=2)
+    config = DevicesConfig(
+        logical_cpu_devices=LOGICAL_CPUS, inference_devices=2, training_devices=2
+    )
     placement = devices.setup(config)
-    exp = parse_experiment({"metadata": {"name": "test-exp"}, "spec": {
-        "learner": {"unrollLength": 5, "batchSize": 4, "inferenceMaxWaitMs": 1,
-                    "inferenceBatchSize": 4, "devices": {"logicalCpuDevices": 4,
-                                                         "inferenceDevices": 2,
-                                                         "trainingDevices": 2}},
-        "agent": {"network": {"hiddenSizes": [8]}}}})
-    rt = LearnerRuntime(exp, lambda e, s: build_agent(e, s, placement), train=True,
-                        inference_lanes=len(placement.inference_devices))
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "test-exp"},
+            "spec": {
+                "learner": {
+                    "unrollLength": 5,
+                    "batchSize": 4,
+                    "inferenceMaxWaitMs": 1,
+                    "inferenceBatchSize": 4,
+                    "devices": {
+                        "logicalCpuDevices": 4,
+                        "inferenceDevices": 2,
+                        "trainingDevices": 2,
+                    },
+                },
+                "agent": {"network": {"hiddenSizes": [8]}},
+            },
+        }
+    )
+    rt = LearnerRuntime(
+        exp,
+        lambda e, s: build_agent(e, s, placement),
+        train=True,
+        inference_lanes=len(placement.inference_devices),
+    )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     address = f"unix:/tmp/seedrl-devices-{os.getpid()}.sock"
-    server, _ = asyncio.run_coroutine_threadsafe(start_server(rt, address, None),
-                                                 loop).result(60)
+    server, _ = asyncio.run_coroutine_threadsafe(start_server(rt, address, None), loop).result(60)
     answered = {}
     started = time.monotonic()
     try:
@@ -297,17 +366,20 @@ def runtime() -> dict:
             s.close()
         rt.shutdown()  # the trainer ends its step: the replicas' copies are compared at rest
         agent = rt.agent
-        return {"plan": placement.plan.summary(),
-                "inference_devices": placement.inference_devices,
-                "training_devices": list(placement.plan.training),
-                "inference_batches": dict(placement.inference_batches),
-                "lane_batches": [b.batches for b in rt.batchers],
-                "status_batches": rt.status().inference_batches,
-                "answered": answered, "learner_steps": rt.learner_steps,
-                "train_error": repr(rt.train_error) if rt.train_error else None,
-                "replicas": agent.placement.replicas,
-                "replica_spread": _replica_spread(agent),
-                "seconds": time.monotonic() - started}
+        return {
+            "plan": placement.plan.summary(),
+            "inference_devices": placement.inference_devices,
+            "training_devices": list(placement.plan.training),
+            "inference_batches": dict(placement.inference_batches),
+            "lane_batches": [b.batches for b in rt.batchers],
+            "status_batches": rt.status().inference_batches,
+            "answered": answered,
+            "learner_steps": rt.learner_steps,
+            "train_error": repr(rt.train_error) if rt.train_error else None,
+            "replicas": agent.placement.replicas,
+            "replica_spread": _replica_spread(agent),
+            "seconds": time.monotonic() - started,
+        }
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(30)
         rt.shutdown()
@@ -344,17 +416,22 @@ def skip(replicas: int) -> dict:
             agent.add_unrolls(unrolls)
             metrics = agent.train_from_replay()
         else:
-            batch = _batch(rng, 6, 8, env_spec, agent.dist.param_size,
-                           _state_sizes(agent.network))
+            batch = _batch(rng, 6, 8, env_spec, agent.dist.param_size, _state_sizes(agent.network))
             batch["observation"][2, 3] = np.nan
             batch["policy_version"] = np.zeros((6, 8), np.int64)
             metrics = agent.train(batch)
-        moved = max(float(np.nanmax(np.abs(np.array(_numpy(v)) - b), initial=0.0))
-                    if np.isfinite(_numpy(v)).all() else float("inf")
-                    for v, b in zip(floating, before))
-        results[name] = {"moved": moved, "steps_before": steps_before,
-                         "steps_after": int(_numpy(agent.optimizer.iterations)),
-                         "grad_norm": float(metrics["grad_norm"])}
+        moved = max(
+            float(np.nanmax(np.abs(np.array(_numpy(v)) - b), initial=0.0))
+            if np.isfinite(_numpy(v)).all()
+            else float("inf")
+            for v, b in zip(floating, before)
+        )
+        results[name] = {
+            "moved": moved,
+            "steps_before": steps_before,
+            "steps_after": int(_numpy(agent.optimizer.iterations)),
+            "grad_norm": float(metrics["grad_norm"]),
+        }
     return results
 
 

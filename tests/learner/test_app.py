@@ -21,18 +21,35 @@ from support.pods import free_port
 
 
 def experiment(max_env_steps=300):
-    return parse_experiment({"metadata": {"name": "test-exp"}, "spec": {
-        "learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
-        "agent": {"network": {"hiddenSizes": [8]}},
-        "budget": {"maxEnvSteps": max_env_steps}}})
+    return parse_experiment(
+        {
+            "metadata": {"name": "test-exp"},
+            "spec": {
+                "learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
+                "agent": {"network": {"hiddenSizes": [8]}},
+                "budget": {"maxEnvSteps": max_env_steps},
+            },
+        }
+    )
 
 
 def arguments(tmp_path, metrics_address="off", *extra):
     """The learner's own command line (the config file is not read: build() takes exp)."""
-    return parse_args(["--config", "unused.yaml", "--run-dir", str(tmp_path / "run"),
-                       "--listen", f"unix:{tmp_path}/l.sock", "--metrics-address",
-                       metrics_address, "--termination-log", str(tmp_path / "termination"),
-                       *extra])
+    return parse_args(
+        [
+            "--config",
+            "unused.yaml",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--listen",
+            f"unix:{tmp_path}/l.sock",
+            "--metrics-address",
+            metrics_address,
+            "--termination-log",
+            str(tmp_path / "termination"),
+            *extra,
+        ]
+    )
 
 
 def started(app):

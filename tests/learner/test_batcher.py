@@ -152,8 +152,15 @@ def test_requests_from_an_event_loop_get_futures_of_that_loop():
         return await asyncio.wait_for(asyncio.gather(*futures, *rest), 10)
 
     try:
-        assert asyncio.run(main()) == ["out-0", "out-1", "out-2", "out-3", "out-x", "out-y",
-                                       "out-z"]
+        assert asyncio.run(main()) == [
+            "out-0",
+            "out-1",
+            "out-2",
+            "out-3",
+            "out-x",
+            "out-y",
+            "out-z",
+        ]
     finally:
         batcher.stop()
     assert rec.batches == [[0, 1, 2, 3], ["x", "y", "z"]]

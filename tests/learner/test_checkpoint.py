@@ -24,47 +24,79 @@ SPEC = EnvSpec("Toy", "float32", (3,), "int32", (), 2)
 
 
 def _r2d2(max_gb=4.0, env="Toy"):
-    return parse_experiment({
-        "metadata": {"name": "t"},
-        "spec": {"env": {"id": env},
-                 "agent": {"name": "r2d2", "network": {"hiddenSizes": [8], "lstmSize": 4,
-                                                       "denseSize": 8},
-                           "r2d2": {"sequenceLength": 6, "burnIn": 2,
-                                    "nStep": 2, "minReplaySize": 2,
-                                    "replayCheckpointMaxGb": max_gb}},
-                 "learner": {"batchSize": 2}}})
+    return parse_experiment(
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "env": {"id": env},
+                "agent": {
+                    "name": "r2d2",
+                    "network": {"hiddenSizes": [8], "lstmSize": 4, "denseSize": 8},
+                    "r2d2": {
+                        "sequenceLength": 6,
+                        "burnIn": 2,
+                        "nStep": 2,
+                        "minReplaySize": 2,
+                        "replayCheckpointMaxGb": max_gb,
+                    },
+                },
+                "learner": {"batchSize": 2},
+            },
+        }
+    )
 
 
 def _ppo():
-    return parse_experiment({
-        "metadata": {"name": "t"},
-        "spec": {"env": {"id": "Toy"},
-                 "agent": {"name": "ppo", "network": {"hiddenSizes": [8]},
-                           "ppo": {"minibatches": 1}},
-                 "learner": {"batchSize": 2}}})
+    return parse_experiment(
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "env": {"id": "Toy"},
+                "agent": {
+                    "name": "ppo",
+                    "network": {"hiddenSizes": [8]},
+                    "ppo": {"minibatches": 1},
+                },
+                "learner": {"batchSize": 2},
+            },
+        }
+    )
 
 
 def _vtrace():
-    return parse_experiment({
-        "metadata": {"name": "t"},
-        "spec": {"env": {"id": "Toy"},
-                 "agent": {"name": "vtrace", "network": {"hiddenSizes": [8, 8],
-                                                         "lstmSize": 4}}}})
+    return parse_experiment(
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "env": {"id": "Toy"},
+                "agent": {"name": "vtrace", "network": {"hiddenSizes": [8, 8], "lstmSize": 4}},
+            },
+        }
+    )
 
 
 def _fill(agent, n, seed):
     rng = np.random.default_rng(seed)
     rows = 7  # sequenceLength 6 + the row to bootstrap from
-    agent.add_unrolls([{
-        "observation": rng.normal(size=(rows, 3)).astype(np.float32),
-        "action": rng.integers(0, 2, rows).astype(np.int32),
-        "reward": rng.normal(size=rows).astype(np.float32),
-        "terminated": np.zeros(rows, bool), "truncated": np.zeros(rows, bool),
-        "q_values": rng.normal(size=(rows, 2)).astype(np.float32),
-        "initial_state": [rng.normal(size=4).astype(np.float32),
-                          rng.normal(size=4).astype(np.float32),
-                          np.eye(2, dtype=np.float32)[rng.integers(0, 2)], np.float32(0.1)]}
-        for _ in range(n)])
+    agent.add_unrolls(
+        [
+            {
+                "observation": rng.normal(size=(rows, 3)).astype(np.float32),
+                "action": rng.integers(0, 2, rows).astype(np.int32),
+                "reward": rng.normal(size=rows).astype(np.float32),
+                "terminated": np.zeros(rows, bool),
+                "truncated": np.zeros(rows, bool),
+                "q_values": rng.normal(size=(rows, 2)).astype(np.float32),
+                "initial_state": [
+                    rng.normal(size=4).astype(np.float32),
+                    rng.normal(size=4).astype(np.float32),
+                    np.eye(2, dtype=np.float32)[rng.integers(0, 2)],
+                    np.float32(0.1),
+                ],
+            }
+            for _ in range(n)
+        ]
+    )
 
 
 def _variables(agent):
@@ -104,8 +136,9 @@ def learner():
         runtime = LearnerRuntime(exp, build_agent, train=False)
         made.append(runtime)
         agent = build_agent(exp, SPEC)
-        saver = Checkpointer(store, runtime, keep=keep, interval_steps=1, interval_seconds=0,
-                             sleep=lambda s: None)
+        saver = Checkpointer(
+            store, runtime, keep=keep, interval_steps=1, interval_seconds=0, sleep=lambda s: None
+        )
         return runtime, agent, saver
 
     yield make
@@ -187,7 +220,8 @@ class FaultyStore(ObjectStore):
 
 
 def test_an_interrupted_upload_leaves_nothing_loadable_and_the_previous_one_loads(
-        store_uri, learner):
+    store_uri, learner
+):
     exp = _ppo()
     store = open_store(store_uri)
     runtime, agent, saver = learner(exp, FaultyStore(store, fail_uploads_from=8))
@@ -214,7 +248,8 @@ def test_an_interrupted_upload_leaves_nothing_loadable_and_the_previous_one_load
 
 
 def test_a_checkpoint_failing_its_checksum_is_skipped_for_the_previous_one(
-        store_uri, learner, caplog):
+    store_uri, learner, caplog
+):
     exp = _ppo()
     store = open_store(store_uri)
     runtime, agent, saver = learner(exp, store)
@@ -305,7 +340,8 @@ def test_retention_keeps_exactly_n(store_uri, learner):
 
 
 def test_transient_errors_are_retried_and_a_persistent_failure_lets_training_go_on(
-        tmp_path, learner):
+    tmp_path, learner
+):
     exp = _ppo()
     faulty = FaultyStore(LocalStore(str(tmp_path / "c")), transient_failures=2)
     runtime, agent, saver = learner(exp, faulty)

@@ -14,9 +14,11 @@ def make(concrete):
         traces.append(1)
         return x * 2.0, tf.add_n([tf.reduce_sum(x)] + [tf.reduce_sum(e) for e in extra])
 
-    return Compiled(double_and_sum, [tf.TensorSpec([None, 3], tf.float32),
-                                     [tf.TensorSpec([None], tf.float32)]],
-                    concrete=concrete), traces
+    return Compiled(
+        double_and_sum,
+        [tf.TensorSpec([None, 3], tf.float32), [tf.TensorSpec([None], tf.float32)]],
+        concrete=concrete,
+    ), traces
 
 
 def test_calls_trace_once_for_every_batch_size_and_match_the_python_function():

@@ -36,10 +36,15 @@ def plan(found, **config):
 
 # -- the choice -----------------------------------------------------------------------------------
 
+
 def test_one_cpu_is_the_default_one_device_path():
     p = plan(CPUS)
     assert (p.kind, p.strategy, p.training, p.inference) == (
-        "cpu", "default", ("/device:CPU:0",), ("/device:CPU:0",))
+        "cpu",
+        "default",
+        ("/device:CPU:0",),
+        ("/device:CPU:0",),
+    )
     assert p.shared
     placement = devices.Placement(p, None)
     assert not placement.distributed and placement.replicas == 1
@@ -68,10 +73,13 @@ def test_a_tpu_vm_trains_with_tpu_strategy_on_the_cores_left_by_inference():
 
 
 def test_tpu_training_cores_become_a_one_core_per_replica_assignment():
-    cores = [(f"/job:worker/replica:0/task:0/device:TPU:{i}", [i % 2, i // 2, 0, 0])
-             for i in range(8)]
-    p = plan({"tpu": [f"/job:localhost/replica:0/task:0/device:TPU:{i}" for i in range(8)]},
-             inference_devices=6)
+    cores = [
+        (f"/job:worker/replica:0/task:0/device:TPU:{i}", [i % 2, i // 2, 0, 0]) for i in range(8)
+    ]
+    p = plan(
+        {"tpu": [f"/job:localhost/replica:0/task:0/device:TPU:{i}" for i in range(8)]},
+        inference_devices=6,
+    )
     assert devices.tpu_core_assignment(p.training, cores) == [[[0, 0, 0, 0]], [[1, 0, 0, 0]]]
     with pytest.raises(ValueError, match="TPU:9"):
         devices.tpu_core_assignment(["/device:TPU:9"], cores)
@@ -85,13 +93,19 @@ def test_counts_and_the_default_strategy_are_honoured():
     assert plan(CPUS, strategy="mirrored").strategy == "mirrored"
 
 
-@pytest.mark.parametrize("found, config, path", [
-    (CPUS4, {"strategy": "tpu"}, "spec.learner.devices.strategy"),
-    (CPUS4, {"inference_devices": 4}, "spec.learner.devices.inferenceDevices"),
-    (CPUS4, {"inference_devices": 2, "training_devices": 3},
-     "spec.learner.devices.trainingDevices"),
-    (GPUS8, {"training_devices": 9}, "spec.learner.devices.trainingDevices"),
-])
+@pytest.mark.parametrize(
+    "found, config, path",
+    [
+        (CPUS4, {"strategy": "tpu"}, "spec.learner.devices.strategy"),
+        (CPUS4, {"inference_devices": 4}, "spec.learner.devices.inferenceDevices"),
+        (
+            CPUS4,
+            {"inference_devices": 2, "training_devices": 3},
+            "spec.learner.devices.trainingDevices",
+        ),
+        (GPUS8, {"training_devices": 9}, "spec.learner.devices.trainingDevices"),
+    ],
+)
 def test_impossible_requests_name_the_field(found, config, path):
     with pytest.raises(ConfigError) as err:
         plan(found, **config)
@@ -100,13 +114,31 @@ def test_impossible_requests_name_the_field(found, config, path):
 
 def test_the_config_rejects_what_no_machine_could_give():
     with pytest.raises(ConfigError) as err:
-        parse_experiment({"metadata": {"name": "x"}, "spec": {"learner": {"devices": {
-            "inferenceDevices": 1.5, "strategy": "default", "trainingDevices": 2}}}})
+        parse_experiment(
+            {
+                "metadata": {"name": "x"},
+                "spec": {
+                    "learner": {
+                        "devices": {
+                            "inferenceDevices": 1.5,
+                            "strategy": "default",
+                            "trainingDevices": 2,
+                        }
+                    }
+                },
+            }
+        )
     paths = [p for p, _ in err.value.problems]
-    assert paths == ["spec.learner.devices.inferenceDevices",
-                     "spec.learner.devices.trainingDevices"]
-    exp = parse_experiment({"metadata": {"name": "x"}, "spec": {"learner": {"devices": {
-        "inferenceDevices": 0.5, "logicalCpuDevices": 4}}}})
+    assert paths == [
+        "spec.learner.devices.inferenceDevices",
+        "spec.learner.devices.trainingDevices",
+    ]
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "x"},
+            "spec": {"learner": {"devices": {"inferenceDevices": 0.5, "logicalCpuDevices": 4}}},
+        }
+    )
     assert exp.spec.learner.devices.inference_devices == 0.5
 
 
@@ -116,27 +148,54 @@ def test_tpu_presence_is_read_from_device_files(tmp_path):
     assert devices.tpu_present([str(tmp_path / "accel[0-9]*")])
 
 
-@pytest.mark.parametrize("expected,found,files,fragments", [
-    ("tpu", {"cpu": ["CPU:0"]}, {"tpu": False},
-     ["scheduled for a TPU (spec.learner.accelerator.kind: tpu)", "no /dev/accel*",
-      "was google.com/tpu requested", "CPU: 1", "Not training on the host's CPU"]),
-    ("tpu", {"cpu": ["CPU:0"]}, {"tpu": True},
-     ["device files exist but TensorFlow lists no TPU", "its tag ends in -tpu"]),
-    ("gpu", {"cpu": ["CPU:0"]}, {"gpu": False},
-     ["scheduled for a GPU", "no /dev/nvidia* device files", "nvidia.com/gpu"]),
-    ("gpu", {"cpu": ["CPU:0"]}, {"gpu": True}, ["its tag ends in -gpu"]),
-])
-def test_a_learner_scheduled_for_an_accelerator_it_lacks_fails_saying_why(expected, found,
-                                                                          files, fragments):
+@pytest.mark.parametrize(
+    "expected,found,files,fragments",
+    [
+        (
+            "tpu",
+            {"cpu": ["CPU:0"]},
+            {"tpu": False},
+            [
+                "scheduled for a TPU (spec.learner.accelerator.kind: tpu)",
+                "no /dev/accel*",
+                "was google.com/tpu requested",
+                "CPU: 1",
+                "Not training on the host's CPU",
+            ],
+        ),
+        (
+            "tpu",
+            {"cpu": ["CPU:0"]},
+            {"tpu": True},
+            ["device files exist but TensorFlow lists no TPU", "its tag ends in -tpu"],
+        ),
+        (
+            "gpu",
+            {"cpu": ["CPU:0"]},
+            {"gpu": False},
+            ["scheduled for a GPU", "no /dev/nvidia* device files", "nvidia.com/gpu"],
+        ),
+        ("gpu", {"cpu": ["CPU:0"]}, {"gpu": True}, ["its tag ends in -gpu"]),
+    ],
+)
+def test_a_learner_scheduled_for_an_accelerator_it_lacks_fails_saying_why(
+    expected, found, files, fragments
+):
     with pytest.raises(devices.AcceleratorMissing) as err:
         devices.check_accelerator(expected, found, files)
     for fragment in fragments:
         assert fragment in str(err.value), str(err.value)
 
 
-@pytest.mark.parametrize("expected,found", [
-    (None, {"cpu": ["CPU:0"]}), ("cpu", {"cpu": ["CPU:0"]}),
-    ("tpu", {"tpu": ["TPU:0"], "cpu": ["CPU:0"]}), ("gpu", {"gpu": ["GPU:0"]})])
+@pytest.mark.parametrize(
+    "expected,found",
+    [
+        (None, {"cpu": ["CPU:0"]}),
+        ("cpu", {"cpu": ["CPU:0"]}),
+        ("tpu", {"tpu": ["TPU:0"], "cpu": ["CPU:0"]}),
+        ("gpu", {"gpu": ["GPU:0"]}),
+    ],
+)
 def test_a_learner_with_what_it_was_scheduled_for_goes_on(expected, found):
     devices.check_accelerator(expected, found, {"tpu": False, "gpu": False})
 
@@ -148,10 +207,27 @@ def test_the_learner_exits_no_accelerator_at_once_when_its_tpu_is_missing(tmp_pa
 
     config = tmp_path / "exp.yaml"
     config.write_text("metadata: {name: x}\nspec: {learner: {accelerator: {kind: tpu}}}\n")
-    proc = subprocess.run([sys.executable, "-m", "seedrl.learner", "--config", str(config),
-                           "--accelerator", "tpu", "--run-dir", str(tmp_path / "run"),
-                           "--metrics-address", "off", "--listen", "127.0.0.1:0"],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seedrl.learner",
+            "--config",
+            str(config),
+            "--accelerator",
+            "tpu",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--metrics-address",
+            "off",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert proc.returncode == ExitCode.NO_ACCELERATOR, proc.stderr[-3000:]
     assert "scheduled for a TPU" in proc.stderr and "serving" not in proc.stderr
 
@@ -170,10 +246,17 @@ def test_setup_on_this_machine_keeps_the_one_device_path():
 
 # -- multi-device runs, each in its own process ---------------------------------------------------
 
+
 def _scenario(*args, timeout=240):
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run([sys.executable, SCENARIOS, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, SCENARIOS, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -229,9 +312,12 @@ def _check_equivalence(out, results, agent, replicas):
     assert results[replicas][agent]["replicas"] == replicas
     # Every replica applies the same all-reduced update; the CPU collectives round it once per
     # device, so the copies agree to a few units in the last place (2**-20 is 16 of them).
-    assert results[replicas][agent]["replica_spread"] < 2 ** -20
-    with np.load(out / f"{agent}-0.npz") as one, np.load(out / f"{agent}-{replicas}.npz") as many, \
-            np.load(out / f"{agent}-initial.npz") as initial:
+    assert results[replicas][agent]["replica_spread"] < 2**-20
+    with (
+        np.load(out / f"{agent}-0.npz") as one,
+        np.load(out / f"{agent}-{replicas}.npz") as many,
+        np.load(out / f"{agent}-initial.npz") as initial,
+    ):
         # The parameters are the float32 tensors (normalizer statistics are float64, counters
         # integers).
         params = [k for k in one if one[k].dtype == np.float32]
@@ -241,19 +327,25 @@ def _check_equivalence(out, results, agent, replicas):
             scale = float(np.max(np.abs(one[k]), initial=0.0))
             if k in params:
                 scale = max(scale, moved)
-            np.testing.assert_allclose(many[k], one[k], rtol=0, atol=tolerance(scale),
-                                       err_msg=k)
+            np.testing.assert_allclose(many[k], one[k], rtol=0, atol=tolerance(scale), err_msg=k)
     for a, b in zip(results[0][agent]["metrics"], results[replicas][agent]["metrics"]):
         assert a.keys() == b.keys()
         for k in a:
             assert b[k] == pytest.approx(a[k], rel=0, abs=tolerance(max(abs(a[k]), 1.0))), k
     if agent == "r2d2":  # new priorities come back per sequence, in batch order
         want = np.asarray(results[0][agent]["priorities"])
-        np.testing.assert_allclose(results[replicas][agent]["priorities"], want, rtol=0,
-                                   atol=tolerance(float(np.max(np.abs(want)))))
+        np.testing.assert_allclose(
+            results[replicas][agent]["priorities"],
+            want,
+            rtol=0,
+            atol=tolerance(float(np.max(np.abs(want)))),
+        )
     r = results[replicas][agent]
-    checkpoint_ok = (r["restored_from_one_device"] == 0.0 and r["restored_spread"] == 0.0
-                     and r["restored_on_one_device"] == 0.0)
+    checkpoint_ok = (
+        r["restored_from_one_device"] == 0.0
+        and r["restored_spread"] == 0.0
+        and r["restored_on_one_device"] == 0.0
+    )
     return checkpoint_ok
 
 
@@ -293,4 +385,4 @@ def test_runtime_serves_every_stream_from_two_inference_devices():
     assert len(result["lane_batches"]) == 2 and min(result["lane_batches"]) >= 10
     assert result["status_batches"] == sum(result["lane_batches"]) == sum(batches.values())
     assert result["replicas"] == 2 and result["learner_steps"] >= 2
-    assert result["replica_spread"] < 2 ** -20
+    assert result["replica_spread"] < 2**-20

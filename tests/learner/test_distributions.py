@@ -24,8 +24,9 @@ def test_categorical_log_prob_and_entropy_match_numpy():
     log_p = _np_log_softmax(logits.astype(np.float64))
     want = np.take_along_axis(log_p, actions[..., None], -1)[..., 0]
     np.testing.assert_allclose(dist.log_prob(logits, actions), want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(dist.entropy(logits), -(np.exp(log_p) * log_p).sum(-1),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        dist.entropy(logits), -(np.exp(log_p) * log_p).sum(-1), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_categorical_samples_follow_the_probabilities():
@@ -33,8 +34,9 @@ def test_categorical_samples_follow_the_probabilities():
     logits = tf.math.log(tf.constant([[0.7, 0.2, 0.1]] * 20000))
     actions = dist.sample(logits, tf.constant([1, 2])).numpy()
     assert actions.dtype == np.int32
-    np.testing.assert_allclose(np.bincount(actions, minlength=3) / 20000, [0.7, 0.2, 0.1],
-                               atol=0.015)
+    np.testing.assert_allclose(
+        np.bincount(actions, minlength=3) / 20000, [0.7, 0.2, 0.1], atol=0.015
+    )
     assert dist.mode(logits).numpy().tolist() == [0] * 20000
 
 
@@ -45,8 +47,9 @@ def test_gaussian_log_prob_matches_the_closed_form():
     actions = rng.normal(size=(6, 3)) * 2
     params = np.concatenate([mean, log_std], -1).astype(np.float32)
     std = np.exp(log_std)
-    want = (-0.5 * ((actions - mean) / std) ** 2 - np.log(std)
-            - 0.5 * math.log(2 * math.pi)).sum(-1)
+    want = (-0.5 * ((actions - mean) / std) ** 2 - np.log(std) - 0.5 * math.log(2 * math.pi)).sum(
+        -1
+    )
     got = DiagGaussian(3).log_prob(params, actions.astype(np.float32))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -69,8 +72,9 @@ def test_gaussian_samples_have_the_mean_and_std():
 
 
 def test_for_env_picks_by_action_space():
-    assert isinstance(distributions.for_env(EnvSpec("a", "float32", (4,), "int32", (), 2)),
-                      Categorical)
+    assert isinstance(
+        distributions.for_env(EnvSpec("a", "float32", (4,), "int32", (), 2)), Categorical
+    )
     gauss = distributions.for_env(EnvSpec("b", "float32", (17,), "float32", (6,), 0))
     assert isinstance(gauss, DiagGaussian) and gauss.param_size == 12
     with pytest.raises(ValueError, match="must be a vector"):
@@ -81,13 +85,17 @@ def test_kl_divergences_match_closed_forms():
     rng = np.random.default_rng(5)
     p, q = rng.normal(size=(2, 7, 4)).astype(np.float32)
     lp, lq = _np_log_softmax(p.astype(np.float64)), _np_log_softmax(q.astype(np.float64))
-    np.testing.assert_allclose(Categorical(4).kl(p, q), (np.exp(lp) * (lp - lq)).sum(-1),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        Categorical(4).kl(p, q), (np.exp(lp) * (lp - lq)).sum(-1), rtol=1e-4, atol=1e-6
+    )
     mp, mq = rng.normal(size=(2, 5, 3))
     sp, sq = np.exp(rng.normal(size=(2, 5, 3)) * 0.3)
-    want = (np.log(sq / sp) + (sp ** 2 + (mp - mq) ** 2) / (2 * sq ** 2) - 0.5).sum(-1)
-    got = DiagGaussian(3).kl(np.concatenate([mp, np.log(sp)], -1).astype(np.float32),
-                             np.concatenate([mq, np.log(sq)], -1).astype(np.float32))
+    want = (np.log(sq / sp) + (sp**2 + (mp - mq) ** 2) / (2 * sq**2) - 0.5).sum(-1)
+    got = DiagGaussian(3).kl(
+        np.concatenate([mp, np.log(sp)], -1).astype(np.float32),
+        np.concatenate([mq, np.log(sq)], -1).astype(np.float32),
+    )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    assert np.allclose(DiagGaussian(3).kl(np.ones((2, 6), np.float32),
-                                          np.ones((2, 6), np.float32)), 0.0)
+    assert np.allclose(
+        DiagGaussian(3).kl(np.ones((2, 6), np.float32), np.ones((2, 6), np.float32)), 0.0
+    )

@@ -31,14 +31,24 @@ def test_the_termination_log_holds_the_final_status_within_the_kubelets_4096_byt
     from seedrl.common.learner_status import LearnerStatus
     from seedrl.learner.main import write_termination_log
 
-    status = LearnerStatus(state="finished", env_steps=123, learner_steps=4, episodes=5,
-                           mean_return=21.5, stop_reason="terminated",
-                           metrics={f"loss/{i}": 1.0 for i in range(500)})
+    status = LearnerStatus(
+        state="finished",
+        env_steps=123,
+        learner_steps=4,
+        episodes=5,
+        mean_return=21.5,
+        stop_reason="terminated",
+        metrics={f"loss/{i}": 1.0 for i in range(500)},
+    )
     path = tmp_path / "termination-log"
     write_termination_log(str(path), status)
     back = LearnerStatus.from_json(path.read_text())
-    assert (back.state, back.env_steps, back.mean_return, back.stop_reason) == \
-        ("finished", 123, 21.5, "terminated")
+    assert (back.state, back.env_steps, back.mean_return, back.stop_reason) == (
+        "finished",
+        123,
+        21.5,
+        "terminated",
+    )
     assert len(path.read_bytes()) <= 4096  # the metrics stay out
     huge = dataclasses.replace(status, last_checkpoint="gs://b/" + "x" * 5000)
     write_termination_log(str(path), huge)

@@ -22,9 +22,16 @@ async def _run_one(client: ActorClient, steps: int) -> None:
 
 
 def test_many_concurrent_streams_are_all_served(learner):
-    clients = [ActorClient(EnvBatch(EnvConfig(id="CartPole-v1"), 1, [i]), "test-exp",
-                           f"many-{i}", learner.address, backoff=Backoff(0.01, 0.2))
-               for i in range(STREAMS)]
+    clients = [
+        ActorClient(
+            EnvBatch(EnvConfig(id="CartPole-v1"), 1, [i]),
+            "test-exp",
+            f"many-{i}",
+            learner.address,
+            backoff=Backoff(0.01, 0.2),
+        )
+        for i in range(STREAMS)
+    ]
 
     async def main():
         await asyncio.wait_for(asyncio.gather(*(_run_one(c, STEPS) for c in clients)), 120)

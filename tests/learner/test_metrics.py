@@ -27,8 +27,9 @@ def _value(samples, name, **labels):
 def test_metrics_follow_streams_episodes_and_training(learner):
     metrics = LearnerMetrics(learner.runtime)
     learner.runtime.observer = metrics
-    server = MetricsServer(metrics.registry, lambda: learner.runtime.status().to_json(),
-                           host="127.0.0.1")
+    server = MetricsServer(
+        metrics.registry, lambda: learner.runtime.status().to_json(), host="127.0.0.1"
+    )
     port = server.start()
     try:
         s = Stream(learner.address)
@@ -38,12 +39,19 @@ def test_metrics_follow_streams_episodes_and_training(learner):
             # Env 0 ends an episode of 10 steps at steps 10, 20 and 30: returns 19, 29, 39.
             reward = 1.9 + (i - 1) // 10 if i else 0.0
             ends = i % 10 == 0 and i > 0
-            s.send(step(num_envs=2, rewards=[reward, 0.0], terminated=[ends, False],
-                        episodes=[(0, 10 * reward, 10)] if ends else ()))
+            s.send(
+                step(
+                    num_envs=2,
+                    rewards=[reward, 0.0],
+                    terminated=[ends, False],
+                    episodes=[(0, 10 * reward, 10)] if ends else (),
+                )
+            )
             s.recv()
             metrics.tick()
-        s.send(step(num_envs=2, rewards=[3.9, 0.0], terminated=[True, False],
-                    episodes=[(0, 39.0, 10)]))
+        s.send(
+            step(num_envs=2, rewards=[3.9, 0.0], terminated=[True, False], episodes=[(0, 39.0, 10)])
+        )
         s.recv()
         samples = _scrape(port)
         assert _value(samples, "seedrl_learner_env_steps_total") == 62
@@ -52,10 +60,10 @@ def test_metrics_follow_streams_episodes_and_training(learner):
         assert _value(samples, "seedrl_learner_episodes_total", kind="train") == 3
         assert _value(samples, "seedrl_learner_episode_return_count", kind="train") == 3
         # Returns 19, 29 and 39 (no _sum: returns may be negative, so it is not a counter).
-        assert _value(samples, "seedrl_learner_episode_return_bucket", kind="train",
-                      le="30.0") == 2
-        assert _value(samples, "seedrl_learner_episode_return_bucket", kind="train",
-                      le="100.0") == 3
+        assert _value(samples, "seedrl_learner_episode_return_bucket", kind="train", le="30.0") == 2
+        assert (
+            _value(samples, "seedrl_learner_episode_return_bucket", kind="train", le="100.0") == 3
+        )
         assert _value(samples, "seedrl_learner_episode_length_steps_sum", kind="train") == 30
         assert _value(samples, "seedrl_learner_mean_return") == 29.0
         # One inference call per step here (a single stream): 31 batches of 2 env steps.
@@ -64,10 +72,11 @@ def test_metrics_follow_streams_episodes_and_training(learner):
         assert _value(samples, "seedrl_learner_inference_latency_seconds_count") == 31
         assert _value(samples, "seedrl_learner_env_frames_per_second") > 0
         # unrollLength 5, batchSize 2: 30 steps make unrolls, and the trainer takes them.
-        assert _value(samples, "seedrl_learner_steps_total") >= 1 or \
-            _value(samples, "seedrl_learner_queued_unrolls") >= 1
-        status = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/status",
-                                                  timeout=10))
+        assert (
+            _value(samples, "seedrl_learner_steps_total") >= 1
+            or _value(samples, "seedrl_learner_queued_unrolls") >= 1
+        )
+        status = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10))
         assert status["env_steps"] == 62 and status["actors"] == 1
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
         assert health.status == 200
@@ -78,8 +87,12 @@ def test_metrics_follow_streams_episodes_and_training(learner):
 
 def test_loss_terms_become_labelled_gauges(learner):
     metrics = LearnerMetrics(learner.runtime)
-    learner.runtime.last_metrics = {"loss/total": 1.5, "loss/policy": -0.25, "grad_norm": 3.0,
-                                    "policy_lag": 0.75}
+    learner.runtime.last_metrics = {
+        "loss/total": 1.5,
+        "loss/policy": -0.25,
+        "grad_norm": 3.0,
+        "policy_lag": 0.75,
+    }
     server = MetricsServer(metrics.registry, host="127.0.0.1")
     port = server.start()
     try:

@@ -19,8 +19,10 @@ def _convs(net):
     return [v for v in net.trainable_variables if len(v.shape) == 4]
 
 
-@pytest.mark.parametrize("name,spec,convs", [
-    ("nature_cnn", PONG, 3), ("impala_resnet", PONG, 15), ("football_smm", SMM, 20)])
+@pytest.mark.parametrize(
+    "name,spec,convs",
+    [("nature_cnn", PONG, 3), ("impala_resnet", PONG, 15), ("football_smm", SMM, 20)],
+)
 def test_conv_networks_read_frames(name, spec, convs):
     net = make_actor_critic(NetworkConfig(name=name), spec, Categorical(spec.num_actions))
     assert len(_convs(net)) == convs
@@ -41,14 +43,16 @@ def test_frames_are_scaled_to_unit_range():
 @pytest.mark.parametrize("name", ["nature_cnn", "impala_resnet"])
 def test_bfloat16_torso_computes_in_bfloat16_and_matches_float32(name):
     full = make_actor_critic(NetworkConfig(name=name), PONG, Categorical(6))
-    mixed = make_actor_critic(NetworkConfig(name=name, precision="bfloat16"), PONG,
-                              Categorical(6))
+    mixed = make_actor_critic(NetworkConfig(name=name, precision="bfloat16"), PONG, Categorical(6))
     assert len(full.trainable_variables) == len(mixed.trainable_variables)
     for source, target in zip(full.trainable_variables, mixed.trainable_variables):
         assert target.dtype == tf.float32 and target.shape == source.shape
         target.assign(source)
-    convs = [layer for layer in mixed.torso.torso._flatten_layers()
-             if isinstance(layer, tf.keras.layers.Conv2D)]
+    convs = [
+        layer
+        for layer in mixed.torso.torso._flatten_layers()
+        if isinstance(layer, tf.keras.layers.Conv2D)
+    ]
     assert convs and all(layer.compute_dtype == "bfloat16" for layer in convs)
     frames = np.random.default_rng(1).integers(0, 256, (4,) + PONG.observation_shape, np.uint8)
     (p32, v32), (p16, v16) = full(frames), mixed(frames)
@@ -75,8 +79,9 @@ def test_conv_network_refuses_vector_observations():
 
 
 def test_resnet_channels_are_configurable():
-    net = make_actor_critic(NetworkConfig(name="impala_resnet", resnet_channels=[8, 8]),
-                            PONG, Categorical(6))
+    net = make_actor_critic(
+        NetworkConfig(name="impala_resnet", resnet_channels=[8, 8]), PONG, Categorical(6)
+    )
     assert len(_convs(net)) == 10
     assert {v.shape[-1] for v in _convs(net)} == {8}
 
@@ -98,8 +103,11 @@ def test_gaussian_head_has_a_learned_log_std():
     assert any("log_std" in v.name for v in net.trainable_variables)
 
 
-@pytest.mark.parametrize("spec,dist", [(VECTOR, Categorical(2)),
-                                       (PENDULUM, DiagGaussian(1))], ids=["discrete", "gaussian"])
+@pytest.mark.parametrize(
+    "spec,dist",
+    [(VECTOR, Categorical(2)), (PENDULUM, DiagGaussian(1))],
+    ids=["discrete", "gaussian"],
+)
 def test_lstm_unroll_equals_stepping_with_resets(spec, dist):
     config = NetworkConfig(hidden_sizes=[8], lstm_size=5)
     net = make_actor_critic(config, spec, dist)
@@ -107,14 +115,18 @@ def test_lstm_unroll_equals_stepping_with_resets(spec, dist):
     rng = np.random.default_rng(2)
     t, b = 6, 3
     obs = rng.normal(size=(t, b) + spec.observation_shape).astype(np.float32)
-    actions = (rng.integers(0, 2, (t, b)).astype(np.int32) if spec.discrete
-               else rng.normal(size=(t, b, 1)).astype(np.float32))
+    actions = (
+        rng.integers(0, 2, (t, b)).astype(np.int32)
+        if spec.discrete
+        else rng.normal(size=(t, b, 1)).astype(np.float32)
+    )
     rewards = rng.normal(size=(t, b)).astype(np.float32) * 3
     first = np.zeros((t, b), bool)
     first[3, 1] = first[1, 2] = True
     first[0, 0] = True  # row 0 resets too
-    state0 = [tf.constant(rng.normal(size=(b, s.shape[-1])), tf.float32)
-              for s in net.initial_state(1)]
+    state0 = [
+        tf.constant(rng.normal(size=(b, s.shape[-1])), tf.float32) for s in net.initial_state(1)
+    ]
     params, values = net.unroll(obs, first, state0, actions, rewards)
 
     # unroll() runs the torso on all t x b rows at once and step() on b rows: the matrix
@@ -136,8 +148,7 @@ def test_lstm_unroll_equals_stepping_with_resets(spec, dist):
 
 
 def test_the_lstm_reads_the_previous_action_and_the_clipped_reward():
-    net = make_actor_critic(NetworkConfig(hidden_sizes=[8], lstm_size=5), VECTOR,
-                            Categorical(2))
+    net = make_actor_critic(NetworkConfig(hidden_sizes=[8], lstm_size=5), VECTOR, Categorical(2))
     state = net.initial_state(2)
     assert [s.shape for s in state] == [(2, 5), (2, 5), (2, 2)]  # h, c, one-hot action
     obs = np.ones((2, 4), np.float32)
@@ -148,7 +159,10 @@ def test_the_lstm_reads_the_previous_action_and_the_clipped_reward():
     clipped, _, _ = net.step(obs, state, tf.constant([50.0, 50.0]))
     assert not np.allclose(base, rewarded)
     np.testing.assert_allclose(rewarded, clipped)  # clipped to [-1, 1] as in SEED
-    plain = make_actor_critic(NetworkConfig(hidden_sizes=[8], lstm_size=5,
-                                            action_reward_inputs=False), VECTOR, Categorical(2))
+    plain = make_actor_critic(
+        NetworkConfig(hidden_sizes=[8], lstm_size=5, action_reward_inputs=False),
+        VECTOR,
+        Categorical(2),
+    )
     assert len(plain.initial_state(1)) == 2
     assert len(make_actor_critic(NetworkConfig(), VECTOR, Categorical(2)).initial_state(1)) == 0

@@ -10,8 +10,10 @@ FIELDS = {"obs": ((3, 2), np.dtype(np.uint8)), "reward": ((3,), np.dtype(np.floa
 
 def _items(start, n):
     ids = np.arange(start, start + n)
-    return {"obs": np.broadcast_to(ids[:, None, None] % 256, (n, 3, 2)).astype(np.uint8),
-            "reward": np.broadcast_to(ids[:, None], (n, 3)).astype(np.float32)}
+    return {
+        "obs": np.broadcast_to(ids[:, None, None] % 256, (n, 3, 2)).astype(np.uint8),
+        "reward": np.broadcast_to(ids[:, None], (n, 3)).astype(np.float32),
+    }
 
 
 def test_sum_tree_matches_cumsum_search():

@@ -28,8 +28,10 @@ class CountingAgent(Agent):
 
     def inference(self, observations, state, rewards=None):
         (count,) = state
-        return ({"action": np.zeros(len(observations), np.int32),
-                 "state_seen": count[:, 0].copy()}, [count + 1])
+        return (
+            {"action": np.zeros(len(observations), np.int32), "state_seen": count[:, 0].copy()},
+            [count + 1],
+        )
 
     def train(self, batch):
         self.batches.append(batch)
@@ -44,17 +46,24 @@ class CountingAgent(Agent):
 
 
 def make_runtime(agent, spec=SPEC):
-    exp = parse_experiment({"metadata": {"name": "t"}, "spec": {
-        "env": {"id": spec.env_id},
-        "learner": {"unrollLength": 3, "batchSize": 1, "inferenceMaxWaitMs": 0}}})
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "env": {"id": spec.env_id},
+                "learner": {"unrollLength": 3, "batchSize": 1, "inferenceMaxWaitMs": 0},
+            },
+        }
+    )
     return LearnerRuntime(exp, lambda e, s: agent, train=True, env_spec=spec)
 
 
 def step(k, done_envs=()):
     terminated = np.zeros(k, bool)
     terminated[list(done_envs)] = True
-    return StepData(np.zeros((k, 1), np.float32), np.ones(k, np.float32), terminated,
-                    np.zeros(k, bool))
+    return StepData(
+        np.zeros((k, 1), np.float32), np.ones(k, np.float32), terminated, np.zeros(k, bool)
+    )
 
 
 def test_state_is_per_env_per_stream_and_resets_at_episode_ends():
@@ -94,11 +103,16 @@ def test_budget_counts_env_steps_and_episode_returns():
         assert runtime.env_steps == 4 and runtime.episodes == 2
         assert runtime.mean_return == 15.0
         assert runtime.check_budget() is None
-        runtime.experiment = parse_experiment({"metadata": {"name": "t"}, "spec": {
-            "budget": {"maxEnvSteps": 4}}})
+        runtime.experiment = parse_experiment(
+            {"metadata": {"name": "t"}, "spec": {"budget": {"maxEnvSteps": 4}}}
+        )
         assert runtime.check_budget() == "max_env_steps"
-        runtime.experiment = parse_experiment({"metadata": {"name": "t"}, "spec": {
-            "budget": {"maxEnvSteps": 0, "targetReturn": 12, "returnWindow": 2}}})
+        runtime.experiment = parse_experiment(
+            {
+                "metadata": {"name": "t"},
+                "spec": {"budget": {"maxEnvSteps": 0, "targetReturn": 12, "returnWindow": 2}},
+            }
+        )
         runtime.returns = type(runtime.returns)([10.0, 20.0], maxlen=2)
         assert runtime.check_budget() == "target_return"
     finally:
@@ -153,7 +167,10 @@ def test_replay_agents_get_overlapping_sequences_and_evaluation_actors_report_ap
         while len(agent.stored) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert [u["state_seen"].tolist() for u in agent.stored] == [
-            [0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7]]
+            [0, 1, 2, 3],
+            [2, 3, 4, 5],
+            [4, 5, 6, 7],
+        ]
         assert [u["initial_state"][0].tolist() for u in agent.stored] == [[0], [2], [4]]
         assert runtime.learner_steps >= 1
         status = runtime.status()
@@ -198,9 +215,16 @@ def test_continuous_actions_go_out_on_the_envs_bounds_and_are_stored_normalised(
         stream = runtime.open_stream("a", 4, BOUNDED)
         k = 4
         for _ in range(4):
-            sent = runtime.submit(stream, StepData(
-                _obs([0, -1.0], [0, 0.0], [0, 1.0], [0, 1.7]), np.zeros(k, np.float32),
-                np.zeros(k, bool), np.zeros(k, bool)), []).result(10)
+            sent = runtime.submit(
+                stream,
+                StepData(
+                    _obs([0, -1.0], [0, 0.0], [0, 1.0], [0, 1.7]),
+                    np.zeros(k, np.float32),
+                    np.zeros(k, bool),
+                    np.zeros(k, bool),
+                ),
+                [],
+            ).result(10)
         # [-1, 1] onto [0, 5]; a Gaussian sample beyond 1 is clipped to the bound.
         np.testing.assert_allclose(sent[:, 0], [0.0, 2.5, 5.0, 5.0])
         deadline = time.monotonic() + 10
@@ -219,20 +243,33 @@ def test_truncated_episodes_bootstrap_from_their_final_observations_value():
         stream = runtime.open_stream("a", 3, BOUNDED, first_env=5)
         assert agent.first_envs == [5]
         zeros = np.zeros(3, bool)
-        runtime.submit(stream, StepData(_obs([1, 0], [2, 0], [3, 0]), np.zeros(3, np.float32),
-                                        zeros, zeros), []).result(10)
-        runtime.submit(stream, StepData(_obs([4, 0], [5, 0], [6, 0]), np.ones(3, np.float32),
-                                        zeros, zeros), []).result(10)
+        runtime.submit(
+            stream,
+            StepData(_obs([1, 0], [2, 0], [3, 0]), np.zeros(3, np.float32), zeros, zeros),
+            [],
+        ).result(10)
+        runtime.submit(
+            stream, StepData(_obs([4, 0], [5, 0], [6, 0]), np.ones(3, np.float32), zeros, zeros), []
+        ).result(10)
         # Env 0 hits its time limit with final observation [7, 0]: its value 70 is what to
         # bootstrap from, not that of [4, 0] (40) seen before it, nor of the reset one (0).
         # Env 2 was restarted after an error: no final observation, the last value stands in.
         truncated = np.array([True, False, True])
-        runtime.submit(stream, StepData(
-            _obs([0, 0], [8, 0], [0, 0]), np.array([2.0, 1.0, 3.0], np.float32), zeros,
-            truncated, final_ids=np.array([0]), final_observations=_obs([7, 0])),
-            []).result(10)
-        runtime.submit(stream, StepData(_obs([1, 0], [9, 0], [1, 0]), np.ones(3, np.float32),
-                                        zeros, zeros), []).result(10)
+        runtime.submit(
+            stream,
+            StepData(
+                _obs([0, 0], [8, 0], [0, 0]),
+                np.array([2.0, 1.0, 3.0], np.float32),
+                zeros,
+                truncated,
+                final_ids=np.array([0]),
+                final_observations=_obs([7, 0]),
+            ),
+            [],
+        ).result(10)
+        runtime.submit(
+            stream, StepData(_obs([1, 0], [9, 0], [1, 0]), np.ones(3, np.float32), zeros, zeros), []
+        ).result(10)
         obs, count, rewards = agent.calls[2]
         # The final observation rode in the same call, with the state from before the reset
         # and the reward of the step that ended the episode; the new episodes start at
@@ -258,6 +295,10 @@ def test_a_step_that_trained_on_nothing_keeps_the_last_updates_metrics():
     runtime = make_runtime(CountingAgent())
     runtime._after_step({"loss/total": 1.5, "kl": 0.01, "policy_lag": 1.0}, {"a"})
     runtime._after_step({"policy_lag": 9.0, "dropped_unrolls": 4.0}, {"a"})
-    assert runtime.last_metrics == {"loss/total": 1.5, "kl": 0.01, "policy_lag": 9.0,
-                                    "dropped_unrolls": 4.0}
+    assert runtime.last_metrics == {
+        "loss/total": 1.5,
+        "kl": 0.01,
+        "policy_lag": 9.0,
+        "dropped_unrolls": 4.0,
+    }
     assert runtime.learner_steps == 2

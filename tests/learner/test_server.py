@@ -49,14 +49,18 @@ def test_the_hello_carries_the_actor_index_to_the_stream(learner):
     s = connect(learner, actor_id="seventh", actor_index=7)
     s.send(step(2))
     actions_of(s.recv())
-    (stream,) = [st for st in learner.runtime._streams.values()
-                 if st is not None and st.actor_id == "seventh"]
+    (stream,) = [
+        st
+        for st in learner.runtime._streams.values()
+        if st is not None and st.actor_id == "seventh"
+    ]
     assert stream.actor_index == 7
     s.close()
 
 
 def test_final_observations_of_truncated_episodes_are_taken_and_first_env_reaches_the_stream(
-        learner):
+    learner,
+):
     s = Stream(learner.address)
     msg = hello(actor_id="split")
     msg.hello.first_env = 6
@@ -79,8 +83,13 @@ def test_episodes_are_counted_toward_the_mean_return(learner):
     actions_of(s.recv())
     for t in range(1, 31):
         ends = [t == 10, t == 30]
-        s.send(step(rewards=[1.0, 1.0], terminated=ends,
-                    episodes=[(i, float(t), t) for i in (0, 1) if ends[i]]))
+        s.send(
+            step(
+                rewards=[1.0, 1.0],
+                terminated=ends,
+                episodes=[(i, float(t), t) for i in (0, 1) if ends[i]],
+            )
+        )
         actions_of(s.recv())
     s.close()
     assert learner.runtime.episodes == 2
@@ -88,18 +97,26 @@ def test_episodes_are_counted_toward_the_mean_return(learner):
     assert learner.runtime.status().unverified_episodes == 1
 
 
-@pytest.mark.parametrize("episode, reason", [
-    ((0, 11.0, 10), "add up to 10"),
-    ((0, 10.0, 9), "but this stream alone sent 10 steps"),
-    ((1, 10.0, 10), "env 1 did not end an episode"),
-])
+@pytest.mark.parametrize(
+    "episode, reason",
+    [
+        ((0, 11.0, 10), "add up to 10"),
+        ((0, 10.0, 9), "but this stream alone sent 10 steps"),
+        ((1, 10.0, 10), "env 1 did not end an episode"),
+    ],
+)
 def test_an_episode_the_stream_saw_whole_must_match_its_rewards(learner, episode, reason):
     s = connect(learner)
     s.send(step())
     actions_of(s.recv())
     for t in range(1, 11):
-        s.send(step(rewards=[1.0, 1.0], terminated=[t == 10, False],
-                    episodes=[episode] if t == 10 else ()))
+        s.send(
+            step(
+                rewards=[1.0, 1.0],
+                terminated=[t == 10, False],
+                episodes=[episode] if t == 10 else (),
+            )
+        )
         if t < 10:
             actions_of(s.recv())
     with pytest.raises(grpc.RpcError) as err:
@@ -110,8 +127,9 @@ def test_an_episode_the_stream_saw_whole_must_match_its_rewards(learner, episode
     assert learner.runtime.episodes == 0
 
 
-def truncated_step(final_ids=(1,), final_obs=None, truncated=(False, True),
-                   terminated=(False, False)):
+def truncated_step(
+    final_ids=(1,), final_obs=None, truncated=(False, True), terminated=(False, False)
+):
     """A step of 2 envs where some episodes were cut, with their final observations."""
     msg = step()
     msg.step.truncated[:] = list(truncated)
@@ -119,37 +137,53 @@ def truncated_step(final_ids=(1,), final_obs=None, truncated=(False, True),
     msg.step.final_env_ids.extend(final_ids)
     final_obs = np.full((len(final_ids), 4), 7, np.float32) if final_obs is None else final_obs
     msg.step.final_observations.CopyFrom(
-        final_obs if isinstance(final_obs, seedrl_pb2.Tensor) else encode_array(final_obs))
+        final_obs if isinstance(final_obs, seedrl_pb2.Tensor) else encode_array(final_obs)
+    )
     return msg
 
 
 BAD_STEPS = {
-    "final obs of a running env": (truncated_step(truncated=(False, False)),
-                                   "only envs truncated"),
-    "final obs of a terminated env": (truncated_step(terminated=(False, True)),
-                                      "only envs truncated"),
-    "final env id out of range": (truncated_step(final_ids=(2,), truncated=(True, True)),
-                                  "step.final_env_ids: must be distinct env ids below 2"),
-    "final obs of the wrong shape": (truncated_step(final_obs=np.zeros((1, 5), np.float32)),
-                                     "step.final_observations: expected shape [1, 4]"),
+    "final obs of a running env": (truncated_step(truncated=(False, False)), "only envs truncated"),
+    "final obs of a terminated env": (
+        truncated_step(terminated=(False, True)),
+        "only envs truncated",
+    ),
+    "final env id out of range": (
+        truncated_step(final_ids=(2,), truncated=(True, True)),
+        "step.final_env_ids: must be distinct env ids below 2",
+    ),
+    "final obs of the wrong shape": (
+        truncated_step(final_obs=np.zeros((1, 5), np.float32)),
+        "step.final_observations: expected shape [1, 4]",
+    ),
     "wrong dtype": (step(obs=np.zeros((2, 4), np.float64)), "expected dtype float32"),
     "wrong shape": (step(obs=np.zeros((2, 5), np.float32)), "expected shape [2, 4]"),
-    "byte count": (step(obs=seedrl_pb2.Tensor(dtype="float32", shape=[2, 4], data=b"\0" * 7)),
-                   "needs 32 bytes, got 7"),
-    "pickle dtype": (step(obs=seedrl_pb2.Tensor(dtype="object", shape=[2, 4], data=b"")),
-                     "not allowed"),
+    "byte count": (
+        step(obs=seedrl_pb2.Tensor(dtype="float32", shape=[2, 4], data=b"\0" * 7)),
+        "needs 32 bytes, got 7",
+    ),
+    "pickle dtype": (
+        step(obs=seedrl_pb2.Tensor(dtype="object", shape=[2, 4], data=b"")),
+        "not allowed",
+    ),
     "duplicate env ids": (step(env_ids=[0, 0]), "permutation"),
     "env id out of range": (step(env_ids=[0, 2]), "permutation"),
     "too few rewards": (step(rewards=[1.0]), "step.rewards: expected 2 values"),
     "nan reward": (step(rewards=[float("nan"), 0.0]), "must be finite"),
     "infinite reward": (step(rewards=[0.0, float("-inf")]), "step.rewards: must be finite"),
     "reward beyond maxAbsReward": (step(rewards=[2e6, 0.0]), "spec.env.maxAbsReward = 1e+06"),
-    "nan observation": (step(obs=np.array([[0, 0, 0, 0], [0, np.nan, 0, 0]], np.float32)),
-                        "step.observations: must be finite"),
-    "more episodes than envs": (step(episodes=[(0, 1.0, 1), (1, 1.0, 1), (0, 1.0, 1)]),
-                                "3 episodes from 2 envs"),
-    "episode of an env that did not end": (step(episodes=[(1, 0.0, 1)]),
-                                           "env 1 did not end an episode"),
+    "nan observation": (
+        step(obs=np.array([[0, 0, 0, 0], [0, np.nan, 0, 0]], np.float32)),
+        "step.observations: must be finite",
+    ),
+    "more episodes than envs": (
+        step(episodes=[(0, 1.0, 1), (1, 1.0, 1), (0, 1.0, 1)]),
+        "3 episodes from 2 envs",
+    ),
+    "episode of an env that did not end": (
+        step(episodes=[(1, 0.0, 1)]),
+        "env 1 did not end an episode",
+    ),
     "episode of another env": (step(episodes=[(5, 1.0, 1)]), "not an env of this actor"),
     "second hello": (hello(), "expected a step"),
 }
@@ -180,21 +214,33 @@ def test_a_malformed_message_fails_only_its_own_stream(learner, case):
         s.close()
 
 
-@pytest.mark.parametrize("kwargs,code,reason", [
-    ({"version": 99}, grpc.StatusCode.FAILED_PRECONDITION, "protocol version 99"),
-    ({"experiment": "other"}, grpc.StatusCode.FAILED_PRECONDITION, "serves experiment"),
-    ({"num_envs": 0}, grpc.StatusCode.INVALID_ARGUMENT, "num_envs"),
-    ({"num_envs": 4097}, grpc.StatusCode.INVALID_ARGUMENT, "spec.learner.maxEnvsPerActor"),
-    ({"num_envs": 2 ** 32 - 1}, grpc.StatusCode.INVALID_ARGUMENT, "got 4294967295"),
-    ({"spec": EnvSpec("X", "float32", (4,), "float32", (2, 3), 0)},
-     grpc.StatusCode.FAILED_PRECONDITION, "env_id: learner has 'CartPole-v1', actor has 'X'"),
-    ({"spec": EnvSpec("CartPole-v1", "float32", (2 ** 40,), "int32", (), 2)},
-     grpc.StatusCode.FAILED_PRECONDITION, "observation_shape"),
-    ({"spec": EnvSpec("CartPole-v1", "float32", (1,) * 9, "int32", (), 2)},
-     grpc.StatusCode.INVALID_ARGUMENT, "at most 8 dimensions"),
-    ({"actor_id": ""}, grpc.StatusCode.INVALID_ARGUMENT, "hello.actor_id"),
-    ({"actor_id": "x" * 257}, grpc.StatusCode.INVALID_ARGUMENT, "hello.actor_id"),
-])
+@pytest.mark.parametrize(
+    "kwargs,code,reason",
+    [
+        ({"version": 99}, grpc.StatusCode.FAILED_PRECONDITION, "protocol version 99"),
+        ({"experiment": "other"}, grpc.StatusCode.FAILED_PRECONDITION, "serves experiment"),
+        ({"num_envs": 0}, grpc.StatusCode.INVALID_ARGUMENT, "num_envs"),
+        ({"num_envs": 4097}, grpc.StatusCode.INVALID_ARGUMENT, "spec.learner.maxEnvsPerActor"),
+        ({"num_envs": 2**32 - 1}, grpc.StatusCode.INVALID_ARGUMENT, "got 4294967295"),
+        (
+            {"spec": EnvSpec("X", "float32", (4,), "float32", (2, 3), 0)},
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "env_id: learner has 'CartPole-v1', actor has 'X'",
+        ),
+        (
+            {"spec": EnvSpec("CartPole-v1", "float32", (2**40,), "int32", (), 2)},
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "observation_shape",
+        ),
+        (
+            {"spec": EnvSpec("CartPole-v1", "float32", (1,) * 9, "int32", (), 2)},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "at most 8 dimensions",
+        ),
+        ({"actor_id": ""}, grpc.StatusCode.INVALID_ARGUMENT, "hello.actor_id"),
+        ({"actor_id": "x" * 257}, grpc.StatusCode.INVALID_ARGUMENT, "hello.actor_id"),
+    ],
+)
 def test_bad_handshakes_are_refused_with_a_reason(learner, kwargs, code, reason):
     s = Stream(learner.address)
     s.send(hello(**kwargs))
@@ -220,11 +266,13 @@ def test_without_a_spec_the_first_hello_naming_the_experiments_env_decides(tmp_p
     running = start_learner(f"unix:{tmp_path}/fallback.sock", env_spec=None)
     try:
         for spec, reason in [
-                (EnvSpec("Pong", "float32", (4,), "int32", (), 2), "env_id: learner has"),
-                (EnvSpec("CartPole-v1", "float32", (4,), "float32", (2, 3), 0),
-                 "must be a vector"),
-                (EnvSpec("CartPole-v1", "float32", (2 ** 40,), "int32", (), 2),
-                 "exceeds the 67108864-byte message limit")]:
+            (EnvSpec("Pong", "float32", (4,), "int32", (), 2), "env_id: learner has"),
+            (EnvSpec("CartPole-v1", "float32", (4,), "float32", (2, 3), 0), "must be a vector"),
+            (
+                EnvSpec("CartPole-v1", "float32", (2**40,), "int32", (), 2),
+                "exceeds the 67108864-byte message limit",
+            ),
+        ]:
             s = Stream(running.address)
             s.send(hello(spec=spec))
             with pytest.raises(grpc.RpcError) as err:
@@ -296,8 +344,12 @@ def test_assign_index_grants_unique_indices_and_the_welcome_confirms_them(learne
 
     stub = seedrl_pb2_grpc.LearnerStub(stub_channel)
     name = learner.runtime.experiment.metadata.name
-    grants = [stub.AssignIndex(seedrl_pb2.IndexRequest(experiment=name, actor_id=f"pod-{i}"),
-                               timeout=10).actor_index for i in range(3)]
+    grants = [
+        stub.AssignIndex(
+            seedrl_pb2.IndexRequest(experiment=name, actor_id=f"pod-{i}"), timeout=10
+        ).actor_index
+        for i in range(3)
+    ]
     assert sorted(grants) == grants and len(set(grants)) == 3
     with pytest.raises(grpc.RpcError) as refused:
         stub.AssignIndex(seedrl_pb2.IndexRequest(experiment="other", actor_id="x"), timeout=10)
@@ -358,38 +410,63 @@ def test_the_step_checker_finds_non_finite_observations_of_any_floating_dtype(dt
     spec = EnvSpec("X", dtype, (3,), "int32", (), 2)
     checker = StepChecker(2, spec, 1e6)
     obs = np.zeros((2, 3), dtype)
-    good = seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs), rewards=[0, 0],
-                           terminated=[False, False], truncated=[False, False])
+    good = seedrl_pb2.Step(
+        env_ids=[0, 1],
+        observations=encode_array(obs),
+        rewards=[0, 0],
+        terminated=[False, False],
+        truncated=[False, False],
+    )
     checker.decode(good)
     if dtype == "uint8":
         return
     big = np.finfo(dtype).max
     obs[1] = [big, big, big]  # finite, however large: accepted (their sum overflows dtype)
-    checker.decode(seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs),
-                                   rewards=[0, 0], terminated=[False, False],
-                                   truncated=[False, False]))
+    checker.decode(
+        seedrl_pb2.Step(
+            env_ids=[0, 1],
+            observations=encode_array(obs),
+            rewards=[0, 0],
+            terminated=[False, False],
+            truncated=[False, False],
+        )
+    )
     for value in (np.inf, -np.inf, np.nan):
         obs[0, 2] = value
         with pytest.raises(WireError, match="must be finite"):
-            checker.decode(seedrl_pb2.Step(env_ids=[0, 1], observations=encode_array(obs),
-                                           rewards=[0, 0], terminated=[False, False],
-                                           truncated=[False, False]))
+            checker.decode(
+                seedrl_pb2.Step(
+                    env_ids=[0, 1],
+                    observations=encode_array(obs),
+                    rewards=[0, 0],
+                    terminated=[False, False],
+                    truncated=[False, False],
+                )
+            )
 
 
 def test_the_tally_follows_env_ids_when_a_step_lists_them_permuted():
     checker = StepChecker(3, CARTPOLE, 1e6)
 
     def send(ids, rewards, terminated=(False,) * 3, episodes=()):
-        return checker.decode(seedrl_pb2.Step(
-            env_ids=ids, observations=encode_array(np.zeros((3, 4), np.float32)),
-            rewards=rewards, terminated=terminated, truncated=[False] * 3,
-            episodes=[seedrl_pb2.Episode(env_id=e, episode_return=r, length=n)
-                      for e, r, n in episodes]))
+        return checker.decode(
+            seedrl_pb2.Step(
+                env_ids=ids,
+                observations=encode_array(np.zeros((3, 4), np.float32)),
+                rewards=rewards,
+                terminated=terminated,
+                truncated=[False] * 3,
+                episodes=[
+                    seedrl_pb2.Episode(env_id=e, episode_return=r, length=n) for e, r, n in episodes
+                ],
+            )
+        )
 
     send([0, 1, 2], [0, 0, 0])
     send([2, 0, 1], [3.0, 1.0, 2.0])  # env 2 got 3, env 0 got 1, env 1 got 2
-    step_data, episodes = send([1, 2, 0], [2.0, 3.0, 1.0], terminated=(False, True, False),
-                               episodes=[(2, 6.0, 2)])
+    step_data, episodes = send(
+        [1, 2, 0], [2.0, 3.0, 1.0], terminated=(False, True, False), episodes=[(2, 6.0, 2)]
+    )
     assert episodes == [(6.0, 2)]
     assert step_data.terminated.tolist() == [False, False, True]  # back in env-id order
     np.testing.assert_array_equal(checker.ep_return, [2.0, 4.0, 0.0])

@@ -22,8 +22,9 @@ def _read_scalars(directory):
 
 def test_scalars_go_to_a_local_directory(tmp_path):
     summaries = Summaries(str(tmp_path / "tb"))
-    summaries.write(100, {"return/mean": 20.5, "loss/total": 1.25, "missing": None,
-                          "nan": float("nan")})
+    summaries.write(
+        100, {"return/mean": 20.5, "loss/total": 1.25, "missing": None, "nan": float("nan")}
+    )
     summaries.write(200, {"return/mean": 30.0})
     summaries.close()
     scalars = _read_scalars(tmp_path / "tb")
@@ -48,11 +49,15 @@ def test_scalars_are_copied_to_gcs(tmp_path, gcs_bucket):
     assert _read_scalars(local)["return/mean"] == [(5, 1.0), (6, 2.0)]
 
 
-@pytest.mark.parametrize("checkpoint_uri, run_dir, expected", [
-    ("", "/runs/x", "/runs/x/tensorboard"),
-    ("gs://b-1/p/", "/var/run/seedrl", "gs://b-1/p/tensorboard"),
-    ("", None, None),
-])
+@pytest.mark.parametrize(
+    "checkpoint_uri, run_dir, expected",
+    [
+        ("", "/runs/x", "/runs/x/tensorboard"),
+        ("gs://b-1/p/", "/var/run/seedrl", "gs://b-1/p/tensorboard"),
+        ("", None, None),
+    ],
+)
 def test_summaries_live_beside_the_checkpoints_or_in_the_run_directory(
-        checkpoint_uri, run_dir, expected):
+    checkpoint_uri, run_dir, expected
+):
     assert tensorboard_uri(checkpoint_uri, run_dir) == expected

@@ -9,8 +9,10 @@ FIELDS = {"observation": ((3,), np.dtype(np.float32)), "action": ((), np.dtype(n
 
 
 def row(t, k=2):
-    return {"observation": np.full((k, 3), t, np.float32),
-            "action": np.arange(k, dtype=np.int32) + 10 * t}
+    return {
+        "observation": np.full((k, 3), t, np.float32),
+        "action": np.arange(k, dtype=np.int32) + 10 * t,
+    }
 
 
 def test_unrolls_have_t_plus_one_rows_and_overlap_by_one():
@@ -65,7 +67,11 @@ def test_sequences_overlap_by_length_minus_period_with_their_states():
         if unroll is not None:
             out.append(unroll)
     assert [u["x"][:, 0].tolist() for u in out] == [
-        [0, 1, 2, 3, 4, 5], [3, 4, 5, 6, 7, 8], [6, 7, 8, 9, 10, 11], [9, 10, 11, 12, 13, 14]]
+        [0, 1, 2, 3, 4, 5],
+        [3, 4, 5, 6, 7, 8],
+        [6, 7, 8, 9, 10, 11],
+        [9, 10, 11, 12, 13, 14],
+    ]
     assert [u["initial_state"][0][0, 0] for u in out] == [0.0, 3.0, 6.0, 9.0]
 
 
@@ -79,8 +85,7 @@ def test_sequences_may_overlap_more_than_half_as_r2d2s_do():
         if unroll is not None:
             out.append(unroll)
     assert [u["x"][0, 0] for u in out] == [0, 4, 8, 12, 16, 20]
-    assert all(u["x"][:, 0].tolist() == list(range(u["x"][0, 0], u["x"][0, 0] + 10))
-               for u in out)
+    assert all(u["x"][:, 0].tolist() == list(range(u["x"][0, 0], u["x"][0, 0] + 10)) for u in out)
     assert [u["initial_state"][0][0, 0] for u in out] == [0.0, 4.0, 8.0, 12.0, 16.0, 20.0]
 
 

@@ -45,8 +45,7 @@ CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 #: ``python``) and libpython3.11 (upstream Python is built shared; Google Research Football's
 #: engine links libpython3.11.so.1.0).
 BASE_SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "libpython3.11",
-                 "ca-certificates")
+BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "libpython3.11", "ca-certificates")
 #: Host paths never bound read-only over the container's root: the kernel's and the runtime's
 #: own, and /tmp, an emptyDir in the pods.
 _NOT_READ_ONLY = {"proc", "sys", "dev", "run", "tmp", "var"}
@@ -77,9 +76,15 @@ class Store:
     # -- plumbing ------------------------------------------------------------------------------
 
     def _global(self, driver: str | None = None) -> list[str]:
-        return ["buildah", "--root", str(self.root / "storage"),
-                "--runroot", str(self.root / "run"), "--storage-driver",
-                driver or self.driver]
+        return [
+            "buildah",
+            "--root",
+            str(self.root / "storage"),
+            "--runroot",
+            str(self.root / "run"),
+            "--storage-driver",
+            driver or self.driver,
+        ]
 
     def env(self) -> dict[str, str]:
         """The environment buildah runs with: its cache mounts and temporary files under the
@@ -87,14 +92,22 @@ class Store:
         self.tmp.mkdir(parents=True, exist_ok=True)
         return {**os.environ, "TMPDIR": str(self.tmp), "BUILDAH_ISOLATION": "chroot"}
 
-    def buildah(self, *args: str, timeout: float = 600, driver: str | None = None,
-                check: bool = True) -> subprocess.CompletedProcess:
+    def buildah(
+        self, *args: str, timeout: float = 600, driver: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """Runs one buildah command on this store and returns it (output captured)."""
-        proc = subprocess.run(_nice([*self._global(driver), *args]), capture_output=True,
-                              text=True, timeout=timeout, env=self.env())
+        proc = subprocess.run(
+            _nice([*self._global(driver), *args]),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env(),
+        )
         if check and proc.returncode != 0:
-            raise BuildahError(f"buildah {' '.join(args)} exited {proc.returncode}:\n"
-                               f"{(proc.stdout + proc.stderr)[-4000:]}")
+            raise BuildahError(
+                f"buildah {' '.join(args)} exited {proc.returncode}:\n"
+                f"{(proc.stdout + proc.stderr)[-4000:]}"
+            )
         return proc
 
     def _driver(self) -> str:
@@ -140,26 +153,42 @@ class Store:
             tarball.parent.mkdir(parents=True, exist_ok=True)
             partial = tarball.with_suffix(".partial.tar")
             proc = subprocess.run(
-                _nice(["mmdebstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
-                       BASE_SUITE, str(partial)]),
-                capture_output=True, text=True, timeout=1200)
+                _nice(
+                    [
+                        "mmdebstrap",
+                        "--variant=minbase",
+                        "--include=" + ",".join(BASE_PACKAGES),
+                        BASE_SUITE,
+                        str(partial),
+                    ]
+                ),
+                capture_output=True,
+                text=True,
+                timeout=1200,
+            )
             if proc.returncode != 0:
-                raise BuildahError(f"mmdebstrap exited {proc.returncode}:\n"
-                                   f"{(proc.stdout + proc.stderr)[-4000:]}")
+                raise BuildahError(
+                    f"mmdebstrap exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}"
+                )
             partial.rename(tarball)
         name = self.buildah("from", "scratch").stdout.strip().splitlines()[-1]
         try:
             self.buildah("add", name, str(tarball), "/", timeout=900)
-            self.buildah("config", "--cmd", "python3", "--env",
-                         "LANG=C.UTF-8", name)
+            self.buildah("config", "--cmd", "python3", "--env", "LANG=C.UTF-8", name)
             self.buildah("commit", "--rm", name, image, timeout=900)
         except BaseException:
             self.buildah("rm", name, check=False)
             raise
         return image
 
-    def build(self, dockerfile: str, tag: str, build_args: Mapping[str, str] | None = None,
-              contexts: Mapping[str, str] | None = None, timeout: float = 3600) -> float:
+    def build(
+        self,
+        dockerfile: str,
+        tag: str,
+        build_args: Mapping[str, str] | None = None,
+        contexts: Mapping[str, str] | None = None,
+        timeout: float = 3600,
+    ) -> float:
         """Builds ``dockerfile`` (at the repository root, with the root as context) as ``tag``
         from the local base image; returns the seconds it took.
 
@@ -169,9 +198,20 @@ class Store:
         """
         base = self.ensure_base()
         args = {"PYTHON_IMAGE": base, **(build_args or {})}
-        argv = ["bud", "--layers", "--isolation", "chroot", "--network", "host",
-                "-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro", "-f", str(ROOT / dockerfile),
-                "-t", tag]
+        argv = [
+            "bud",
+            "--layers",
+            "--isolation",
+            "chroot",
+            "--network",
+            "host",
+            "-v",
+            f"{CA_BUNDLE}:{CA_BUNDLE}:ro",
+            "-f",
+            str(ROOT / dockerfile),
+            "-t",
+            tag,
+        ]
         for key, value in args.items():
             argv += ["--build-arg", f"{key}={value}"]
         for key, value in (contexts or {}).items():
@@ -180,11 +220,18 @@ class Store:
         log_path = self.log_dir / (tag.rsplit("/", 1)[-1].replace(":", "-") + ".log")
         start = time.monotonic()
         with open(log_path, "w") as log:
-            proc = subprocess.run(_nice([*self._global(), *argv, str(ROOT)]), stdout=log,
-                                  stderr=subprocess.STDOUT, timeout=timeout, env=self.env())
+            proc = subprocess.run(
+                _nice([*self._global(), *argv, str(ROOT)]),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                env=self.env(),
+            )
         if proc.returncode != 0:
-            raise BuildahError(f"building {dockerfile} as {tag} exited {proc.returncode} "
-                               f"(log: {log_path}):\n{log_path.read_text()[-6000:]}")
+            raise BuildahError(
+                f"building {dockerfile} as {tag} exited {proc.returncode} "
+                f"(log: {log_path}):\n{log_path.read_text()[-6000:]}"
+            )
         return time.monotonic() - start
 
     def config(self, image: str) -> dict:
@@ -195,8 +242,9 @@ class Store:
         return json.loads(out)["OCIv1"]["config"]
 
     @contextlib.contextmanager
-    def container(self, image: str, hosts: Mapping[str, str] | None = None
-                  ) -> Iterator["Container"]:
+    def container(
+        self, image: str, hosts: Mapping[str, str] | None = None
+    ) -> Iterator["Container"]:
         """A working container of ``image`` (removed on exit); ``hosts``: extra /etc/hosts
         entries, name -> address (a Service name for the actors, say)."""
         argv = ["from", "--pull=never"]
@@ -225,10 +273,15 @@ class Container:
         self.name = name
         self.mountpoint = mountpoint
 
-    def argv(self, command: Sequence[str], *, user: str = "1000:1000",
-             env: Mapping[str, str] | None = None,
-             volumes: Sequence[tuple[str | Path, str, bool]] = (),
-             read_only_root: bool = True) -> list[str]:
+    def argv(
+        self,
+        command: Sequence[str],
+        *,
+        user: str = "1000:1000",
+        env: Mapping[str, str] | None = None,
+        volumes: Sequence[tuple[str | Path, str, bool]] = (),
+        read_only_root: bool = True,
+    ) -> list[str]:
         """The ``buildah run`` command line for ``command``.
 
         Args:
@@ -239,8 +292,16 @@ class Container:
             the pods' ``readOnlyRootFilesystem`` does (buildah run has no such flag); /tmp and
             the volumes stay writable.
         """
-        argv = [*self.store._global(), "run", "--isolation", "chroot", "--network", "host",
-                "--user", user]
+        argv = [
+            *self.store._global(),
+            "run",
+            "--isolation",
+            "chroot",
+            "--network",
+            "host",
+            "--user",
+            user,
+        ]
         targets = []
         for _, path, _ in volumes:
             # Mount points are resolved inside the container's root, as runc does (buildah's
@@ -252,8 +313,12 @@ class Container:
         if read_only_root:
             for entry in sorted(self.mountpoint.iterdir()):
                 # A volume mounted at a top-level folder (/shared) replaces that folder.
-                if entry.is_dir() and not entry.is_symlink() and \
-                        entry.name not in _NOT_READ_ONLY and f"/{entry.name}" not in targets:
+                if (
+                    entry.is_dir()
+                    and not entry.is_symlink()
+                    and entry.name not in _NOT_READ_ONLY
+                    and f"/{entry.name}" not in targets
+                ):
                     argv += ["-v", f"{entry}:/{entry.name}:ro"]
         for (host, _, read_only), target in zip(volumes, targets):
             argv += ["-v", f"{host}:{target}" + (":ro" if read_only else "")]
@@ -284,18 +349,28 @@ class Container:
             current = candidate
         raise ValueError(f"too many symbolic links resolving {path} in {self.name}")
 
-    def run(self, command: Sequence[str], timeout: float = 600, **kwargs
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self, command: Sequence[str], timeout: float = 600, **kwargs
+    ) -> subprocess.CompletedProcess:
         """Runs ``command`` to its end; returns it with stdout and stderr captured."""
-        return subprocess.run(self.argv(command, **kwargs), capture_output=True, text=True,
-                              timeout=timeout, env=self.store.env())
+        return subprocess.run(
+            self.argv(command, **kwargs),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.store.env(),
+        )
 
     def popen(self, command: Sequence[str], log: Path, **kwargs) -> subprocess.Popen:
         """Starts ``command`` in the background, its output (both streams) into ``log``."""
         with open(log, "w") as out:
-            return subprocess.Popen(self.argv(command, **kwargs), stdout=out,
-                                    stderr=subprocess.STDOUT, env=self.store.env(),
-                                    start_new_session=True)
+            return subprocess.Popen(
+                self.argv(command, **kwargs),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.store.env(),
+                start_new_session=True,
+            )
 
 
 def scratch_dir(parent: Path, name: str, owner: int = 1000) -> Path:
@@ -309,8 +384,9 @@ class PodInitFailed(RuntimeError):
     """An init container of a :class:`Pod` exited non-zero: the pod's container never ran."""
 
     def __init__(self, name: str, run: subprocess.CompletedProcess):
-        super().__init__(f"init container {name} exited {run.returncode}:\n"
-                         f"{(run.stdout + run.stderr)[-3000:]}")
+        super().__init__(
+            f"init container {name} exited {run.returncode}:\n{(run.stdout + run.stderr)[-3000:]}"
+        )
         self.name = name
         self.run = run
 
@@ -341,11 +417,19 @@ class Pod:
         ``initContainers`` each need one).
     """
 
-    def __init__(self, store: Store, image: str, workload: Mapping, objects: Sequence[Mapping],
-                 workdir: Path, pod_name: str, hosts: Mapping[str, str] | None = None,
-                 secrets: Mapping[str, Mapping[str, bytes]] | None = None,
-                 extra_env: Mapping[str, str] | None = None,
-                 init_images: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        store: Store,
+        image: str,
+        workload: Mapping,
+        objects: Sequence[Mapping],
+        workdir: Path,
+        pod_name: str,
+        hosts: Mapping[str, str] | None = None,
+        secrets: Mapping[str, Mapping[str, bytes]] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        init_images: Mapping[str, str] | None = None,
+    ):
         self.store = store
         self.image = image
         self.pod_spec = workload["spec"]["template"]["spec"]
@@ -365,8 +449,10 @@ class Pod:
         self._stack = contextlib.ExitStack()
 
     def _user(self, container: Mapping | None = None) -> tuple[int, int]:
-        ctx = {**self.pod_spec.get("securityContext", {}),
-               **(container or self.spec_container).get("securityContext", {})}
+        ctx = {
+            **self.pod_spec.get("securityContext", {}),
+            **(container or self.spec_container).get("securityContext", {}),
+        }
         return int(ctx.get("runAsUser", 0)), int(ctx.get("runAsGroup", 0))
 
     def _runtime(self, container: Mapping) -> dict:
@@ -378,19 +464,18 @@ class Pod:
         for mount in container.get("volumeMounts", []):
             if mount["name"] not in self.volume_dirs:
                 self.volume_dirs[mount["name"]] = self._volume(volumes[mount["name"]], uid, gid)
-            mounts.append((self.volume_dirs[mount["name"]], mount["mountPath"],
-                           bool(mount.get("readOnly"))))
+            mounts.append(
+                (self.volume_dirs[mount["name"]], mount["mountPath"], bool(mount.get("readOnly")))
+            )
         env = {}
         for item in container.get("env", []):
             if "value" in item:
                 env[item["name"]] = item["value"]
-            elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == \
-                    "metadata.name":
+            elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
                 env[item["name"]] = self.pod_name
         env.update(self.extra_env)
         read_only = bool(container.get("securityContext", {}).get("readOnlyRootFilesystem"))
-        return {"user": f"{uid}:{gid}", "env": env, "volumes": mounts,
-                "read_only_root": read_only}
+        return {"user": f"{uid}:{gid}", "env": env, "volumes": mounts, "read_only_root": read_only}
 
     def _volume(self, volume: Mapping, uid: int, gid: int) -> Path:
         path = self.workdir / f"{self.pod_name}-{volume['name']}"
@@ -398,8 +483,11 @@ class Pod:
         files: Mapping[str, bytes] = {}
         if "configMap" in volume:
             name = volume["configMap"]["name"]
-            found = [o for o in self.objects
-                     if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]
+            found = [
+                o
+                for o in self.objects
+                if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name
+            ]
             assert found, f"no rendered ConfigMap {name}"
             files = {k: v.encode() for k, v in found[0].get("data", {}).items()}
         elif "secret" in volume:
@@ -422,8 +510,7 @@ class Pod:
     def __enter__(self) -> "Pod":
         for init in self.pod_spec.get("initContainers", []):
             if init["name"] not in self.init_images:
-                raise ValueError(f"init container {init['name']}: pass its image in "
-                                 f"init_images")
+                raise ValueError(f"init container {init['name']}: pass its image in init_images")
             command = [*init.get("command", []), *init.get("args", [])]
             with self.store.container(self.init_images[init["name"]], self.hosts) as container:
                 run = container.run(command, timeout=600, **self._runtime(init))
@@ -474,7 +561,7 @@ class Pod:
                 if os.getsid(int(entry.name)) != self.process.pid:
                     continue
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
-                if os.path.basename(argv[0]) == name and argv[1:1 + len(rest)] == rest:
+                if os.path.basename(argv[0]) == name and argv[1 : 1 + len(rest)] == rest:
                     pids.append(int(entry.name))
             except (OSError, ProcessLookupError):
                 continue

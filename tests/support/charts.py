@@ -30,33 +30,48 @@ CRD_FILE = OPERATOR_CHART / "crds" / "experiments.seedrl.dev.yaml"
 KUBE_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33")
 #: Kinds that come from CRDs, which kubernetes-validate has no schema for; each is checked
 #: its own way (the Experiment against our CRD's schema).
-CUSTOM_KINDS = {("seedrl.dev/v1alpha1", "Experiment"), ("monitoring.coreos.com/v1", "PodMonitor"),
-                ("monitoring.coreos.com/v1", "PrometheusRule")}
+CUSTOM_KINDS = {
+    ("seedrl.dev/v1alpha1", "Experiment"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 
 
 def helm_binary() -> str:
     """The helm binary's path; fails the test (never skips) when there is none."""
     path = os.environ.get("HELM") or str(ROOT / ".venv" / "bin" / "helm")
     if not os.access(path, os.X_OK):
-        pytest.fail(f"no helm binary at {path}: run `make helm` (or set HELM=/path/to/helm)",
-                    pytrace=False)
+        pytest.fail(
+            f"no helm binary at {path}: run `make helm` (or set HELM=/path/to/helm)", pytrace=False
+        )
     return path
 
 
 def run_helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Runs helm with ``args``; with check, a failure fails the test with helm's output."""
-    proc = subprocess.run([helm_binary(), *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "HELM_CACHE_HOME": "/tmp/seedrl-helm-cache",
-                               "HELM_CONFIG_HOME": "/tmp/seedrl-helm-config",
-                               "HELM_DATA_HOME": "/tmp/seedrl-helm-data"})
+    proc = subprocess.run(
+        [helm_binary(), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "HELM_CACHE_HOME": "/tmp/seedrl-helm-cache",
+            "HELM_CONFIG_HOME": "/tmp/seedrl-helm-config",
+            "HELM_DATA_HOME": "/tmp/seedrl-helm-data",
+        },
+    )
     if check and proc.returncode != 0:
-        pytest.fail(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}"
-                    f"{proc.stderr}", pytrace=False)
+        pytest.fail(
+            f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}",
+            pytrace=False,
+        )
     return proc
 
 
-def _value_args(values: Mapping[str, Any] | None, tmp_path: Path | None,
-                sets: Sequence[str]) -> list[str]:
+def _value_args(
+    values: Mapping[str, Any] | None, tmp_path: Path | None, sets: Sequence[str]
+) -> list[str]:
     args: list[str] = []
     if values is not None:
         if tmp_path is None:
@@ -69,16 +84,26 @@ def _value_args(values: Mapping[str, Any] | None, tmp_path: Path | None,
     return args
 
 
-def lint(chart: Path, values: Mapping[str, Any] | None = None, tmp_path: Path | None = None,
-         sets: Sequence[str] = ()) -> str:
+def lint(
+    chart: Path,
+    values: Mapping[str, Any] | None = None,
+    tmp_path: Path | None = None,
+    sets: Sequence[str] = (),
+) -> str:
     """``helm lint --strict`` of ``chart`` with the given values; returns its output."""
     return run_helm("lint", "--strict", str(chart), *_value_args(values, tmp_path, sets)).stdout
 
 
-def template(chart: Path, release: str = "test", namespace: str = "seedrl",
-             values: Mapping[str, Any] | None = None, tmp_path: Path | None = None,
-             sets: Sequence[str] = (), include_crds: bool = False,
-             check: bool = True) -> subprocess.CompletedProcess:
+def template(
+    chart: Path,
+    release: str = "test",
+    namespace: str = "seedrl",
+    values: Mapping[str, Any] | None = None,
+    tmp_path: Path | None = None,
+    sets: Sequence[str] = (),
+    include_crds: bool = False,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """``helm template`` of ``chart``; the completed process (stdout holds the manifests)."""
     args = ["template", release, str(chart), "--namespace", namespace]
     if include_crds:
@@ -110,9 +135,11 @@ def validate_builtin(manifest: Mapping[str, Any]) -> None:
             kubernetes_validate.validate(dict(manifest), version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             where = "/".join(str(p) for p in exc.path)
-            raise AssertionError(f"{manifest['kind']}/{manifest['metadata']['name']} is not "
-                                 f"valid for Kubernetes {version} at {where}: "
-                                 f"{exc.message}") from None
+            raise AssertionError(
+                f"{manifest['kind']}/{manifest['metadata']['name']} is not "
+                f"valid for Kubernetes {version} at {where}: "
+                f"{exc.message}"
+            ) from None
 
 
 def validate_all(manifests: Iterable[Mapping[str, Any]]) -> None:
@@ -130,11 +157,14 @@ def validate_all(manifests: Iterable[Mapping[str, Any]]) -> None:
 
 def validate_peering(manifest: Mapping[str, Any]) -> None:
     """Validates a kopf peering object against the CRD the operator chart installs for it."""
-    crds = {d["spec"]["names"]["kind"]: d for d in yaml.safe_load_all(
-        (OPERATOR_CHART / "crds" / "kopf-peerings.yaml").read_text())}
+    crds = {
+        d["spec"]["names"]["kind"]: d
+        for d in yaml.safe_load_all((OPERATOR_CHART / "crds" / "kopf-peerings.yaml").read_text())
+    }
     definition = crds[manifest["kind"]]
     assert (definition["spec"]["scope"] == "Namespaced") == bool(
-        manifest["metadata"].get("namespace")), manifest
+        manifest["metadata"].get("namespace")
+    ), manifest
     schema = definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     jsonschema.validate(manifest, schema)
 
@@ -159,9 +189,10 @@ def _experiment_validator() -> jsonschema.Draft202012Validator:
 def validate_experiment(manifest: Mapping[str, Any]) -> None:
     """Validates an Experiment against the CRD's openAPIV3Schema (what the API server checks),
     then parses it as the operator does (the rules a schema cannot state)."""
-    errors = sorted(_experiment_validator().iter_errors(dict(manifest)),
-                    key=lambda e: list(e.path))
+    errors = sorted(_experiment_validator().iter_errors(dict(manifest)), key=lambda e: list(e.path))
     if errors:
-        raise AssertionError("Experiment does not match the CRD schema:\n" + "\n".join(
-            f"  {'.'.join(str(p) for p in e.path)}: {e.message}" for e in errors))
+        raise AssertionError(
+            "Experiment does not match the CRD schema:\n"
+            + "\n".join(f"  {'.'.join(str(p) for p in e.path)}: {e.message}" for e in errors)
+        )
     config.parse_experiment(dict(manifest))

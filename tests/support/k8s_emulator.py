@@ -50,15 +50,25 @@ import kubernetes
 from kmock._internal import enums
 
 #: plural -> kind of the resources the tests touch (kmock guesses kinds badly).
-KINDS = {"experiments": "Experiment", "configmaps": "ConfigMap", "secrets": "Secret",
-         "services": "Service",
-         "networkpolicies": "NetworkPolicy", "jobs": "Job", "deployments": "Deployment",
-         "events": "Event", "namespaces": "Namespace", "pods": "Pod",
-         "persistentvolumeclaims": "PersistentVolumeClaim",
-         "poddisruptionbudgets": "PodDisruptionBudget", "workloads": "Workload"}
+KINDS = {
+    "experiments": "Experiment",
+    "configmaps": "ConfigMap",
+    "secrets": "Secret",
+    "services": "Service",
+    "networkpolicies": "NetworkPolicy",
+    "jobs": "Job",
+    "deployments": "Deployment",
+    "events": "Event",
+    "namespaces": "Namespace",
+    "pods": "Pod",
+    "persistentvolumeclaims": "PersistentVolumeClaim",
+    "poddisruptionbudgets": "PodDisruptionBudget",
+    "workloads": "Workload",
+}
 RESOURCES = {
-    "seedrl.dev/v1alpha1/experiments": dict(kind="Experiment", namespaced=True,
-                                            subresources={"status", "scale"}),
+    "seedrl.dev/v1alpha1/experiments": dict(
+        kind="Experiment", namespaced=True, subresources={"status", "scale"}
+    ),
     "v1/configmaps": dict(kind="ConfigMap", namespaced=True),
     "v1/secrets": dict(kind="Secret", namespaced=True),
     "v1/services": dict(kind="Service", namespaced=True),
@@ -67,12 +77,14 @@ RESOURCES = {
     "v1/namespaces": dict(kind="Namespace", namespaced=False),
     "networking.k8s.io/v1/networkpolicies": dict(kind="NetworkPolicy", namespaced=True),
     "batch/v1/jobs": dict(kind="Job", namespaced=True, subresources={"status"}),
-    "apps/v1/deployments": dict(kind="Deployment", namespaced=True,
-                                subresources={"status", "scale"}),
+    "apps/v1/deployments": dict(
+        kind="Deployment", namespaced=True, subresources={"status", "scale"}
+    ),
     "v1/persistentvolumeclaims": dict(kind="PersistentVolumeClaim", namespaced=True),
     "policy/v1/poddisruptionbudgets": dict(kind="PodDisruptionBudget", namespaced=True),
-    "kueue.x-k8s.io/v1beta1/workloads": dict(kind="Workload", namespaced=True,
-                                             subresources={"status"}),
+    "kueue.x-k8s.io/v1beta1/workloads": dict(
+        kind="Workload", namespaced=True, subresources={"status"}
+    ),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
@@ -98,16 +110,20 @@ class BridgedEmulator(kmock.KubernetesEmulator):
     async def _handle(self, request):  # kmock's hook
         # kmock keeps every request for assertions and scans them all to match each new one,
         # which grows quadratic over an operator's polling; keep only those in flight.
-        self._requests[:] = [r for r in self._requests
-                             if r is request or id(r) in self._inflight]
+        self._requests[:] = [r for r in self._requests if r is request or id(r) in self._inflight]
         changes: dict[str, Any] = {}
-        if (request.action == enums.action.LIST
-                and str(request.params.get("watch", "")).lower() in ("true", "1")):
+        if request.action == enums.action.LIST and str(request.params.get("watch", "")).lower() in (
+            "true",
+            "1",
+        ):
             changes["action"] = enums.action.WATCH
         content_type = request.headers.get("Content-Type", "")
-        if (request.action == enums.action.UPDATE and content_type.startswith(
-                "application/apply-patch") and request.subresource is None
-                and self._stored(request) is None):
+        if (
+            request.action == enums.action.UPDATE
+            and content_type.startswith("application/apply-patch")
+            and request.subresource is None
+            and self._stored(request) is None
+        ):
             changes["action"] = enums.action.CREATE
         action = changes.get("action", request.action)
         if action == enums.action.CREATE and isinstance(request.data, dict):
@@ -118,8 +134,10 @@ class BridgedEmulator(kmock.KubernetesEmulator):
             meta.setdefault("uid", str(uuid.uuid4()))
             meta["resourceVersion"] = str(next(self._versions))
             meta["generation"] = 1
-            meta.setdefault("creationTimestamp", datetime.datetime.now(
-                datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            meta.setdefault(
+                "creationTimestamp",
+                datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            )
             data["metadata"] = meta
             changes["data"] = data
         elif action == enums.action.UPDATE and isinstance(request.data, dict):
@@ -130,15 +148,25 @@ class BridgedEmulator(kmock.KubernetesEmulator):
                 data = {"spec": {"actors": {"replicas": replicas}}}
             meta = dict(data.get("metadata") or {})
             meta["resourceVersion"] = str(next(self._versions))
-            if (stored is not None and request.subresource != "status" and "spec" in data
-                    and _merged(stored.get("spec"), data["spec"]) != stored.get("spec")):
+            if (
+                stored is not None
+                and request.subresource != "status"
+                and "spec" in data
+                and _merged(stored.get("spec"), data["spec"]) != stored.get("spec")
+            ):
                 meta["generation"] = int(stored.get("metadata", {}).get("generation", 1)) + 1
             data["metadata"] = meta
             changes["data"] = data
         elif action == enums.action.UPDATE and isinstance(request.data, list):
             # A JSON patch (kopf's finalizer changes): applied atomically, version moves too.
-            changes["data"] = [*request.data, {"op": "add", "path": "/metadata/resourceVersion",
-                                               "value": str(next(self._versions))}]
+            changes["data"] = [
+                *request.data,
+                {
+                    "op": "add",
+                    "path": "/metadata/resourceVersion",
+                    "value": str(next(self._versions)),
+                },
+            ]
         if changes:
             # kmock matches reactions by the identity of the recorded request: swap it in place.
             new = attrs.evolve(request, **changes)
@@ -164,13 +192,16 @@ class BridgedEmulator(kmock.KubernetesEmulator):
         out = await super()._serve_list(request)
         selector = request.params.get("labelSelector")
         if selector:
-            out = {**out, "items": [obj for obj in out["items"]
-                                    if _selects(str(selector), obj)]}
+            out = {**out, "items": [obj for obj in out["items"] if _selects(str(selector), obj)]}
         kind = KINDS.get(request.resource.plural, "")
         group = request.resource.group
-        return {"kind": f"{kind}List",
-                "apiVersion": f"{group}/{request.resource.version}" if group else
-                request.resource.version, **out}
+        return {
+            "kind": f"{kind}List",
+            "apiVersion": f"{group}/{request.resource.version}"
+            if group
+            else request.resource.version,
+            **out,
+        }
 
     async def _serve_version(self, request):
         out = await super()._serve_version(request)
@@ -184,8 +215,9 @@ def _selects(selector: str, obj: Any) -> bool:
     labels = ((obj.get("metadata") or {}).get("labels") or {}) if isinstance(obj, dict) else {}
     for term in filter(None, (t.strip() for t in selector.split(","))):
         if " in " in term or " notin " in term or "(" in term:
-            raise kmock.KubernetesError(status=400, reason="BadRequest",
-                                        message=f"set-based selector not bridged: {term}")
+            raise kmock.KubernetesError(
+                status=400, reason="BadRequest", message=f"set-based selector not bridged: {term}"
+            )
         if "!=" in term:
             key, value = (p.strip() for p in term.split("!=", 1))
             if labels.get(key) == value:

@@ -24,13 +24,17 @@ CARTPOLE = EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2)
 def small_experiment(env=None, budget=None, network=None, **learner):
     """A small V-trace Experiment; ``env`` and ``budget`` are spec sections to set,
     ``network`` fields of spec.agent.network, the keyword arguments spec.learner fields."""
-    return parse_experiment({
-        "metadata": {"name": "test-exp"},
-        "spec": {"learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1,
-                             **learner},
-                 "agent": {"network": {"hiddenSizes": [8], **(network or {})}},
-                 **({"env": env} if env else {}), **({"budget": budget} if budget else {})},
-    })
+    return parse_experiment(
+        {
+            "metadata": {"name": "test-exp"},
+            "spec": {
+                "learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1, **learner},
+                "agent": {"network": {"hiddenSizes": [8], **(network or {})}},
+                **({"env": env} if env else {}),
+                **({"budget": budget} if budget else {}),
+            },
+        }
+    )
 
 
 class RunningLearner:
@@ -41,17 +45,20 @@ class RunningLearner:
         self.server = server
 
 
-def start_learner(address: str, credentials=None, env_spec: EnvSpec | None = CARTPOLE,
-                  experiment=None) -> RunningLearner:
+def start_learner(
+    address: str, credentials=None, env_spec: EnvSpec | None = CARTPOLE, experiment=None
+) -> RunningLearner:
     """Starts a learner for a small V-trace experiment (training on) on ``address``, with its
     agent built for ``env_spec`` before serving (None: the first hello decides)."""
-    runtime = LearnerRuntime(experiment or small_experiment(), build_agent, train=True,
-                             env_spec=env_spec)
+    runtime = LearnerRuntime(
+        experiment or small_experiment(), build_agent, train=True, env_spec=env_spec
+    )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     server, _ = asyncio.run_coroutine_threadsafe(
-        start_server(runtime, address, credentials), loop).result(30)
+        start_server(runtime, address, credentials), loop
+    ).result(30)
     running = RunningLearner(runtime, address, loop, server)
     running.thread = thread
     return running
@@ -80,7 +87,8 @@ class Stream:
         self.channel = grpc.insecure_channel(address)
         self._out = queue.Queue()
         self._replies = seedrl_pb2_grpc.LearnerStub(self.channel).Stream(
-            iter(self._out.get, None), timeout=60)
+            iter(self._out.get, None), timeout=60
+        )
 
     def send(self, msg):
         self._out.put(msg)
@@ -93,24 +101,42 @@ class Stream:
         self.channel.close()
 
 
-def hello(actor_id="a0", num_envs=2, spec=CARTPOLE, experiment="test-exp",
-          version=PROTOCOL_VERSION, actor_index=0):
-    return seedrl_pb2.ActorMessage(hello=seedrl_pb2.Hello(
-        protocol_version=version, experiment=experiment, actor_id=actor_id, num_envs=num_envs,
-        env_spec=spec.to_proto(), actor_index=actor_index))
+def hello(
+    actor_id="a0",
+    num_envs=2,
+    spec=CARTPOLE,
+    experiment="test-exp",
+    version=PROTOCOL_VERSION,
+    actor_index=0,
+):
+    return seedrl_pb2.ActorMessage(
+        hello=seedrl_pb2.Hello(
+            protocol_version=version,
+            experiment=experiment,
+            actor_id=actor_id,
+            num_envs=num_envs,
+            env_spec=spec.to_proto(),
+            actor_index=actor_index,
+        )
+    )
 
 
-def step(num_envs=2, obs=None, env_ids=None, rewards=None, episodes=(), terminated=None,
-         truncated=None):
+def step(
+    num_envs=2, obs=None, env_ids=None, rewards=None, episodes=(), terminated=None, truncated=None
+):
     obs = np.zeros((num_envs, 4), np.float32) if obs is None else obs
-    return seedrl_pb2.ActorMessage(step=seedrl_pb2.Step(
-        env_ids=list(range(num_envs)) if env_ids is None else env_ids,
-        observations=obs if isinstance(obs, seedrl_pb2.Tensor) else encode_array(obs),
-        rewards=[0.0] * num_envs if rewards is None else rewards,
-        terminated=[False] * num_envs if terminated is None else terminated,
-        truncated=[False] * num_envs if truncated is None else truncated,
-        episodes=[seedrl_pb2.Episode(env_id=e, episode_return=r, length=n)
-                  for e, r, n in episodes]))
+    return seedrl_pb2.ActorMessage(
+        step=seedrl_pb2.Step(
+            env_ids=list(range(num_envs)) if env_ids is None else env_ids,
+            observations=obs if isinstance(obs, seedrl_pb2.Tensor) else encode_array(obs),
+            rewards=[0.0] * num_envs if rewards is None else rewards,
+            terminated=[False] * num_envs if terminated is None else terminated,
+            truncated=[False] * num_envs if truncated is None else truncated,
+            episodes=[
+                seedrl_pb2.Episode(env_id=e, episode_return=r, length=n) for e, r, n in episodes
+            ],
+        )
+    )
 
 
 class RealActors:
@@ -118,8 +144,14 @@ class RealActors:
     :class:`EnvBatch` es, streaming from a background event loop, recording every episode
     return they report (the returns the learner may count, and no others)."""
 
-    def __init__(self, address: str, count: int = 2, num_envs: int = 4,
-                 experiment: str = "test-exp", prefix: str = "real"):
+    def __init__(
+        self,
+        address: str,
+        count: int = 2,
+        num_envs: int = 4,
+        experiment: str = "test-exp",
+        prefix: str = "real",
+    ):
         from seedrl.actors.client import ActorClient, Backoff
         from seedrl.actors.envs import EnvBatch
         from seedrl.common.config import EnvConfig
@@ -131,20 +163,29 @@ class RealActors:
         self.batches = []
         self.clients = []
         for i in range(count):
-            envs = EnvBatch(EnvConfig(id="CartPole-v1"), num_envs,
-                            list(range(i * num_envs, (i + 1) * num_envs)))
+            envs = EnvBatch(
+                EnvConfig(id="CartPole-v1"), num_envs, list(range(i * num_envs, (i + 1) * num_envs))
+            )
             envs.step = self._recording(envs.step)
             self.batches.append(envs)
-            self.clients.append(ActorClient(envs, experiment, f"{prefix}-{i}", address,
-                                            backoff=Backoff(0.05, 0.5), actor_index=i))
-        self.futures = [asyncio.run_coroutine_threadsafe(c.run(), self.loop)
-                        for c in self.clients]
+            self.clients.append(
+                ActorClient(
+                    envs,
+                    experiment,
+                    f"{prefix}-{i}",
+                    address,
+                    backoff=Backoff(0.05, 0.5),
+                    actor_index=i,
+                )
+            )
+        self.futures = [asyncio.run_coroutine_threadsafe(c.run(), self.loop) for c in self.clients]
 
     def _recording(self, step):
         def recorded(actions):
             out = step(actions)
             self.returns.extend(ret for _, ret, _ in out[4])
             return out
+
         return recorded
 
     @property

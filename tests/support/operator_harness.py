@@ -38,8 +38,10 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = ""
         if value:
             return value
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or predicate}"
-                         + (f" (last error: {last_error})" if last_error else ""))
+    raise AssertionError(
+        f"timed out after {timeout:.0f}s waiting for {what or predicate}"
+        + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 class LearnerStatusServer:
@@ -70,8 +72,9 @@ class LearnerStatusServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
-                                       name="learner-status")
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, daemon=True, name="learner-status"
+        )
 
     def url(self, namespace: str, name: str, _metrics_port: int) -> str:
         """Where the operator finds a learner's status (in place of its Service)."""
@@ -110,20 +113,31 @@ class OperatorHarness:
 
     def _run(self) -> None:
         config = operator.OperatorConfig(
-            api_client=self.cluster.api_client(), poll_seconds=self.poll_seconds,
-            status_url=self.learners.url, metrics=self.metrics,
-            connection=kopf.ConnectionInfo(server=self.cluster.url, insecure=True))
+            api_client=self.cluster.api_client(),
+            poll_seconds=self.poll_seconds,
+            status_url=self.learners.url,
+            metrics=self.metrics,
+            connection=kopf.ConnectionInfo(server=self.cluster.url, insecure=True),
+        )
         registry = operator.build_registry(config)
 
         @kopf.on.startup(registry=registry)
         def quick_exit(settings: kopf.OperatorSettings, **_: Any) -> None:
             # Handlers run the blocking client in threads; do not wait long for them at exit.
             settings.background.instant_exit_timeout = 0.1
+
         try:
             # Cluster-wide: watching named namespaces makes kopf list /api/v1/namespaces,
             # a path kmock 0.8 cannot parse.
-            asyncio.run(kopf.operator(registry=registry, standalone=True, clusterwide=True,
-                                      ready_flag=self._ready, stop_flag=self._stop))
+            asyncio.run(
+                kopf.operator(
+                    registry=registry,
+                    standalone=True,
+                    clusterwide=True,
+                    ready_flag=self._ready,
+                    stop_flag=self._stop,
+                )
+            )
         except BaseException as exc:  # noqa: BLE001 - reported to the test thread
             self._error = exc
             self._ready.set()

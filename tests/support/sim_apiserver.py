@@ -53,9 +53,17 @@ from aiohttp import web
 from seedrl.common.schema import to_json_schema
 from support.sim_protobuf import ProtobufError, decode_protobuf, pb_field, pb_string
 
-KUBE_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "gitCommit": "sim",
-                "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
-                "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"}
+KUBE_VERSION = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.0",
+    "gitCommit": "sim",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.24",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
 
 
 def now_rfc3339() -> str:
@@ -103,22 +111,33 @@ def _builtin() -> list[Resource]:
         R("", "v1", "secrets", "Secret", True),
         R("", "v1", "serviceaccounts", "ServiceAccount", True, (), ("sa",)),
         R("", "v1", "events", "Event", True, (), ("ev",)),
-        R("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("status",),
-          ("pvc",)),
+        R("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("status",), ("pvc",)),
         R("apps", "v1", "deployments", "Deployment", True, ("status", "scale"), ("deploy",)),
         R("apps", "v1", "replicasets", "ReplicaSet", True, ("status", "scale"), ("rs",)),
         R("batch", "v1", "jobs", "Job", True, ("status",)),
-        R("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, (),
-          ("netpol",)),
-        R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("status",),
-          ("pdb",)),
+        R("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, (), ("netpol",)),
+        R(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            True,
+            ("status",),
+            ("pdb",),
+        ),
         R("rbac.authorization.k8s.io", "v1", "roles", "Role"),
         R("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
         R("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
-        R("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
-          False),
-        R("apiextensions.k8s.io", "v1", "customresourcedefinitions",
-          "CustomResourceDefinition", False, ("status",), ("crd", "crds")),
+        R("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+        R(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            False,
+            ("status",),
+            ("crd", "crds"),
+        ),
         R("coordination.k8s.io", "v1", "leases", "Lease"),
     ]
 
@@ -131,19 +150,29 @@ class ApiError(Exception):
         self.code, self.reason, self.message = code, reason, message
 
     def status(self) -> dict:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": self.message, "reason": self.reason, "code": self.code}
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
 
 
 def _not_found(resource: Resource, name: str) -> ApiError:
-    return ApiError(404, "NotFound",
-                    f'{resource.plural}{"." + resource.group if resource.group else ""} '
-                    f'"{name}" not found')
+    return ApiError(
+        404,
+        "NotFound",
+        f'{resource.plural}{"." + resource.group if resource.group else ""} "{name}" not found',
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Patches
 # --------------------------------------------------------------------------------------------
+
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """JSON merge patch (RFC 7386)."""
@@ -172,9 +201,13 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
             out.pop(key, None)
         elif isinstance(value, dict):
             out[key] = strategic_merge_patch(out.get(key), value)
-        elif (isinstance(value, list) and isinstance(out.get(key), list) and value
-              and all(isinstance(v, dict) and "name" in v for v in value)
-              and all(isinstance(v, dict) and "name" in v for v in out[key])):
+        elif (
+            isinstance(value, list)
+            and isinstance(out.get(key), list)
+            and value
+            and all(isinstance(v, dict) and "name" in v for v in value)
+            and all(isinstance(v, dict) and "name" in v for v in out[key])
+        ):
             merged = {v["name"]: v for v in out[key]}
             for item in value:
                 merged[item["name"]] = strategic_merge_patch(merged.get(item["name"]), item)
@@ -207,6 +240,7 @@ def _remove_path(obj: dict, path: tuple) -> None:
 # --------------------------------------------------------------------------------------------
 # Selectors
 # --------------------------------------------------------------------------------------------
+
 
 def _label_requirements(selector: str) -> list[tuple[str, str, set[str]]]:
     out = []
@@ -269,12 +303,16 @@ def selector_matches(selector: dict | None, labels: dict[str, str]) -> bool:
     return True
 
 
-_FIELDS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace"),
-           "spec.nodeName": ("spec", "nodeName"), "status.phase": ("status", "phase"),
-           "involvedObject.name": ("involvedObject", "name"),
-           "involvedObject.kind": ("involvedObject", "kind"),
-           "involvedObject.uid": ("involvedObject", "uid"),
-           "involvedObject.namespace": ("involvedObject", "namespace")}
+_FIELDS = {
+    "metadata.name": ("metadata", "name"),
+    "metadata.namespace": ("metadata", "namespace"),
+    "spec.nodeName": ("spec", "nodeName"),
+    "status.phase": ("status", "phase"),
+    "involvedObject.name": ("involvedObject", "name"),
+    "involvedObject.kind": ("involvedObject", "kind"),
+    "involvedObject.uid": ("involvedObject", "uid"),
+    "involvedObject.namespace": ("involvedObject", "namespace"),
+}
 
 
 def fields_match(selector: str | None, obj: dict) -> bool:
@@ -284,7 +322,7 @@ def fields_match(selector: str | None, obj: dict) -> bool:
         key, value = re.split("!=|==?", term, maxsplit=1)
         path = _FIELDS.get(key.strip())
         if path is None:
-            raise ApiError(400, "BadRequest", f'field label not supported: {key.strip()}')
+            raise ApiError(400, "BadRequest", f"field label not supported: {key.strip()}")
         have: Any = obj
         for part in path:
             have = (have or {}).get(part) if isinstance(have, dict) else None
@@ -296,6 +334,7 @@ def fields_match(selector: str | None, obj: dict) -> bool:
 # --------------------------------------------------------------------------------------------
 # The store
 # --------------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Event:
@@ -330,8 +369,11 @@ class Store:
     def resource(self, group: str, version: str, plural: str) -> Resource:
         key = f"{group}/{version}/{plural}" if group else f"{version}/{plural}"
         if key not in self.resources:
-            raise ApiError(404, "NotFound", f"the server could not find the requested "
-                                            f"resource ({plural}.{group or 'core'})")
+            raise ApiError(
+                404,
+                "NotFound",
+                f"the server could not find the requested resource ({plural}.{group or 'core'})",
+            )
         return self.resources[key]
 
     def by_kind(self, api_version: str, kind: str) -> Resource:
@@ -347,10 +389,17 @@ class Store:
             if not version.get("served", True):
                 continue
             subs = tuple(version.get("subresources") or {})
-            r = Resource(spec["group"], version["name"], names["plural"], names["kind"],
-                         spec.get("scope", "Namespaced") == "Namespaced", subs,
-                         tuple(names.get("shortNames") or ()), version,
-                         tuple(names.get("categories") or ()))
+            r = Resource(
+                spec["group"],
+                version["name"],
+                names["plural"],
+                names["kind"],
+                spec.get("scope", "Namespaced") == "Namespaced",
+                subs,
+                tuple(names.get("shortNames") or ()),
+                version,
+                tuple(names.get("categories") or ()),
+            )
             self.resources[r.key] = r
 
     def unregister_crd(self, crd: dict) -> None:
@@ -368,8 +417,11 @@ class Store:
         return self.objects.get((resource.key, namespace if resource.namespaced else "", name))
 
     def list(self, resource: Resource, namespace: str | None = None) -> list[dict]:
-        return [o for (key, ns, _), o in sorted(self.objects.items())
-                if key == resource.key and (namespace is None or ns == namespace)]
+        return [
+            o
+            for (key, ns, _), o in sorted(self.objects.items())
+            if key == resource.key and (namespace is None or ns == namespace)
+        ]
 
     def next_rv(self) -> str:
         self.rv = next(self._rv)
@@ -379,16 +431,14 @@ class Store:
         """Stores ``obj`` (its metadata already complete but resourceVersion) and tells."""
         meta = obj["metadata"]
         meta["resourceVersion"] = self.next_rv()
-        key = (resource.key, meta.get("namespace", "") if resource.namespaced else "",
-               meta["name"])
+        key = (resource.key, meta.get("namespace", "") if resource.namespaced else "", meta["name"])
         self.objects[key] = obj
         self._emit(event, resource, obj)
         return obj
 
     def remove(self, resource: Resource, obj: dict) -> None:
         meta = obj["metadata"]
-        key = (resource.key, meta.get("namespace", "") if resource.namespaced else "",
-               meta["name"])
+        key = (resource.key, meta.get("namespace", "") if resource.namespaced else "", meta["name"])
         if self.objects.pop(key, None) is not None:
             obj = copy.deepcopy(obj)
             obj["metadata"]["resourceVersion"] = self.next_rv()
@@ -420,12 +470,16 @@ class _Yaml12Loader(yaml.SafeLoader):
 
 _Yaml12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                 |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                 |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                 |[-+]?\.(?:inf|Inf|INF)
-                |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def load_yaml(raw: bytes | str) -> Any:
@@ -466,10 +520,15 @@ class ApiServer:
         if parts[:1] == ["openapi"]:
             return self._openapi(parts[1:], request)
         if parts == ["api"]:
-            return web.json_response({"kind": "APIVersions", "versions": ["v1"],
-                                      "serverAddressByClientCIDRs": [
-                                          {"clientCIDR": "0.0.0.0/0",
-                                           "serverAddress": request.host}]})
+            return web.json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}
+                    ],
+                }
+            )
         if parts == ["apis"]:
             return web.json_response(self._group_list())
         if parts[:1] == ["api"] and len(parts) == 2:
@@ -477,10 +536,8 @@ class ApiServer:
         if parts[:1] == ["apis"] and len(parts) == 2:
             groups = {g["name"]: g for g in self._group_list()["groups"]}
             if parts[1] not in groups:
-                raise ApiError(404, "NotFound", "the server could not find the requested "
-                                                "resource")
-            return web.json_response({"kind": "APIGroup", "apiVersion": "v1",
-                                      **groups[parts[1]]})
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return web.json_response({"kind": "APIGroup", "apiVersion": "v1", **groups[parts[1]]})
         if parts[:1] == ["apis"] and len(parts) == 3:
             return web.json_response(self._resource_list(parts[1], parts[2]))
         if parts[:1] == ["api"]:
@@ -510,8 +567,7 @@ class ApiServer:
                 return self._list_response(request, resource, namespace)
             if method == "POST":
                 body = await self._body(request)
-                return web.json_response(self.create(resource, ns, body, request.query),
-                                         status=201)
+                return web.json_response(self.create(resource, ns, body, request.query), status=201)
             raise ApiError(405, "MethodNotAllowed", f"{method} on a collection")
         if sub == "scale":
             return web.json_response(await self._scale(request, resource, ns, name))
@@ -532,8 +588,9 @@ class ApiServer:
             return web.json_response(self.update(resource, ns, name, body, sub, request.query))
         if method == "PATCH":
             body = await request.read()
-            return web.json_response(self.patch(resource, ns, name, body,
-                                                request.content_type, sub, request.query))
+            return web.json_response(
+                self.patch(resource, ns, name, body, request.content_type, sub, request.query)
+            )
         if method == "DELETE":
             raw = await request.read()
             if request.content_type == "application/vnd.kubernetes.protobuf" and raw:
@@ -564,11 +621,18 @@ class ApiServer:
                 versions = groups.setdefault(r.group, [])
                 if r.version not in versions:
                     versions.append(r.version)
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v}
-                                     for v in vs],
-             "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
-            for g, vs in sorted(groups.items())]}
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": g,
+                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                    "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                }
+                for g, vs in sorted(groups.items())
+            ],
+        }
 
     def _resource_list(self, group: str, version: str) -> dict:
         gv = f"{group}/{version}" if group else version
@@ -576,29 +640,52 @@ class ApiServer:
         for r in self.store.resources.values():
             if r.group_version != gv:
                 continue
-            verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update",
-                     "watch"]
-            items.append({"name": r.plural, "singularName": r.singular,
-                          "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs,
-                          **({"shortNames": list(r.short_names)} if r.short_names else {}),
-                          **({"categories": list(r.categories)} if r.categories else {})})
+            verbs = [
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch",
+            ]
+            items.append(
+                {
+                    "name": r.plural,
+                    "singularName": r.singular,
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": verbs,
+                    **({"shortNames": list(r.short_names)} if r.short_names else {}),
+                    **({"categories": list(r.categories)} if r.categories else {}),
+                }
+            )
             for sub in r.subresources:
-                entry = {"name": f"{r.plural}/{sub}", "singularName": "",
-                         "namespaced": r.namespaced, "kind": r.kind,
-                         "verbs": ["get", "patch", "update"]}
+                entry = {
+                    "name": f"{r.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
                 if sub == "scale":
                     entry.update(kind="Scale", group="autoscaling", version="v1")
                 elif sub == "eviction":
-                    entry.update(kind="Eviction", group="policy", version="v1",
-                                 verbs=["create"])
+                    entry.update(kind="Eviction", group="policy", version="v1", verbs=["create"])
                 elif sub == "log":
                     entry.update(verbs=["get"])
                 items.append(entry)
         if not items:
-            raise ApiError(404, "NotFound", f"the server could not find the requested "
-                                            f"resource ({gv})")
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-                "resources": items}
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({gv})"
+            )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": gv,
+            "resources": items,
+        }
 
     def _openapi(self, parts: list[str], request: web.Request) -> web.StreamResponse:
         if parts == ["v3"]:
@@ -615,19 +702,28 @@ class ApiServer:
                 if r.group_version != gv:
                     continue
                 gvk = {"group": r.group, "version": r.version, "kind": r.kind}
-                params = [{"name": "fieldValidation", "in": "query",
-                           "schema": {"type": "string"}},
-                          {"name": "dryRun", "in": "query", "schema": {"type": "string"}}]
+                params = [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                    {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
+                ]
                 base = f"/{'apis/' + gv if r.group else 'api/' + gv}"
-                item = f"{base}/namespaces/{{namespace}}/{r.plural}/{{name}}" if r.namespaced \
+                item = (
+                    f"{base}/namespaces/{{namespace}}/{r.plural}/{{name}}"
+                    if r.namespaced
                     else f"{base}/{r.plural}/{{name}}"
-                ops[item] = {"patch": {"x-kubernetes-group-version-kind": gvk,
-                                       "parameters": params},
-                             "put": {"x-kubernetes-group-version-kind": gvk,
-                                     "parameters": params}}
-            return web.json_response({"openapi": "3.0.0", "info": {"title": "sim",
-                                                                    "version": "v1"},
-                                      "paths": ops, "components": {"schemas": {}}})
+                )
+                ops[item] = {
+                    "patch": {"x-kubernetes-group-version-kind": gvk, "parameters": params},
+                    "put": {"x-kubernetes-group-version-kind": gvk, "parameters": params},
+                }
+            return web.json_response(
+                {
+                    "openapi": "3.0.0",
+                    "info": {"title": "sim", "version": "v1"},
+                    "paths": ops,
+                    "components": {"schemas": {}},
+                }
+            )
         if parts == ["v2"]:
             # A minimal OpenAPI v2 document in the protobuf encoding clients ask for (gnostic's
             # openapi_v2.Document: swagger = 1, info = 2 with title = 1, version = 2). It
@@ -635,65 +731,109 @@ class ApiServer:
             # server validates (fieldValidation, custom resources' schemas).
             info = pb_string(1, "sim") + pb_string(2, "v1")
             document = pb_string(1, "2.0") + pb_field(2, info)
-            return web.Response(body=document, content_type=(
-                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"))
+            return web.Response(
+                body=document,
+                content_type=("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"),
+            )
         raise ApiError(404, "NotFound", "no such OpenAPI document")
 
     # -- reads ------------------------------------------------------------------------
 
-    def _selected(self, request: web.Request, resource: Resource,
-                  namespace: str | None) -> list[dict]:
+    def _selected(
+        self, request: web.Request, resource: Resource, namespace: str | None
+    ) -> list[dict]:
         labels = request.query.get("labelSelector")
         fields = request.query.get("fieldSelector")
-        return [o for o in self.store.list(resource, namespace)
-                if labels_match(labels, (o["metadata"].get("labels") or {}))
-                and fields_match(fields, o)]
+        return [
+            o
+            for o in self.store.list(resource, namespace)
+            if labels_match(labels, (o["metadata"].get("labels") or {})) and fields_match(fields, o)
+        ]
 
-    def _list_response(self, request: web.Request, resource: Resource,
-                       namespace: str | None) -> web.Response:
+    def _list_response(
+        self, request: web.Request, resource: Resource, namespace: str | None
+    ) -> web.Response:
         items = self._selected(request, resource, namespace)
         if "as=Table" in request.headers.get("Accept", ""):
             return web.json_response(self._table(resource, items))
-        return web.json_response({"kind": f"{resource.kind}List",
-                                  "apiVersion": resource.group_version,
-                                  "metadata": {"resourceVersion": str(self.store.rv)},
-                                  "items": items})
+        return web.json_response(
+            {
+                "kind": f"{resource.kind}List",
+                "apiVersion": resource.group_version,
+                "metadata": {"resourceVersion": str(self.store.rv)},
+                "items": items,
+            }
+        )
 
     def _table(self, resource: Resource, items: list[dict]) -> dict:
-        columns = [{"name": "Name", "type": "string", "format": "name",
-                    "description": "Name", "priority": 0}]
+        columns = [
+            {
+                "name": "Name",
+                "type": "string",
+                "format": "name",
+                "description": "Name",
+                "priority": 0,
+            }
+        ]
         getters: list[Callable[[dict], Any]] = [lambda o: o["metadata"]["name"]]
         printer = (resource.crd_version or {}).get("additionalPrinterColumns")
         if printer:
             for col in printer:
-                columns.append({"name": col["name"], "type": col["type"],
-                                "format": col.get("format", ""),
-                                "description": col.get("description", ""),
-                                "priority": col.get("priority", 0)})
+                columns.append(
+                    {
+                        "name": col["name"],
+                        "type": col["type"],
+                        "format": col.get("format", ""),
+                        "description": col.get("description", ""),
+                        "priority": col.get("priority", 0),
+                    }
+                )
                 getters.append(lambda o, p=col["jsonPath"], t=col["type"]: _cell(o, p, t))
         else:
             if resource.kind == "Pod":
-                for name, get in (("Ready", _pod_ready), ("Status", _pod_status),
-                                  ("Restarts", _pod_restarts), ("Node", lambda o: (
-                                      o.get("spec") or {}).get("nodeName") or "<none>")):
-                    columns.append({"name": name, "type": "string", "format": "",
-                                    "description": name, "priority": 0})
+                for name, get in (
+                    ("Ready", _pod_ready),
+                    ("Status", _pod_status),
+                    ("Restarts", _pod_restarts),
+                    ("Node", lambda o: (o.get("spec") or {}).get("nodeName") or "<none>"),
+                ):
+                    columns.append(
+                        {
+                            "name": name,
+                            "type": "string",
+                            "format": "",
+                            "description": name,
+                            "priority": 0,
+                        }
+                    )
                     getters.append(get)
-            columns.append({"name": "Age", "type": "date", "format": "",
-                            "description": "Age", "priority": 0})
+            columns.append(
+                {"name": "Age", "type": "date", "format": "", "description": "Age", "priority": 0}
+            )
             getters.append(lambda o: _age(o["metadata"].get("creationTimestamp")))
         rows = []
         for o in items:
-            rows.append({"cells": [get(o) for get in getters],
-                         "object": {"kind": "PartialObjectMetadata",
-                                    "apiVersion": "meta.k8s.io/v1",
-                                    "metadata": o["metadata"]}})
-        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-                "metadata": {"resourceVersion": str(self.store.rv)},
-                "columnDefinitions": columns, "rows": rows}
+            rows.append(
+                {
+                    "cells": [get(o) for get in getters],
+                    "object": {
+                        "kind": "PartialObjectMetadata",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": o["metadata"],
+                    },
+                }
+            )
+        return {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": str(self.store.rv)},
+            "columnDefinitions": columns,
+            "rows": rows,
+        }
 
-    async def _watch(self, request: web.Request, resource: Resource,
-                     namespace: str | None) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, resource: Resource, namespace: str | None
+    ) -> web.StreamResponse:
         labels = request.query.get("labelSelector")
         fields = request.query.get("fieldSelector")
         since = request.query.get("resourceVersion") or "0"
@@ -709,8 +849,9 @@ class ApiServer:
             meta = event.obj["metadata"]
             if namespace is not None and meta.get("namespace") != namespace:
                 return False
-            return (labels_match(labels, meta.get("labels") or {})
-                    and fields_match(fields, event.obj))
+            return labels_match(labels, meta.get("labels") or {}) and fields_match(
+                fields, event.obj
+            )
 
         async def send(type_: str, obj: dict) -> None:
             await response.write(json.dumps({"type": type_, "object": obj}).encode() + b"\n")
@@ -721,10 +862,14 @@ class ApiServer:
                     await send("ADDED", obj)
             else:
                 start = int(since)
-                if self.store.log and self.store.log[0].rv > start + 1 and \
-                        start < self.store.log[0].rv - 1:
-                    await send("ERROR", ApiError(410, "Expired", "too old resource version")
-                               .status())
+                if (
+                    self.store.log
+                    and self.store.log[0].rv > start + 1
+                    and start < self.store.log[0].rv - 1
+                ):
+                    await send(
+                        "ERROR", ApiError(410, "Expired", "too old resource version").status()
+                    )
                     return response
                 for event in list(self.store.log):
                     if event.rv > start and wanted(event):
@@ -738,10 +883,14 @@ class ApiServer:
                     event = await asyncio.wait_for(queue.get(), min(left, 30))
                 except asyncio.TimeoutError:
                     if request.query.get("allowWatchBookmarks") in ("true", "1"):
-                        await send("BOOKMARK", {"kind": resource.kind,
-                                                "apiVersion": resource.group_version,
-                                                "metadata": {"resourceVersion":
-                                                             str(self.store.rv)}})
+                        await send(
+                            "BOOKMARK",
+                            {
+                                "kind": resource.kind,
+                                "apiVersion": resource.group_version,
+                                "metadata": {"resourceVersion": str(self.store.rv)},
+                            },
+                        )
                     continue
                 if wanted(event):
                     await send(event.type, event.obj)
@@ -769,22 +918,30 @@ class ApiServer:
 
     def _validate(self, resource: Resource, obj: dict, strict: bool) -> None:
         if obj.get("kind") not in (None, resource.kind):
-            raise ApiError(400, "BadRequest", f"kind {obj.get('kind')} does not match "
-                                              f"{resource.kind}")
+            raise ApiError(
+                400, "BadRequest", f"kind {obj.get('kind')} does not match {resource.kind}"
+            )
         version = resource.crd_version
         if version and (version.get("schema") or {}).get("openAPIV3Schema"):
             schema = to_json_schema(version["schema"]["openAPIV3Schema"], closed=strict)
             # apiVersion, kind and metadata are every object's, whatever its schema says.
             body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
-            errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(body),
-                            key=lambda e: list(e.absolute_path))
+            errors = sorted(
+                jsonschema.Draft202012Validator(schema).iter_errors(body),
+                key=lambda e: list(e.absolute_path),
+            )
             if errors:
                 causes = "; ".join(
                     f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
-                    for e in errors[:10])
-                raise ApiError(422, "Invalid", f'{resource.kind}.{resource.group} '
-                                               f'"{obj["metadata"].get("name")}" is invalid: '
-                                               f'{causes}')
+                    for e in errors[:10]
+                )
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f"{resource.kind}.{resource.group} "
+                    f'"{obj["metadata"].get("name")}" is invalid: '
+                    f"{causes}",
+                )
 
     def create(self, resource: Resource, namespace: str, body: dict, query=None) -> dict:
         """Creates an object (POST)."""
@@ -794,12 +951,16 @@ class ApiServer:
         if not meta.get("name"):
             if not meta.get("generateName"):
                 raise ApiError(422, "Invalid", "metadata.name: Required value")
-            meta["name"] = meta["generateName"] + "".join(random.choice(_NAME_CHARS)
-                                                          for _ in range(5))
+            meta["name"] = meta["generateName"] + "".join(
+                random.choice(_NAME_CHARS) for _ in range(5)
+            )
         if resource.namespaced:
             if meta.get("namespace") not in (None, "", namespace):
-                raise ApiError(400, "BadRequest", "the namespace of the object does not "
-                                                  "match the namespace of the request")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the object does not match the namespace of the request",
+                )
             meta["namespace"] = namespace
             ns_res = self.store.resource("", "v1", "namespaces")
             if self.store.get(ns_res, "", namespace) is None:
@@ -807,8 +968,9 @@ class ApiServer:
         else:
             meta.pop("namespace", None)
         if self.store.get(resource, namespace, meta["name"]) is not None:
-            raise ApiError(409, "AlreadyExists",
-                           f'{resource.plural} "{meta["name"]}" already exists')
+            raise ApiError(
+                409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists'
+            )
         obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
         self._validate(resource, obj, query.get("fieldValidation") == "Strict")
         meta["uid"] = str(uuid.uuid4())
@@ -827,8 +989,9 @@ class ApiServer:
         if resource.kind == "Service":
             spec = obj.setdefault("spec", {})
             if spec.get("clusterIP") != "None":
-                spec.setdefault("clusterIP", f"10.96.{random.randint(0, 255)}."
-                                             f"{random.randint(1, 254)}")
+                spec.setdefault(
+                    "clusterIP", f"10.96.{random.randint(0, 255)}.{random.randint(1, 254)}"
+                )
         if resource.kind == "Pod":
             obj.setdefault("status", {}).setdefault("phase", "Pending")
             spec = obj.setdefault("spec", {})
@@ -836,13 +999,27 @@ class ApiServer:
             spec.setdefault("terminationGracePeriodSeconds", 30)
         if resource.kind == "CustomResourceDefinition":
             names = obj["spec"]["names"]
-            obj["status"] = {"acceptedNames": names, "storedVersions": [
-                v["name"] for v in obj["spec"]["versions"] if v.get("storage")],
-                "conditions": [{"type": t, "status": "True", "reason": r, "message": m,
-                                "lastTransitionTime": now_rfc3339()} for t, r, m in (
-                    ("NamesAccepted", "NoConflicts", "no conflicts found"),
-                    ("Established", "InitialNamesAccepted", "the initial names have been "
-                                                            "accepted"))]}
+            obj["status"] = {
+                "acceptedNames": names,
+                "storedVersions": [v["name"] for v in obj["spec"]["versions"] if v.get("storage")],
+                "conditions": [
+                    {
+                        "type": t,
+                        "status": "True",
+                        "reason": r,
+                        "message": m,
+                        "lastTransitionTime": now_rfc3339(),
+                    }
+                    for t, r, m in (
+                        ("NamesAccepted", "NoConflicts", "no conflicts found"),
+                        (
+                            "Established",
+                            "InitialNamesAccepted",
+                            "the initial names have been accepted",
+                        ),
+                    )
+                ],
+            }
         if resource.kind == "Namespace":
             obj.setdefault("status", {})["phase"] = "Active"
         if resource.kind == "PersistentVolumeClaim":
@@ -858,8 +1035,9 @@ class ApiServer:
             raise _not_found(resource, name)
         return old
 
-    def _commit(self, resource: Resource, old: dict, new: dict, sub: str | None,
-                query=None) -> dict:
+    def _commit(
+        self, resource: Resource, old: dict, new: dict, sub: str | None, query=None
+    ) -> dict:
         """Stores a new version of ``old``: only status through /status, never status
         otherwise (when the resource has the subresource); generation follows spec."""
         query = query or {}
@@ -882,8 +1060,7 @@ class ApiServer:
         if old["metadata"].get("deletionTimestamp"):
             meta["deletionTimestamp"] = old["metadata"]["deletionTimestamp"]
             if "deletionGracePeriodSeconds" in old["metadata"]:
-                meta["deletionGracePeriodSeconds"] = old["metadata"][
-                    "deletionGracePeriodSeconds"]
+                meta["deletionGracePeriodSeconds"] = old["metadata"]["deletionGracePeriodSeconds"]
         new["apiVersion"], new["kind"] = resource.group_version, resource.kind
         spec_like = {k: v for k, v in new.items() if k not in ("metadata", "status")}
         old_like = {k: v for k, v in old.items() if k not in ("metadata", "status")}
@@ -894,8 +1071,11 @@ class ApiServer:
             return old
         if query.get("dryRun"):
             return new
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and \
-                not self._held_by_kubelet(resource, new):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not self._held_by_kubelet(resource, new)
+        ):
             self.store.remove(resource, new)
             self._collect_garbage()
             return new
@@ -906,20 +1086,39 @@ class ApiServer:
     def _held_by_kubelet(self, resource: Resource, obj: dict) -> bool:
         return resource.kind == "Pod" and self.pod_has_kubelet(obj)
 
-    def update(self, resource: Resource, namespace: str, name: str, body: dict,
-               sub: str | None = None, query=None) -> dict:
+    def update(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: dict,
+        sub: str | None = None,
+        query=None,
+    ) -> dict:
         """Replaces an object (PUT), with its resourceVersion as a precondition."""
         old = self._old_or_404(resource, namespace, name)
         rv = (body.get("metadata") or {}).get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource.plural} '
-                                            f'"{name}": the object has been modified; please '
-                                            f'apply your changes to the latest version and '
-                                            f'try again')
+            raise ApiError(
+                409,
+                "Conflict",
+                f"Operation cannot be fulfilled on {resource.plural} "
+                f'"{name}": the object has been modified; please '
+                f"apply your changes to the latest version and "
+                f"try again",
+            )
         return self._commit(resource, old, body, sub, query)
 
-    def patch(self, resource: Resource, namespace: str, name: str, raw: bytes,
-              content_type: str, sub: str | None = None, query=None) -> dict:
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        raw: bytes,
+        content_type: str,
+        sub: str | None = None,
+        query=None,
+    ) -> dict:
         """Patches an object (PATCH) by content type."""
         query = query or {}
         old = self.store.get(resource, namespace, name)
@@ -935,8 +1134,9 @@ class ApiServer:
                 if sub:
                     raise _not_found(resource, name)
                 obj = self.create(resource, namespace, applied, query)
-                self.store.applied[(resource.key, namespace if resource.namespaced else "",
-                                    name, manager)] = _paths(_content(applied))
+                self.store.applied[
+                    (resource.key, namespace if resource.namespaced else "", name, manager)
+                ] = _paths(_content(applied))
                 return obj
             key = (resource.key, namespace if resource.namespaced else "", name, manager)
             before = self.store.applied.get(key, set())
@@ -964,19 +1164,24 @@ class ApiServer:
             new = strategic_merge_patch(old, patch)
         else:
             new = merge_patch(old, patch)
-        rv = ((patch.get("metadata") or {}).get("resourceVersion")
-              if isinstance(patch, dict) else None)
+        rv = (
+            (patch.get("metadata") or {}).get("resourceVersion")
+            if isinstance(patch, dict)
+            else None
+        )
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", "the object has been modified")
         return self._commit(resource, old, new, sub, query)
 
-    def delete(self, resource: Resource, namespace: str, name: str, options: dict,
-               query=None) -> dict:
+    def delete(
+        self, resource: Resource, namespace: str, name: str, options: dict, query=None
+    ) -> dict:
         """Deletes an object (DELETE): finalizers, graceful pod deletion, propagation."""
         query = query or {}
         old = self._old_or_404(resource, namespace, name)
-        policy = options.get("propagationPolicy") or query.get("propagationPolicy") or (
-            "Background")
+        policy = (
+            options.get("propagationPolicy") or query.get("propagationPolicy") or ("Background")
+        )
         grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
         if grace is not None and int(grace) < 0:
             grace = None  # negative: the object's own default (kubectl's -1)
@@ -987,11 +1192,17 @@ class ApiServer:
         if policy == "Orphan":
             self._orphan(meta["uid"])
         finalizers = list(meta.get("finalizers") or [])
-        if policy == "Foreground" and self._dependents(meta["uid"]) and \
-                "foregroundDeletion" not in finalizers:
+        if (
+            policy == "Foreground"
+            and self._dependents(meta["uid"])
+            and "foregroundDeletion" not in finalizers
+        ):
             finalizers.append("foregroundDeletion")
-        graceful = (resource.kind == "Pod" and self.pod_has_kubelet(obj)
-                    and (grace is None or int(grace) > 0))
+        graceful = (
+            resource.kind == "Pod"
+            and self.pod_has_kubelet(obj)
+            and (grace is None or int(grace) > 0)
+        )
         if resource.kind == "Pod" and grace is not None and int(grace) == 0:
             graceful = False
         if finalizers or graceful:
@@ -999,14 +1210,14 @@ class ApiServer:
                 meta["deletionTimestamp"] = now_rfc3339()
                 if resource.kind == "Pod":
                     pod_grace = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-                    meta["deletionGracePeriodSeconds"] = int(
-                        pod_grace if grace is None else grace)
+                    meta["deletionGracePeriodSeconds"] = int(pod_grace if grace is None else grace)
                 meta["finalizers"] = finalizers
                 meta["resourceVersion"] = old["metadata"]["resourceVersion"]
                 self.store.put(resource, obj, "MODIFIED")
             elif resource.kind == "Pod" and grace is not None:
                 meta["deletionGracePeriodSeconds"] = min(
-                    int(grace), int(meta.get("deletionGracePeriodSeconds") or 0))
+                    int(grace), int(meta.get("deletionGracePeriodSeconds") or 0)
+                )
                 self.store.put(resource, obj, "MODIFIED")
             if resource.kind == "Pod" and not graceful and not finalizers:
                 self.store.remove(resource, obj)
@@ -1020,15 +1231,18 @@ class ApiServer:
                 if ns == name:
                     self.store.remove(self.store.resources[key], o)
         self._collect_garbage()
-        return {"kind": "Status", "apiVersion": "v1", "status": "Success",
-                "details": {"name": name, "kind": resource.plural, "uid": meta["uid"]}}
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Success",
+            "details": {"name": name, "kind": resource.plural, "uid": meta["uid"]},
+        }
 
     def finish_pod(self, pod: dict) -> None:
         """The kubelet's last word on a deleted pod whose containers have stopped: remove it
         (once its finalizers are gone)."""
         resource = self.store.resource("", "v1", "pods")
-        current = self.store.get(resource, pod["metadata"]["namespace"],
-                                 pod["metadata"]["name"])
+        current = self.store.get(resource, pod["metadata"]["namespace"], pod["metadata"]["name"])
         if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
             return
         if current["metadata"].get("finalizers"):
@@ -1039,15 +1253,18 @@ class ApiServer:
     # -- garbage collection -------------------------------------------------------------
 
     def _dependents(self, uid: str) -> list[tuple[Resource, dict]]:
-        return [(self.store.resources[key], o) for (key, _, _), o in self.store.objects.items()
-                if any(ref.get("uid") == uid
-                       for ref in o["metadata"].get("ownerReferences") or [])]
+        return [
+            (self.store.resources[key], o)
+            for (key, _, _), o in self.store.objects.items()
+            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])
+        ]
 
     def _orphan(self, uid: str) -> None:
         for resource, obj in self._dependents(uid):
             obj = copy.deepcopy(obj)
             obj["metadata"]["ownerReferences"] = [
-                r for r in obj["metadata"]["ownerReferences"] if r.get("uid") != uid]
+                r for r in obj["metadata"]["ownerReferences"] if r.get("uid") != uid
+            ]
             self.store.put(resource, obj, "MODIFIED")
 
     def _collect_garbage(self) -> None:
@@ -1058,12 +1275,16 @@ class ApiServer:
             changed = False
             for (key, ns, name), obj in list(self.store.objects.items()):
                 refs = obj["metadata"].get("ownerReferences") or []
-                if refs and not any(r.get("uid") in uids for r in refs) and \
-                        not obj["metadata"].get("deletionTimestamp") and \
-                        self.store.objects.get((key, ns, name)) is obj:
+                if (
+                    refs
+                    and not any(r.get("uid") in uids for r in refs)
+                    and not obj["metadata"].get("deletionTimestamp")
+                    and self.store.objects.get((key, ns, name)) is obj
+                ):
                     try:
-                        self.delete(self.store.resources[key], ns, name,
-                                    {"propagationPolicy": "Background"})
+                        self.delete(
+                            self.store.resources[key], ns, name, {"propagationPolicy": "Background"}
+                        )
                     except ApiError as exc:
                         if exc.code != 404:
                             raise
@@ -1072,21 +1293,27 @@ class ApiServer:
                 if self.store.objects.get((key, ns, name)) is not obj:
                     continue
                 meta = obj["metadata"]
-                if "foregroundDeletion" in (meta.get("finalizers") or []) and \
-                        not self._dependents(meta["uid"]):
+                if "foregroundDeletion" in (meta.get("finalizers") or []) and not self._dependents(
+                    meta["uid"]
+                ):
                     obj = copy.deepcopy(obj)
                     obj["metadata"]["finalizers"] = [
-                        f for f in meta["finalizers"] if f != "foregroundDeletion"]
-                    self._commit(self.store.resources[key], self.store.objects[(key, ns, name)],
-                                 obj, None)
+                        f for f in meta["finalizers"] if f != "foregroundDeletion"
+                    ]
+                    self._commit(
+                        self.store.resources[key], self.store.objects[(key, ns, name)], obj, None
+                    )
                     changed = True
                 elif "foregroundDeletion" in (meta.get("finalizers") or []):
                     for resource, dep in self._dependents(meta["uid"]):
                         if not dep["metadata"].get("deletionTimestamp"):
                             try:
-                                self.delete(resource, dep["metadata"].get("namespace", ""),
-                                            dep["metadata"]["name"],
-                                            {"propagationPolicy": "Foreground"})
+                                self.delete(
+                                    resource,
+                                    dep["metadata"].get("namespace", ""),
+                                    dep["metadata"]["name"],
+                                    {"propagationPolicy": "Foreground"},
+                                )
                             except ApiError as exc:
                                 if exc.code != 404:
                                     raise
@@ -1096,14 +1323,17 @@ class ApiServer:
 
     # -- subresources -------------------------------------------------------------------
 
-    async def _scale(self, request: web.Request, resource: Resource, namespace: str,
-                     name: str) -> dict:
+    async def _scale(
+        self, request: web.Request, resource: Resource, namespace: str, name: str
+    ) -> dict:
         obj = self._old_or_404(resource, namespace, name)
         if "scale" not in resource.subresources:
             raise ApiError(404, "NotFound", f"{resource.plural} have no scale subresource")
         paths = ((resource.crd_version or {}).get("subresources") or {}).get("scale") or {
-            "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-            "labelSelectorPath": None}
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": None,
+        }
         if request.method in ("PUT", "PATCH"):
             raw = await request.read()
             body = json.loads(raw)
@@ -1122,16 +1352,26 @@ class ApiServer:
         if paths.get("labelSelectorPath"):
             selector = _get_path(obj, paths["labelSelectorPath"])
         elif (obj.get("spec") or {}).get("selector"):
-            selector = ",".join(f"{k}={v}" for k, v in
-                                obj["spec"]["selector"].get("matchLabels", {}).items())
+            selector = ",".join(
+                f"{k}={v}" for k, v in obj["spec"]["selector"].get("matchLabels", {}).items()
+            )
         meta = obj["metadata"]
-        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-                "metadata": {"name": meta["name"], "namespace": meta.get("namespace"),
-                             "uid": meta["uid"], "resourceVersion": meta["resourceVersion"],
-                             "creationTimestamp": meta.get("creationTimestamp")},
-                "spec": {"replicas": _get_path(obj, paths["specReplicasPath"]) or 0},
-                "status": {"replicas": _get_path(obj, paths["statusReplicasPath"]) or 0,
-                           **({"selector": selector} if selector else {})}}
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta.get("namespace"),
+                "uid": meta["uid"],
+                "resourceVersion": meta["resourceVersion"],
+                "creationTimestamp": meta.get("creationTimestamp"),
+            },
+            "spec": {"replicas": _get_path(obj, paths["specReplicasPath"]) or 0},
+            "status": {
+                "replicas": _get_path(obj, paths["statusReplicasPath"]) or 0,
+                **({"selector": selector} if selector else {}),
+            },
+        }
 
     def pdbs_blocking(self, pod: dict) -> list[str]:
         """The PodDisruptionBudgets that allow no disruption of ``pod`` now."""
@@ -1146,18 +1386,21 @@ class ApiServer:
                 continue
             if not _ready(pod) and spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
                 continue
-            members = [p for p in self.store.list(pods_res, namespace)
-                       if selector_matches(spec.get("selector"),
-                                           p["metadata"].get("labels") or {})
-                       and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                       and not p["metadata"].get("deletionTimestamp")]
+            members = [
+                p
+                for p in self.store.list(pods_res, namespace)
+                if selector_matches(spec.get("selector"), p["metadata"].get("labels") or {})
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                and not p["metadata"].get("deletionTimestamp")
+            ]
             healthy = sum(1 for p in members if _ready(p))
             expected = len(members)
             if "minAvailable" in spec:
                 desired = _int_or_percent(spec["minAvailable"], expected, math.ceil)
             else:
-                desired = expected - _int_or_percent(spec.get("maxUnavailable", 1), expected,
-                                                     math.floor)
+                desired = expected - _int_or_percent(
+                    spec.get("maxUnavailable", 1), expected, math.floor
+                )
             if healthy - desired <= 0:
                 blocking.append(pdb["metadata"]["name"])
         return blocking
@@ -1170,12 +1413,16 @@ class ApiServer:
             return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
         blocking = self.pdbs_blocking(pod)
         if blocking:
-            raise ApiError(429, "TooManyRequests",
-                           "Cannot evict pod as it would violate the pod's disruption budget. "
-                           f"The disruption budget {blocking[0]} needs more healthy pods.")
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget. "
+                f"The disruption budget {blocking[0]} needs more healthy pods.",
+            )
         pod = copy.deepcopy(pod)
-        set_pod_condition(pod, "DisruptionTarget", "True", "EvictionByEvictionAPI",
-                          "Eviction API: evicting")
+        set_pod_condition(
+            pod, "DisruptionTarget", "True", "EvictionByEvictionAPI", "Eviction API: evicting"
+        )
         self._commit(pods_res, self.store.get(pods_res, namespace, name), pod, "status")
         options = body.get("deleteOptions") or {}
         self.delete(pods_res, namespace, name, options)
@@ -1234,14 +1481,17 @@ def _age(stamp: str | None) -> str:
     if not stamp:
         return "<unknown>"
     then = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.timezone.utc)
+        tzinfo=datetime.timezone.utc
+    )
     seconds = int((datetime.datetime.now(datetime.timezone.utc) - then).total_seconds())
     return f"{seconds // 60}m{seconds % 60}s" if seconds >= 60 else f"{max(seconds, 0)}s"
 
 
 def _ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def _pod_ready(pod: dict) -> str:
@@ -1276,23 +1526,36 @@ def _pod_status(pod: dict) -> str:
 
 
 def _pod_restarts(pod: dict) -> int:
-    return sum(s.get("restartCount", 0)
-               for s in (pod.get("status") or {}).get("containerStatuses") or [])
+    return sum(
+        s.get("restartCount", 0) for s in (pod.get("status") or {}).get("containerStatuses") or []
+    )
 
 
-def set_pod_condition(pod: dict, type_: str, status: str, reason: str = "",
-                      message: str = "") -> bool:
+def set_pod_condition(
+    pod: dict, type_: str, status: str, reason: str = "", message: str = ""
+) -> bool:
     """Sets a pod condition in place; returns whether it changed."""
     conditions = pod.setdefault("status", {}).setdefault("conditions", [])
     for cond in conditions:
         if cond["type"] == type_:
             if (cond.get("status"), cond.get("reason", ""), cond.get("message", "")) == (
-                    status, reason, message):
+                status,
+                reason,
+                message,
+            ):
                 return False
             if cond.get("status") != status:
                 cond["lastTransitionTime"] = now_rfc3339()
             cond.update(status=status, reason=reason, message=message)
             return True
-    conditions.append({"type": type_, "status": status, "reason": reason, "message": message,
-                       "lastTransitionTime": now_rfc3339(), "lastProbeTime": None})
+    conditions.append(
+        {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now_rfc3339(),
+            "lastProbeTime": None,
+        }
+    )
     return True

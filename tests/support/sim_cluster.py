@@ -36,19 +36,32 @@ BIN = ROOT / ".venv" / "bin"
 
 
 def _node(name: str, pool: str, spot: bool) -> dict:
-    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-              "cloud.google.com/gke-nodepool": pool,
-              "node.kubernetes.io/instance-type": "e2-standard-8"}
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "cloud.google.com/gke-nodepool": pool,
+        "node.kubernetes.io/instance-type": "e2-standard-8",
+    }
     if spot:
         labels["cloud.google.com/gke-spot"] = "true"
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True",
-                                       "reason": "KubeletReady",
-                                       "lastTransitionTime": now_rfc3339()}],
-                       "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                       "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            ],
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+        },
+    }
 
 
 class SimulatedCluster:
@@ -76,8 +89,7 @@ class SimulatedCluster:
         self._error: BaseException | None = None
         self._dirty = False
         self._spare = 0
-        self._thread = threading.Thread(target=self._main, name="simulated-cluster",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._main, name="simulated-cluster", daemon=True)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -91,8 +103,9 @@ class SimulatedCluster:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        runner = web.AppRunner(self.api.app, access_log=None, handler_cancellation=True,
-                               shutdown_timeout=1)
+        runner = web.AppRunner(
+            self.api.app, access_log=None, handler_cancellation=True, shutdown_timeout=1
+        )
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -103,14 +116,18 @@ class SimulatedCluster:
             f"clusters: [{{name: sim, cluster: {{server: '{self.url}'}}}}]\n"
             "users: [{name: sim, user: {token: simulated}}]\n"
             "contexts: [{name: sim, context: {cluster: sim, user: sim, namespace: default}}]\n"
-            "current-context: sim\n")
+            "current-context: sim\n"
+        )
         self.kubelet = Kubelet(self.api, self.root, port, self.kubeconfig, self.node_env)
         store = self.api.store
         for ns in ("default", "kube-system"):
-            self.api.create(store.resource("", "v1", "namespaces"), "",
-                            {"metadata": {"name": ns}})
-        for name, pool, spot in (("gke-cpu-0", "cpu", False), ("gke-cpu-1", "cpu", False),
-                                 ("gke-spot-0", "spot", True), ("gke-spot-1", "spot", True)):
+            self.api.create(store.resource("", "v1", "namespaces"), "", {"metadata": {"name": ns}})
+        for name, pool, spot in (
+            ("gke-cpu-0", "cpu", False),
+            ("gke-cpu-1", "cpu", False),
+            ("gke-spot-0", "spot", True),
+            ("gke-spot-1", "spot", True),
+        ):
             self.api.create(store.resource("", "v1", "nodes"), "", _node(name, pool, spot))
         store.listeners.append(lambda event: self._mark())
         loop_task = asyncio.ensure_future(self._control_loop())
@@ -155,8 +172,10 @@ class SimulatedCluster:
     def call(self, fn: Callable[[], Any]) -> Any:
         """Runs ``fn`` on the cluster's event loop (where every object lives) and returns
         its result."""
+
         async def run():
             return fn()
+
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(30)
 
     def env(self) -> dict[str, str]:
@@ -166,52 +185,72 @@ class SimulatedCluster:
         home.mkdir(exist_ok=True)
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "HOME": str(home)}
 
-    def _run(self, binary: str, args: tuple[str, ...], check: bool, timeout: float
-             ) -> subprocess.CompletedProcess:
+    def _run(
+        self, binary: str, args: tuple[str, ...], check: bool, timeout: float
+    ) -> subprocess.CompletedProcess:
         path = BIN / binary
         if not os.access(path, os.X_OK):
             raise AssertionError(f"no {binary} at {path}: run `make {binary}`")
-        proc = subprocess.run([str(path), *args], env=self.env(), capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            [str(path), *args], env=self.env(), capture_output=True, text=True, timeout=timeout
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"{binary} {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"{binary} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
-    def kubectl(self, *args: str, check: bool = True, timeout: float = 120
-                ) -> subprocess.CompletedProcess:
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         """Runs the real kubectl against this cluster."""
         return self._run("kubectl", args, check, timeout)
 
-    def helm(self, *args: str, check: bool = True, timeout: float = 180
-             ) -> subprocess.CompletedProcess:
+    def helm(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess:
         """Runs the real helm against this cluster."""
         return self._run("helm", args, check, timeout)
 
-    def get(self, group: str, version: str, plural: str, namespace: str, name: str
-            ) -> dict | None:
+    def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
         """A stored object (a copy), or None."""
+
         def read():
-            obj = self.api.store.get(self.api.store.resource(group, version, plural),
-                                     namespace, name)
+            obj = self.api.store.get(
+                self.api.store.resource(group, version, plural), namespace, name
+            )
             return copy.deepcopy(obj)
+
         return self.call(read)
 
-    def list(self, group: str, version: str, plural: str, namespace: str | None = None,
-             labels: dict[str, str] | None = None) -> list[dict]:
+    def list(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> list[dict]:
         """Stored objects (copies), optionally of one namespace and with these labels."""
+
         def read():
-            items = self.api.store.list(self.api.store.resource(group, version, plural),
-                                        namespace)
-            return [copy.deepcopy(o) for o in items if all(
-                (o["metadata"].get("labels") or {}).get(k) == v
-                for k, v in (labels or {}).items())]
+            items = self.api.store.list(self.api.store.resource(group, version, plural), namespace)
+            return [
+                copy.deepcopy(o)
+                for o in items
+                if all(
+                    (o["metadata"].get("labels") or {}).get(k) == v
+                    for k, v in (labels or {}).items()
+                )
+            ]
+
         return self.call(read)
 
     def pods(self, namespace: str, **labels: str) -> list[dict]:
         """The pods of a namespace with these labels."""
-        return self.list("", "v1", "pods", namespace, {k.replace("__", "/"): v
-                                                        for k, v in labels.items()})
+        return self.list(
+            "", "v1", "pods", namespace, {k.replace("__", "/"): v for k, v in labels.items()}
+        )
 
     def pod_log(self, pod: dict) -> str:
         """The log of a pod's container (as the kubelet keeps it)."""
@@ -223,8 +262,11 @@ class SimulatedCluster:
 
     def events(self, namespace: str, name: str) -> list[dict]:
         """The Events about an object."""
-        return [e for e in self.list("", "v1", "events", namespace)
-                if (e.get("involvedObject") or {}).get("name") == name]
+        return [
+            e
+            for e in self.list("", "v1", "events", namespace)
+            if (e.get("involvedObject") or {}).get("name") == name
+        ]
 
     # -- what happens to nodes ----------------------------------------------------------
 
@@ -237,24 +279,35 @@ class SimulatedCluster:
         self.call(lambda: self.kubelet.shut_down_node(node))
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
-            busy = self.call(lambda: [r for r in self.kubelet.runs.values()
-                                      if r.proc is not None and r.proc.returncode is None
-                                      and (r.current() or {}).get("spec", {}).get(
-                                          "nodeName") == node])
+            busy = self.call(
+                lambda: [
+                    r
+                    for r in self.kubelet.runs.values()
+                    if r.proc is not None
+                    and r.proc.returncode is None
+                    and (r.current() or {}).get("spec", {}).get("nodeName") == node
+                ]
+            )
             if not busy:
                 break
             time.sleep(0.1)
-        self.call(lambda: self.api.delete(self.api.store.resource("", "v1", "nodes"), "",
-                                          node, {}))
+        self.call(lambda: self.api.delete(self.api.store.resource("", "v1", "nodes"), "", node, {}))
         if not replace:
             return None
         labels = info["metadata"]["labels"]
         self._spare += 1
         name = f"gke-{labels['cloud.google.com/gke-nodepool']}-r{self._spare}"
-        self.call(lambda: self.api.create(self.api.store.resource("", "v1", "nodes"), "",
-                                          _node(name, labels["cloud.google.com/gke-nodepool"],
-                                                labels.get("cloud.google.com/gke-spot")
-                                                == "true")))
+        self.call(
+            lambda: self.api.create(
+                self.api.store.resource("", "v1", "nodes"),
+                "",
+                _node(
+                    name,
+                    labels["cloud.google.com/gke-nodepool"],
+                    labels.get("cloud.google.com/gke-spot") == "true",
+                ),
+            )
+        )
         return name
 
     def errors(self) -> list[str]:
@@ -262,8 +315,12 @@ class SimulatedCluster:
         return list(self.kubelet.errors) if self.kubelet else []
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str],
-               cluster: SimulatedCluster | None = None) -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float,
+    what: str | Callable[[], str],
+    cluster: SimulatedCluster | None = None,
+) -> Any:
     """Polls ``predicate`` until it returns something truthy; fails after ``timeout`` with
     ``what`` (a callable is asked then, so it can describe the state at the timeout) and the
     cluster's internal errors, if any."""

@@ -42,8 +42,14 @@ import math
 import time
 from typing import Any
 
-from support.sim_apiserver import (ApiError, ApiServer, labels_match, now_rfc3339,
-                                   selector_matches, set_pod_condition)
+from support.sim_apiserver import (
+    ApiError,
+    ApiServer,
+    labels_match,
+    now_rfc3339,
+    selector_matches,
+    set_pod_condition,
+)
 
 JOB_TRACKING = "batch.kubernetes.io/job-tracking"
 TERMINAL = ("Succeeded", "Failed")
@@ -55,14 +61,19 @@ _SAFE = "bcdfghjklmnpqrstvwxz2456789"
 def _parse(stamp: str | None) -> float | None:
     if not stamp:
         return None
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
+    return (
+        datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
+        .replace(tzinfo=datetime.timezone.utc)
+        .timestamp()
+    )
 
 
 def pod_ready(pod: dict) -> bool:
     """Whether the pod's Ready condition is True."""
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def terminal(pod: dict) -> bool:
@@ -70,8 +81,10 @@ def terminal(pod: dict) -> bool:
 
 
 def owned_by(obj: dict, owner: dict) -> bool:
-    return any(r.get("uid") == owner["metadata"]["uid"] and r.get("controller")
-               for r in obj["metadata"].get("ownerReferences") or [])
+    return any(
+        r.get("uid") == owner["metadata"]["uid"] and r.get("controller")
+        for r in obj["metadata"].get("ownerReferences") or []
+    )
 
 
 def template_hash(template: dict) -> str:
@@ -88,9 +101,14 @@ def template_hash(template: dict) -> str:
 
 
 def _owner_ref(owner: dict) -> dict:
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"],
-            "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 class Controllers:
@@ -99,10 +117,16 @@ class Controllers:
     def __init__(self, api: ApiServer):
         self.api = api
         self.store = api.store
-        self.res = {kind: self.store.resource(*gvr) for kind, gvr in {
-            "Pod": ("", "v1", "pods"), "Node": ("", "v1", "nodes"),
-            "Job": ("batch", "v1", "jobs"), "Deployment": ("apps", "v1", "deployments"),
-            "ReplicaSet": ("apps", "v1", "replicasets")}.items()}
+        self.res = {
+            kind: self.store.resource(*gvr)
+            for kind, gvr in {
+                "Pod": ("", "v1", "pods"),
+                "Node": ("", "v1", "nodes"),
+                "Job": ("batch", "v1", "jobs"),
+                "Deployment": ("apps", "v1", "deployments"),
+                "ReplicaSet": ("apps", "v1", "replicasets"),
+            }.items()
+        }
         #: Job uid -> pod uids already counted, and when the next pod may be made.
         self._counted: dict[str, set[str]] = {}
         self._next_pod_at: dict[str, float] = {}
@@ -114,8 +138,9 @@ class Controllers:
 
     def _write(self, kind: str, old: dict, new: dict, sub: str | None = None) -> None:
         if new != old:
-            current = self.store.get(self.res[kind], old["metadata"].get("namespace", ""),
-                                     old["metadata"]["name"])
+            current = self.store.get(
+                self.res[kind], old["metadata"].get("namespace", ""), old["metadata"]["name"]
+            )
             if current is not None and current["metadata"]["uid"] == old["metadata"]["uid"]:
                 self.api._commit(self.res[kind], current, new, sub)
 
@@ -129,23 +154,35 @@ class Controllers:
         if obj["metadata"].get("deletionTimestamp"):
             return
         try:
-            self.api.delete(self.res[kind], obj["metadata"].get("namespace", ""),
-                            obj["metadata"]["name"],
-                            {} if grace is None else {"gracePeriodSeconds": grace})
+            self.api.delete(
+                self.res[kind],
+                obj["metadata"].get("namespace", ""),
+                obj["metadata"]["name"],
+                {} if grace is None else {"gracePeriodSeconds": grace},
+            )
         except ApiError as exc:
             if exc.code != 404:
                 raise
 
-    def _create_pod(self, owner: dict, template: dict, extra_labels: dict | None = None,
-                    finalizers: list[str] | None = None) -> None:
+    def _create_pod(
+        self,
+        owner: dict,
+        template: dict,
+        extra_labels: dict | None = None,
+        finalizers: list[str] | None = None,
+    ) -> None:
         meta = copy.deepcopy(template.get("metadata") or {})
         meta["labels"] = {**(meta.get("labels") or {}), **(extra_labels or {})}
         meta["generateName"] = f"{owner['metadata']['name']}-"
         meta["ownerReferences"] = [_owner_ref(owner)]
         if finalizers:
             meta["finalizers"] = finalizers
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-               "spec": copy.deepcopy(template.get("spec") or {})}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": copy.deepcopy(template.get("spec") or {}),
+        }
         self.api.create(self.res["Pod"], owner["metadata"]["namespace"], pod)
 
     def sync(self) -> None:
@@ -168,17 +205,31 @@ class Controllers:
                     new = copy.deepcopy(pod)
                     new["status"]["phase"] = "Failed"
                     self._write("Pod", pod, new, "status")
-                    pod = self.store.get(self.res["Pod"], pod["metadata"]["namespace"],
-                                         pod["metadata"]["name"]) or pod
-                self.api.delete(self.res["Pod"], pod["metadata"]["namespace"],
-                                pod["metadata"]["name"], {"gracePeriodSeconds": 0})
+                    pod = (
+                        self.store.get(
+                            self.res["Pod"], pod["metadata"]["namespace"], pod["metadata"]["name"]
+                        )
+                        or pod
+                    )
+                self.api.delete(
+                    self.res["Pod"],
+                    pod["metadata"]["namespace"],
+                    pod["metadata"]["name"],
+                    {"gracePeriodSeconds": 0},
+                )
 
     # -- the scheduler ------------------------------------------------------------------
 
     def schedule(self) -> None:
-        nodes = [n for n in self._all("Node") if not (n.get("spec") or {}).get("unschedulable")
-                 and any(c.get("type") == "Ready" and c.get("status") == "True"
-                         for c in (n.get("status") or {}).get("conditions") or [])]
+        nodes = [
+            n
+            for n in self._all("Node")
+            if not (n.get("spec") or {}).get("unschedulable")
+            and any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (n.get("status") or {}).get("conditions") or []
+            )
+        ]
         pods = self._all("Pod")
         for pod in pods:
             spec = pod.get("spec") or {}
@@ -189,26 +240,43 @@ class Controllers:
             fits = [n for n in nodes if _fits(pod, n)]
             if not fits:
                 new = copy.deepcopy(pod)
-                if set_pod_condition(new, "PodScheduled", "False", "Unschedulable",
-                                     f"0/{len(self._all('Node'))} nodes are available: no "
-                                     f"node matches the pod's node selector, affinity and "
-                                     f"tolerations."):
+                if set_pod_condition(
+                    new,
+                    "PodScheduled",
+                    "False",
+                    "Unschedulable",
+                    f"0/{len(self._all('Node'))} nodes are available: no "
+                    f"node matches the pod's node selector, affinity and "
+                    f"tolerations.",
+                ):
                     self._write("Pod", pod, new, "status")
                 continue
             owner = (pod["metadata"].get("ownerReferences") or [{}])[0].get("uid")
 
             def load(node: dict) -> tuple[int, int, str]:
-                here = [p for p in pods if (p.get("spec") or {}).get("nodeName") ==
-                        node["metadata"]["name"] and not terminal(p)]
-                same = sum(1 for p in here if owner and any(
-                    r.get("uid") == owner for r in p["metadata"].get("ownerReferences") or []))
+                here = [
+                    p
+                    for p in pods
+                    if (p.get("spec") or {}).get("nodeName") == node["metadata"]["name"]
+                    and not terminal(p)
+                ]
+                same = sum(
+                    1
+                    for p in here
+                    if owner
+                    and any(
+                        r.get("uid") == owner for r in p["metadata"].get("ownerReferences") or []
+                    )
+                )
                 return same, len(here), node["metadata"]["name"]
+
             node = min(fits, key=load)
             new = copy.deepcopy(pod)
             new["spec"]["nodeName"] = node["metadata"]["name"]
             self.api._commit(self.res["Pod"], pod, new, None)
-            bound = self.store.get(self.res["Pod"], pod["metadata"]["namespace"],
-                                   pod["metadata"]["name"])
+            bound = self.store.get(
+                self.res["Pod"], pod["metadata"]["namespace"], pod["metadata"]["name"]
+            )
             status = copy.deepcopy(bound)
             set_pod_condition(status, "PodScheduled", "True")
             self._write("Pod", bound, status, "status")
@@ -222,22 +290,26 @@ class Controllers:
         for pod in pods:
             # An orphan (its Job is gone): the finalizer goes once the pod has finished.
             refs = pod["metadata"].get("ownerReferences") or []
-            if JOB_TRACKING in (pod["metadata"].get("finalizers") or []) and terminal(pod) \
-                    and not any(r.get("uid") in jobs for r in refs):
+            if (
+                JOB_TRACKING in (pod["metadata"].get("finalizers") or [])
+                and terminal(pod)
+                and not any(r.get("uid") in jobs for r in refs)
+            ):
                 new = copy.deepcopy(pod)
-                new["metadata"]["finalizers"] = [f for f in new["metadata"]["finalizers"]
-                                                 if f != JOB_TRACKING]
+                new["metadata"]["finalizers"] = [
+                    f for f in new["metadata"]["finalizers"] if f != JOB_TRACKING
+                ]
                 self._write("Pod", pod, new)
         for job in self._all("Job"):
             owned = [p for p in pods if owned_by(p, job)]
             if job["metadata"].get("deletionTimestamp"):
                 # A Job on its way out makes no pods, but still lets its finished pods go.
                 for pod in owned:
-                    if terminal(pod) and JOB_TRACKING in (pod["metadata"].get("finalizers")
-                                                          or []):
+                    if terminal(pod) and JOB_TRACKING in (pod["metadata"].get("finalizers") or []):
                         new = copy.deepcopy(pod)
                         new["metadata"]["finalizers"] = [
-                            f for f in new["metadata"]["finalizers"] if f != JOB_TRACKING]
+                            f for f in new["metadata"]["finalizers"] if f != JOB_TRACKING
+                        ]
                         self._write("Pod", pod, new)
                 continue
             self._job(job, owned)
@@ -248,8 +320,9 @@ class Controllers:
         uid = job["metadata"]["uid"]
         counted = self._counted.setdefault(uid, set())
         conditions = status.setdefault("conditions", [])
-        finished = any(c["type"] in ("Complete", "Failed") and c["status"] == "True"
-                       for c in conditions)
+        finished = any(
+            c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions
+        )
         now = time.time()
 
         def condition(type_: str, value: str, reason: str = "", message: str = "") -> None:
@@ -257,12 +330,20 @@ class Controllers:
                 if c["type"] == type_:
                     if c["status"] != value:
                         c["lastTransitionTime"] = now_rfc3339()
-                    c.update(status=value, reason=reason, message=message,
-                             lastProbeTime=now_rfc3339())
+                    c.update(
+                        status=value, reason=reason, message=message, lastProbeTime=now_rfc3339()
+                    )
                     return
-            conditions.append({"type": type_, "status": value, "reason": reason,
-                               "message": message, "lastTransitionTime": now_rfc3339(),
-                               "lastProbeTime": now_rfc3339()})
+            conditions.append(
+                {
+                    "type": type_,
+                    "status": value,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": now_rfc3339(),
+                    "lastProbeTime": now_rfc3339(),
+                }
+            )
 
         fail_reason = None
         # Count finished pods once, then release their tracking finalizer.
@@ -276,41 +357,55 @@ class Controllers:
             else:
                 action, index, code = _failure_action(spec.get("podFailurePolicy"), pod)
                 if action == "FailJob" and not finished:
-                    fail_reason = ("PodFailurePolicy",
-                                   f"Container {_container_of(pod)} for pod "
-                                   f"{pod['metadata']['namespace']}/{pod['metadata']['name']} "
-                                   f"failed with exit code {code} matching FailJob rule at "
-                                   f"index {index}")
+                    fail_reason = (
+                        "PodFailurePolicy",
+                        f"Container {_container_of(pod)} for pod "
+                        f"{pod['metadata']['namespace']}/{pod['metadata']['name']} "
+                        f"failed with exit code {code} matching FailJob rule at "
+                        f"index {index}",
+                    )
                 if action != "Ignore":
                     status["failed"] = status.get("failed", 0) + 1
                     self._next_pod_at[uid] = now + min(
-                        JOB_BACKOFF_CAP_S, JOB_BACKOFF_S * 2 ** (status["failed"] - 1))
+                        JOB_BACKOFF_CAP_S, JOB_BACKOFF_S * 2 ** (status["failed"] - 1)
+                    )
             if JOB_TRACKING in (pod["metadata"].get("finalizers") or []):
                 new = copy.deepcopy(pod)
-                new["metadata"]["finalizers"] = [f for f in new["metadata"]["finalizers"]
-                                                 if f != JOB_TRACKING]
+                new["metadata"]["finalizers"] = [
+                    f for f in new["metadata"]["finalizers"] if f != JOB_TRACKING
+                ]
                 self._write("Pod", pod, new)
-        active = [p for p in pods if not terminal(p) and not p["metadata"].get(
-            "deletionTimestamp")]
-        terminating = [p for p in pods if not terminal(p) and p["metadata"].get(
-            "deletionTimestamp")]
+        active = [p for p in pods if not terminal(p) and not p["metadata"].get("deletionTimestamp")]
+        terminating = [
+            p for p in pods if not terminal(p) and p["metadata"].get("deletionTimestamp")
+        ]
         if not finished:
             start = _parse(status.get("startTime"))
             if fail_reason is None and status.get("failed", 0) > spec.get("backoffLimit", 6):
-                fail_reason = ("BackoffLimitExceeded", "Job has reached the specified backoff "
-                                                       "limit")
+                fail_reason = (
+                    "BackoffLimitExceeded",
+                    "Job has reached the specified backoff limit",
+                )
             deadline = spec.get("activeDeadlineSeconds")
-            if fail_reason is None and deadline and start and now - start > deadline and \
-                    not spec.get("suspend"):
-                fail_reason = ("DeadlineExceeded", "Job was active longer than specified "
-                                                   "deadline")
+            if (
+                fail_reason is None
+                and deadline
+                and start
+                and now - start > deadline
+                and not spec.get("suspend")
+            ):
+                fail_reason = ("DeadlineExceeded", "Job was active longer than specified deadline")
             if fail_reason:
                 condition("Failed", "True", *fail_reason)
                 status["completionTime"] = now_rfc3339()
                 finished = True
             elif status.get("succeeded", 0) >= spec.get("completions", 1):
-                condition("Complete", "True", "CompletionsReached",
-                          "Reached expected number of succeeded pods")
+                condition(
+                    "Complete",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                )
                 status["completionTime"] = now_rfc3339()
                 finished = True
         if finished or spec.get("suspend"):
@@ -325,16 +420,27 @@ class Controllers:
             status.setdefault("startTime", now_rfc3339())
             # podReplacementPolicy Failed (the default with a podFailurePolicy): a new pod
             # only once the old one is terminal.
-            blocking = terminating if spec.get("podReplacementPolicy", "Failed") == "Failed" \
-                or spec.get("podFailurePolicy") else []
-            want = min(spec.get("parallelism", 1),
-                       spec.get("completions", 1) - status.get("succeeded", 0))
+            blocking = (
+                terminating
+                if spec.get("podReplacementPolicy", "Failed") == "Failed"
+                or spec.get("podFailurePolicy")
+                else []
+            )
+            want = min(
+                spec.get("parallelism", 1), spec.get("completions", 1) - status.get("succeeded", 0)
+            )
             if len(active) + len(blocking) < want and now >= self._next_pod_at.get(uid, 0):
-                self._create_pod(job, spec["template"],
-                                 {"batch.kubernetes.io/controller-uid": uid,
-                                  "batch.kubernetes.io/job-name": job["metadata"]["name"],
-                                  "controller-uid": uid, "job-name": job["metadata"]["name"]},
-                                 [JOB_TRACKING])
+                self._create_pod(
+                    job,
+                    spec["template"],
+                    {
+                        "batch.kubernetes.io/controller-uid": uid,
+                        "batch.kubernetes.io/job-name": job["metadata"]["name"],
+                        "controller-uid": uid,
+                        "job-name": job["metadata"]["name"],
+                    },
+                    [JOB_TRACKING],
+                )
                 active = active + [None]  # counted below
         status["active"] = len([p for p in active if p is not None]) if not finished else 0
         status["ready"] = sum(1 for p in active if p is not None and pod_ready(p))
@@ -345,8 +451,12 @@ class Controllers:
         ttl = spec.get("ttlSecondsAfterFinished")
         done_at = _parse(status.get("completionTime"))
         if finished and ttl is not None and done_at is not None and now - done_at >= ttl:
-            self.api.delete(self.res["Job"], job["metadata"]["namespace"],
-                            job["metadata"]["name"], {"propagationPolicy": "Background"})
+            self.api.delete(
+                self.res["Job"],
+                job["metadata"]["namespace"],
+                job["metadata"]["name"],
+                {"propagationPolicy": "Background"},
+            )
 
     # -- the Deployment and ReplicaSet controllers ---------------------------------------
 
@@ -364,25 +474,50 @@ class Controllers:
         desired = spec.get("replicas", 1)
         template = spec["template"]
         hash_ = template_hash(template)
-        new_rs = next((rs for rs in owned if (rs["metadata"].get("labels") or {}).get(
-            "pod-template-hash") == hash_), None)
+        new_rs = next(
+            (
+                rs
+                for rs in owned
+                if (rs["metadata"].get("labels") or {}).get("pod-template-hash") == hash_
+            ),
+            None,
+        )
         if new_rs is None:
-            revision = 1 + max([int((rs["metadata"].get("annotations") or {}).get(
-                "deployment.kubernetes.io/revision", 0)) for rs in owned] or [0])
+            revision = 1 + max(
+                [
+                    int(
+                        (rs["metadata"].get("annotations") or {}).get(
+                            "deployment.kubernetes.io/revision", 0
+                        )
+                    )
+                    for rs in owned
+                ]
+                or [0]
+            )
             labels = {**(template["metadata"].get("labels") or {}), "pod-template-hash": hash_}
-            rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                  "metadata": {"name": f"{dep['metadata']['name']}-{hash_}",
-                               "labels": labels,
-                               "annotations": {"deployment.kubernetes.io/revision":
-                                               str(revision)},
-                               "ownerReferences": [_owner_ref(dep)]},
-                  "spec": {"replicas": 0,
-                           "selector": {"matchLabels": {
-                               **spec["selector"].get("matchLabels", {}),
-                               "pod-template-hash": hash_}},
-                           "template": {"metadata": {**copy.deepcopy(template["metadata"]),
-                                                     "labels": labels},
-                                        "spec": copy.deepcopy(template["spec"])}}}
+            rs = {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": f"{dep['metadata']['name']}-{hash_}",
+                    "labels": labels,
+                    "annotations": {"deployment.kubernetes.io/revision": str(revision)},
+                    "ownerReferences": [_owner_ref(dep)],
+                },
+                "spec": {
+                    "replicas": 0,
+                    "selector": {
+                        "matchLabels": {
+                            **spec["selector"].get("matchLabels", {}),
+                            "pod-template-hash": hash_,
+                        }
+                    },
+                    "template": {
+                        "metadata": {**copy.deepcopy(template["metadata"]), "labels": labels},
+                        "spec": copy.deepcopy(template["spec"]),
+                    },
+                },
+            }
             new_rs = self.api.create(self.res["ReplicaSet"], dep["metadata"]["namespace"], rs)
         old = [rs for rs in owned if rs["metadata"]["uid"] != new_rs["metadata"]["uid"]]
         strategy = spec.get("strategy") or {"type": "RollingUpdate"}
@@ -391,8 +526,14 @@ class Controllers:
             return rs["spec"].get("replicas", 0)
 
         def available(rs: dict) -> int:
-            return sum(1 for p in pods if owned_by(p, rs) and pod_ready(p) and not terminal(p)
-                       and not p["metadata"].get("deletionTimestamp"))
+            return sum(
+                1
+                for p in pods
+                if owned_by(p, rs)
+                and pod_ready(p)
+                and not terminal(p)
+                and not p["metadata"].get("deletionTimestamp")
+            )
 
         def scale(rs: dict, n: int) -> None:
             if replicas(rs) != n:
@@ -410,8 +551,7 @@ class Controllers:
         else:
             rolling = strategy.get("rollingUpdate") or {}
             surge = _int_or_percent(rolling.get("maxSurge", "25%"), desired, math.ceil)
-            unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), desired,
-                                          math.floor)
+            unavailable = _int_or_percent(rolling.get("maxUnavailable", "25%"), desired, math.floor)
             if surge == 0 and unavailable == 0:
                 unavailable = 1
             total = replicas(new_rs) + sum(replicas(rs) for rs in old)
@@ -425,26 +565,43 @@ class Controllers:
                 take = min(replicas(rs), max(0, down))
                 can_remove -= max(0, take - (replicas(rs) - available(rs)))
                 scale(rs, replicas(rs) - take)
-        owned_pods = [p for p in pods if any(owned_by(p, rs) for rs in [new_rs, *old])
-                      and not terminal(p)]
-        status = {"observedGeneration": dep["metadata"].get("generation"),
-                  "replicas": len(owned_pods),
-                  "updatedReplicas": sum(1 for p in owned_pods if owned_by(p, new_rs)),
-                  "readyReplicas": sum(1 for p in owned_pods if pod_ready(p)),
-                  "availableReplicas": sum(1 for p in owned_pods if pod_ready(p))}
+        owned_pods = [
+            p for p in pods if any(owned_by(p, rs) for rs in [new_rs, *old]) and not terminal(p)
+        ]
+        status = {
+            "observedGeneration": dep["metadata"].get("generation"),
+            "replicas": len(owned_pods),
+            "updatedReplicas": sum(1 for p in owned_pods if owned_by(p, new_rs)),
+            "readyReplicas": sum(1 for p in owned_pods if pod_ready(p)),
+            "availableReplicas": sum(1 for p in owned_pods if pod_ready(p)),
+        }
         status["unavailableReplicas"] = max(0, desired - status["availableReplicas"])
         status["conditions"] = [
-            {"type": "Available", "status": "True" if status["availableReplicas"] >= desired
-             - _int_or_percent(((strategy.get("rollingUpdate") or {}).get(
-                 "maxUnavailable", "25%")), desired, math.floor) else "False",
-             "reason": "MinimumReplicasAvailable"},
-            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"
-             if not old else "ReplicaSetUpdated"}]
+            {
+                "type": "Available",
+                "status": "True"
+                if status["availableReplicas"]
+                >= desired
+                - _int_or_percent(
+                    ((strategy.get("rollingUpdate") or {}).get("maxUnavailable", "25%")),
+                    desired,
+                    math.floor,
+                )
+                else "False",
+                "reason": "MinimumReplicasAvailable",
+            },
+            {
+                "type": "Progressing",
+                "status": "True",
+                "reason": "NewReplicaSetAvailable" if not old else "ReplicaSetUpdated",
+            },
+        ]
         old_status = copy.deepcopy(dep.get("status") or {})
-        if {k: v for k, v in old_status.items() if k != "conditions"} != \
-                {k: v for k, v in status.items() if k != "conditions"} or \
-                [(c["type"], c["status"]) for c in old_status.get("conditions") or []] != \
-                [(c["type"], c["status"]) for c in status["conditions"]]:
+        if {k: v for k, v in old_status.items() if k != "conditions"} != {
+            k: v for k, v in status.items() if k != "conditions"
+        } or [(c["type"], c["status"]) for c in old_status.get("conditions") or []] != [
+            (c["type"], c["status"]) for c in status["conditions"]
+        ]:
             for c in status["conditions"]:
                 c["lastTransitionTime"] = c["lastUpdateTime"] = now_rfc3339()
             self._status("Deployment", dep, status)
@@ -454,25 +611,42 @@ class Controllers:
         for rs in self._all("ReplicaSet"):
             if rs["metadata"].get("deletionTimestamp"):
                 continue
-            owned = [p for p in pods if owned_by(p, rs) and labels_match(
-                ",".join(f"{k}={v}" for k, v in rs["spec"]["selector"].get(
-                    "matchLabels", {}).items()), p["metadata"].get("labels") or {})]
-            live = [p for p in owned if not terminal(p)
-                    and not p["metadata"].get("deletionTimestamp")]
+            owned = [
+                p
+                for p in pods
+                if owned_by(p, rs)
+                and labels_match(
+                    ",".join(
+                        f"{k}={v}" for k, v in rs["spec"]["selector"].get("matchLabels", {}).items()
+                    ),
+                    p["metadata"].get("labels") or {},
+                )
+            ]
+            live = [
+                p for p in owned if not terminal(p) and not p["metadata"].get("deletionTimestamp")
+            ]
             diff = rs["spec"].get("replicas", 0) - len(live)
             for _ in range(max(0, diff)):
                 self._create_pod(rs, rs["spec"]["template"])
             if diff < 0:
+
                 def rank(p: dict) -> tuple:
-                    return (bool((p.get("spec") or {}).get("nodeName")), pod_ready(p),
-                            # newest first
-                            -(_parse(p["metadata"].get("creationTimestamp")) or 0))
+                    return (
+                        bool((p.get("spec") or {}).get("nodeName")),
+                        pod_ready(p),
+                        # newest first
+                        -(_parse(p["metadata"].get("creationTimestamp")) or 0),
+                    )
+
                 for pod in sorted(live, key=rank)[:-diff]:
                     self._delete("Pod", pod)
-            status = {"replicas": len(live), "fullyLabeledReplicas": len(live),
-                      "readyReplicas": sum(1 for p in live if pod_ready(p)),
-                      "availableReplicas": sum(1 for p in live if pod_ready(p)),
-                      "observedGeneration": rs["metadata"].get("generation")}
+            status = {
+                "replicas": len(live),
+                "fullyLabeledReplicas": len(live),
+                "readyReplicas": sum(1 for p in live if pod_ready(p)),
+                "availableReplicas": sum(1 for p in live if pod_ready(p)),
+                "observedGeneration": rs["metadata"].get("generation"),
+            }
             if {k: v for k, v in (rs.get("status") or {}).items()} != status:
                 self._status("ReplicaSet", rs, status)
 
@@ -487,8 +661,7 @@ def _statuses(pod: dict) -> list[dict]:
     """A pod's init and app container statuses: podFailurePolicy's onExitCodes matches
     either kind by name (Kubernetes, "Pod failure policy")."""
     status = pod.get("status") or {}
-    return [*(status.get("initContainerStatuses") or []),
-            *(status.get("containerStatuses") or [])]
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
 
 
 def _container_of(pod: dict) -> str:
@@ -506,8 +679,9 @@ def _failure_action(policy: dict | None, pod: dict) -> tuple[str | None, int | N
     """The first podFailurePolicy rule matching a failed pod: (action, rule index, exit code);
     (None, None, code) when none matches."""
     statuses = _statuses(pod)
-    conditions = {(c.get("type"), c.get("status"))
-                  for c in (pod.get("status") or {}).get("conditions") or []}
+    conditions = {
+        (c.get("type"), c.get("status")) for c in (pod.get("status") or {}).get("conditions") or []
+    }
     code = None
     for s in statuses:
         term = (s.get("state") or {}).get("terminated")
@@ -538,11 +712,17 @@ def _fits(pod: dict, node: dict) -> bool:
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
             return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
-    if required and not any(selector_matches({"matchExpressions": t.get("matchExpressions")},
-                                             labels) or not t.get("matchExpressions")
-                            for t in required):
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms")
+    if required and not any(
+        selector_matches({"matchExpressions": t.get("matchExpressions")}, labels)
+        or not t.get("matchExpressions")
+        for t in required
+    ):
         return False
     tolerations = spec.get("tolerations") or []
     for taint in (node.get("spec") or {}).get("taints") or []:
@@ -558,8 +738,9 @@ def _tolerates(toleration: dict, taint: dict) -> bool:
         return False
     if toleration.get("operator") == "Exists":
         return toleration.get("key") in (None, "", taint.get("key"))
-    return toleration.get("key") == taint.get("key") and \
-        toleration.get("value", "") == taint.get("value", "")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
 
 
 __all__ = ["Controllers", "template_hash", "pod_ready", "terminal", "JOB_TRACKING"]

@@ -125,8 +125,18 @@ def _quantity_bytes(value: Any) -> float | None:
         return None
     number = float(m.group(1))
     unit = m.group(2) or ""
-    scale = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 1e3, "k": 1e3,
-             "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3}.get(unit, 1)
+    scale = {
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "K": 1e3,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "m": 1e-3,
+    }.get(unit, 1)
     return number * scale
 
 
@@ -140,7 +150,7 @@ def _group_rss(pgid: int) -> int:
         try:
             with open(f"/proc/{entry}/stat") as fh:
                 stat = fh.read()
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[2]) != pgid:
                 continue
             with open(f"/proc/{entry}/statm") as fh:
@@ -200,8 +210,11 @@ class PodRun:
             if "configMap" in volume:
                 path = self.dir / "volumes" / name
                 path.mkdir(parents=True, exist_ok=True)
-                cm = store.get(store.resource("", "v1", "configmaps"), self.namespace,
-                               volume["configMap"]["name"])
+                cm = store.get(
+                    store.resource("", "v1", "configmaps"),
+                    self.namespace,
+                    volume["configMap"]["name"],
+                )
                 if cm is None:
                     raise MountPending(f'configmap "{volume["configMap"]["name"]}" not found')
                 for key, text in (cm.get("data") or {}).items():
@@ -211,8 +224,9 @@ class PodRun:
                 self._secret_volume(volume["secret"], path)
             elif "persistentVolumeClaim" in volume:
                 claim = volume["persistentVolumeClaim"]["claimName"]
-                pvc = store.get(store.resource("", "v1", "persistentvolumeclaims"),
-                                self.namespace, claim)
+                pvc = store.get(
+                    store.resource("", "v1", "persistentvolumeclaims"), self.namespace, claim
+                )
                 if pvc is None:
                     raise MountPending(f'persistentvolumeclaim "{claim}" not found')
                 path = self.kubelet.root / "volumes" / pvc["metadata"]["uid"]
@@ -240,8 +254,9 @@ class PodRun:
         items = source.get("items") or [{"key": key, "path": key} for key in data]
         for item in items:
             if item["key"] not in data:
-                raise MountPending(f"couldn't find key {item['key']} in Secret "
-                                   f"{self.namespace}/{name}")
+                raise MountPending(
+                    f"couldn't find key {item['key']} in Secret {self.namespace}/{name}"
+                )
         path.mkdir(parents=True, exist_ok=True)
         for item in items:
             target = path / item["path"]
@@ -254,10 +269,9 @@ class PodRun:
     def _map(self, value: str, mounts: list[tuple[str, Path]]) -> str:
         for mount, host in mounts:
             if value == mount or value.startswith(mount.rstrip("/") + "/"):
-                return str(host) + value[len(mount.rstrip("/")):]
+                return str(host) + value[len(mount.rstrip("/")) :]
             # Inside flags such as --config=/etc/seedrl/config.yaml.
-            value = re.sub(rf"(?<=[=:]){re.escape(mount.rstrip('/'))}(?=/|$)", str(host),
-                           value)
+            value = re.sub(rf"(?<=[=:]){re.escape(mount.rstrip('/'))}(?=/|$)", str(host), value)
         return value
 
     def _services(self, value: str) -> tuple[str, str | None]:
@@ -267,13 +281,16 @@ class PodRun:
         found = None
         for svc in store.list(store.resource("", "v1", "services"), self.namespace):
             name = svc["metadata"]["name"]
-            pattern = rf"\b({re.escape(name)}(\.{re.escape(self.namespace)}" \
-                      rf"(\.svc(\.cluster\.local)?)?)?):(\d+)\b"
+            pattern = (
+                rf"\b({re.escape(name)}(\.{re.escape(self.namespace)}"
+                rf"(\.svc(\.cluster\.local)?)?)?):(\d+)\b"
+            )
             match = re.search(pattern, value)
             if match:
                 found = match.group(1)
-                value = re.sub(pattern,
-                               lambda m: f"127.0.0.1:{self._target(svc, m.group(5))}", value)
+                value = re.sub(
+                    pattern, lambda m: f"127.0.0.1:{self._target(svc, m.group(5))}", value
+                )
         return value, found
 
     def _command(self, container: dict, mounts) -> list[str]:
@@ -298,20 +315,27 @@ class PodRun:
 
     def _env(self, pod: dict, container: dict, mounts) -> dict[str, str]:
         kubelet = self.kubelet
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "HOSTNAME": self.name,
-               "PYTHONPATH": str(kubelet.site_dir),
-               "SIM_POD_IP": self.ip, "SIM_POD_NAMESPACE": self.namespace,
-               "SIM_DNS_FILE": str(kubelet.dns_file),
-               "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-               "KUBERNETES_SERVICE_PORT": str(kubelet.api_port)}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOSTNAME": self.name,
+            "PYTHONPATH": str(kubelet.site_dir),
+            "SIM_POD_IP": self.ip,
+            "SIM_POD_NAMESPACE": self.namespace,
+            "SIM_DNS_FILE": str(kubelet.dns_file),
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(kubelet.api_port),
+        }
         if pod["spec"].get("automountServiceAccountToken", True) is not False:
             env["KUBECONFIG"] = str(kubelet.kubeconfig)
         for extra in kubelet.node_env:
             env[extra] = kubelet.node_env[extra]
-        fields = {"metadata.name": self.name, "metadata.namespace": self.namespace,
-                  "status.podIP": self.ip, "spec.nodeName": pod["spec"].get("nodeName", ""),
-                  "metadata.uid": self.uid}
+        fields = {
+            "metadata.name": self.name,
+            "metadata.namespace": self.namespace,
+            "status.podIP": self.ip,
+            "spec.nodeName": pod["spec"].get("nodeName", ""),
+            "metadata.uid": self.uid,
+        }
         for item in container.get("env") or []:
             if "value" in item:
                 env[item["name"]] = self._map(str(item["value"]), mounts)
@@ -327,8 +351,9 @@ class PodRun:
         except Exception as exc:  # noqa: BLE001 - a broken pod must not stop the kubelet
             self.kubelet.errors.append(f"{self.namespace}/{self.name}: {exc!r}")
             message = str(exc)
-            self.update(lambda p: p["status"].update(phase="Failed", reason="KubeletError",
-                                                     message=message))
+            self.update(
+                lambda p: p["status"].update(phase="Failed", reason="KubeletError", message=message)
+            )
 
     async def _run(self) -> None:
         pod = self.current()
@@ -344,11 +369,22 @@ class PodRun:
                 # FailedMount: the kubelet keeps trying while the pod waits in
                 # ContainerCreating; a pod deleted meanwhile just goes.
                 def waiting(p: dict, why: str = str(exc)) -> None:
-                    p["status"]["containerStatuses"] = [{
-                        "name": container["name"], "ready": False, "restartCount": 0,
-                        "image": container.get("image", ""), "imageID": "",
-                        "state": {"waiting": {"reason": "ContainerCreating",
-                                              "message": f"MountVolume.SetUp failed: {why}"}}}]
+                    p["status"]["containerStatuses"] = [
+                        {
+                            "name": container["name"],
+                            "ready": False,
+                            "restartCount": 0,
+                            "image": container.get("image", ""),
+                            "imageID": "",
+                            "state": {
+                                "waiting": {
+                                    "reason": "ContainerCreating",
+                                    "message": f"MountVolume.SetUp failed: {why}",
+                                }
+                            },
+                        }
+                    ]
+
                 self.update(waiting)
                 try:
                     await asyncio.wait_for(self.stopping.wait(), 1.0)
@@ -370,65 +406,98 @@ class PodRun:
 
         def running(p: dict) -> None:
             status = p.setdefault("status", {})
-            status.update(phase="Running", podIP=self.ip, podIPs=[{"ip": self.ip}],
-                          hostIP="127.0.0.1")
+            status.update(
+                phase="Running", podIP=self.ip, podIPs=[{"ip": self.ip}], hostIP="127.0.0.1"
+            )
             status.setdefault("startTime", started_pod)
             p["metadata"].setdefault("annotations", {})["sim.seedrl.dev/log"] = str(log_path)
             set_pod_condition(p, "Initialized", "True")
+
         self.update(running)
         self._annotate_log(log_path)
         backoff = CRASH_BACKOFF_S
         while True:
-            code, reason, started, finished = await self._once(argv, env, log_path, limit,
-                                                               container)
+            code, reason, started, finished = await self._once(
+                argv, env, log_path, limit, container
+            )
             message = ""
             if message_file.exists():
                 message = message_file.read_bytes()[:4096].decode(errors="replace")
                 message_file.unlink()
-            if not message and code != 0 and container.get("terminationMessagePolicy") == \
-                    "FallbackToLogsOnError":
+            if (
+                not message
+                and code != 0
+                and container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+            ):
                 message = _tail(log_path)
-            terminated = {"exitCode": code, "reason": reason, "startedAt": started,
-                          "finishedAt": finished, **({"message": message} if message else {})}
+            terminated = {
+                "exitCode": code,
+                "reason": reason,
+                "startedAt": started,
+                "finishedAt": finished,
+                **({"message": message} if message else {}),
+            }
             policy = pod["spec"].get("restartPolicy", "Always")
             again = not self.stopping.is_set() and (
-                policy == "Always" or (policy == "OnFailure" and code != 0))
+                policy == "Always" or (policy == "OnFailure" and code != 0)
+            )
             if again:
                 self.restarts += 1
                 delay = backoff
                 backoff = min(CRASH_BACKOFF_CAP_S, backoff * 2)
 
                 def crashed(p: dict) -> None:
-                    p["status"]["containerStatuses"] = [{
-                        "name": container["name"], "ready": False, "started": False,
-                        "restartCount": self.restarts, "image": container.get("image", ""),
-                        "imageID": "", "lastState": {"terminated": terminated},
-                        "state": {"waiting": {"reason": "CrashLoopBackOff",
-                                              "message": f"back-off {delay:.0f}s restarting "
-                                                         f"failed container"}}}]
+                    p["status"]["containerStatuses"] = [
+                        {
+                            "name": container["name"],
+                            "ready": False,
+                            "started": False,
+                            "restartCount": self.restarts,
+                            "image": container.get("image", ""),
+                            "imageID": "",
+                            "lastState": {"terminated": terminated},
+                            "state": {
+                                "waiting": {
+                                    "reason": "CrashLoopBackOff",
+                                    "message": f"back-off {delay:.0f}s restarting failed container",
+                                }
+                            },
+                        }
+                    ]
                     set_pod_condition(p, "Ready", "False", "ContainersNotReady")
                     set_pod_condition(p, "ContainersReady", "False", "ContainersNotReady")
+
                 self.update(crashed)
                 try:
                     await asyncio.wait_for(self.stopping.wait(), delay)
                 except asyncio.TimeoutError:
                     continue
+
             # Terminal: the container will not run again.
             def ended(p: dict) -> None:
                 status = p["status"]
-                status["containerStatuses"] = [{
-                    "name": container["name"], "ready": False, "started": False,
-                    "restartCount": self.restarts, "image": container.get("image", ""),
-                    "imageID": "", "state": {"terminated": terminated}}]
+                status["containerStatuses"] = [
+                    {
+                        "name": container["name"],
+                        "ready": False,
+                        "started": False,
+                        "restartCount": self.restarts,
+                        "image": container.get("image", ""),
+                        "imageID": "",
+                        "state": {"terminated": terminated},
+                    }
+                ]
                 status["phase"] = "Succeeded" if code == 0 else "Failed"
                 if self.disrupted:
-                    status.update(reason="Terminated", message="Pod was terminated in "
-                                                               "response to imminent node "
-                                                               "shutdown.")
-                set_pod_condition(p, "Ready", "False", "PodCompleted" if code == 0 else
-                                  "PodFailed")
-                set_pod_condition(p, "ContainersReady", "False", "PodCompleted" if code == 0
-                                  else "PodFailed")
+                    status.update(
+                        reason="Terminated",
+                        message="Pod was terminated in response to imminent node shutdown.",
+                    )
+                set_pod_condition(p, "Ready", "False", "PodCompleted" if code == 0 else "PodFailed")
+                set_pod_condition(
+                    p, "ContainersReady", "False", "PodCompleted" if code == 0 else "PodFailed"
+                )
+
             self.update(ended)
             pod = self.current()
             if pod is not None and pod["metadata"].get("deletionTimestamp"):
@@ -440,27 +509,34 @@ class PodRun:
         the log of the container running now. Metadata: written through the main resource."""
         pod = self.current()
         if pod is not None and (pod["metadata"].get("annotations") or {}).get(
-                "sim.seedrl.dev/log") != str(log_path):
+            "sim.seedrl.dev/log"
+        ) != str(log_path):
             new = copy.deepcopy(pod)
             new["metadata"].setdefault("annotations", {})["sim.seedrl.dev/log"] = str(log_path)
             self.kubelet.api._commit(self.kubelet.pods_res, pod, new, None)
 
-    def _process(self, pod: dict, container: dict, volumes: dict[str, Path],
-                 message_file: Path) -> tuple[list[str], dict[str, str], list]:
+    def _process(
+        self, pod: dict, container: dict, volumes: dict[str, Path], message_file: Path
+    ) -> tuple[list[str], dict[str, str], list]:
         """A container's argv, environment and mounts (longest mount path first). The kubelet
         mounts a file at terminationMessagePath (``message_file``) and reads it after the
         exit."""
         message_path = container.get("terminationMessagePath", "/dev/termination-log")
-        mounts = sorted([(m["mountPath"], volumes[m["name"]])
-                         for m in container.get("volumeMounts") or [] if m["name"] in volumes]
-                        + [(message_path, message_file)], key=lambda m: -len(m[0]))
+        mounts = sorted(
+            [
+                (m["mountPath"], volumes[m["name"]])
+                for m in container.get("volumeMounts") or []
+                if m["name"] in volumes
+            ]
+            + [(message_path, message_file)],
+            key=lambda m: -len(m[0]),
+        )
         argv = self._command(container, mounts)
         if argv and argv[0] in ("python", "python3"):
             argv[0] = self.kubelet.python
         return argv, self._env(pod, container, mounts), mounts
 
-    async def _init_container(self, pod: dict, container: dict,
-                              volumes: dict[str, Path]) -> bool:
+    async def _init_container(self, pod: dict, container: dict, volumes: dict[str, Path]) -> bool:
         """Runs one init container until it succeeds; returns False when the pod ends
         instead (it failed under restartPolicy Never, or the pod was stopped meanwhile)."""
         name = container["name"]
@@ -474,40 +550,71 @@ class PodRun:
 
         def initializing(p: dict, state: dict) -> None:
             status = p.setdefault("status", {})
-            others = [s for s in status.get("initContainerStatuses") or []
-                      if s["name"] != name]
-            status["initContainerStatuses"] = [*others, {
-                "name": name, "ready": False, "restartCount": restarts,
-                "image": container.get("image", ""), "imageID": "", "state": state}]
-            status["containerStatuses"] = [{
-                "name": app["name"], "ready": False, "started": False, "restartCount": 0,
-                "image": app.get("image", ""), "imageID": "",
-                "state": {"waiting": {"reason": "PodInitializing"}}}]
+            others = [s for s in status.get("initContainerStatuses") or [] if s["name"] != name]
+            status["initContainerStatuses"] = [
+                *others,
+                {
+                    "name": name,
+                    "ready": False,
+                    "restartCount": restarts,
+                    "image": container.get("image", ""),
+                    "imageID": "",
+                    "state": state,
+                },
+            ]
+            status["containerStatuses"] = [
+                {
+                    "name": app["name"],
+                    "ready": False,
+                    "started": False,
+                    "restartCount": 0,
+                    "image": app.get("image", ""),
+                    "imageID": "",
+                    "state": {"waiting": {"reason": "PodInitializing"}},
+                }
+            ]
             status.update(podIP=self.ip, podIPs=[{"ip": self.ip}], hostIP="127.0.0.1")
-            set_pod_condition(p, "Initialized", "False", "ContainersNotInitialized",
-                              f"containers with incomplete status: [{name}]")
+            set_pod_condition(
+                p,
+                "Initialized",
+                "False",
+                "ContainersNotInitialized",
+                f"containers with incomplete status: [{name}]",
+            )
+
         while True:
             code, reason, started, finished = await self._once(
-                argv, env, log_path, _limit(container), container, init=True)
+                argv, env, log_path, _limit(container), container, init=True
+            )
             message = ""
             if message_file.exists():
                 message = message_file.read_bytes()[:4096].decode(errors="replace")
                 message_file.unlink()
-            if not message and code != 0 and container.get("terminationMessagePolicy") == \
-                    "FallbackToLogsOnError":
+            if (
+                not message
+                and code != 0
+                and container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+            ):
                 message = _tail(log_path)
-            terminated = {"exitCode": code, "reason": reason, "startedAt": started,
-                          "finishedAt": finished, **({"message": message} if message else {})}
+            terminated = {
+                "exitCode": code,
+                "reason": reason,
+                "startedAt": started,
+                "finishedAt": finished,
+                **({"message": message} if message else {}),
+            }
             if code == 0 and not self.stopping.is_set():
                 self.update(lambda p: initializing(p, {"terminated": terminated}))
                 return True
             policy = pod["spec"].get("restartPolicy", "Always")
             if code == 0 or policy == "Never" or self.stopping.is_set():
+
                 def failed(p: dict) -> None:
                     initializing(p, {"terminated": terminated})
                     p["status"]["phase"] = "Failed"
                     set_pod_condition(p, "Ready", "False", "PodFailed")
                     set_pod_condition(p, "ContainersReady", "False", "PodFailed")
+
                 self.update(failed)
                 current = self.current()
                 if current is not None and current["metadata"].get("deletionTimestamp"):
@@ -515,9 +622,17 @@ class PodRun:
                 return False
             restarts += 1
             delay, backoff = backoff, min(CRASH_BACKOFF_CAP_S, backoff * 2)
-            self.update(lambda p: initializing(p, {"waiting": {
-                "reason": "CrashLoopBackOff",
-                "message": f"back-off {delay:.0f}s restarting failed container"}}))
+            self.update(
+                lambda p: initializing(
+                    p,
+                    {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": f"back-off {delay:.0f}s restarting failed container",
+                        }
+                    },
+                )
+            )
             try:
                 await asyncio.wait_for(self.stopping.wait(), delay)
             except asyncio.TimeoutError:
@@ -528,33 +643,48 @@ class PodRun:
                 self.kubelet.api.finish_pod(current)
             return False
 
-    async def _once(self, argv, env, log_path: Path, limit: float | None,
-                    container: dict, init: bool = False) -> tuple[int, str, str, str]:
+    async def _once(
+        self, argv, env, log_path: Path, limit: float | None, container: dict, init: bool = False
+    ) -> tuple[int, str, str, str]:
         """Runs the container process once; returns (exit code, reason, started, finished).
         An init container (``init``) has no probes and its own status list."""
         started = now_rfc3339()
         self.killed_reason = None
         with open(log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                *argv, env=env, cwd=str(self.dir), stdout=log, stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                *argv,
+                env=env,
+                cwd=str(self.dir),
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         ready = {"ready": False}
 
         def started_state(p: dict) -> None:
             running = {
-                "name": container["name"], "ready": False, "started": False,
-                "restartCount": self.restarts, "image": container.get("image", ""),
-                "imageID": "", "containerID": f"sim://{self.proc.pid}",
-                "state": {"running": {"startedAt": started}}}
+                "name": container["name"],
+                "ready": False,
+                "started": False,
+                "restartCount": self.restarts,
+                "image": container.get("image", ""),
+                "imageID": "",
+                "containerID": f"sim://{self.proc.pid}",
+                "state": {"running": {"startedAt": started}},
+            }
             if init:
                 statuses = p["status"].get("initContainerStatuses") or []
-                running["restartCount"] = next((s.get("restartCount", 0) for s in statuses
-                                                if s["name"] == container["name"]), 0)
+                running["restartCount"] = next(
+                    (s.get("restartCount", 0) for s in statuses if s["name"] == container["name"]),
+                    0,
+                )
                 others = [s for s in statuses if s["name"] != container["name"]]
                 p["status"]["initContainerStatuses"] = [*others, running]
             else:
                 p["status"]["containerStatuses"] = [running]
+
         self.update(started_state)
         probes = None if init else asyncio.ensure_future(self._probe(container, ready))
         watchdog = asyncio.ensure_future(self._watch_memory(limit)) if limit else None
@@ -604,9 +734,12 @@ class PodRun:
                     port = probe["httpGet"]["port"]
                     port = ports.get(port, port)
                     reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection(self.ip, int(port)), timeout)
-                    writer.write(f"GET {probe['httpGet'].get('path', '/')} HTTP/1.0\r\n"
-                                 f"Host: {self.ip}\r\n\r\n".encode())
+                        asyncio.open_connection(self.ip, int(port)), timeout
+                    )
+                    writer.write(
+                        f"GET {probe['httpGet'].get('path', '/')} HTTP/1.0\r\n"
+                        f"Host: {self.ip}\r\n\r\n".encode()
+                    )
                     line = await asyncio.wait_for(reader.readline(), timeout)
                     writer.close()
                     code = int(line.split()[1])
@@ -615,7 +748,8 @@ class PodRun:
                     port = probe["tcpSocket"]["port"]
                     port = ports.get(port, port)
                     _, writer = await asyncio.wait_for(
-                        asyncio.open_connection(self.ip, int(port)), timeout)
+                        asyncio.open_connection(self.ip, int(port)), timeout
+                    )
                     writer.close()
                     return True
             except (OSError, asyncio.TimeoutError, ValueError, IndexError):
@@ -631,9 +765,9 @@ class PodRun:
                 for s in p["status"].get("containerStatuses") or []:
                     s["ready"], s["started"] = value, started
                 text = "True" if value else "False"
-                set_pod_condition(p, "ContainersReady", text,
-                                  "" if value else "ContainersNotReady")
+                set_pod_condition(p, "ContainersReady", text, "" if value else "ContainersNotReady")
                 set_pod_condition(p, "Ready", text, "" if value else "ContainersNotReady")
+
             self.update(change)
 
         startup = container.get("startupProbe")
@@ -662,8 +796,9 @@ class PodRun:
                     set_ready(True)
                 else:
                     ready_failures += 1
-                    if ready_failures >= readiness.get("failureThreshold", 3) or \
-                            not ready.get("ready"):
+                    if ready_failures >= readiness.get("failureThreshold", 3) or not ready.get(
+                        "ready"
+                    ):
                         set_ready(False)
             if liveness is not None and now >= next_live:
                 next_live = now + liveness.get("periodSeconds", 10)
@@ -700,8 +835,14 @@ class Kubelet:
         address for pods that use gs:// checkpoints).
     """
 
-    def __init__(self, api: ApiServer, root: Path, api_port: int, kubeconfig: Path,
-                 node_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        api: ApiServer,
+        root: Path,
+        api_port: int,
+        kubeconfig: Path,
+        node_env: dict[str, str] | None = None,
+    ):
         self.api = api
         self.root = Path(root)
         self.api_port = api_port
@@ -729,8 +870,10 @@ class Kubelet:
 
     def sync(self) -> None:
         """Starts pods newly bound to a node, stops pods being deleted, writes the DNS."""
-        nodes = {n["metadata"]["name"]: n
-                 for n in self.api.store.list(self.api.store.resource("", "v1", "nodes"))}
+        nodes = {
+            n["metadata"]["name"]: n
+            for n in self.api.store.list(self.api.store.resource("", "v1", "nodes"))
+        }
         for pod in self.api.store.list(self.pods_res):
             uid = pod["metadata"]["uid"]
             node = (pod.get("spec") or {}).get("nodeName")
@@ -738,8 +881,9 @@ class Kubelet:
                 continue
             run = self.runs.get(uid)
             if run is None:
-                if pod["status"].get("phase") in ("Succeeded", "Failed") or \
-                        pod["metadata"].get("deletionTimestamp"):
+                if pod["status"].get("phase") in ("Succeeded", "Failed") or pod["metadata"].get(
+                    "deletionTimestamp"
+                ):
                     if pod["metadata"].get("deletionTimestamp"):
                         self.api.finish_pod(pod)
                     continue
@@ -750,8 +894,9 @@ class Kubelet:
                     self.api.finish_pod(pod)
                 else:
                     run.stop(float(pod["metadata"].get("deletionGracePeriodSeconds") or 0))
-        for uid in [u for u, r in self.runs.items() if r.task and r.task.done()
-                    and r.current() is None]:
+        for uid in [
+            u for u, r in self.runs.items() if r.task and r.task.done() and r.current() is None
+        ]:
             shutil.rmtree(self.runs[uid].dir / "volumes", ignore_errors=True)
             del self.runs[uid]
         self.write_dns()
@@ -760,18 +905,28 @@ class Kubelet:
         """Cluster DNS: each Service's names -> the pod IP of a ready endpoint."""
         store = self.api.store
         names: dict[str, str] = {}
-        pods = [p for p in store.list(self.pods_res) if pod_ready(p)
-                and not p["metadata"].get("deletionTimestamp")
-                and (p.get("status") or {}).get("podIP")]
+        pods = [
+            p
+            for p in store.list(self.pods_res)
+            if pod_ready(p)
+            and not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("podIP")
+        ]
         for svc in store.list(store.resource("", "v1", "services")):
             selector = (svc.get("spec") or {}).get("selector") or {}
             ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
             for pod in pods:
                 labels = pod["metadata"].get("labels") or {}
-                if pod["metadata"]["namespace"] == ns and selector and all(
-                        labels.get(k) == v for k, v in selector.items()):
-                    for alias in (f"{name}.{ns}", f"{name}.{ns}.svc",
-                                  f"{name}.{ns}.svc.cluster.local"):
+                if (
+                    pod["metadata"]["namespace"] == ns
+                    and selector
+                    and all(labels.get(k) == v for k, v in selector.items())
+                ):
+                    for alias in (
+                        f"{name}.{ns}",
+                        f"{name}.{ns}.svc",
+                        f"{name}.{ns}.svc.cluster.local",
+                    ):
                         names[alias] = pod["status"]["podIP"]
                     break
         text = json.dumps(names, sort_keys=True)
@@ -789,9 +944,15 @@ class Kubelet:
             run = self.runs.get(pod["metadata"]["uid"])
             if run is None:
                 continue
-            run.update(lambda p: set_pod_condition(
-                p, "DisruptionTarget", "True", "TerminationByKubelet",
-                "Pod was terminated in response to imminent node shutdown."))
+            run.update(
+                lambda p: set_pod_condition(
+                    p,
+                    "DisruptionTarget",
+                    "True",
+                    "TerminationByKubelet",
+                    "Pod was terminated in response to imminent node shutdown.",
+                )
+            )
             grace = min(SHUTDOWN_GRACE_S, pod["spec"].get("terminationGracePeriodSeconds", 30))
             run.stop(grace, disrupted=True)
 
@@ -816,6 +977,7 @@ def _signal_group(pid: int, signum: int) -> None:
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     import ctypes
+
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -824,8 +986,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def _limit(container: dict) -> float | None:
     """A container's memory limit in bytes, or None."""
-    return _quantity_bytes(((container.get("resources") or {}).get("limits") or {}).get(
-        "memory"))
+    return _quantity_bytes(((container.get("resources") or {}).get("limits") or {}).get("memory"))
 
 
 def _tail(path: Path) -> str:

@@ -55,11 +55,11 @@ def _pb_parse(data: bytes) -> dict[int, list]:
             value: Any = varint()
         elif wire == 2:
             length = varint()
-            value, i = data[i:i + length], i + length
+            value, i = data[i : i + length], i + length
         elif wire == 1:
-            value, i = data[i:i + 8], i + 8
+            value, i = data[i : i + 8], i + 8
         elif wire == 5:
-            value, i = data[i:i + 4], i + 4
+            value, i = data[i : i + 4], i + 4
         else:
             raise ProtobufError(f"protobuf wire type {wire} not supported")
         out.setdefault(number, []).append(value)
@@ -79,8 +79,13 @@ def _pb_map(entries: list[bytes], text: bool = True) -> dict:
 def _pb_object_meta(data: bytes) -> dict:
     f = _pb_parse(data)
     meta: dict[str, Any] = {}
-    for number, key in ((1, "name"), (2, "generateName"), (3, "namespace"), (5, "uid"),
-                        (6, "resourceVersion")):
+    for number, key in (
+        (1, "name"),
+        (2, "generateName"),
+        (3, "namespace"),
+        (5, "uid"),
+        (6, "resourceVersion"),
+    ):
         if f.get(number) and f[number][0]:
             meta[key] = f[number][0].decode()
     if f.get(11):
@@ -116,12 +121,18 @@ def decode_protobuf(raw: bytes) -> dict:
     api_version = type_meta.get(1, [b""])[0].decode()
     kind = type_meta.get(2, [b""])[0].decode()
     if kind == "DeleteOptions":
-        return {"apiVersion": api_version, "kind": kind,
-                **_pb_delete_options(envelope.get(2, [b""])[0])}
+        return {
+            "apiVersion": api_version,
+            "kind": kind,
+            **_pb_delete_options(envelope.get(2, [b""])[0]),
+        }
     body = _pb_parse(envelope.get(2, [b""])[0])
     meta = body.get(1, [b""])[0]
-    obj: dict[str, Any] = {"apiVersion": api_version, "kind": kind,
-                           "metadata": _pb_object_meta(meta if isinstance(meta, bytes) else b"")}
+    obj: dict[str, Any] = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": _pb_object_meta(meta if isinstance(meta, bytes) else b""),
+    }
     if kind == "Secret":
         if body.get(2):
             obj["data"] = _pb_map(body[2], text=False)

@@ -64,9 +64,7 @@ def log_probs_from_logits_and_actions(policy_logits, actions) -> tf.Tensor:
         raise TypeError(f"actions must be an integer tensor, got {actions.dtype}")
     policy_logits.shape.with_rank(3)
     actions.shape.with_rank(2)
-    return -tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=actions, logits=policy_logits
-    )
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=policy_logits)
 
 
 def vtrace_from_logits(
@@ -111,9 +109,7 @@ def vtrace_from_logits(
         behaviour_action_log_probs = log_probs_from_logits_and_actions(
             behaviour_policy_logits, actions
         )
-        target_action_log_probs = log_probs_from_logits_and_actions(
-            target_policy_logits, actions
-        )
+        target_action_log_probs = log_probs_from_logits_and_actions(target_policy_logits, actions)
         log_rhos = target_action_log_probs - behaviour_action_log_probs
         returns = vtrace_from_importance_weights(
             log_rhos=log_rhos,

@@ -11,8 +11,9 @@ from seedrl.learner.networks import make_actor_critic
 from seedrl.learner.optimizers import make_optimizer
 
 
-def build(experiment: Experiment, env_spec: EnvSpec,
-          placement: Placement | None = None) -> PPOAgent:
+def build(
+    experiment: Experiment, env_spec: EnvSpec, placement: Placement | None = None
+) -> PPOAgent:
     """Builds a PPO agent for the Experiment and the actors' environment spec, with its
     variables placed by ``placement`` (default: one device)."""
     spec = experiment.spec
@@ -20,10 +21,16 @@ def build(experiment: Experiment, env_spec: EnvSpec,
     with placement.scope():
         # The shared actor-critic, with a policy head for the env's actions (a softmax, or a
         # diagonal Gaussian with tanh-bounded means and a learned log-std).
-        network = make_actor_critic(spec.agent.network, env_spec,
-                                    distributions.for_env(env_spec))
-        optimizer = make_optimizer(spec.learner.optimizer, network.trainable_variables,
-                                   pre_reduced=placement.distributed)
-        return PPOAgent(network, optimizer, spec.agent.ppo, env_spec,
-                        grad_clip_norm=spec.learner.optimizer.grad_clip_norm, seed=spec.seed,
-                        placement=placement)
+        network = make_actor_critic(spec.agent.network, env_spec, distributions.for_env(env_spec))
+        optimizer = make_optimizer(
+            spec.learner.optimizer, network.trainable_variables, pre_reduced=placement.distributed
+        )
+        return PPOAgent(
+            network,
+            optimizer,
+            spec.agent.ppo,
+            env_spec,
+            grad_clip_norm=spec.learner.optimizer.grad_clip_norm,
+            seed=spec.seed,
+            placement=placement,
+        )

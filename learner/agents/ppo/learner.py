@@ -66,8 +66,16 @@ class PPOAgent(Agent):
       placement: the devices of inference and training (default: one device).
     """
 
-    def __init__(self, network: ActorCritic, optimizer, config: PPOConfig, env_spec: EnvSpec,
-                 grad_clip_norm: float, seed: int, placement: Placement | None = None):
+    def __init__(
+        self,
+        network: ActorCritic,
+        optimizer,
+        config: PPOConfig,
+        env_spec: EnvSpec,
+        grad_clip_norm: float,
+        seed: int,
+        placement: Placement | None = None,
+    ):
         self.placement = placement or default_placement()
         self.network = network
         self.optimizer = optimizer
@@ -83,52 +91,76 @@ class PPOAgent(Agent):
         self._normalize_obs = config.normalize_observations and obs_dtype != tf.uint8
         self.obs_rms = RunningMeanStd(obs_shape, clip=config.observation_clip, name="obs_rms")
         self.reward_rms = RunningMeanStd([], clip=config.reward_clip, name="reward_rms")
-        self.kl_coefficient = tf.Variable(config.kl_init_coefficient, dtype=tf.float64,
-                                          trainable=False, name="kl_coefficient")
+        self.kl_coefficient = tf.Variable(
+            config.kl_init_coefficient, dtype=tf.float64, trainable=False, name="kl_coefficient"
+        )
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self._batchppo = config.preset == "batchppo"
         objective = config.objective or ("kl_penalty" if self._batchppo else "clip")
         self._uses_clip = objective in ("clip", "both")
         self._uses_kl = objective in ("kl_penalty", "both")
-        state_specs = [tf.TensorSpec([None, s.shape[-1]], tf.float32)
-                       for s in network.initial_state(1)]
+        state_specs = [
+            tf.TensorSpec([None, s.shape[-1]], tf.float32) for s in network.initial_state(1)
+        ]
         action_shape = list(self.dist.action_shape)
         p = self.dist.param_size
         action_spec = tf.TensorSpec([None, None] + action_shape, self.dist.action_dtype)
-        self._infer = Compiled(self._infer_impl, [
-            tf.TensorSpec([None] + obs_shape, obs_dtype), state_specs,
-            tf.TensorSpec([None], tf.float32)],
-            concrete=not self.placement.inference_devices)
+        self._infer = Compiled(
+            self._infer_impl,
+            [
+                tf.TensorSpec([None] + obs_shape, obs_dtype),
+                state_specs,
+                tf.TensorSpec([None], tf.float32),
+            ],
+            concrete=not self.placement.inference_devices,
+        )
         one_device = not self.placement.distributed
-        self._evaluate = Compiled(self._evaluate_impl, [
-            tf.TensorSpec([None, None] + obs_shape, obs_dtype),
-            tf.TensorSpec([None, None], tf.bool), state_specs, action_spec,
-            tf.TensorSpec([None, None], tf.float32)], concrete=one_device)
-        self._step = Compiled(self._step_impl, [
-            tf.TensorSpec([None, None] + obs_shape, obs_dtype),          # observation [T+1]
-            tf.TensorSpec([None, None], tf.bool),                        # episode starts
-            state_specs,
-            action_spec,                                                 # actions [T+1]
-            tf.TensorSpec([None, None], tf.float32),                     # rewards [T+1]
-            tf.TensorSpec([None, None, p], tf.float32),                  # behaviour [T]
-            tf.TensorSpec([None, None, p], tf.float32),                  # KL reference [T]
-            tf.TensorSpec([None, None], tf.float32),                     # advantages
-            tf.TensorSpec([None, None], tf.float32),                     # value targets
-            tf.TensorSpec([], tf.float32)],                              # KL coefficient
-            concrete=one_device)
+        self._evaluate = Compiled(
+            self._evaluate_impl,
+            [
+                tf.TensorSpec([None, None] + obs_shape, obs_dtype),
+                tf.TensorSpec([None, None], tf.bool),
+                state_specs,
+                action_spec,
+                tf.TensorSpec([None, None], tf.float32),
+            ],
+            concrete=one_device,
+        )
+        self._step = Compiled(
+            self._step_impl,
+            [
+                tf.TensorSpec([None, None] + obs_shape, obs_dtype),  # observation [T+1]
+                tf.TensorSpec([None, None], tf.bool),  # episode starts
+                state_specs,
+                action_spec,  # actions [T+1]
+                tf.TensorSpec([None, None], tf.float32),  # rewards [T+1]
+                tf.TensorSpec([None, None, p], tf.float32),  # behaviour [T]
+                tf.TensorSpec([None, None, p], tf.float32),  # KL reference [T]
+                tf.TensorSpec([None, None], tf.float32),  # advantages
+                tf.TensorSpec([None, None], tf.float32),  # value targets
+                tf.TensorSpec([], tf.float32),
+            ],  # KL coefficient
+            concrete=one_device,
+        )
         if self.placement.distributed:
             self._replicated = self.placement.make_train_step(
-                self._replica_loss, optimizer, lambda: self.network.trainable_variables,
-                self._grad_clip_norm)
+                self._replica_loss,
+                optimizer,
+                lambda: self.network.trainable_variables,
+                self._grad_clip_norm,
+            )
 
     # -- acting ---------------------------------------------------------------------------
 
     def step_fields(self):
-        return {"policy_params": ((self.dist.param_size,), np.dtype(np.float32)),
-                "policy_version": ((), np.dtype(np.int64))}
+        return {
+            "policy_params": ((self.dist.param_size,), np.dtype(np.float32)),
+            "policy_version": ((), np.dtype(np.int64)),
+        }
 
-    def initial_state(self, batch_size: int, actor_index: int = 0,
-                      first_env: int = 0) -> list[np.ndarray]:
+    def initial_state(
+        self, batch_size: int, actor_index: int = 0, first_env: int = 0
+    ) -> list[np.ndarray]:
         return [s.numpy() for s in self.network.initial_state(batch_size)]
 
     def inference(self, observations, state, rewards=None):
@@ -137,16 +169,21 @@ class PPOAgent(Agent):
         with self.placement.inference_device():
             action, params, value, new_state = self._infer(observations, state, rewards)
         version = np.full(len(observations), int(self.updates.numpy()), np.int64)
-        return ({"action": action.numpy(), "policy_params": params.numpy(),
-                 "policy_version": version, "value": value.numpy()},
-                [s.numpy() for s in new_state])
+        return (
+            {
+                "action": action.numpy(),
+                "policy_params": params.numpy(),
+                "policy_version": version,
+                "value": value.numpy(),
+            },
+            [s.numpy() for s in new_state],
+        )
 
     def _inputs(self, observations):
         return self.obs_rms.normalize(observations) if self._normalize_obs else observations
 
     def _infer_impl(self, observations, state, rewards):
-        params, values, new_state = self.network.step(self._inputs(observations), state,
-                                                      rewards)
+        params, values, new_state = self.network.step(self._inputs(observations), state, rewards)
         seed = self._rng.make_seeds(1)[:, 0]
         action = self.dist.sample(params, seed)
         return action, params, values, self.network.record_action(new_state, action)
@@ -157,15 +194,21 @@ class PPOAgent(Agent):
         self.optimizer.learning_rate.assign(value)
 
     def checkpointables(self):
-        return {"network": self.network, "optimizer": self.optimizer, "rng": self._rng,
-                "obs_rms": self.obs_rms, "reward_rms": self.reward_rms,
-                "kl_coefficient": self.kl_coefficient, "updates": self.updates}
+        return {
+            "network": self.network,
+            "optimizer": self.optimizer,
+            "rng": self._rng,
+            "obs_rms": self.obs_rms,
+            "reward_rms": self.reward_rms,
+            "kl_coefficient": self.kl_coefficient,
+            "updates": self.updates,
+        }
 
     def train(self, batch: Mapping[str, object]) -> dict[str, float]:
         """One PPO update on unrolls [T + 1, B, ...]; returns scalar metrics."""
         cfg = self.config
         current = int(self.updates.numpy())
-        lag = current - np.asarray(batch["policy_version"]).min(axis=0)      # [B]
+        lag = current - np.asarray(batch["policy_version"]).min(axis=0)  # [B]
         keep = np.flatnonzero(lag <= cfg.max_policy_lag)
         dropped = len(lag) - len(keep)
         if len(keep) == 0:
@@ -191,8 +234,7 @@ class PPOAgent(Agent):
         start_params, values = start_params.numpy()[:-1], values.numpy()
         discounts = cfg.discount * (1.0 - ended[1:].astype(np.float32))
         cut = truncated[1:] & ~terminated[1:]
-        rewards = losses.bootstrap_truncations(rewards, cols["final_value"][1:], cut,
-                                               cfg.discount)
+        rewards = losses.bootstrap_truncations(rewards, cols["final_value"][1:], cut, cfg.discount)
         adv, returns = losses.gae(rewards, values[:-1], values[-1], discounts, cfg.lambda_)
         adv, returns = adv.numpy(), returns.numpy()
         if self._batchppo and cfg.lambda_ != 1.0:
@@ -209,10 +251,20 @@ class PPOAgent(Agent):
         for _ in range(cfg.epochs):
             order = self._np_rng.permutation(len(keep))
             for mb in np.array_split(order, min(cfg.minibatches, len(keep))):
-                step_metrics.append(self._minibatch_step(
-                    obs[:, mb], ended[:, mb], [s[mb] for s in state], actions[:, mb],
-                    raw_rewards[:, mb], behaviour[:, mb], reference[:, mb], adv[:, mb],
-                    returns[:, mb], coefficient))
+                step_metrics.append(
+                    self._minibatch_step(
+                        obs[:, mb],
+                        ended[:, mb],
+                        [s[mb] for s in state],
+                        actions[:, mb],
+                        raw_rewards[:, mb],
+                        behaviour[:, mb],
+                        reference[:, mb],
+                        adv[:, mb],
+                        returns[:, mb],
+                        coefficient,
+                    )
+                )
         params, _ = self._evaluate(obs, ended, state, actions, raw_rewards)
         kl = float(tf.reduce_mean(self.dist.kl(reference, params[:-1])))
         # A minibatch step whose gradients were not finite was skipped (the batch holds data
@@ -223,11 +275,17 @@ class PPOAgent(Agent):
             if self._batchppo:
                 low, high = losses.BATCHPPO_KL_BAND
                 new = losses.updated_kl_coefficient(
-                    float(self.kl_coefficient.numpy()), kl, cfg.kl_target, tolerance=high,
-                    lower=low, bounds=(0.0, float("inf")))
+                    float(self.kl_coefficient.numpy()),
+                    kl,
+                    cfg.kl_target,
+                    tolerance=high,
+                    lower=low,
+                    bounds=(0.0, float("inf")),
+                )
             else:
-                new = losses.updated_kl_coefficient(float(self.kl_coefficient.numpy()), kl,
-                                                    cfg.kl_target)
+                new = losses.updated_kl_coefficient(
+                    float(self.kl_coefficient.numpy()), kl, cfg.kl_target
+                )
             self.kl_coefficient.assign(new)
         # Statistics move only now: this batch acted and trained on identical inputs.
         if not skipped:
@@ -237,49 +295,141 @@ class PPOAgent(Agent):
                 self.reward_rms.update(discounted.reshape(-1))
         self.updates.assign_add(1)
         out = {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
-        out.update({"kl": kl, "kl_coefficient": float(self.kl_coefficient.numpy()),
-                    "policy_lag": float(lag[keep].mean()), "policy_lag_max": float(lag.max()),
-                    "dropped_unrolls": float(dropped), "mean_value": float(values.mean())})
+        out.update(
+            {
+                "kl": kl,
+                "kl_coefficient": float(self.kl_coefficient.numpy()),
+                "policy_lag": float(lag[keep].mean()),
+                "policy_lag_max": float(lag.max()),
+                "dropped_unrolls": float(dropped),
+                "mean_value": float(values.mean()),
+            }
+        )
         return out
 
-    def _minibatch_step(self, observation, first, state, action, reward, behaviour,
-                        reference, advantages, returns, kl_coefficient):
+    def _minibatch_step(
+        self,
+        observation,
+        first,
+        state,
+        action,
+        reward,
+        behaviour,
+        reference,
+        advantages,
+        returns,
+        kl_coefficient,
+    ):
         """One minibatch update: split over the training replicas when there are several
         (and the minibatch has an unroll for each), else the one-device step."""
         if not self.placement.can_shard(np.shape(action)[1]):
-            return self._step(observation, first, state, action, reward, behaviour, reference,
-                              advantages, returns, kl_coefficient)
-        args = (observation, first, action, reward, behaviour, reference, advantages, returns,
-                kl_coefficient, *state)
+            return self._step(
+                observation,
+                first,
+                state,
+                action,
+                reward,
+                behaviour,
+                reference,
+                advantages,
+                returns,
+                kl_coefficient,
+            )
+        args = (
+            observation,
+            first,
+            action,
+            reward,
+            behaviour,
+            reference,
+            advantages,
+            returns,
+            kl_coefficient,
+            *state,
+        )
         # Unrolls [T(+1), B] split along B, states along their first axis; the coefficient
         # goes whole to every replica.
         axes = (1, 1, 1, 1, 1, 1, 1, 1, None) + (0,) * len(state)
         metrics, _ = self._replicated(args, axes)
         return metrics
 
-    def _replica_loss(self, observation, first, action, reward, behaviour, reference,
-                      advantages, returns, kl_coefficient, *state):
+    def _replica_loss(
+        self,
+        observation,
+        first,
+        action,
+        reward,
+        behaviour,
+        reference,
+        advantages,
+        returns,
+        kl_coefficient,
+        *state,
+    ):
         """The loss of one training replica's shard of a minibatch (see ReplicatedStep)."""
-        total, metrics = self.loss(observation, first, list(state), action, reward, behaviour,
-                                   reference, advantages, returns, kl_coefficient)
+        total, metrics = self.loss(
+            observation,
+            first,
+            list(state),
+            action,
+            reward,
+            behaviour,
+            reference,
+            advantages,
+            returns,
+            kl_coefficient,
+        )
         return total, metrics, ()
 
     def _evaluate_impl(self, observations, first, state, actions, rewards):
         """Policy parameters and values of unrolls [T + 1, B, ...] under the current net."""
         return self.network.unroll(self._inputs(observations), first, state, actions, rewards)
 
-    def _step_impl(self, observation, first, state, action, reward, behaviour, reference,
-                   advantages, returns, kl_coefficient):
+    def _step_impl(
+        self,
+        observation,
+        first,
+        state,
+        action,
+        reward,
+        behaviour,
+        reference,
+        advantages,
+        returns,
+        kl_coefficient,
+    ):
         """One minibatch gradient step; returns its scalar metrics."""
         with tf.GradientTape() as tape:
-            total, metrics = self.loss(observation, first, state, action, reward, behaviour,
-                                       reference, advantages, returns, kl_coefficient)
-        grad_norm = apply_gradients(self.optimizer, tape, total,
-                                    self.network.trainable_variables, self._grad_clip_norm)
+            total, metrics = self.loss(
+                observation,
+                first,
+                state,
+                action,
+                reward,
+                behaviour,
+                reference,
+                advantages,
+                returns,
+                kl_coefficient,
+            )
+        grad_norm = apply_gradients(
+            self.optimizer, tape, total, self.network.trainable_variables, self._grad_clip_norm
+        )
         return {**metrics, "grad_norm": grad_norm}
 
-    def loss(self, observation, first, state, action, reward, behaviour, reference,
-             advantages, returns, kl_coefficient):
+    def loss(
+        self,
+        observation,
+        first,
+        state,
+        action,
+        reward,
+        behaviour,
+        reference,
+        advantages,
+        returns,
+        kl_coefficient,
+    ):
         """The PPO loss of a minibatch of unrolls and its scalar metrics, each a mean over the
         minibatch's steps (so that replicas' shares of it add up to the whole).
 
@@ -289,22 +439,34 @@ class PPOAgent(Agent):
         and ``returns`` have the T rows of the transitions.
         """
         cfg = self.config
-        params, values = self.network.unroll(self._inputs(observation), first, state, action,
-                                             reward)
+        params, values = self.network.unroll(
+            self._inputs(observation), first, state, action, reward
+        )
         params, values, action = params[:-1], values[:-1], action[:-1]
         log_prob = self.dist.log_prob(params, action)
         log_ratio = log_prob - self.dist.log_prob(behaviour, action)
         kl = self.dist.kl(reference, params)
         policy_loss = losses.clipped_surrogate_loss(
-            log_ratio, advantages, cfg.clip if self._uses_clip else 0.0)
+            log_ratio, advantages, cfg.clip if self._uses_clip else 0.0
+        )
         if self._uses_kl:
             policy_loss += losses.kl_penalty_loss(
-                kl, kl_coefficient, cfg.kl_target, cfg.kl_cutoff_factor,
-                cfg.kl_cutoff_coefficient, per_sequence=self._batchppo)
+                kl,
+                kl_coefficient,
+                cfg.kl_target,
+                cfg.kl_cutoff_factor,
+                cfg.kl_cutoff_coefficient,
+                per_sequence=self._batchppo,
+            )
         value_loss = 0.5 * tf.reduce_mean(tf.square(returns - values))
         entropy = tf.reduce_mean(self.dist.entropy(params))
         total = policy_loss + cfg.value_cost * value_loss - cfg.entropy_cost * entropy
-        return total, {"loss/total": total, "loss/policy": policy_loss,
-                       "loss/value": value_loss, "entropy": entropy,
-                       "clip_fraction": tf.reduce_mean(tf.cast(
-                           tf.abs(tf.exp(log_ratio) - 1.0) > cfg.clip, tf.float32))}
+        return total, {
+            "loss/total": total,
+            "loss/policy": policy_loss,
+            "loss/value": value_loss,
+            "entropy": entropy,
+            "clip_fraction": tf.reduce_mean(
+                tf.cast(tf.abs(tf.exp(log_ratio) - 1.0) > cfg.clip, tf.float32)
+            ),
+        }

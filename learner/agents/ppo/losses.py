@@ -49,8 +49,9 @@ def gae(rewards, values, bootstrap_value, discounts, lambda_: float) -> GAERetur
         delta, discount = elems
         return delta + discount * lambda_ * acc
 
-    advantages = tf.scan(_step, (deltas, discounts), initializer=tf.zeros_like(bootstrap_value),
-                         reverse=True)
+    advantages = tf.scan(
+        _step, (deltas, discounts), initializer=tf.zeros_like(bootstrap_value), reverse=True
+    )
     return GAEReturns(tf.stop_gradient(advantages), tf.stop_gradient(advantages + values))
 
 
@@ -87,8 +88,14 @@ def clipped_surrogate_loss(log_ratio, advantages, clip: float) -> tf.Tensor:
     return -tf.reduce_mean(tf.minimum(unclipped, clipped))
 
 
-def kl_penalty_loss(kl, coefficient, target: float, cutoff_factor: float,
-                    cutoff_coefficient: float, per_sequence: bool = False) -> tf.Tensor:
+def kl_penalty_loss(
+    kl,
+    coefficient,
+    target: float,
+    cutoff_factor: float,
+    cutoff_coefficient: float,
+    per_sequence: bool = False,
+) -> tf.Tensor:
     """The adaptive KL penalty: coefficient * mean KL, plus a steep quadratic term
     ``cutoff_coefficient * (KL - cutoff_factor * target)^2`` wherever the KL passes the cutoff.
 
@@ -103,8 +110,7 @@ def kl_penalty_loss(kl, coefficient, target: float, cutoff_factor: float,
     """
     cutoff = cutoff_factor * target
     over = tf.nn.relu((tf.reduce_mean(kl, axis=0) if per_sequence else kl) - cutoff)
-    return coefficient * tf.reduce_mean(kl) + cutoff_coefficient * tf.reduce_mean(
-        tf.square(over))
+    return coefficient * tf.reduce_mean(kl) + cutoff_coefficient * tf.reduce_mean(tf.square(over))
 
 
 #: BatchPPO's band around the KL target: the penalty grows above 1.3 x target and shrinks
@@ -112,10 +118,15 @@ def kl_penalty_loss(kl, coefficient, target: float, cutoff_factor: float,
 BATCHPPO_KL_BAND = (0.7, 1.3)
 
 
-def updated_kl_coefficient(coefficient: float, measured_kl: float, target: float,
-                           tolerance: float = 1.3, factor: float = 1.5,
-                           bounds: tuple[float, float] = (1e-5, 1e5),
-                           lower: float | None = None) -> float:
+def updated_kl_coefficient(
+    coefficient: float,
+    measured_kl: float,
+    target: float,
+    tolerance: float = 1.3,
+    factor: float = 1.5,
+    bounds: tuple[float, float] = (1e-5, 1e5),
+    lower: float | None = None,
+) -> float:
     """The adaptive KL coefficient after an update.
 
     Grows by ``factor`` when the measured KL exceeded ``tolerance x target``, shrinks by it

@@ -58,10 +58,20 @@ class R2D2Agent(ReplayAgent):
       envs_per_actor: ``spec.actors.envsPerActor``, for the per-env epsilons.
     """
 
-    def __init__(self, online: DuelingQNetwork, target: DuelingQNetwork, optimizer,
-                 config: R2D2Config, env_spec: EnvSpec, batch_size: int, num_actors: int,
-                 grad_clip_norm: float, seed: int, placement: Placement | None = None,
-                 envs_per_actor: int = 1):
+    def __init__(
+        self,
+        online: DuelingQNetwork,
+        target: DuelingQNetwork,
+        optimizer,
+        config: R2D2Config,
+        env_spec: EnvSpec,
+        batch_size: int,
+        num_actors: int,
+        grad_clip_norm: float,
+        seed: int,
+        placement: Placement | None = None,
+        envs_per_actor: int = 1,
+    ):
         self.placement = placement or default_placement()
         self.online = online
         self.target = target
@@ -82,41 +92,64 @@ class R2D2Agent(ReplayAgent):
         rows = config.sequence_length + 1
         obs_shape = tuple(env_spec.observation_shape)
         obs_dtype = np.dtype(env_spec.observation_dtype)
-        fields = {"observation": ((rows,) + obs_shape, obs_dtype),
-                  "action": ((rows,), np.dtype(np.int32)),
-                  "reward": ((rows,), np.dtype(np.float32)),
-                  "terminated": ((rows,), np.dtype(bool)),
-                  "truncated": ((rows,), np.dtype(bool)),
-                  "final_value": ((rows,), np.dtype(np.float32))}
+        fields = {
+            "observation": ((rows,) + obs_shape, obs_dtype),
+            "action": ((rows,), np.dtype(np.int32)),
+            "reward": ((rows,), np.dtype(np.float32)),
+            "terminated": ((rows,), np.dtype(bool)),
+            "truncated": ((rows,), np.dtype(bool)),
+            "final_value": ((rows,), np.dtype(np.float32)),
+        }
         initial = online.initial_state(1)
-        self._state_fields = STATE_FIELDS[:len(initial)]
+        self._state_fields = STATE_FIELDS[: len(initial)]
         for name, s in zip(self._state_fields, initial):
             fields[name] = ((int(s.shape[-1]),), np.dtype(np.float32))
-        self.replay = PrioritizedReplay(config.replay_capacity, fields,
-                                        config.priority_exponent, config.importance_exponent)
+        self.replay = PrioritizedReplay(
+            config.replay_capacity, fields, config.priority_exponent, config.importance_exponent
+        )
 
         tf_obs = tf.as_dtype(obs_dtype)
         state_specs = [tf.TensorSpec([None, s.shape[-1]], tf.float32) for s in initial]
-        seq = [tf.TensorSpec([None, rows], tf.int32),        # action
-               tf.TensorSpec([None, rows], tf.float32),      # reward
-               tf.TensorSpec([None, rows], tf.bool),         # terminated
-               tf.TensorSpec([None, rows], tf.bool),         # truncated
-               tf.TensorSpec([None, rows], tf.float32)]      # final value
-        self._infer = Compiled(self._infer_impl, [
-            tf.TensorSpec([None, *obs_shape], tf_obs), state_specs,
-            tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.float32)],
-            concrete=not self.placement.inference_devices)
-        self._train = Compiled(self._train_impl, [
-            tf.TensorSpec([None, rows, *obs_shape], tf_obs), *seq, state_specs,
-            tf.TensorSpec([None], tf.float32)], concrete=not self.placement.distributed)
-        self._initial_priorities = Compiled(self._initial_priorities_impl, [
-            tf.TensorSpec([None, rows, env_spec.num_actions], tf.float32), *seq])
+        seq = [
+            tf.TensorSpec([None, rows], tf.int32),  # action
+            tf.TensorSpec([None, rows], tf.float32),  # reward
+            tf.TensorSpec([None, rows], tf.bool),  # terminated
+            tf.TensorSpec([None, rows], tf.bool),  # truncated
+            tf.TensorSpec([None, rows], tf.float32),
+        ]  # final value
+        self._infer = Compiled(
+            self._infer_impl,
+            [
+                tf.TensorSpec([None, *obs_shape], tf_obs),
+                state_specs,
+                tf.TensorSpec([None], tf.float32),
+                tf.TensorSpec([None], tf.float32),
+            ],
+            concrete=not self.placement.inference_devices,
+        )
+        self._train = Compiled(
+            self._train_impl,
+            [
+                tf.TensorSpec([None, rows, *obs_shape], tf_obs),
+                *seq,
+                state_specs,
+                tf.TensorSpec([None], tf.float32),
+            ],
+            concrete=not self.placement.distributed,
+        )
+        self._initial_priorities = Compiled(
+            self._initial_priorities_impl,
+            [tf.TensorSpec([None, rows, env_spec.num_actions], tf.float32), *seq],
+        )
         self._sync_target = tf.function(self._sync_target_impl, input_signature=[])
         self._sync_target()
         if self.placement.distributed:
             self._replicated = self.placement.make_train_step(
-                self._replica_loss, optimizer, lambda: self.online.trainable_variables,
-                self._grad_clip_norm)
+                self._replica_loss,
+                optimizer,
+                lambda: self.online.trainable_variables,
+                self._grad_clip_norm,
+            )
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -138,15 +171,17 @@ class R2D2Agent(ReplayAgent):
             return np.full(batch_size, cfg.epsilon_base, np.float32)
         # losses.epsilon_for_env, vectorised: this runs whenever an episode ends.
         return (cfg.epsilon_base ** (1.0 + cfg.epsilon_alpha * index / (total - 1))).astype(
-            np.float32)
+            np.float32
+        )
 
     def step_fields(self):
         if self._acting_priorities:
             return {"q_values": ((self.env_spec.num_actions,), np.dtype(np.float32))}
         return {}
 
-    def initial_state(self, batch_size: int, actor_index: int = 0,
-                      first_env: int = 0) -> list[np.ndarray]:
+    def initial_state(
+        self, batch_size: int, actor_index: int = 0, first_env: int = 0
+    ) -> list[np.ndarray]:
         state = [s.numpy() for s in self.online.initial_state(batch_size)]
         return state + [self.epsilons(batch_size, actor_index, first_env)]
 
@@ -154,8 +189,7 @@ class R2D2Agent(ReplayAgent):
         if rewards is None:
             rewards = np.zeros(len(observations), np.float32)
         with self.placement.inference_device():
-            action, q, value, new_state = self._infer(observations, state[:-1], state[-1],
-                                                      rewards)
+            action, q, value, new_state = self._infer(observations, state[:-1], state[-1], rewards)
         outputs = {"action": action.numpy(), "value": value.numpy()}
         if self._acting_priorities:
             outputs["q_values"] = q.numpy()
@@ -169,22 +203,25 @@ class R2D2Agent(ReplayAgent):
         seeds = self._rng.make_seeds(2)
         explore = tf.random.stateless_uniform([n], seed=seeds[:, 0]) < epsilon
         random_action = tf.random.stateless_uniform(
-            [n], seed=seeds[:, 1], minval=0, maxval=self.env_spec.num_actions, dtype=tf.int32)
+            [n], seed=seeds[:, 1], minval=0, maxval=self.env_spec.num_actions, dtype=tf.int32
+        )
         greedy = tf.argmax(q, axis=-1, output_type=tf.int32)
         action = tf.where(explore, random_action, greedy)
-        value = losses.inverse_value_rescale(tf.reduce_max(q, axis=-1),
-                                             self.config.value_rescale_eps)
+        value = losses.inverse_value_rescale(
+            tf.reduce_max(q, axis=-1), self.config.value_rescale_eps
+        )
         return action, q, value, self.online.record_action(new_state, action)
 
     # -- replay ---------------------------------------------------------------------------
 
     def unroll_layout(self, unroll_length: int) -> tuple[int, int]:
-        return (self.config.sequence_length + 1,
-                self.config.sequence_length - self.config.burn_in)
+        return (self.config.sequence_length + 1, self.config.sequence_length - self.config.burn_in)
 
     def add_unrolls(self, unrolls: list[Mapping[str, object]]) -> None:
-        items = {name: np.stack([u[name] for u in unrolls])
-                 for name in ("observation", "action", "reward", "terminated", "truncated")}
+        items = {
+            name: np.stack([u[name] for u in unrolls])
+            for name in ("observation", "action", "reward", "terminated", "truncated")
+        }
         items["final_value"] = np.stack([final_values(u) for u in unrolls])
         for i, name in enumerate(self._state_fields):
             items[name] = np.stack([u["initial_state"][i] for u in unrolls])
@@ -192,8 +229,12 @@ class R2D2Agent(ReplayAgent):
         if self._acting_priorities:
             priorities = self._initial_priorities(
                 np.stack([u["q_values"] for u in unrolls]).astype(np.float32),
-                items["action"].astype(np.int32), items["reward"], items["terminated"],
-                items["truncated"], items["final_value"]).numpy()
+                items["action"].astype(np.int32),
+                items["reward"],
+                items["terminated"],
+                items["truncated"],
+                items["final_value"],
+            ).numpy()
             # Non-finite acting values (a network gone bad) get the floor priority, as
             # non-finite TD errors do after training.
             priorities = np.where(np.isfinite(priorities), priorities, 0.0)
@@ -225,15 +266,20 @@ class R2D2Agent(ReplayAgent):
     def train_from_replay(self) -> dict[str, float]:
         slots, items, weights = self.replay.sample(self.batch_size, self._np_rng)
         state = [items[name] for name in self._state_fields]
-        metrics, priorities = self._train_step(items["observation"], items["action"],
-                                               items["reward"], items["terminated"],
-                                               items["truncated"], items["final_value"],
-                                               state, weights)
+        metrics, priorities = self._train_step(
+            items["observation"],
+            items["action"],
+            items["reward"],
+            items["terminated"],
+            items["truncated"],
+            items["final_value"],
+            state,
+            weights,
+        )
         priorities = np.asarray(priorities)
         # A sequence whose TD errors are not finite holds data the network cannot digest
         # (its update was skipped): the replay's floor priority all but stops its sampling.
-        self.replay.update_priorities(slots, np.where(np.isfinite(priorities), priorities,
-                                                      0.0))
+        self.replay.update_priorities(slots, np.where(np.isfinite(priorities), priorities, 0.0))
         self._sampled += self.batch_size
         if int(self.train_steps.numpy()) % self.config.target_update_period == 0:
             self._sync_target()
@@ -244,25 +290,34 @@ class R2D2Agent(ReplayAgent):
     def train(self, batch: Mapping[str, object]) -> dict[str, float]:
         """One update on given sequences (time-major [L + 1, B, ...], as the runtime stacks
         them), with uniform weights and no replay: for offline data and tests."""
+
         def major(array):
             return np.swapaxes(np.asarray(array), 0, 1)
-        state = list(batch.get("initial_state", []))[:len(self._state_fields)]
+
+        state = list(batch.get("initial_state", []))[: len(self._state_fields)]
         b = np.asarray(batch["action"]).shape[1]
         metrics, _ = self._train_step(
-            major(batch["observation"]), major(batch["action"]).astype(np.int32),
-            major(batch["reward"]), major(batch["terminated"]), major(batch["truncated"]),
-            major(final_values(batch)), state, np.ones(b, np.float32))
+            major(batch["observation"]),
+            major(batch["action"]).astype(np.int32),
+            major(batch["reward"]),
+            major(batch["terminated"]),
+            major(batch["truncated"]),
+            major(final_values(batch)),
+            state,
+            np.ones(b, np.float32),
+        )
         return {k: float(v) for k, v in metrics.items()}
 
-    def _train_step(self, observation, action, reward, terminated, truncated, final_value,
-                    state, weights):
+    def _train_step(
+        self, observation, action, reward, terminated, truncated, final_value, state, weights
+    ):
         """One update on sequences [B, L + 1, ...]: split over the training replicas when
         there are several, else the one-device step; returns metrics and priorities [B]."""
         if not self.placement.can_shard(len(weights)):
-            return self._train(observation, action, reward, terminated, truncated,
-                               final_value, state, weights)
-        args = (observation, action, reward, terminated, truncated, final_value, weights,
-                *state)
+            return self._train(
+                observation, action, reward, terminated, truncated, final_value, state, weights
+            )
+        args = (observation, action, reward, terminated, truncated, final_value, weights, *state)
         metrics, (priorities,) = self._replicated(args, (0,) * len(args))
         self.train_steps.assign_add(1)
         return metrics, priorities
@@ -271,8 +326,13 @@ class R2D2Agent(ReplayAgent):
         self.optimizer.learning_rate.assign(value)
 
     def checkpointables(self):
-        return {"online": self.online, "target": self.target, "optimizer": self.optimizer,
-                "rng": self._rng, "train_steps": self.train_steps}
+        return {
+            "online": self.online,
+            "target": self.target,
+            "optimizer": self.optimizer,
+            "rng": self._rng,
+            "train_steps": self.train_steps,
+        }
 
     def extra_state(self) -> dict[str, np.ndarray] | None:
         limit = self.config.replay_checkpoint_max_gb * 1e9
@@ -281,12 +341,14 @@ class R2D2Agent(ReplayAgent):
         state = {f"replay/{k}": v for k, v in self.replay.state().items()}
         state["sampled"] = np.array([self._sampled], np.int64)
         state["start_added"] = np.array(
-            [-1 if self._start_added is None else self._start_added], np.int64)
+            [-1 if self._start_added is None else self._start_added], np.int64
+        )
         return state
 
     def load_extra_state(self, state: Mapping[str, np.ndarray]) -> None:
-        self.replay.load_state({k[len("replay/"):]: v for k, v in state.items()
-                                if k.startswith("replay/")})
+        self.replay.load_state(
+            {k[len("replay/") :]: v for k, v in state.items() if k.startswith("replay/")}
+        )
         self._sampled = int(state["sampled"][0])
         start = int(state["start_added"][0]) if "start_added" in state else -1
         self._start_added = None if start < 0 else start
@@ -296,29 +358,41 @@ class R2D2Agent(ReplayAgent):
             t.assign(o)
         return tf.constant(True)
 
-    def _train_impl(self, observation, action, reward, terminated, truncated, final_value,
-                    state, weights):
+    def _train_impl(
+        self, observation, action, reward, terminated, truncated, final_value, state, weights
+    ):
         """One gradient step on sequences [B, L + 1, ...]; returns metrics and new priorities
         [B]."""
         with tf.GradientTape() as tape:
-            loss, td, q_taken = self.loss(observation, action, reward, terminated, truncated,
-                                          final_value, state, weights)
-        grad_norm = apply_gradients(self.optimizer, tape, loss,
-                                    self.online.trainable_variables, self._grad_clip_norm)
+            loss, td, q_taken = self.loss(
+                observation, action, reward, terminated, truncated, final_value, state, weights
+            )
+        grad_norm = apply_gradients(
+            self.optimizer, tape, loss, self.online.trainable_variables, self._grad_clip_norm
+        )
         self.train_steps.assign_add(1)
         priorities = losses.sequence_priorities(td, self.config.priority_eta)
-        metrics = {"loss/q": loss, "mean_q": tf.reduce_mean(q_taken),
-                   "mean_abs_td": tf.reduce_mean(tf.abs(td)), "grad_norm": grad_norm}
+        metrics = {
+            "loss/q": loss,
+            "mean_q": tf.reduce_mean(q_taken),
+            "mean_abs_td": tf.reduce_mean(tf.abs(td)),
+            "grad_norm": grad_norm,
+        }
         return metrics, priorities
 
-    def _replica_loss(self, observation, action, reward, terminated, truncated, final_value,
-                      weights, *state):
+    def _replica_loss(
+        self, observation, action, reward, terminated, truncated, final_value, weights, *state
+    ):
         """The loss of one training replica's shard of sequences (see ReplicatedStep), with
         the shard's priorities."""
-        loss, td, q_taken = self.loss(observation, action, reward, terminated, truncated,
-                                      final_value, list(state), weights)
-        metrics = {"loss/q": loss, "mean_q": tf.reduce_mean(q_taken),
-                   "mean_abs_td": tf.reduce_mean(tf.abs(td))}
+        loss, td, q_taken = self.loss(
+            observation, action, reward, terminated, truncated, final_value, list(state), weights
+        )
+        metrics = {
+            "loss/q": loss,
+            "mean_q": tf.reduce_mean(q_taken),
+            "mean_abs_td": tf.reduce_mean(tf.abs(td)),
+        }
         return loss, metrics, (losses.sequence_priorities(td, self.config.priority_eta),)
 
     def _transitions(self, action, reward, terminated, truncated, final_value):
@@ -338,21 +412,23 @@ class R2D2Agent(ReplayAgent):
         discounts = tf.cast(tf.logical_not(first[1:]), tf.float32) * cfg.discount
         return actions, r, discounts
 
-    def _initial_priorities_impl(self, q_values, action, reward, terminated, truncated,
-                                 final_value):
+    def _initial_priorities_impl(
+        self, q_values, action, reward, terminated, truncated, final_value
+    ):
         """SEED's initial priorities: the TD errors of sequences [B, L + 1, ...] computed from
         the Q-values seen when acting, which stand in for both networks."""
         cfg = self.config
-        q = _time_major(q_values)[cfg.burn_in:]
-        actions, r, discounts = self._transitions(action, reward, terminated, truncated,
-                                                  final_value)
-        targets = losses.n_step_double_q_targets(q, q, r, discounts, cfg.n_step,
-                                                 cfg.value_rescale_eps)
+        q = _time_major(q_values)[cfg.burn_in :]
+        actions, r, discounts = self._transitions(
+            action, reward, terminated, truncated, final_value
+        )
+        targets = losses.n_step_double_q_targets(
+            q, q, r, discounts, cfg.n_step, cfg.value_rescale_eps
+        )
         td = targets - tf.gather(q[:-1], actions[:-1], axis=-1, batch_dims=2)
         return losses.sequence_priorities(td, cfg.priority_eta)
 
-    def loss(self, observation, action, reward, terminated, truncated, final_value, state,
-             weights):
+    def loss(self, observation, action, reward, terminated, truncated, final_value, state, weights):
         """The importance-weighted loss on sequences [B, L + 1, ...]: burn-in, then rescaled
         n-step double-Q.
 
@@ -381,18 +457,23 @@ class R2D2Agent(ReplayAgent):
             online_state = [tf.stop_gradient(s) for s in online_state]
             _, target_state = self.target.unroll(*prefix)
         suffix = (obs[burn:], first[burn:])
-        q, _ = self.online.unroll(*suffix, online_state, all_actions[burn:],
-                                  all_rewards[burn:])
-        q_target, _ = self.target.unroll(*suffix, target_state, all_actions[burn:],
-                                         all_rewards[burn:])
+        q, _ = self.online.unroll(*suffix, online_state, all_actions[burn:], all_rewards[burn:])
+        q_target, _ = self.target.unroll(
+            *suffix, target_state, all_actions[burn:], all_rewards[burn:]
+        )
         q_target = tf.stop_gradient(q_target)
-        actions, r, discounts = self._transitions(action, reward, terminated, truncated,
-                                                  final_value)
-        targets = losses.n_step_double_q_targets(tf.stop_gradient(q), q_target, r, discounts,
-                                                 cfg.n_step, cfg.value_rescale_eps)
+        actions, r, discounts = self._transitions(
+            action, reward, terminated, truncated, final_value
+        )
+        targets = losses.n_step_double_q_targets(
+            tf.stop_gradient(q), q_target, r, discounts, cfg.n_step, cfg.value_rescale_eps
+        )
         q_taken = tf.gather(q[:-1], actions[:-1], axis=-1, batch_dims=2)
         td = targets - q_taken
         squared = tf.square(td)
-        per_sequence = 0.5 * (tf.reduce_sum(squared, axis=0) if cfg.sequence_loss == "sum"
-                              else tf.reduce_mean(squared, axis=0))
+        per_sequence = 0.5 * (
+            tf.reduce_sum(squared, axis=0)
+            if cfg.sequence_loss == "sum"
+            else tf.reduce_mean(squared, axis=0)
+        )
         return tf.reduce_mean(weights * per_sequence), td, q_taken

@@ -25,15 +25,16 @@ def value_rescale(x, eps: float = DEFAULT_RESCALE_EPS) -> tf.Tensor:
 def inverse_value_rescale(x, eps: float = DEFAULT_RESCALE_EPS) -> tf.Tensor:
     """The exact inverse of :func:`value_rescale` (Pohlen et al. 2018, Proposition A.2)::
 
-        h^-1(x) = sign(x) (((sqrt(1 + 4 eps (|x| + 1 + eps)) - 1) / (2 eps))^2 - 1)
+    h^-1(x) = sign(x) (((sqrt(1 + 4 eps (|x| + 1 + eps)) - 1) / (2 eps))^2 - 1)
     """
     x = tf.convert_to_tensor(x, tf.float32)
     root = (tf.sqrt(1.0 + 4.0 * eps * (tf.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
     return tf.sign(x) * (tf.square(root) - 1.0)
 
 
-def n_step_double_q_targets(q_online, q_target, rewards, discounts, n: int,
-                            eps: float = DEFAULT_RESCALE_EPS) -> tf.Tensor:
+def n_step_double_q_targets(
+    q_online, q_target, rewards, discounts, n: int, eps: float = DEFAULT_RESCALE_EPS
+) -> tf.Tensor:
     """Rescaled n-step double-Q targets of every transition of a sequence.
 
     A sequence of T observations x_0..x_{T-1} has T - 1 transitions. Transition t looks
@@ -66,7 +67,8 @@ def n_step_double_q_targets(q_online, q_target, rewards, discounts, n: int,
     m = tf.shape(rewards)[0]
     best = tf.argmax(q_online, axis=-1, output_type=tf.int32)
     bootstrap = inverse_value_rescale(
-        tf.gather(q_target, best, axis=-1, batch_dims=2), eps)       # [T, B]
+        tf.gather(q_target, best, axis=-1, batch_dims=2), eps
+    )  # [T, B]
     # Past the end, rewards are 0 and discounts 1, and the bootstrap stays at the last
     # observation's: transition t then sums its m real steps and bootstraps from x_{t+m}.
     pad = n - 1
@@ -76,9 +78,9 @@ def n_step_double_q_targets(q_online, q_target, rewards, discounts, n: int,
     returns = tf.zeros_like(rewards[:m])
     scale = tf.ones_like(rewards[:m])
     for k in range(n):
-        returns += scale * rewards[k:k + m]
-        scale *= discounts[k:k + m]
-    returns += scale * bootstrap[pad:pad + m]
+        returns += scale * rewards[k : k + m]
+        scale *= discounts[k : k + m]
+    returns += scale * bootstrap[pad : pad + m]
     return tf.stop_gradient(value_rescale(returns, eps))
 
 
@@ -96,8 +98,7 @@ def sequence_priorities(td_errors, eta: float = 0.9) -> tf.Tensor:
     return eta * tf.reduce_max(abs_td, axis=0) + (1.0 - eta) * tf.reduce_mean(abs_td, axis=0)
 
 
-def epsilon_for_env(index: int, num_envs: int, base: float = 0.4,
-                    alpha: float = 7.0) -> float:
+def epsilon_for_env(index: int, num_envs: int, base: float = 0.4, alpha: float = 7.0) -> float:
     """Ape-X / R2D2 exploration over N envs: env i explores with epsilon
     ``base ** (1 + alpha * i / (N - 1))``, SEED RL's ``0.4 ** linspace(1, 8, N)``.
 

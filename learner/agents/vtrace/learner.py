@@ -40,9 +40,16 @@ class VTraceAgent(Agent):
       placement: the devices of inference and training (default: one device).
     """
 
-    def __init__(self, network: ActorCritic, optimizer, config: VTraceConfig,
-                 env_spec: EnvSpec, grad_clip_norm: float, seed: int,
-                 placement: Placement | None = None):
+    def __init__(
+        self,
+        network: ActorCritic,
+        optimizer,
+        config: VTraceConfig,
+        env_spec: EnvSpec,
+        grad_clip_norm: float,
+        seed: int,
+        placement: Placement | None = None,
+    ):
         self.placement = placement or default_placement()
         self.network = network
         self.optimizer = optimizer
@@ -53,37 +60,52 @@ class VTraceAgent(Agent):
         self._rng = tf.random.Generator.from_seed(seed)
         obs_shape = list(env_spec.observation_shape)
         obs_dtype = tf.as_dtype(env_spec.observation_dtype)
-        state_specs = [tf.TensorSpec([None, s.shape[-1]], tf.float32)
-                       for s in network.initial_state(1)]
-        action_spec = tf.TensorSpec([None, None] + list(self.dist.action_shape),
-                                    self.dist.action_dtype)
+        state_specs = [
+            tf.TensorSpec([None, s.shape[-1]], tf.float32) for s in network.initial_state(1)
+        ]
+        action_spec = tf.TensorSpec(
+            [None, None] + list(self.dist.action_shape), self.dist.action_dtype
+        )
 
-        self._infer = Compiled(self._infer_impl, [
-            tf.TensorSpec([None] + obs_shape, obs_dtype), state_specs,
-            tf.TensorSpec([None], tf.float32)],
-            concrete=not self.placement.inference_devices)
-        self._train = Compiled(self._train_impl, [
-            tf.TensorSpec([None, None] + obs_shape, obs_dtype),                  # observation
-            action_spec,                                                         # action
-            tf.TensorSpec([None, None], tf.float32),                             # reward
-            tf.TensorSpec([None, None], tf.bool),                                # terminated
-            tf.TensorSpec([None, None], tf.bool),                                # truncated
-            tf.TensorSpec([None, None], tf.float32),                             # final value
-            tf.TensorSpec([None, None, self.dist.param_size], tf.float32),       # behaviour
-            state_specs,                                                         # initial state
-        ], concrete=not self.placement.distributed)
+        self._infer = Compiled(
+            self._infer_impl,
+            [
+                tf.TensorSpec([None] + obs_shape, obs_dtype),
+                state_specs,
+                tf.TensorSpec([None], tf.float32),
+            ],
+            concrete=not self.placement.inference_devices,
+        )
+        self._train = Compiled(
+            self._train_impl,
+            [
+                tf.TensorSpec([None, None] + obs_shape, obs_dtype),  # observation
+                action_spec,  # action
+                tf.TensorSpec([None, None], tf.float32),  # reward
+                tf.TensorSpec([None, None], tf.bool),  # terminated
+                tf.TensorSpec([None, None], tf.bool),  # truncated
+                tf.TensorSpec([None, None], tf.float32),  # final value
+                tf.TensorSpec([None, None, self.dist.param_size], tf.float32),  # behaviour
+                state_specs,  # initial state
+            ],
+            concrete=not self.placement.distributed,
+        )
         if self.placement.distributed:
             self._replicated = self.placement.make_train_step(
-                self._replica_loss, optimizer, lambda: self.network.trainable_variables,
-                self._grad_clip_norm)
+                self._replica_loss,
+                optimizer,
+                lambda: self.network.trainable_variables,
+                self._grad_clip_norm,
+            )
 
     # -- Agent interface ------------------------------------------------------------------
 
     def step_fields(self):
         return {"policy_params": ((self.dist.param_size,), np.dtype(np.float32))}
 
-    def initial_state(self, batch_size: int, actor_index: int = 0,
-                      first_env: int = 0) -> list[np.ndarray]:
+    def initial_state(
+        self, batch_size: int, actor_index: int = 0, first_env: int = 0
+    ) -> list[np.ndarray]:
         return [s.numpy() for s in self.network.initial_state(batch_size)]
 
     def inference(self, observations, state, rewards=None):
@@ -91,17 +113,25 @@ class VTraceAgent(Agent):
             rewards = np.zeros(len(observations), np.float32)
         with self.placement.inference_device():
             action, params, value, new_state = self._infer(observations, state, rewards)
-        return ({"action": action.numpy(), "policy_params": params.numpy(),
-                 "value": value.numpy()}, [s.numpy() for s in new_state])
+        return (
+            {"action": action.numpy(), "policy_params": params.numpy(), "value": value.numpy()},
+            [s.numpy() for s in new_state],
+        )
 
     def train(self, batch: Mapping[str, object]) -> dict[str, float]:
-        args = (batch["observation"], batch["action"], batch["reward"], batch["terminated"],
-                batch["truncated"], final_values(batch), batch["policy_params"])
+        args = (
+            batch["observation"],
+            batch["action"],
+            batch["reward"],
+            batch["terminated"],
+            batch["truncated"],
+            final_values(batch),
+            batch["policy_params"],
+        )
         state = list(batch.get("initial_state", []))
         if self.placement.can_shard(np.shape(batch["action"])[1]):
             # Unrolls [T + 1, B] are split along B; states [B, ...] along their first axis.
-            metrics, _ = self._replicated(args + tuple(state),
-                                          (1,) * len(args) + (0,) * len(state))
+            metrics, _ = self._replicated(args + tuple(state), (1,) * len(args) + (0,) * len(state))
         else:
             metrics = self._train(*args, state)
         return {k: float(v) for k, v in metrics.items()}
@@ -122,25 +152,69 @@ class VTraceAgent(Agent):
         action = self.dist.sample(params, seed)
         return action, params, values, self.network.record_action(new_state, action)
 
-    def _train_impl(self, observation, action, reward, terminated, truncated, final_value,
-                    behaviour_params, initial_state):
+    def _train_impl(
+        self,
+        observation,
+        action,
+        reward,
+        terminated,
+        truncated,
+        final_value,
+        behaviour_params,
+        initial_state,
+    ):
         """One gradient step on unrolls [T + 1, B, ...]; returns scalar metrics."""
         with tf.GradientTape() as tape:
-            total, metrics = self.loss(observation, action, reward, terminated, truncated,
-                                       final_value, behaviour_params, initial_state)
-        grad_norm = apply_gradients(self.optimizer, tape, total,
-                                    self.network.trainable_variables, self._grad_clip_norm)
+            total, metrics = self.loss(
+                observation,
+                action,
+                reward,
+                terminated,
+                truncated,
+                final_value,
+                behaviour_params,
+                initial_state,
+            )
+        grad_norm = apply_gradients(
+            self.optimizer, tape, total, self.network.trainable_variables, self._grad_clip_norm
+        )
         return {**metrics, "grad_norm": grad_norm}
 
-    def _replica_loss(self, observation, action, reward, terminated, truncated, final_value,
-                      behaviour_params, *initial_state):
+    def _replica_loss(
+        self,
+        observation,
+        action,
+        reward,
+        terminated,
+        truncated,
+        final_value,
+        behaviour_params,
+        *initial_state,
+    ):
         """The loss of one training replica's shard of unrolls (see ReplicatedStep)."""
-        total, metrics = self.loss(observation, action, reward, terminated, truncated,
-                                   final_value, behaviour_params, list(initial_state))
+        total, metrics = self.loss(
+            observation,
+            action,
+            reward,
+            terminated,
+            truncated,
+            final_value,
+            behaviour_params,
+            list(initial_state),
+        )
         return total, metrics, ()
 
-    def loss(self, observation, action, reward, terminated, truncated, final_value,
-             behaviour_params, initial_state):
+    def loss(
+        self,
+        observation,
+        action,
+        reward,
+        terminated,
+        truncated,
+        final_value,
+        behaviour_params,
+        initial_state,
+    ):
         """The total loss on unrolls [T + 1, B, ...] and its scalar metrics, each a mean over
         the batch's steps.
 
@@ -168,15 +242,26 @@ class VTraceAgent(Agent):
         behaviour_log_probs = self.dist.log_prob(behaviour_params[:-1], actions)
         log_rhos = target_log_probs - behaviour_log_probs
         vt = losses.vtrace_from_importance_weights(
-            log_rhos=log_rhos, discounts=discounts, rewards=rewards, values=values[:-1],
-            bootstrap_value=values[-1], clip_rho_threshold=cfg.clip_rho_threshold,
-            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold, lambda_=cfg.lambda_)
+            log_rhos=log_rhos,
+            discounts=discounts,
+            rewards=rewards,
+            values=values[:-1],
+            bootstrap_value=values[-1],
+            clip_rho_threshold=cfg.clip_rho_threshold,
+            clip_pg_rho_threshold=cfg.clip_pg_rho_threshold,
+            lambda_=cfg.lambda_,
+        )
         # Per-batch advantage normalisation was measured on CartPole: 2 of 2 runs stalled
         # near 200, as the entropy bonus outweighed unit-scale advantages. Not offered.
         pg_loss = -tf.reduce_mean(target_log_probs * tf.stop_gradient(vt.pg_advantages))
         value_loss = losses.baseline_loss(vt.vs, values[:-1])
         entropy = tf.reduce_mean(self.dist.entropy(params[:-1]))
         total = pg_loss + cfg.baseline_cost * value_loss - cfg.entropy_cost * entropy
-        return total, {"loss/total": total, "loss/policy": pg_loss, "loss/value": value_loss,
-                       "loss/entropy": -entropy, "mean_rho": tf.reduce_mean(tf.exp(log_rhos)),
-                       "mean_value": tf.reduce_mean(values)}
+        return total, {
+            "loss/total": total,
+            "loss/policy": pg_loss,
+            "loss/value": value_loss,
+            "loss/entropy": -entropy,
+            "mean_rho": tf.reduce_mean(tf.exp(log_rhos)),
+            "mean_value": tf.reduce_mean(values),
+        }

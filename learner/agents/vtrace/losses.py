@@ -124,9 +124,7 @@ def vtrace_from_importance_weights(
             if t.shape.rank is not None and t.shape.rank != 2:
                 raise ValueError(f"{name} must have rank 2 [T, B], got {t.shape}")
         if bootstrap_value.shape.rank is not None and bootstrap_value.shape.rank != 1:
-            raise ValueError(
-                f"bootstrap_value must have rank 1 [B], got {bootstrap_value.shape}"
-            )
+            raise ValueError(f"bootstrap_value must have rank 1 [B], got {bootstrap_value.shape}")
 
         rhos = tf.exp(log_rhos)
         if clip_rho_threshold is not None:
@@ -205,8 +203,7 @@ def clip_rewards(rewards, mode: str) -> tf.Tensor:
     """
     if mode not in REWARD_CLIPPING_MODES:
         raise ValueError(
-            f"Unknown reward clipping mode {mode!r}; expected one of "
-            f"{REWARD_CLIPPING_MODES}"
+            f"Unknown reward clipping mode {mode!r}; expected one of {REWARD_CLIPPING_MODES}"
         )
     rewards = _as_float32(rewards)
     if mode == "none":

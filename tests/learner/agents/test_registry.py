@@ -17,7 +17,11 @@ def test_every_agent_the_experiment_accepts_has_a_builder_and_no_other():
 
 @pytest.mark.parametrize("name", AGENTS)
 def test_build_agent_builds_the_named_agent(name):
-    exp = parse_experiment({"metadata": {"name": "r"}, "spec": {"agent": {
-        "name": name, "network": {"hiddenSizes": [8]}}}})
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "r"},
+            "spec": {"agent": {"name": name, "network": {"hiddenSizes": [8]}}},
+        }
+    )
     agent = build_agent(exp, CARTPOLE)
     assert type(agent).__module__ == BUILDERS[name].replace(".builder", ".learner")

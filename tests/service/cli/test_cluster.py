@@ -29,73 +29,142 @@ def harness():
 @pytest.fixture
 def kubeconfig(harness, tmp_path):
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-        "clusters": [{"name": "emulator", "cluster": {"server": harness.cluster.url}}],
-        "users": [{"name": "tester", "user": {"token": "not-checked"}}],
-        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester",
-                                                      "namespace": "ml"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "emulator",
+                "clusters": [{"name": "emulator", "cluster": {"server": harness.cluster.url}}],
+                "users": [{"name": "tester", "user": {"token": "not-checked"}}],
+                "contexts": [
+                    {
+                        "name": "emulator",
+                        "context": {"cluster": "emulator", "user": "tester", "namespace": "ml"},
+                    }
+                ],
+            }
+        )
+    )
     return str(path)
 
 
 def get(harness, namespace, name):
     return kubernetes.client.CustomObjectsApi(harness.api).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name)
+        GROUP, VERSION, namespace, PLURAL, name
+    )
 
 
 def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
-    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
-                     "--set", "metadata.name=cli-cart"]) == ExitCode.OK
+    assert (
+        cli.main(
+            ["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--set", "metadata.name=cli-cart"]
+        )
+        == ExitCode.OK
+    )
     assert "experiment.seedrl.dev/cli-cart applied in namespace ml" in capsys.readouterr().out
     stored = get(harness, "ml", "cli-cart")
     assert stored["spec"]["actors"]["replicas"] == 4
     # The operator picks it up; its learner and actors come up and report progress.
-    wait_for(lambda: get(harness, "ml", "cli-cart").get("status", {}).get("phase"),
-             what="a phase")
+    wait_for(lambda: get(harness, "ml", "cli-cart").get("status", {}).get("phase"), what="a phase")
     batch = kubernetes.client.BatchV1Api(harness.api)
     apps = kubernetes.client.AppsV1Api(harness.api)
-    batch.patch_namespaced_job_status("cli-cart-learner", "ml", {"status": {
-        "active": 1, "ready": 1}})
-    apps.patch_namespaced_deployment_status("cli-cart-actors", "ml", {"status": {
-        "readyReplicas": 4}})
+    batch.patch_namespaced_job_status(
+        "cli-cart-learner", "ml", {"status": {"active": 1, "ready": 1}}
+    )
+    apps.patch_namespaced_deployment_status(
+        "cli-cart-actors", "ml", {"status": {"readyReplicas": 4}}
+    )
     harness.learners.statuses[("ml", "cli-cart")] = {
-        "state": "running", "env_steps": 1_234_567, "learner_steps": 3000, "episodes": 900,
-        "mean_return": 187.25, "actors": 4}
+        "state": "running",
+        "env_steps": 1_234_567,
+        "learner_steps": 3000,
+        "episodes": 900,
+        "mean_return": 187.25,
+        "actors": 4,
+    }
     # The operator sees the Job and Deployment through its watch cache and polls the learner:
     # wait until one refresh has all three.
 
     def shows_progress():
         status = get(harness, "ml", "cli-cart").get("status", {})
-        return (status.get("envFrames") and status.get("phase") == "Running"
-                and (status.get("actors") or {}).get("ready") == 4)
+        return (
+            status.get("envFrames")
+            and status.get("phase") == "Running"
+            and (status.get("actors") or {}).get("ready") == 4
+        )
 
     wait_for(shows_progress, what="progress")
     capsys.readouterr()
     assert cli.main(["status", "--kubeconfig", kubeconfig]) == ExitCode.OK
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "PHASE", "AGENT", "ENV", "ACTORS", "STEPS", "RETURN",
-                                "COST", "AGE"]
+    assert lines[0].split() == [
+        "NAME",
+        "PHASE",
+        "AGENT",
+        "ENV",
+        "ACTORS",
+        "STEPS",
+        "RETURN",
+        "COST",
+        "AGE",
+    ]
     row = next(line.split() for line in lines[1:] if line.startswith("cli-cart "))
     # The operator prices the Experiment's pods; the emulator runs none, so nothing yet.
-    assert row[:8] == ["cli-cart", "Running", "vtrace", "CartPole-v1", "4/4", "1.2M", "187.2",
-                       "$0.00"]
+    assert row[:8] == [
+        "cli-cart",
+        "Running",
+        "vtrace",
+        "CartPole-v1",
+        "4/4",
+        "1.2M",
+        "187.2",
+        "$0.00",
+    ]
 
 
 def test_submit_again_updates_in_place(harness, kubeconfig, capsys):
-    args = ["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "-n", "ml2",
-            "--set", "metadata.name=again"]
+    args = [
+        "submit",
+        str(EXAMPLE),
+        "--kubeconfig",
+        kubeconfig,
+        "-n",
+        "ml2",
+        "--set",
+        "metadata.name=again",
+    ]
     assert cli.main(args) == ExitCode.OK
     assert cli.main(args + ["--set", "spec.actors.replicas=6"]) == ExitCode.OK
     stored = get(harness, "ml2", "again")
     assert stored["spec"]["actors"]["replicas"] == 6 and stored["metadata"]["generation"] == 2
-    wait_for(lambda: kubernetes.client.AppsV1Api(harness.api).read_namespaced_deployment(
-        "again-actors", "ml2").spec.replicas == 6, what="6 actors")
+    wait_for(
+        lambda: (
+            kubernetes.client.AppsV1Api(harness.api)
+            .read_namespaced_deployment("again-actors", "ml2")
+            .spec.replicas
+            == 6
+        ),
+        what="6 actors",
+    )
 
 
 def test_submit_refuses_an_invalid_file_naming_the_field(harness, kubeconfig, capsys):
-    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
-                     "--set", "metadata.name=bad-one",
-                     "--set", "spec.learner.accelerator.kind=fpga"]) == ExitCode.BAD_CONFIG
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(EXAMPLE),
+                "--kubeconfig",
+                kubeconfig,
+                "--set",
+                "metadata.name=bad-one",
+                "--set",
+                "spec.learner.accelerator.kind=fpga",
+            ]
+        )
+        == ExitCode.BAD_CONFIG
+    )
     err = capsys.readouterr().err
     assert "spec.learner.accelerator.kind: must be one of cpu, gpu, tpu" in err
     with pytest.raises(kubernetes.client.ApiException) as e:
@@ -105,14 +174,30 @@ def test_submit_refuses_an_invalid_file_naming_the_field(harness, kubeconfig, ca
 
 def test_submit_applies_the_clusters_name_limit(harness, kubeconfig, capsys):
     name = "n" * 60  # a valid DNS label, but <name>-learner would not be
-    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig,
-                     "--set", f"metadata.name={name}"]) == ExitCode.BAD_CONFIG
+    assert (
+        cli.main(
+            ["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--set", f"metadata.name={name}"]
+        )
+        == ExitCode.BAD_CONFIG
+    )
     assert "metadata.name: must be at most 55 characters" in capsys.readouterr().err
 
 
 def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
-    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--dry-run",
-                     "--set", "metadata.name=dry"]) == ExitCode.OK
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(EXAMPLE),
+                "--kubeconfig",
+                kubeconfig,
+                "--dry-run",
+                "--set",
+                "metadata.name=dry",
+            ]
+        )
+        == ExitCode.OK
+    )
     captured = capsys.readouterr()
     printed = yaml.safe_load(captured.out)
     assert printed["metadata"] == {"name": "dry", "namespace": "ml"}
@@ -121,9 +206,22 @@ def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
     # The example keeps its checkpoints in the pod: the user is told what that means.
     assert not printed["spec"].get("checkpoint", {}).get("uri")
     assert "spec.checkpoint.uri is empty" in captured.err and "gs://" in captured.err
-    assert cli.main(["submit", str(EXAMPLE), "--kubeconfig", kubeconfig, "--dry-run",
-                     "--set", "metadata.name=dry",
-                     "--set", "spec.checkpoint.uri=gs://my-bucket/dry"]) == ExitCode.OK
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(EXAMPLE),
+                "--kubeconfig",
+                kubeconfig,
+                "--dry-run",
+                "--set",
+                "metadata.name=dry",
+                "--set",
+                "spec.checkpoint.uri=gs://my-bucket/dry",
+            ]
+        )
+        == ExitCode.OK
+    )
     assert "spec.checkpoint.uri is empty" not in capsys.readouterr().err
 
 
@@ -133,9 +231,12 @@ def test_status_marks_a_rejected_spec_and_lists_all_namespaces(harness, kubeconf
     body["metadata"]["name"] = "rejected"
     body["spec"]["learner"]["unrollLength"] = 1
     kubernetes.client.CustomObjectsApi(harness.api).create_namespaced_custom_object(
-        GROUP, VERSION, "ml3", PLURAL, body)
-    wait_for(lambda: reconcile.condition(get(harness, "ml3", "rejected").get("status"),
-                                         "Valid"), what="Valid condition")
+        GROUP, VERSION, "ml3", PLURAL, body
+    )
+    wait_for(
+        lambda: reconcile.condition(get(harness, "ml3", "rejected").get("status"), "Valid"),
+        what="Valid condition",
+    )
     capsys.readouterr()
     assert cli.main(["status", "--kubeconfig", kubeconfig, "-n", "ml3"]) == ExitCode.OK
     out = capsys.readouterr().out
@@ -150,25 +251,55 @@ def test_status_marks_a_rejected_spec_and_lists_all_namespaces(harness, kubeconf
 
 def test_status_without_a_cluster_says_why(tmp_path, capsys):
     config = tmp_path / "kubeconfig"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "nowhere",
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "nowhere", "context": {"cluster": "c", "user": "u"}}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "nowhere",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "nowhere", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     assert cli.main(["status", "--kubeconfig", str(config)]) == ExitCode.FAILED
     assert "could not list experiments" in capsys.readouterr().err
 
 
 def test_table_formatting():
     now = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
-    rows = cluster.status_rows([{
-        "metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z"},
-        "spec": {"agent": {"name": "r2d2"}, "env": {"id": "ALE/Pong-v5"},
-                 "actors": {"replicas": 8}},
-        "status": {"phase": "Running", "learnerState": "running", "envFrames": 950,
-                   "meanReturn": -20.5,
-                   "cost": {"totalUsd": 1234.5}, "actors": {"ready": 7, "desired": 8}}}], now)
-    assert rows[1] == ["x", "Running", "r2d2", "ALE/Pong-v5", "7/8", "950", "-20.5",
-                       "$1,234.50", "24h"]
+    rows = cluster.status_rows(
+        [
+            {
+                "metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {
+                    "agent": {"name": "r2d2"},
+                    "env": {"id": "ALE/Pong-v5"},
+                    "actors": {"replicas": 8},
+                },
+                "status": {
+                    "phase": "Running",
+                    "learnerState": "running",
+                    "envFrames": 950,
+                    "meanReturn": -20.5,
+                    "cost": {"totalUsd": 1234.5},
+                    "actors": {"ready": 7, "desired": 8},
+                },
+            }
+        ],
+        now,
+    )
+    assert rows[1] == [
+        "x",
+        "Running",
+        "r2d2",
+        "ALE/Pong-v5",
+        "7/8",
+        "950",
+        "-20.5",
+        "$1,234.50",
+        "24h",
+    ]
     table = cluster.format_table(rows)
     assert table.splitlines()[0].startswith("NAME   PHASE     AGENT")

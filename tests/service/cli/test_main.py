@@ -11,27 +11,45 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 SUPPORT = ROOT / "tests" / "support"
 #: Nine levels of ten aliases each: 10**9 values once expanded, in a few hundred bytes.
-LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10) if i else 'lol'}]\n"
-                 for i in range(10))
+LAUGHS = "".join(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10) if i else 'lol'}]\n" for i in range(10)
+)
 
 
 def validate(path, *args, env=None):
     """Runs `seedrl validate`; the timeout only guards against a hang (a bomb used to run
     for minutes)."""
-    return subprocess.run([sys.executable, "-m", "seedrl.service.cli", "validate", str(path),
-                           *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "seedrl.service.cli", "validate", str(path), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
-@pytest.mark.parametrize("name, text, reason", [
-    ("recursive", "metadata: {name: x}\nspec:\n  env:\n    options: &r {r: *r}\n",
-     "line 4: a recursive alias"),
-    ("laughs-in-options", LAUGHS + "metadata: {name: x}\nspec: {env: {options: {o: *l9}}}\n",
-     "aliases expand the document from"),
-    ("laughs-in-name", LAUGHS + "metadata: {name: *l9}\n", "aliases expand the document"),
-    ("deep", "metadata: {name: x}\nspec: " + "[" * 20000 + "]" * 20000 + "\n",
-     "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "name, text, reason",
+    [
+        (
+            "recursive",
+            "metadata: {name: x}\nspec:\n  env:\n    options: &r {r: *r}\n",
+            "line 4: a recursive alias",
+        ),
+        (
+            "laughs-in-options",
+            LAUGHS + "metadata: {name: x}\nspec: {env: {options: {o: *l9}}}\n",
+            "aliases expand the document from",
+        ),
+        ("laughs-in-name", LAUGHS + "metadata: {name: *l9}\n", "aliases expand the document"),
+        (
+            "deep",
+            "metadata: {name: x}\nspec: " + "[" * 20000 + "]" * 20000 + "\n",
+            "nested too deeply",
+        ),
+    ],
+)
 def test_yaml_bombs_get_a_one_line_error(tmp_path, name, text, reason):
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
@@ -62,12 +80,16 @@ def test_validate_makes_one_env_to_check_its_id(tmp_path):
     assert validate(path, "--no-env-check").returncode == 0
 
     # A user's env, registered by the module spec.env.imports names.
-    path.write_text("metadata: {name: x}\nspec: {env: {id: SeedrlTest/Corridor-v0, "
-                    "imports: [seedrl_test_envs]}}\n")
+    path.write_text(
+        "metadata: {name: x}\nspec: {env: {id: SeedrlTest/Corridor-v0, "
+        "imports: [seedrl_test_envs]}}\n"
+    )
     missing = validate(path)
     assert missing.returncode == 2
     assert "spec.env.imports: cannot import 'seedrl_test_envs'" in missing.stderr
     found = validate(path, env={"PYTHONPATH": str(SUPPORT)})
     assert found.returncode == 0, found.stderr
-    assert ("spec.env.id: SeedrlTest/Corridor-v0 is registered: float32[8] observations, "
-            "2 discrete actions") in found.stderr
+    assert (
+        "spec.env.id: SeedrlTest/Corridor-v0 is registered: float32[8] observations, "
+        "2 discrete actions"
+    ) in found.stderr

@@ -25,8 +25,9 @@ def _drop_nulls(node):
 def test_a_stale_file_is_reported_and_rewritten_under_the_root_given(tmp_path, capsys):
     chart = tmp_path / chart_values.CHART_DIR
     shutil.copytree(ROOT / chart_values.CHART_DIR, chart)
-    (chart / "values.yaml").write_text((chart / "values.yaml").read_text().replace(
-        "replicas: 2", "replicas: 3"))
+    (chart / "values.yaml").write_text(
+        (chart / "values.yaml").read_text().replace("replicas: 2", "replicas: 3")
+    )
     root = ["--root", str(tmp_path)]
     assert chart_values.main(["--check", *root]) == 1
     err = capsys.readouterr().err
@@ -54,9 +55,18 @@ def test_schema_accepts_the_defaults_and_rejects_what_parse_experiment_rejects()
     jsonschema.Draft7Validator.check_schema(schema)
     validator = jsonschema.Draft7Validator(schema)
     assert not list(validator.iter_errors(yaml.safe_load(chart_values.values_yaml())))
-    bad = {"name": "-x", "spec": {"actors": {"replicas": 0, "envsPerActor": 5000},
-                                  "learner": {"accelerator": {"kind": "fpga"}}}}
+    bad = {
+        "name": "-x",
+        "spec": {
+            "actors": {"replicas": 0, "envsPerActor": 5000},
+            "learner": {"accelerator": {"kind": "fpga"}},
+        },
+    }
     paths = {"/".join(map(str, e.path)) for e in validator.iter_errors(bad)}
-    assert paths == {"name", "spec/actors/replicas", "spec/actors/envsPerActor",
-                     "spec/learner/accelerator/kind"}
+    assert paths == {
+        "name",
+        "spec/actors/replicas",
+        "spec/actors/envsPerActor",
+        "spec/learner/accelerator/kind",
+    }
     assert json.loads(json.dumps(schema)) == schema  # plain JSON, as helm reads it

@@ -30,7 +30,16 @@ def test_every_panel_is_filtered_by_the_experiment_variable_and_laid_out_on_the_
 
 
 def test_the_in_depth_dashboard_covers_every_area_the_issue_names():
-    rows = [p["title"] for p in dashboards.build("seedrl-experiment")["panels"]
-            if p["type"] == "row"]
-    assert rows == ["Throughput", "Inference", "Learning", "Losses", "Actors",
-                    "Queue and replay", "Checkpoints", "Cost"]
+    rows = [
+        p["title"] for p in dashboards.build("seedrl-experiment")["panels"] if p["type"] == "row"
+    ]
+    assert rows == [
+        "Throughput",
+        "Inference",
+        "Learning",
+        "Losses",
+        "Actors",
+        "Queue and replay",
+        "Checkpoints",
+        "Cost",
+    ]

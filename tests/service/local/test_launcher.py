@@ -34,14 +34,19 @@ def test_resume_may_change_the_budget_but_not_the_env_or_agent(tmp_path):
     prepare_run_dir(experiment(), str(tmp_path), resume=False)
     (tmp_path / "exp" / "summary.json").write_text("{}")
     prepare_run_dir(experiment(budget={"maxEnvSteps": 5}), str(tmp_path), resume=True)
-    assert yaml.safe_load((tmp_path / "exp" / "config.yaml").read_text())[
-        "spec"]["budget"]["maxEnvSteps"] == 5
+    assert (
+        yaml.safe_load((tmp_path / "exp" / "config.yaml").read_text())["spec"]["budget"][
+            "maxEnvSteps"
+        ]
+        == 5
+    )
     assert (tmp_path / "exp" / "summary.json.previous").exists()
     with pytest.raises(RunDirError, match="spec.env"):
         prepare_run_dir(experiment(env={"id": "Acrobot-v1"}), str(tmp_path), resume=True)
     with pytest.raises(RunDirError, match="spec.agent"):
-        prepare_run_dir(experiment(agent={"network": {"hiddenSizes": [8]}}), str(tmp_path),
-                        resume=True)
+        prepare_run_dir(
+            experiment(agent={"network": {"hiddenSizes": [8]}}), str(tmp_path), resume=True
+        )
 
 
 def test_learner_address_is_a_unix_socket_unless_the_path_is_too_long(tmp_path):
@@ -54,8 +59,12 @@ def test_restarts_follow_the_exit_codes_as_the_job_does():
     from seedrl.service.local.launcher import should_restart
 
     assert not should_restart(ExitCode.OK, 0, 3)
-    for code in (ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION,
-                 ExitCode.NO_ACCELERATOR):
+    for code in (
+        ExitCode.BAD_CONFIG,
+        ExitCode.REFUSED,
+        ExitCode.CHECKPOINT_LOCATION,
+        ExitCode.NO_ACCELERATOR,
+    ):
         assert not should_restart(code, 0, 3)
     # Stopped from outside: always run again, however often it happened.
     assert should_restart(ExitCode.STOPPED, 3, 3)
@@ -68,8 +77,10 @@ def test_an_actors_failure_is_told_by_the_last_line_of_its_log(tmp_path):
     from seedrl.service.local.launcher import last_line
 
     log = tmp_path / "actor-0.log"
-    log.write_text("x" * 20000 + "\nTraceback (most recent call last):\n  ...\n"
-                   "RuntimeError: the env is gone\n\n  \n")
+    log.write_text(
+        "x" * 20000 + "\nTraceback (most recent call last):\n  ...\n"
+        "RuntimeError: the env is gone\n\n  \n"
+    )
     assert last_line(str(log)) == "RuntimeError: the env is gone"
     assert last_line(str(tmp_path / "missing.log")) == ""
 
@@ -81,8 +92,10 @@ def test_the_env_spec_is_derived_with_the_actors_code_or_the_reason_given(tmp_pa
     config = tmp_path / "config.yaml"
     config.write_text("metadata: {name: x}\nspec: {env: {id: CartPole-v1}}\n")
     assert derive_env_spec(str(config), str(tmp_path / "spec.json")) is None
-    assert EnvSpec.read(str(tmp_path / "spec.json")).describe() == \
-        "float32[4] observations, 2 discrete actions"
+    assert (
+        EnvSpec.read(str(tmp_path / "spec.json")).describe()
+        == "float32[4] observations, 2 discrete actions"
+    )
     config.write_text("metadata: {name: x}\nspec: {env: {id: CartPole-v1, options: {wings: 2}}}\n")
     reason = derive_env_spec(str(config), str(tmp_path / "other.json"))
     assert reason.startswith("spec.env.options: cannot make 'CartPole-v1' with them")

@@ -14,8 +14,11 @@ def snapshot(**fields) -> LearnerStatus:
 def test_line_shows_the_figures_of_a_status_snapshot():
     p = Progress("exp", BudgetConfig(max_env_steps=1000), out=io.StringIO())
     p.line(snapshot(env_steps=0, elapsed=0.0))
-    line = p.line(snapshot(env_steps=500, elapsed=2.0, episodes=12, mean_return=31.25,
-                   return_window=12, actors=2))
+    line = p.line(
+        snapshot(
+            env_steps=500, elapsed=2.0, episodes=12, mean_return=31.25, return_window=12, actors=2
+        )
+    )
     assert "[##########..........]  50%" in line
     assert "500/1,000 steps" in line and "250 steps/s" in line
     assert "12 episodes" in line and "return(12) 31.2" in line and "0:00:02" in line
@@ -42,6 +45,13 @@ def test_not_a_terminal_prints_whole_lines():
 
 def test_evaluation_return_is_shown_when_the_agent_has_evaluation_actors():
     line = Progress("x", BudgetConfig(), out=io.StringIO()).line(
-        snapshot(env_steps=10, episodes=2, mean_return=12.0, return_window=2,
-         eval_mean_return=480.5, elapsed=3))
+        snapshot(
+            env_steps=10,
+            episodes=2,
+            mean_return=12.0,
+            return_window=2,
+            eval_mean_return=480.5,
+            elapsed=3,
+        )
+    )
     assert "return(2) 12.0 | eval 480.5" in line

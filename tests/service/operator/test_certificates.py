@@ -9,8 +9,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from seedrl.service.operator import certificates
 
-NAMES = ["exp-learner", "exp-learner.rl", "exp-learner.rl.svc",
-         "exp-learner.rl.svc.cluster.local"]
+NAMES = ["exp-learner", "exp-learner.rl", "exp-learner.rl.svc", "exp-learner.rl.svc.cluster.local"]
 
 
 def test_the_leaf_is_signed_by_the_ca_for_the_learners_names():
@@ -18,8 +17,9 @@ def test_the_leaf_is_signed_by_the_ca_for_the_learners_names():
     ca = x509.load_pem_x509_certificate(data["ca.crt"])
     leaf = x509.load_pem_x509_certificate(data["tls.crt"])
     # Raises if the CA did not sign the leaf.
-    ca.public_key().verify(leaf.signature, leaf.tbs_certificate_bytes,
-                           ec.ECDSA(leaf.signature_hash_algorithm))
+    ca.public_key().verify(
+        leaf.signature, leaf.tbs_certificate_bytes, ec.ECDSA(leaf.signature_hash_algorithm)
+    )
     assert leaf.issuer == ca.subject and ca.issuer == ca.subject
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     assert not leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca

@@ -49,8 +49,10 @@ class Rules:
     def __init__(self, schema: dict):
         self.schema = schema
         env = celpy.Environment()
-        self.rules = [(rule, env.program(env.compile(rule["rule"])))
-                      for rule in schema["x-kubernetes-validations"]]
+        self.rules = [
+            (rule, env.program(env.compile(rule["rule"])))
+            for rule in schema["x-kubernetes-validations"]
+        ]
 
     def failures(self, value: dict) -> list[dict]:
         """The rules ``value`` breaks (each rule with its message), after defaulting."""
@@ -72,18 +74,28 @@ def accelerator_rules() -> Rules:
 # What tests/common/test_config.py refuses, by (type, topology): every shape a user could type
 # that no single-host node pool schedules.
 UNSCHEDULABLE = [
-    ("tpu-v4-podslice", "2x2x2"), ("tpu-v4-podslice", "2x2x4"), ("tpu-v4-podslice", "4x4x4"),
-    ("tpu-v4-podslice", "2x2"), ("tpu-v5p-slice", "2x2x2"), ("tpu-v5p-slice", "2x4x4"),
-    ("tpu-v5p-slice", "8x8x8"), ("tpu-v5-lite-podslice", "2x2x1"),
-    ("tpu-v5-lite-podslice", "4x4"), ("tpu-v5-lite-podslice", "1x2"),
-    ("tpu-v5-lite-podslice", "16x16"), ("tpu-v6e-slice", "4x4"), ("tpu-v6e-slice", "2x2x1"),
-    ("tpu-v3-podslice", "2x2"), ("tpu-v7x", "2x2x1"),
+    ("tpu-v4-podslice", "2x2x2"),
+    ("tpu-v4-podslice", "2x2x4"),
+    ("tpu-v4-podslice", "4x4x4"),
+    ("tpu-v4-podslice", "2x2"),
+    ("tpu-v5p-slice", "2x2x2"),
+    ("tpu-v5p-slice", "2x4x4"),
+    ("tpu-v5p-slice", "8x8x8"),
+    ("tpu-v5-lite-podslice", "2x2x1"),
+    ("tpu-v5-lite-podslice", "4x4"),
+    ("tpu-v5-lite-podslice", "1x2"),
+    ("tpu-v5-lite-podslice", "16x16"),
+    ("tpu-v6e-slice", "4x4"),
+    ("tpu-v6e-slice", "2x2x1"),
+    ("tpu-v3-podslice", "2x2"),
+    ("tpu-v7x", "2x2x1"),
 ]
 
 
 @pytest.mark.parametrize("tpu_type,topology", UNSCHEDULABLE)
 def test_cel_refuses_each_unschedulable_tpu_shape_with_the_valid_choices(
-        accelerator_rules, tpu_type, topology):
+    accelerator_rules, tpu_type, topology
+):
     value = {"kind": "tpu", "tpu": {"type": tpu_type, "topology": topology}}
     failed = accelerator_rules.failures(value)
     assert len(failed) == 1, failed
@@ -96,28 +108,40 @@ def test_cel_refuses_each_unschedulable_tpu_shape_with_the_valid_choices(
         assert failed[0]["fieldPath"] == ".tpu.topology"
         assert failed[0]["message"].endswith(
             f"single-host {generation.name} topologies: "
-            + ", ".join(generation.single_host_topologies))
+            + ", ".join(generation.single_host_topologies)
+        )
     # seedrl validate refuses the same document, on the same field.
     with pytest.raises(ConfigError) as err:
         parse_experiment({"metadata": {"name": "x"}, "spec": {"learner": {"accelerator": value}}})
     assert [path for path, _ in err.value.problems] == [
-        "spec.learner.accelerator" + failed[0]["fieldPath"]]
+        "spec.learner.accelerator" + failed[0]["fieldPath"]
+    ]
 
 
-@pytest.mark.parametrize("tpu_type,topology", [
-    (name, topology) for name, g in TPU_GENERATIONS.items()
-    for topology in g.single_host_topologies])
+@pytest.mark.parametrize(
+    "tpu_type,topology",
+    [
+        (name, topology)
+        for name, g in TPU_GENERATIONS.items()
+        for topology in g.single_host_topologies
+    ],
+)
 def test_cel_accepts_every_single_host_tpu_shape(accelerator_rules, tpu_type, topology):
-    assert accelerator_rules.failures(
-        {"kind": "tpu", "tpu": {"type": tpu_type, "topology": topology}}) == []
+    assert (
+        accelerator_rules.failures({"kind": "tpu", "tpu": {"type": tpu_type, "topology": topology}})
+        == []
+    )
 
 
-@pytest.mark.parametrize("value", [
-    {},  # everything defaulted: a CPU learner
-    {"kind": "tpu"},  # the default TPU section (v5e 2x2)
-    {"kind": "cpu", "tpu": {"type": "tpu-v3-podslice", "topology": "8x8x8"}},
-    {"kind": "gpu", "tpu": {"type": "tpu-v5p-slice", "topology": "2x2x2"}},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},  # everything defaulted: a CPU learner
+        {"kind": "tpu"},  # the default TPU section (v5e 2x2)
+        {"kind": "cpu", "tpu": {"type": "tpu-v3-podslice", "topology": "8x8x8"}},
+        {"kind": "gpu", "tpu": {"type": "tpu-v5p-slice", "topology": "2x2x2"}},
+    ],
+)
 def test_cel_leaves_alone_what_is_not_a_tpu_learner_or_is_defaulted(accelerator_rules, value):
     assert accelerator_rules.failures(value) == []
     parse_experiment({"metadata": {"name": "x"}, "spec": {"learner": {"accelerator": value}}})
@@ -126,14 +150,17 @@ def test_cel_leaves_alone_what_is_not_a_tpu_learner_or_is_defaulted(accelerator_
 def test_the_rules_fail_when_they_should(accelerator_rules):
     # The runtime really evaluates them: a rule that is always true would pass the tests
     # above for the accepted cases only.
-    assert accelerator_rules.failures({"kind": "tpu", "tpu": {"type": "tpu-v5p-slice",
-                                                              "topology": "2x2x2"}})
+    assert accelerator_rules.failures(
+        {"kind": "tpu", "tpu": {"type": "tpu-v5p-slice", "topology": "2x2x2"}}
+    )
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "k8s" / "examples").glob("*.yaml"))
-                         + sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted((ROOT / "k8s" / "examples").glob("*.yaml")) + sorted((ROOT / "examples").glob("*.yaml")),
+    ids=lambda p: p.name,
+)
 def test_every_example_passes_the_cel_rules(accelerator_rules, path):
     document = yaml.safe_load(path.read_text())
-    accelerator = (((document.get("spec") or {}).get("learner") or {})
-                   .get("accelerator") or {})
+    accelerator = ((document.get("spec") or {}).get("learner") or {}).get("accelerator") or {}
     assert accelerator_rules.failures(accelerator) == []

@@ -26,8 +26,13 @@ NS = "team-a"
 ROOT = Path(__file__).parents[3]
 CARTPOLE = yaml.safe_load((ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml").read_text())
 MERGE = "application/merge-patch+json"
-CHILDREN = [("ConfigMap", "{}-config"), ("Service", "{}-learner"),
-            ("NetworkPolicy", "{}-learner"), ("Job", "{}-learner"), ("Deployment", "{}-actors")]
+CHILDREN = [
+    ("ConfigMap", "{}-config"),
+    ("Service", "{}-learner"),
+    ("NetworkPolicy", "{}-learner"),
+    ("Job", "{}-learner"),
+    ("Deployment", "{}-actors"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +56,15 @@ class Client:
         body = copy.deepcopy(CARTPOLE)
         body["metadata"]["name"] = name
         body["spec"].update(spec_changes)
-        return self.custom.create_namespaced_custom_object(GROUP, VERSION, NS,
-                                                           PLURAL, body)
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
 
     def get(self, name):
-        return self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
-                                                        name)
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
 
     def patch_spec(self, name, spec):
         return self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, NS, PLURAL, name, {"spec": spec}, _content_type=MERGE)
+            GROUP, VERSION, NS, PLURAL, name, {"spec": spec}, _content_type=MERGE
+        )
 
     def status(self, name):
         return self.get(name).get("status") or {}
@@ -69,11 +73,13 @@ class Client:
         return reconcile.condition(self.status(name), type_) or {}
 
     def child(self, kind, name):
-        read = {"ConfigMap": self.core.read_namespaced_config_map,
-                "Service": self.core.read_namespaced_service,
-                "NetworkPolicy": self.net.read_namespaced_network_policy,
-                "Job": self.batch.read_namespaced_job,
-                "Deployment": self.apps.read_namespaced_deployment}[kind]
+        read = {
+            "ConfigMap": self.core.read_namespaced_config_map,
+            "Service": self.core.read_namespaced_service,
+            "NetworkPolicy": self.net.read_namespaced_network_policy,
+            "Job": self.batch.read_namespaced_job,
+            "Deployment": self.apps.read_namespaced_deployment,
+        }[kind]
         try:
             return self.harness.api.sanitize_for_serialization(read(name, NS))
         except kubernetes.client.ApiException as exc:
@@ -86,10 +92,16 @@ class Client:
 
     def mark_ready(self, name, actors):
         """What the Job and Deployment controllers would write once the pods are ready."""
-        self.batch.patch_namespaced_job_status(f"{name}-learner", NS, {"status": {
-            "active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"}})
-        self.apps.patch_namespaced_deployment_status(f"{name}-actors", NS, {"status": {
-            "replicas": actors, "readyReplicas": actors, "availableReplicas": actors}})
+        self.batch.patch_namespaced_job_status(
+            f"{name}-learner",
+            NS,
+            {"status": {"active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"}},
+        )
+        self.apps.patch_namespaced_deployment_status(
+            f"{name}-actors",
+            NS,
+            {"status": {"replicas": actors, "readyReplicas": actors, "availableReplicas": actors}},
+        )
 
 
 @pytest.fixture
@@ -98,25 +110,42 @@ def k8s(harness):
 
 
 def running_learner(env_steps=12000, **extra):
-    return {"state": "running", "env_steps": env_steps, "learner_steps": 30, "episodes": 50,
-            "mean_return": 21.5, "actors": 4, "last_checkpoint": "ckpt-3", "stop_reason": None,
-            **extra}
+    return {
+        "state": "running",
+        "env_steps": env_steps,
+        "learner_steps": 30,
+        "episodes": 50,
+        "mean_return": 21.5,
+        "actors": 4,
+        "last_checkpoint": "ckpt-3",
+        "stop_reason": None,
+        **extra,
+    }
 
 
 def test_apply_creates_every_child_with_owner_references(k8s):
     uid = k8s.create("apply")["metadata"]["uid"]
-    children = wait_for(lambda: (c := k8s.children("apply")) and all(c.values()) and c,
-                        what="all children")
+    children = wait_for(
+        lambda: (c := k8s.children("apply")) and all(c.values()) and c, what="all children"
+    )
     for kind, obj in children.items():
         refs = obj["metadata"]["ownerReferences"]
-        assert refs == [{"apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment",
-                         "name": "apply", "uid": uid, "controller": True,
-                         "blockOwnerDeletion": True}], kind
+        assert refs == [
+            {
+                "apiVersion": "seedrl.dev/v1alpha1",
+                "kind": "Experiment",
+                "name": "apply",
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ], kind
     config = yaml.safe_load(children["ConfigMap"]["data"]["config.yaml"])
     assert config["spec"]["actors"]["replicas"] == 4
     assert children["Deployment"]["spec"]["replicas"] == 4
-    status = wait_for(lambda: k8s.status("apply").get("phase"), what="a phase") and \
-        k8s.status("apply")
+    status = wait_for(lambda: k8s.status("apply").get("phase"), what="a phase") and k8s.status(
+        "apply"
+    )
     assert status["phase"] == "Pending"
     assert reconcile.condition(status, "Valid")["status"] == "True"
     assert status["selector"] == "seedrl.dev/experiment=apply,seedrl.dev/role=actor"
@@ -127,36 +156,62 @@ def test_ready_pods_and_learner_status_advance_the_conditions(k8s, harness):
     wait_for(lambda: all(k8s.children("ready").values()), what="children")
     k8s.mark_ready("ready", 4)
     wait_for(lambda: k8s.status("ready").get("phase") == "Running", what="Running")
-    wait_for(lambda: k8s.condition("ready", "ActorsReady").get("status") == "True",
-             what="ActorsReady")
+    wait_for(
+        lambda: k8s.condition("ready", "ActorsReady").get("status") == "True", what="ActorsReady"
+    )
     # The learner pod is up but its status endpoint does not answer yet.
-    wait_for(lambda: k8s.condition("ready", "Progressing").get("reason") ==
-             "StatusUnavailable", what="Progressing Unknown")
-    harness.learners.statuses[(NS, "ready")] = {"state": "waiting_for_actors",
-                                                "mean_return": None}
-    wait_for(lambda: k8s.condition("ready", "Progressing").get("reason") ==
-             "WaitingForActors", what="WaitingForActors")
+    wait_for(
+        lambda: k8s.condition("ready", "Progressing").get("reason") == "StatusUnavailable",
+        what="Progressing Unknown",
+    )
+    harness.learners.statuses[(NS, "ready")] = {"state": "waiting_for_actors", "mean_return": None}
+    wait_for(
+        lambda: k8s.condition("ready", "Progressing").get("reason") == "WaitingForActors",
+        what="WaitingForActors",
+    )
     harness.learners.statuses[(NS, "ready")] = running_learner()
     wait_for(lambda: k8s.condition("ready", "Ready").get("status") == "True", what="Ready")
-    status = wait_for(lambda: (s := k8s.status("ready")).get("envFrames") == 12000 and s,
-                      what="progress in status")
+    status = wait_for(
+        lambda: (s := k8s.status("ready")).get("envFrames") == 12000 and s,
+        what="progress in status",
+    )
     assert status["learnerSteps"] == 30 and status["meanReturn"] == 21.5
     assert status["lastCheckpoint"] == "ckpt-3" and status["actors"]["connected"] == 4
     assert status["startTime"] == "2026-01-01T00:00:00Z"
     assert reconcile.condition(status, "Progressing")["reason"] == "Training"
     # The learner reaches its budget: the Job completes and the actors are stopped.
-    k8s.batch.patch_namespaced_job_status("ready-learner", NS, {"status": {
-        "active": 0, "ready": 0, "succeeded": 1, "completionTime": "2026-01-01T01:00:00Z",
-        "conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached",
-                        "message": "Reached expected number of succeeded pods"}]}})
+    k8s.batch.patch_namespaced_job_status(
+        "ready-learner",
+        NS,
+        {
+            "status": {
+                "active": 0,
+                "ready": 0,
+                "succeeded": 1,
+                "completionTime": "2026-01-01T01:00:00Z",
+                "conditions": [
+                    {
+                        "type": "Complete",
+                        "status": "True",
+                        "reason": "CompletionsReached",
+                        "message": "Reached expected number of succeeded pods",
+                    }
+                ],
+            }
+        },
+    )
     wait_for(lambda: k8s.status("ready").get("phase") == "Succeeded", what="Succeeded")
-    wait_for(lambda: k8s.child("Deployment", "ready-actors")["spec"]["replicas"] == 0,
-             what="actors scaled to zero after success")
+    wait_for(
+        lambda: k8s.child("Deployment", "ready-actors")["spec"]["replicas"] == 0,
+        what="actors scaled to zero after success",
+    )
     assert k8s.status("ready")["completionTime"] == "2026-01-01T01:00:00Z"
     # ttlSecondsAfterFinished deletes the Job: a finished experiment is not started again.
     k8s.batch.delete_namespaced_job("ready-learner", NS)
-    wait_for(lambda: k8s.condition("ready", "LearnerReady").get("reason") == "Finished",
-             what="LearnerReady Finished")
+    wait_for(
+        lambda: k8s.condition("ready", "LearnerReady").get("reason") == "Finished",
+        what="LearnerReady Finished",
+    )
     assert k8s.child("Job", "ready-learner") is None
     assert k8s.status("ready")["phase"] == "Succeeded"
 
@@ -165,16 +220,20 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
     k8s.create("scale")
     wait_for(lambda: k8s.child("Deployment", "scale-actors"), what="actors")
     # `kubectl scale experiment/scale --replicas=7` goes through the scale subresource.
-    k8s.custom.patch_namespaced_custom_object_scale(GROUP, VERSION, NS, PLURAL,
-                                                    "scale", {"spec": {"replicas": 7}},
-                                                    _content_type=MERGE)
-    wait_for(lambda: k8s.child("Deployment", "scale-actors")["spec"]["replicas"] == 7,
-             what="7 actors")
+    k8s.custom.patch_namespaced_custom_object_scale(
+        GROUP, VERSION, NS, PLURAL, "scale", {"spec": {"replicas": 7}}, _content_type=MERGE
+    )
+    wait_for(
+        lambda: k8s.child("Deployment", "scale-actors")["spec"]["replicas"] == 7, what="7 actors"
+    )
     k8s.patch_spec("scale", {"actors": {"replicas": 2}})
-    wait_for(lambda: k8s.child("Deployment", "scale-actors")["spec"]["replicas"] == 2,
-             what="2 actors")
-    wait_for(lambda: k8s.status("scale").get("actors", {}).get("desired") == 2,
-             what="status.actors.desired")
+    wait_for(
+        lambda: k8s.child("Deployment", "scale-actors")["spec"]["replicas"] == 2, what="2 actors"
+    )
+    wait_for(
+        lambda: k8s.status("scale").get("actors", {}).get("desired") == 2,
+        what="status.actors.desired",
+    )
     # The pods' config is the user's Experiment only: none of kopf's bookkeeping annotations,
     # which would roll the actors at every handler run.
     document = copy.deepcopy(CARTPOLE)
@@ -184,8 +243,10 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
     template = k8s.child("Deployment", "scale-actors")["spec"]["template"]
     assert template["metadata"]["annotations"][reconcile.ANNOTATION_CONFIG_HASH] == expected
     generation = k8s.get("scale")["metadata"]["generation"]
-    wait_for(lambda: k8s.status("scale").get("observedGeneration") == generation,
-             what="observedGeneration")
+    wait_for(
+        lambda: k8s.status("scale").get("observedGeneration") == generation,
+        what="observedGeneration",
+    )
 
 
 def test_suspend_and_resume(k8s):
@@ -195,17 +256,22 @@ def test_suspend_and_resume(k8s):
     wait_for(lambda: k8s.status("pause").get("phase") == "Running", what="Running")
     k8s.patch_spec("pause", {"suspend": True})
     # The Job controller then stops the learner pod gracefully (SIGTERM: final checkpoint).
-    wait_for(lambda: k8s.child("Job", "pause-learner")["spec"]["suspend"] is True,
-             what="Job suspended")
-    wait_for(lambda: k8s.child("Deployment", "pause-actors")["spec"]["replicas"] == 0,
-             what="actors at zero")
+    wait_for(
+        lambda: k8s.child("Job", "pause-learner")["spec"]["suspend"] is True, what="Job suspended"
+    )
+    wait_for(
+        lambda: k8s.child("Deployment", "pause-actors")["spec"]["replicas"] == 0,
+        what="actors at zero",
+    )
     wait_for(lambda: k8s.status("pause").get("phase") == "Suspended", what="Suspended")
     assert k8s.condition("pause", "Suspended")["status"] == "True"
     k8s.patch_spec("pause", {"suspend": False})
-    wait_for(lambda: k8s.child("Job", "pause-learner")["spec"]["suspend"] is False,
-             what="Job resumed")
-    wait_for(lambda: k8s.child("Deployment", "pause-actors")["spec"]["replicas"] == 4,
-             what="actors back")
+    wait_for(
+        lambda: k8s.child("Job", "pause-learner")["spec"]["suspend"] is False, what="Job resumed"
+    )
+    wait_for(
+        lambda: k8s.child("Deployment", "pause-actors")["spec"]["replicas"] == 4, what="actors back"
+    )
     wait_for(lambda: k8s.status("pause").get("phase") == "Running", what="Running again")
     assert k8s.condition("pause", "Suspended")["status"] == "False"
 
@@ -214,8 +280,10 @@ def test_changing_an_immutable_field_is_refused(k8s):
     k8s.create("fixed")
     wait_for(lambda: k8s.status("fixed").get("appliedImmutable"), what="applied spec")
     k8s.patch_spec("fixed", {"env": {"id": "Acrobot-v1"}, "actors": {"replicas": 9}})
-    cond = wait_for(lambda: (c := k8s.condition("fixed", "SpecApplied")).get("status") ==
-                    "False" and c, what="SpecApplied False")
+    cond = wait_for(
+        lambda: (c := k8s.condition("fixed", "SpecApplied")).get("status") == "False" and c,
+        what="SpecApplied False",
+    )
     assert cond["reason"] == "ImmutableFieldChanged" and "spec.env.id" in cond["message"]
     # Nothing of the refused spec reached the children.
     config = yaml.safe_load(k8s.child("ConfigMap", "fixed-config")["data"]["config.yaml"])
@@ -223,17 +291,22 @@ def test_changing_an_immutable_field_is_refused(k8s):
     assert k8s.child("Deployment", "fixed-actors")["spec"]["replicas"] == 4
     # Reverting the immutable field lets the rest through.
     k8s.patch_spec("fixed", {"env": {"id": "CartPole-v1"}})
-    wait_for(lambda: k8s.condition("fixed", "SpecApplied").get("status") == "True",
-             what="SpecApplied True")
-    wait_for(lambda: k8s.child("Deployment", "fixed-actors")["spec"]["replicas"] == 9,
-             what="9 actors")
+    wait_for(
+        lambda: k8s.condition("fixed", "SpecApplied").get("status") == "True",
+        what="SpecApplied True",
+    )
+    wait_for(
+        lambda: k8s.child("Deployment", "fixed-actors")["spec"]["replicas"] == 9, what="9 actors"
+    )
 
 
 def test_invalid_experiment_fails_and_others_still_reconcile(k8s):
     k8s.create("broken", learner={"unrollLength": 0})
     k8s.create("healthy")
-    cond = wait_for(lambda: (c := k8s.condition("broken", "Valid")).get("status") == "False"
-                    and c, what="ValidationFailed")
+    cond = wait_for(
+        lambda: (c := k8s.condition("broken", "Valid")).get("status") == "False" and c,
+        what="ValidationFailed",
+    )
     assert cond["reason"] == "ValidationFailed"
     assert "spec.learner.unrollLength: must be >= 2, got 0" in cond["message"]
     assert k8s.status("broken")["phase"] == "Failed"
@@ -247,8 +320,9 @@ def test_invalid_experiment_fails_and_others_still_reconcile(k8s):
 
 def test_deletion_needs_no_finalizer_and_children_are_owned(k8s):
     uid = k8s.create("gone")["metadata"]["uid"]
-    children = wait_for(lambda: (c := k8s.children("gone")) and all(c.values()) and c,
-                        what="children")
+    children = wait_for(
+        lambda: (c := k8s.children("gone")) and all(c.values()) and c, what="children"
+    )
     wait_for(lambda: k8s.status("gone").get("phase"), what="a status")
     # No finalizer: the deletion never waits for the operator (it may be down). The children
     # go with their owner, through the cluster's garbage collector (tests/support/cluster:
@@ -264,6 +338,7 @@ def test_deletion_needs_no_finalizer_and_children_are_owned(k8s):
         except kubernetes.client.ApiException as exc:
             return exc.status == 404
         return False
+
     wait_for(experiment_gone, what="the Experiment itself")
 
 
@@ -272,45 +347,75 @@ def test_deletion_needs_no_finalizer_and_children_are_owned(k8s):
 # ------------------------------------------------------------------------------------------
 
 # Rates from service/cost/prices.yaml (table gke-us-central1-2026-11-29), USD per hour.
-CPU, CPU_SPOT = 0.0445, 0.0133            # per vCPU
-MEM, MEM_SPOT = 0.0049225, 0.0014767      # per GiB
-V5E = 1.20                                # per TPU v5e chip, on demand
+CPU, CPU_SPOT = 0.0445, 0.0133  # per vCPU
+MEM, MEM_SPOT = 0.0049225, 0.0014767  # per GiB
+V5E = 1.20  # per TPU v5e chip, on demand
 PRICE_TABLE = "gke-us-central1-2026-11-29"
-ACTOR_SPOT_HOURLY = 2 * CPU_SPOT + 2 * MEM_SPOT   # an actor pod: 2 vCPU, 2 GiB, Spot
+ACTOR_SPOT_HOURLY = 2 * CPU_SPOT + 2 * MEM_SPOT  # an actor pod: 2 vCPU, 2 GiB, Spot
 
 
 def iso(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=False):
     """A pod as the Job or Deployment controller and the kubelet would leave it: requests,
     node selectors, status.startTime and container states (terminated at ``end``)."""
-    requests = {"cpu": "4", "memory": "16Gi"} if role == "learner" else \
-        {"cpu": "2000m", "memory": "2048Mi"}
+    requests = (
+        {"cpu": "4", "memory": "16Gi"}
+        if role == "learner"
+        else {"cpu": "2000m", "memory": "2048Mi"}
+    )
     limits = {}
     selector = {}
     if tpu:
         requests["google.com/tpu"] = "4"
         limits["google.com/tpu"] = "4"
-        selector.update({"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-                         "cloud.google.com/gke-tpu-topology": "2x2"})
+        selector.update(
+            {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                "cloud.google.com/gke-tpu-topology": "2x2",
+            }
+        )
     if spot:
         selector["cloud.google.com/gke-spot"] = "true"
-    state = ({"terminated": {"exitCode": 0, "startedAt": start, "finishedAt": end}} if end
-             else {"running": {"startedAt": start}})
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {reconcile.LABEL_EXPERIMENT: experiment,
-                                                  reconcile.LABEL_ROLE: role}},
-            "spec": {"nodeSelector": selector,
-                     "containers": [{"name": role, "image": "seedrl",
-                                     "resources": {"requests": requests, "limits": limits}}]},
-            "status": {"phase": phase or ("Succeeded" if end else "Running"),
-                       "startTime": start,
-                       "containerStatuses": [{"name": role, "ready": not end, "image": "seedrl",
-                                              "imageID": "seedrl@sha256:" + "0" * 64,
-                                              "restartCount": 0, "state": state}]}}
+    state = (
+        {"terminated": {"exitCode": 0, "startedAt": start, "finishedAt": end}}
+        if end
+        else {"running": {"startedAt": start}}
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {reconcile.LABEL_EXPERIMENT: experiment, reconcile.LABEL_ROLE: role},
+        },
+        "spec": {
+            "nodeSelector": selector,
+            "containers": [
+                {
+                    "name": role,
+                    "image": "seedrl",
+                    "resources": {"requests": requests, "limits": limits},
+                }
+            ],
+        },
+        "status": {
+            "phase": phase or ("Succeeded" if end else "Running"),
+            "startTime": start,
+            "containerStatuses": [
+                {
+                    "name": role,
+                    "ready": not end,
+                    "image": "seedrl",
+                    "imageID": "seedrl@sha256:" + "0" * 64,
+                    "restartCount": 0,
+                    "state": state,
+                }
+            ],
+        },
+    }
 
 
 def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harness):
@@ -320,22 +425,48 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     k8s.mark_ready(name, 2)
     # A learner on a v5e 2x2 slice (4 chips) for 2 h, two Spot actors for 1.5 h and 0.5 h,
     # and another Experiment's pod, which must not be counted.
-    pods = [pod("priced-learner-x1", name, "learner", "2026-01-01T00:00:00Z",
-                "2026-01-01T02:00:00Z", tpu=True),
-            pod("priced-actors-a", name, "actor", "2026-01-01T00:10:00Z",
-                "2026-01-01T01:40:00Z", phase="Failed", spot=True),
-            pod("priced-actors-b", name, "actor", "2026-01-01T00:10:00Z",
-                "2026-01-01T00:40:00Z", spot=True),
-            pod("other-learner-x1", "other", "learner", "2026-01-01T00:00:00Z",
-                "2026-01-01T05:00:00Z", tpu=True)]
-    uids = {p["metadata"]["name"]: k8s.core.create_namespaced_pod(NS, p).metadata.uid
-            for p in pods}
+    pods = [
+        pod(
+            "priced-learner-x1",
+            name,
+            "learner",
+            "2026-01-01T00:00:00Z",
+            "2026-01-01T02:00:00Z",
+            tpu=True,
+        ),
+        pod(
+            "priced-actors-a",
+            name,
+            "actor",
+            "2026-01-01T00:10:00Z",
+            "2026-01-01T01:40:00Z",
+            phase="Failed",
+            spot=True,
+        ),
+        pod(
+            "priced-actors-b",
+            name,
+            "actor",
+            "2026-01-01T00:10:00Z",
+            "2026-01-01T00:40:00Z",
+            spot=True,
+        ),
+        pod(
+            "other-learner-x1",
+            "other",
+            "learner",
+            "2026-01-01T00:00:00Z",
+            "2026-01-01T05:00:00Z",
+            tpu=True,
+        ),
+    ]
+    uids = {p["metadata"]["name"]: k8s.core.create_namespaced_pod(NS, p).metadata.uid for p in pods}
     # Only now the learner reports frames: a cost with them was priced from every pod above
     # (the operator reads the learner before it lists the pods).
     harness.learners.statuses[(NS, name)] = running_learner(env_steps=2_000_000)
-    learner = 2.0 * (4 * CPU + 16 * MEM + 4 * V5E)            # 10.11352
+    learner = 2.0 * (4 * CPU + 16 * MEM + 4 * V5E)  # 10.11352
     actors = 1.5 * ACTOR_SPOT_HOURLY + 0.5 * ACTOR_SPOT_HOURLY  # 0.0591068
-    total = learner + actors                                   # 10.1726268
+    total = learner + actors  # 10.1726268
     # The operator sees pods through its watch cache, so a refresh may price before the pods
     # created above reach it: wait for a cost that has the learner's frames and every pod.
 
@@ -343,8 +474,12 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
         s = k8s.status(name)
         c = s.get("cost", {})
         b = c.get("breakdown", {})
-        return (c.get("envFrames") == 2_000_000 and b.get("learner", {}).get("pods") == 1
-                and b.get("actor", {}).get("pods") == 2 and s)
+        return (
+            c.get("envFrames") == 2_000_000
+            and b.get("learner", {}).get("pods") == 1
+            and b.get("actor", {}).get("pods") == 2
+            and s
+        )
 
     status = wait_for(priced_everything, what="status.cost with the learner's frames")
     cost = status["cost"]
@@ -360,8 +495,11 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     assert b["actor"]["totalUsd"] == pytest.approx(actors, abs=1e-6)
     assert b["actor"]["podHours"] == pytest.approx(2.0)
     records = {r["name"]: r for r in status["costRecords"]}
-    assert set(records) == {uids["priced-learner-x1"], uids["priced-actors-a"],
-                            uids["priced-actors-b"]}
+    assert set(records) == {
+        uids["priced-learner-x1"],
+        uids["priced-actors-a"],
+        uids["priced-actors-b"],
+    }
     assert records[uids["priced-learner-x1"]]["acceleratorType"] == "v5e"
     assert records[uids["priced-actors-a"]]["spot"] is True
     # What was written is what the CRD declares, key for key: an API server prunes the rest.
@@ -371,8 +509,10 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     # A pod that disappears is still counted, from the stored record.
     k8s.core.delete_namespaced_pod("priced-actors-a", NS)
     after = iso(time.time() + 1)
-    status = wait_for(lambda: (s := k8s.status(name))["cost"]["asOf"] >= after and s,
-                      what="a pricing after the pod was deleted")
+    status = wait_for(
+        lambda: (s := k8s.status(name))["cost"]["asOf"] >= after and s,
+        what="a pricing after the pod was deleted",
+    )
     assert status["cost"]["totalUsd"] == pytest.approx(total, abs=1e-6)
     assert uids["priced-actors-a"] in {r["name"] for r in status["costRecords"]}
 
@@ -385,8 +525,10 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     created = time.time()
     polls = poll_count(harness)
     # Polls run every 0.3 s; over 2.5 s a priced status would have a later asOf.
-    wait_for(lambda: poll_count(harness) >= polls + 5 and time.time() > created + 2.5,
-             what="polls with the unpriceable pod")
+    wait_for(
+        lambda: poll_count(harness) >= polls + 5 and time.time() > created + 2.5,
+        what="polls with the unpriceable pod",
+    )
     kept = k8s.status(name)
     # The last pricing is the one that may have been under way when the pod appeared.
     assert kept["cost"]["asOf"] <= iso(created + 1)
@@ -398,16 +540,20 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
 
     # A pod still running is priced up to the report's asOf, and sets the burn rate.
     started = time.time() - 3600
-    k8s.core.create_namespaced_pod(NS, pod("priced-actors-c", name, "actor", iso(started),
-                                           spot=True))
-    status = wait_for(lambda: (s := k8s.status(name)) and len(s["costRecords"]) == 4 and s,
-                      what="the running pod's record")
+    k8s.core.create_namespaced_pod(
+        NS, pod("priced-actors-c", name, "actor", iso(started), spot=True)
+    )
+    status = wait_for(
+        lambda: (s := k8s.status(name)) and len(s["costRecords"]) == 4 and s,
+        what="the running pod's record",
+    )
     cost = status["cost"]
     as_of = datetime.datetime.fromisoformat(cost["asOf"].replace("Z", "+00:00")).timestamp()
     running_hours = (as_of - int(started)) / 3600
     # asOf is cut to the second: the pod may have been priced up to 1 s later.
-    assert cost["totalUsd"] == pytest.approx(total + running_hours * ACTOR_SPOT_HOURLY,
-                                             abs=ACTOR_SPOT_HOURLY / 3600 + 1e-6)
+    assert cost["totalUsd"] == pytest.approx(
+        total + running_hours * ACTOR_SPOT_HOURLY, abs=ACTOR_SPOT_HOURLY / 3600 + 1e-6
+    )
     assert cost["usdPerHour"] == pytest.approx(ACTOR_SPOT_HOURLY, abs=1e-6)
     assert cost["breakdown"]["actor"]["pods"] == 3
 
@@ -416,12 +562,16 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
 # The operator's own metrics, scraped over HTTP
 # ------------------------------------------------------------------------------------------
 
+
 def scrape(harness) -> dict[tuple[str, tuple], float]:
     """``{(sample name, sorted labels): value}`` of the operator's /metrics."""
     with urllib.request.urlopen(harness.metrics_url, timeout=5) as response:  # noqa: S310 - http://127.0.0.1
         text = response.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def sample(harness, name, **labels):
@@ -441,36 +591,90 @@ def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
     assert sample(harness, "seedrl_operator_reconcile_errors_total", trigger="change") == 0
     k8s.create("metered")
     k8s.create("badmeter", learner={"unrollLength": 0})
-    wait_for(lambda: sample(harness, "seedrl_operator_reconciles_total", trigger="change")
-             >= changes + 2, what="change reconciles counted")
+    wait_for(
+        lambda: (
+            sample(harness, "seedrl_operator_reconciles_total", trigger="change") >= changes + 2
+        ),
+        what="change reconciles counted",
+    )
     polls = poll_count(harness)
     wait_for(lambda: poll_count(harness) >= polls + 2, what="poll reconciles counted")
 
-    wait_for(lambda: sample(harness, "seedrl_experiment_phase", experiment="badmeter",
-                            namespace=NS, phase="Failed") == 1, what="phase Failed = 1")
-    assert sample(harness, "seedrl_experiment_phase", experiment="badmeter", namespace=NS,
-                  phase="Running") == 0
-    wait_for(lambda: sample(harness, "seedrl_experiment_phase", experiment="metered",
-                            namespace=NS, phase="Pending") == 1, what="phase Pending = 1")
+    wait_for(
+        lambda: (
+            sample(
+                harness,
+                "seedrl_experiment_phase",
+                experiment="badmeter",
+                namespace=NS,
+                phase="Failed",
+            )
+            == 1
+        ),
+        what="phase Failed = 1",
+    )
+    assert (
+        sample(
+            harness, "seedrl_experiment_phase", experiment="badmeter", namespace=NS, phase="Running"
+        )
+        == 0
+    )
+    wait_for(
+        lambda: (
+            sample(
+                harness,
+                "seedrl_experiment_phase",
+                experiment="metered",
+                namespace=NS,
+                phase="Pending",
+            )
+            == 1
+        ),
+        what="phase Pending = 1",
+    )
 
     # One closed actor pod: 1 h of 2 vCPU/2 GiB on demand.
-    k8s.core.create_namespaced_pod(NS, pod("metered-actors-a", "metered", "actor",
-                                           "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"))
+    k8s.core.create_namespaced_pod(
+        NS,
+        pod("metered-actors-a", "metered", "actor", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"),
+    )
     expected = 2 * CPU + 2 * MEM
-    wait_for(lambda: sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
-                            namespace=NS, role="total") == pytest.approx(expected),
-             what="cost gauge")
-    assert sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
-                  namespace=NS, role="actor") == pytest.approx(expected)
-    assert sample(harness, "seedrl_experiment_cost_usd", experiment="metered",
-                  namespace=NS, role="learner") == 0
+    wait_for(
+        lambda: (
+            sample(
+                harness,
+                "seedrl_experiment_cost_usd",
+                experiment="metered",
+                namespace=NS,
+                role="total",
+            )
+            == pytest.approx(expected)
+        ),
+        what="cost gauge",
+    )
+    assert sample(
+        harness, "seedrl_experiment_cost_usd", experiment="metered", namespace=NS, role="actor"
+    ) == pytest.approx(expected)
+    assert (
+        sample(
+            harness,
+            "seedrl_experiment_cost_usd",
+            experiment="metered",
+            namespace=NS,
+            role="learner",
+        )
+        == 0
+    )
     assert k8s.status("metered")["cost"]["totalUsd"] == pytest.approx(expected, abs=1e-6)
 
     for name in ("metered", "badmeter"):
-        k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
-                                                   name)
-    wait_for(lambda: not experiment_series(harness, "metered")
-             and not experiment_series(harness, "badmeter"), what="series removed on delete")
+        k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+    wait_for(
+        lambda: (
+            not experiment_series(harness, "metered") and not experiment_series(harness, "badmeter")
+        ),
+        what="series removed on delete",
+    )
     assert sample(harness, "seedrl_operator_reconcile_errors_total", trigger="poll") == 0
 
 
@@ -483,10 +687,10 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
         pass
     reg = metrics.registry
     assert reg.get_sample_value("seedrl_operator_reconciles_total", {"trigger": "poll"}) == 2
-    assert reg.get_sample_value("seedrl_operator_reconcile_errors_total",
-                                {"trigger": "poll"}) == 1
-    assert reg.get_sample_value("seedrl_operator_reconcile_errors_total",
-                                {"trigger": "change"}) == 0
+    assert reg.get_sample_value("seedrl_operator_reconcile_errors_total", {"trigger": "poll"}) == 1
+    assert (
+        reg.get_sample_value("seedrl_operator_reconcile_errors_total", {"trigger": "change"}) == 0
+    )
 
 
 def test_only_the_live_peer_of_the_highest_priority_is_active():
@@ -497,15 +701,19 @@ def test_only_the_live_peer_of_the_highest_priority_is_active():
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
     fresh = (now - dt.timedelta(seconds=10)).isoformat()
     stale = (now - dt.timedelta(seconds=120)).isoformat()
-    peers = {"a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
-             "b": {"priority": 9, "lifetime": 60, "lastseen": fresh}}
+    peers = {
+        "a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
+        "b": {"priority": 9, "lifetime": 60, "lastseen": fresh},
+    }
     assert is_active_peer(peers, "b", 9, now) and not is_active_peer(peers, "a", 5, now)
     # The leader stopped renewing its record: the other takes over once it expires.
     peers["b"]["lastseen"] = stale
     assert is_active_peer(peers, "a", 5, now)
     # A tie never leaves two active.
-    tie = {"a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
-           "b": {"priority": 5, "lifetime": 60, "lastseen": fresh}}
+    tie = {
+        "a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
+        "b": {"priority": 5, "lifetime": 60, "lastseen": fresh},
+    }
     assert is_active_peer(tie, "a", 5, now) != is_active_peer(tie, "b", 5, now)
 
 
@@ -518,28 +726,45 @@ def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(
     assert k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0
     deployment = k8s.child("Deployment", "queued-actors")
     assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
-    wait_for(lambda: k8s.condition("queued", "LearnerReady").get("reason") == "Queued",
-             what="LearnerReady Queued")
+    wait_for(
+        lambda: k8s.condition("queued", "LearnerReady").get("reason") == "Queued",
+        what="LearnerReady Queued",
+    )
     # Kueue makes a Workload for the Job and admits it: it unsuspends the Job.
-    k8s.custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", NS, "workloads", {
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-        "metadata": {"name": "job-queued-learner-abcde",
-                     "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]}},
-        "spec": {"active": True, "queueName": "team-a-queue", "podSets": []}})
+    k8s.custom.create_namespaced_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        NS,
+        "workloads",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {
+                "name": "job-queued-learner-abcde",
+                "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]},
+            },
+            "spec": {"active": True, "queueName": "team-a-queue", "podSets": []},
+        },
+    )
     k8s.batch.patch_namespaced_job("queued-learner", NS, {"spec": {"suspend": False}})
-    wait_for(lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 4,
-             what="actors once admitted")
+    wait_for(
+        lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 4,
+        what="actors once admitted",
+    )
     # Suspend: the operator deactivates the Workload (Kueue then suspends the Job) and never
     # writes the Job's spec.suspend, which Kueue owns: no patch fight.
     k8s.patch_spec("queued", {"suspend": True})
 
     def workload_active():
         return k8s.custom.get_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta1", NS, "workloads",
-            "job-queued-learner-abcde")["spec"]["active"]
+            "kueue.x-k8s.io", "v1beta1", NS, "workloads", "job-queued-learner-abcde"
+        )["spec"]["active"]
+
     wait_for(lambda: workload_active() is False, what="Workload deactivated")
-    wait_for(lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0,
-             what="actors scaled to zero")
+    wait_for(
+        lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0,
+        what="actors scaled to zero",
+    )
     assert k8s.child("Job", "queued-learner")["spec"]["suspend"] is False
     k8s.patch_spec("queued", {"suspend": False})
     wait_for(lambda: workload_active() is True, what="Workload active again")

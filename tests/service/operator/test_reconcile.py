@@ -20,7 +20,8 @@ from seedrl.service.operator import crd, reconcile
 
 ROOT = Path(__file__).parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml")) + sorted(
-    (ROOT / "k8s" / "examples").glob("*.yaml"))
+    (ROOT / "k8s" / "examples").glob("*.yaml")
+)
 K8S_VERSIONS = ("1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0")
 OWNER = reconcile.owner_reference("exp", "4f1c7e8a-0000-4000-8000-000000000001")
 
@@ -30,8 +31,11 @@ def _schemas_read_once():
     """kubernetes-validate re-reads its JSON schema files (megabytes) on every call; read each
     once for this module (5x faster, same validation)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kubernetes_validate.utils, "schema_contents",
-                   functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents))
+        mp.setattr(
+            kubernetes_validate.utils,
+            "schema_contents",
+            functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents),
+        )
         yield
 
 
@@ -51,20 +55,32 @@ def by_kind(objects):
 # The CRD
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_crd_is_a_valid_custom_resource_definition(version):
-    kubernetes_validate.validate(yaml.safe_load((ROOT / crd.CRD_PATHS[0]).read_text()), version,
-                                 strict=True)
+    kubernetes_validate.validate(
+        yaml.safe_load((ROOT / crd.CRD_PATHS[0]).read_text()), version, strict=True
+    )
 
 
 def test_crd_declares_subresources_and_columns():
     version = crd.crd()["spec"]["versions"][0]
     assert version["subresources"]["scale"] == {
-        "specReplicasPath": ".spec.actors.replicas", "statusReplicasPath": ".status.replicas",
-        "labelSelectorPath": ".status.selector"}
+        "specReplicasPath": ".spec.actors.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
     assert "status" in version["subresources"]
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Phase", "Agent", "Env", "Actors", "Steps", "Return", "Cost", "Age"]
+        "Phase",
+        "Agent",
+        "Env",
+        "Actors",
+        "Steps",
+        "Return",
+        "Cost",
+        "Age",
+    ]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert status["selector"]["type"] == "string" and status["replicas"]["type"] == "integer"
     assert set(status["cost"]["properties"]) >= {"totalUsd", "usdPerMillionFrames"}
@@ -97,6 +113,7 @@ BAD = [
 @pytest.mark.parametrize("dotted, value, field", BAD, ids=[b[0] for b in BAD])
 def test_bad_experiments_are_rejected_naming_the_field(dotted, value, field):
     from seedrl.common.config import set_path
+
     doc = load(ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml")
     set_path(doc, dotted, value)
     errors = list(crd_validator().iter_errors(doc))
@@ -113,14 +130,30 @@ def test_bad_experiments_are_rejected_naming_the_field(dotted, value, field):
 # Rendering
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_rendered_manifests_pass_kubernetes_validate_strict(path):
     exp = reconcile.validate(load(path))
-    variants = [reconcile.render(exp, OWNER, "team-a"),
-                reconcile.render(parse_experiment({**to_document(exp), "spec": {
-                    **to_document(exp.spec), "suspend": True, "queueName": "q",
-                    "activeDeadlineSeconds": 60, "ttlSecondsAfterFinished": 0}}),
-                    OWNER, "team-a", finished=True)]
+    variants = [
+        reconcile.render(exp, OWNER, "team-a"),
+        reconcile.render(
+            parse_experiment(
+                {
+                    **to_document(exp),
+                    "spec": {
+                        **to_document(exp.spec),
+                        "suspend": True,
+                        "queueName": "q",
+                        "activeDeadlineSeconds": 60,
+                        "ttlSecondsAfterFinished": 0,
+                    },
+                }
+            ),
+            OWNER,
+            "team-a",
+            finished=True,
+        ),
+    ]
     for objects in variants:
         for obj in objects:
             for version in K8S_VERSIONS:
@@ -132,9 +165,15 @@ def test_rendered_manifests_pass_kubernetes_validate_strict(path):
 
 def test_children_have_owner_references_and_labels():
     objects = reconcile.render(exp_of(), OWNER, "team-a")
-    assert [o["kind"] for o in objects] == ["ConfigMap", "PersistentVolumeClaim", "Service",
-                                           "NetworkPolicy", "PodDisruptionBudget", "Job",
-                                           "Deployment"]
+    assert [o["kind"] for o in objects] == [
+        "ConfigMap",
+        "PersistentVolumeClaim",
+        "Service",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Job",
+        "Deployment",
+    ]
     for obj in objects:
         assert obj["metadata"]["ownerReferences"] == [OWNER]
         assert obj["metadata"]["namespace"] == "team-a"
@@ -150,16 +189,32 @@ def test_config_map_holds_the_resolved_experiment():
 def test_pods_run_the_entry_points_with_the_config():
     objs = by_kind(reconcile.render(exp_of(learner={"port": 7000})))
     learner = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
-    assert learner["command"][:5] == ["python", "-m", "seedrl.learner", "--config",
-                                      reconcile.CONFIG_FILE]
+    assert learner["command"][:5] == [
+        "python",
+        "-m",
+        "seedrl.learner",
+        "--config",
+        reconcile.CONFIG_FILE,
+    ]
     assert "[::]:7000" in learner["command"]
     actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    assert actor["command"] == ["python", "-m", "seedrl.actors", "--config", reconcile.CONFIG_FILE,
-                                "--learner", "exp-learner:7000", "--index", "auto",
-                                "--tls-ca", f"{reconcile.TLS_DIR}/ca.crt"]
+    assert actor["command"] == [
+        "python",
+        "-m",
+        "seedrl.actors",
+        "--config",
+        reconcile.CONFIG_FILE,
+        "--learner",
+        "exp-learner:7000",
+        "--index",
+        "auto",
+        "--tls-ca",
+        f"{reconcile.TLS_DIR}/ca.crt",
+    ]
     for container in (learner, actor):
-        assert {"name": "config", "mountPath": "/etc/seedrl", "readOnly": True} in \
-            container["volumeMounts"]
+        assert {"name": "config", "mountPath": "/etc/seedrl", "readOnly": True} in container[
+            "volumeMounts"
+        ]
 
 
 def test_containers_are_locked_down():
@@ -178,8 +233,11 @@ def test_containers_are_locked_down():
 
 
 def test_learner_job_is_replaced_by_exit_code_and_has_time_to_checkpoint():
-    job = by_kind(reconcile.render(exp_of(backoffLimit=3, activeDeadlineSeconds=99,
-                                          ttlSecondsAfterFinished=60)))["Job"]
+    job = by_kind(
+        reconcile.render(
+            exp_of(backoffLimit=3, activeDeadlineSeconds=99, ttlSecondsAfterFinished=60)
+        )
+    )["Job"]
     assert job["spec"]["completions"] == 1 and job["spec"]["backoffLimit"] == 3
     assert job["spec"]["activeDeadlineSeconds"] == 99
     assert job["spec"]["ttlSecondsAfterFinished"] == 60
@@ -199,9 +257,12 @@ def _first_rule(policy, *, exit_code=None, conditions=(), container="learner"):
     failure counts against backoffLimit)."""
     for rule in policy["rules"]:
         codes = rule.get("onExitCodes")
-        if codes and exit_code is not None and codes.get("containerName") in (
-                None, container) and (exit_code in codes["values"]) == (
-                codes["operator"] == "In"):
+        if (
+            codes
+            and exit_code is not None
+            and codes.get("containerName") in (None, container)
+            and (exit_code in codes["values"]) == (codes["operator"] == "In")
+        ):
             return rule["action"]
         for pattern in rule.get("onPodConditions") or []:
             if (pattern["type"], pattern.get("status", "True")) in conditions:
@@ -214,8 +275,7 @@ def test_failure_policy_follows_the_exit_codes():
 
     policy = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["podFailurePolicy"]
     # A drained, evicted or preempted pod is replaced without counting, whatever it exited.
-    assert _first_rule(policy, exit_code=137, conditions=[("DisruptionTarget", "True")]) == \
-        "Ignore"
+    assert _first_rule(policy, exit_code=137, conditions=[("DisruptionTarget", "True")]) == "Ignore"
     assert _first_rule(policy, exit_code=ExitCode.STOPPED) == "Ignore"
     assert _first_rule(policy, exit_code=ExitCode.BAD_CONFIG) == "FailJob"
     assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION) == "FailJob"
@@ -231,8 +291,7 @@ def test_failure_policy_follows_the_exit_codes():
     assert _first_rule(policy, exit_code=ExitCode.BAD_CONFIG, container=env_spec) == "FailJob"
     assert _first_rule(policy, exit_code=ExitCode.FAILED, container=env_spec) is None
     assert _first_rule(policy, exit_code=ExitCode.STOPPED, container=env_spec) is None
-    assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION,
-                       container=env_spec) is None
+    assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION, container=env_spec) is None
     for rule in policy["rules"]:
         assert 0 not in (rule.get("onExitCodes") or {}).get("values", [])  # the API refuses 0
 
@@ -240,18 +299,26 @@ def test_failure_policy_follows_the_exit_codes():
 def test_the_learner_pod_derives_its_env_spec_with_the_actor_image_first():
     # As `seedrl train` does locally: the actors' code makes the env once and writes its spec,
     # which the learner serves (--env-spec) and checks every actor's hello against.
-    exp = exp_of(env={"id": "ALE/Pong-v5"},
-                 learner={"resources": {"cpu": "3", "memory": "12Gi"},
-                          "accelerator": {"kind": "gpu"}},
-                 actors={"image": "registry.example/seedrl/actors:custom"})
+    exp = exp_of(
+        env={"id": "ALE/Pong-v5"},
+        learner={"resources": {"cpu": "3", "memory": "12Gi"}, "accelerator": {"kind": "gpu"}},
+        actors={"image": "registry.example/seedrl/actors:custom"},
+    )
     job = by_kind(reconcile.render(exp, OWNER, "team-a"))["Job"]
     pod = job["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     (learner,) = pod["containers"]
     assert init["name"] == reconcile.ENV_SPEC_CONTAINER
     assert init["image"] == "registry.example/seedrl/actors:custom"
-    assert init["command"] == ["python", "-m", "seedrl.actors", "--config",
-                               reconcile.CONFIG_FILE, "--env-spec-out", reconcile.ENV_SPEC_FILE]
+    assert init["command"] == [
+        "python",
+        "-m",
+        "seedrl.actors",
+        "--config",
+        reconcile.CONFIG_FILE,
+        "--env-spec-out",
+        reconcile.ENV_SPEC_FILE,
+    ]
     at = learner["command"].index("--env-spec")
     assert learner["command"][at + 1] == reconcile.ENV_SPEC_FILE
     assert reconcile.ENV_SPEC_FILE.startswith(reconcile.SHARED_DIR + "/")
@@ -261,8 +328,9 @@ def test_the_learner_pod_derives_its_env_spec_with_the_actor_image_first():
     mounts = {m["name"]: m for m in init["volumeMounts"]}
     assert mounts["shared"]["mountPath"] == reconcile.SHARED_DIR
     assert not mounts["shared"].get("readOnly") and mounts["config"]["readOnly"]
-    assert {"name": "shared", "mountPath": reconcile.SHARED_DIR, "readOnly": True} in \
-        learner["volumeMounts"]
+    assert {"name": "shared", "mountPath": reconcile.SHARED_DIR, "readOnly": True} in learner[
+        "volumeMounts"
+    ]
     # Least privilege: no run directory, no TLS key; locked down as the learner is.
     assert set(mounts) == {"config", "shared", "tmp"}
     assert init["securityContext"] == learner["securityContext"]
@@ -277,18 +345,35 @@ def test_the_learner_pod_derives_its_env_spec_with_the_actor_image_first():
 
 
 def test_an_env_that_cannot_be_made_names_the_init_container_in_the_failure():
-    failed = {"type": "Failed", "reason": "PodFailurePolicy",
-              "message": "Container env-spec for pod team-a/exp-learner-q7 failed with exit "
-                         "code 2 matching FailJob rule at index 3"}
-    pod = {"metadata": {"name": "exp-learner-q7"}, "status": {
-        "phase": "Failed",
-        "initContainerStatuses": [{"name": reconcile.ENV_SPEC_CONTAINER, "state": {
-            "terminated": {"exitCode": 2, "reason": "Error",
-                           "finishedAt": "2026-01-01T00:00:09Z",
-                           "message": "cannot make environments: spec.env.id: cannot make "
-                                      "'NoSuchEnv-v9'\n"}}}],
-        "containerStatuses": [{"name": "learner", "state": {
-            "waiting": {"reason": "PodInitializing"}}}]}}
+    failed = {
+        "type": "Failed",
+        "reason": "PodFailurePolicy",
+        "message": "Container env-spec for pod team-a/exp-learner-q7 failed with exit "
+        "code 2 matching FailJob rule at index 3",
+    }
+    pod = {
+        "metadata": {"name": "exp-learner-q7"},
+        "status": {
+            "phase": "Failed",
+            "initContainerStatuses": [
+                {
+                    "name": reconcile.ENV_SPEC_CONTAINER,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 2,
+                            "reason": "Error",
+                            "finishedAt": "2026-01-01T00:00:09Z",
+                            "message": "cannot make environments: spec.env.id: cannot make "
+                            "'NoSuchEnv-v9'\n",
+                        }
+                    },
+                }
+            ],
+            "containerStatuses": [
+                {"name": "learner", "state": {"waiting": {"reason": "PodInitializing"}}}
+            ],
+        },
+    }
     reason, message = reconcile.failure_reason(failed, [pod])
     assert reason == "InvalidConfiguration"
     assert "exp-learner-q7, init container env-spec: exit code 2" in message
@@ -298,18 +383,20 @@ def test_an_env_that_cannot_be_made_names_the_init_container_in_the_failure():
 def test_learner_is_protected_from_voluntary_disruption_and_kept_off_spot():
     objs = by_kind(reconcile.render(exp_of()))
     pod_template = objs["Job"]["spec"]["template"]
-    assert pod_template["metadata"]["annotations"][reconcile.ANNOTATION_SAFE_TO_EVICT] == \
-        "false"
+    assert pod_template["metadata"]["annotations"][reconcile.ANNOTATION_SAFE_TO_EVICT] == "false"
     pdb = objs["PodDisruptionBudget"]["spec"]
     assert pdb["maxUnavailable"] == 0 and pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert pdb["selector"]["matchLabels"].items() <= pod_template["metadata"]["labels"].items()
     terms = pod_template["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "cloud.google.com/gke-spot",
-                                            "operator": "DoesNotExist"}]}]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"}]}
+    ]
     # Asked for, it goes to Spot nodes.
-    spot = by_kind(reconcile.render(exp_of(learner={"spot": True})))["Job"]["spec"][
-        "template"]["spec"]
+    spot = by_kind(reconcile.render(exp_of(learner={"spot": True})))["Job"]["spec"]["template"][
+        "spec"
+    ]
     assert "affinity" not in spot
     assert spot["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
     assert spot["tolerations"][0]["key"] == "cloud.google.com/gke-spot"
@@ -321,8 +408,9 @@ def test_without_a_checkpoint_uri_the_run_directory_outlives_the_pod():
     assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
     volumes = {v["name"]: v for v in objs["Job"]["spec"]["template"]["spec"]["volumes"]}
     assert volumes["run"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
-    actor_volumes = {v["name"]: v for v in
-                     objs["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    actor_volumes = {
+        v["name"]: v for v in objs["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    }
     assert actor_volumes["run"] == {"name": "run", "emptyDir": {}}
     with_uri = by_kind(reconcile.render(exp_of(checkpoint={"uri": "gs://bucket/runs/x"})))
     assert "PersistentVolumeClaim" not in with_uri
@@ -336,14 +424,14 @@ def test_probes_on_healthz_and_readyz():
         container = objs[kind]["spec"]["template"]["spec"]["containers"][0]
         for probe in ("startupProbe", "livenessProbe"):
             assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz",
-                                                          "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
         assert "metrics" in [p["name"] for p in container["ports"]]
 
 
 def test_spot_actors_get_at_most_the_15_seconds_gke_gives():
     pod = by_kind(reconcile.render(exp_of(actors={"spot": True})))["Deployment"]["spec"][
-        "template"]["spec"]
+        "template"
+    ]["spec"]
     assert pod["terminationGracePeriodSeconds"] <= 15
 
 
@@ -358,25 +446,34 @@ def test_tls_mounts_the_learners_key_into_the_learner_and_only_the_ca_into_actor
     objs = by_kind(reconcile.render(exp_of(learner={"tls": {"enabled": enabled}})))
     learner = objs["Job"]["spec"]["template"]["spec"]
     actor = objs["Deployment"]["spec"]["template"]["spec"]
-    secrets = {role: [(v["secret"]["secretName"], [i["key"] for i in v["secret"]["items"]])
-                      for v in pod["volumes"] if "secret" in v]
-               for role, pod in (("learner", learner), ("actor", actor))}
+    secrets = {
+        role: [
+            (v["secret"]["secretName"], [i["key"] for i in v["secret"]["items"]])
+            for v in pod["volumes"]
+            if "secret" in v
+        ]
+        for role, pod in (("learner", learner), ("actor", actor))
+    }
     if not enabled:
         assert secrets == {"learner": [], "actor": []}
         assert "--tls-cert" not in learner["containers"][0]["command"]
         assert "--tls-ca" not in actor["containers"][0]["command"]
         return
-    assert secrets == {"learner": [("exp-learner-tls", ["tls.crt", "tls.key"])],
-                       "actor": [("exp-learner-tls", ["ca.crt"])]}
+    assert secrets == {
+        "learner": [("exp-learner-tls", ["tls.crt", "tls.key"])],
+        "actor": [("exp-learner-tls", ["ca.crt"])],
+    }
     assert _arg(learner["containers"][0], "--tls-cert") == f"{reconcile.TLS_DIR}/tls.crt"
     assert _arg(learner["containers"][0], "--tls-key") == f"{reconcile.TLS_DIR}/tls.key"
     assert _arg(actor["containers"][0], "--tls-ca") == f"{reconcile.TLS_DIR}/ca.crt"
     # The actors verify the name they connect to, which the certificate carries.
-    assert _arg(actor["containers"][0], "--learner").split(":")[0] in \
-        reconcile.learner_dns_names("exp", "default")
+    assert _arg(actor["containers"][0], "--learner").split(":")[0] in reconcile.learner_dns_names(
+        "exp", "default"
+    )
     for pod in (learner, actor):
-        assert {"name": "tls", "mountPath": reconcile.TLS_DIR, "readOnly": True} in \
-            pod["containers"][0]["volumeMounts"]
+        assert {"name": "tls", "mountPath": reconcile.TLS_DIR, "readOnly": True} in pod[
+            "containers"
+        ][0]["volumeMounts"]
 
 
 def test_cert_manager_gets_an_issuer_and_a_certificate_for_the_service_names():
@@ -384,54 +481,78 @@ def test_cert_manager_gets_an_issuer_and_a_certificate_for_the_service_names():
     issuer, certificate = reconcile.render_certificate(exp, namespace="rl")
     assert (issuer["kind"], issuer["spec"]) == ("Issuer", {"selfSigned": {}})
     assert certificate["spec"]["secretName"] == "exp-learner-tls"
-    assert certificate["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer",
-                                                "name": "exp-learner-tls"}
-    assert certificate["spec"]["dnsNames"] == ["exp-learner", "exp-learner.rl",
-                                               "exp-learner.rl.svc",
-                                               "exp-learner.rl.svc.cluster.local"]
+    assert certificate["spec"]["issuerRef"] == {
+        "group": "cert-manager.io",
+        "kind": "Issuer",
+        "name": "exp-learner-tls",
+    }
+    assert certificate["spec"]["dnsNames"] == [
+        "exp-learner",
+        "exp-learner.rl",
+        "exp-learner.rl.svc",
+        "exp-learner.rl.svc.cluster.local",
+    ]
     assert reconcile.render_certificate(exp_of(learner={"tls": {"enabled": False}})) == []
 
 
 def test_tpu_learner_gets_node_selectors_chips_and_toleration():
-    exp = exp_of(learner={"accelerator": {"kind": "tpu", "tpu": {"type": "tpu-v6e-slice",
-                                                                   "topology": "2x4"}}})
+    exp = exp_of(
+        learner={
+            "accelerator": {"kind": "tpu", "tpu": {"type": "tpu-v6e-slice", "topology": "2x4"}}
+        }
+    )
     pod = by_kind(reconcile.render(exp))["Job"]["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-                                   "cloud.google.com/gke-tpu-topology": "2x4"}
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "2x4",
+    }
     res = pod["containers"][0]["resources"]
     assert res["requests"]["google.com/tpu"] == res["limits"]["google.com/tpu"] == "8"
-    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in \
-        pod["tolerations"]
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
     # The TPU build of this release's learner, told to fail rather than train on the CPU.
     container = pod["containers"][0]
     assert container["image"] == "ghcr.io/seedrl/learner:0.1.0-tpu"
     assert _arg(container, "--accelerator") == "tpu"
 
 
-@pytest.mark.parametrize("tpu_type,topology,chips", [
-    ("tpu-v4-podslice", "2x2x1", "4"), ("tpu-v5p-slice", "2x2x1", "4"),
-    ("tpu-v5-lite-podslice", "1x1", "1"), ("tpu-v5-lite-podslice", "2x2", "4"),
-    ("tpu-v5-lite-podslice", "2x4", "8"), ("tpu-v6e-slice", "2x2", "4")])
+@pytest.mark.parametrize(
+    "tpu_type,topology,chips",
+    [
+        ("tpu-v4-podslice", "2x2x1", "4"),
+        ("tpu-v5p-slice", "2x2x1", "4"),
+        ("tpu-v5-lite-podslice", "1x1", "1"),
+        ("tpu-v5-lite-podslice", "2x2", "4"),
+        ("tpu-v5-lite-podslice", "2x4", "8"),
+        ("tpu-v6e-slice", "2x2", "4"),
+    ],
+)
 def test_tpu_chips_requested_are_the_topologys(tpu_type, topology, chips):
-    exp = exp_of(learner={"accelerator": {"kind": "tpu", "tpu": {"type": tpu_type,
-                                                                   "topology": topology}}})
+    exp = exp_of(
+        learner={"accelerator": {"kind": "tpu", "tpu": {"type": tpu_type, "topology": topology}}}
+    )
     pod = by_kind(reconcile.render(exp))["Job"]["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["google.com/tpu"] == chips
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == topology
 
 
 def test_an_explicit_learner_image_wins_over_the_accelerators():
-    exp = exp_of(learner={"image": "europe-docker.pkg.dev/p/r/learner:mine",
-                          "accelerator": {"kind": "tpu"}})
-    container = by_kind(reconcile.render(exp))["Job"]["spec"]["template"]["spec"][
-        "containers"][0]
+    exp = exp_of(
+        learner={"image": "europe-docker.pkg.dev/p/r/learner:mine", "accelerator": {"kind": "tpu"}}
+    )
+    container = by_kind(reconcile.render(exp))["Job"]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "europe-docker.pkg.dev/p/r/learner:mine"
 
 
 def test_gpu_and_cpu_learners():
-    pod = by_kind(reconcile.render(exp_of(learner={"accelerator": {
-        "kind": "gpu", "gpu": {"type": "nvidia-l4", "count": 2}}})))["Job"]["spec"]["template"][
-        "spec"]
+    pod = by_kind(
+        reconcile.render(
+            exp_of(
+                learner={"accelerator": {"kind": "gpu", "gpu": {"type": "nvidia-l4", "count": 2}}}
+            )
+        )
+    )["Job"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert pod["containers"][0]["image"] == "ghcr.io/seedrl/learner:0.1.0-gpu"
@@ -439,13 +560,18 @@ def test_gpu_and_cpu_learners():
     cpu = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["template"]["spec"]
     assert cpu["containers"][0]["image"] == "ghcr.io/seedrl/learner:0.1.0"
     assert "nodeSelector" not in cpu and "tolerations" not in cpu
-    assert cpu["containers"][0]["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"},
-                                                 "limits": {"memory": "16Gi"}}
+    assert cpu["containers"][0]["resources"] == {
+        "requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"memory": "16Gi"},
+    }
 
 
 def test_spot_actors_service_account_and_kueue():
-    objs = by_kind(reconcile.render(exp_of(actors={"spot": True}, serviceAccountName="wi-sa",
-                                           queueName="team-a-queue")))
+    objs = by_kind(
+        reconcile.render(
+            exp_of(actors={"spot": True}, serviceAccountName="wi-sa", queueName="team-a-queue")
+        )
+    )
     actor_pod = objs["Deployment"]["spec"]["template"]["spec"]
     assert actor_pod["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
     assert actor_pod["tolerations"][0]["key"] == "cloud.google.com/gke-spot"
@@ -459,10 +585,11 @@ def test_spot_actors_service_account_and_kueue():
 def test_suspend_and_finish_scale_actors_to_zero():
     assert by_kind(reconcile.render(exp_of(suspend=True)))["Deployment"]["spec"]["replicas"] == 0
     assert by_kind(reconcile.render(exp_of(suspend=True)))["Job"]["spec"]["suspend"] is True
-    assert by_kind(reconcile.render(exp_of(), finished=True))["Deployment"]["spec"][
-        "replicas"] == 0
-    assert by_kind(reconcile.render(exp_of(actors={"replicas": 5})))["Deployment"]["spec"][
-        "replicas"] == 5
+    assert by_kind(reconcile.render(exp_of(), finished=True))["Deployment"]["spec"]["replicas"] == 0
+    assert (
+        by_kind(reconcile.render(exp_of(actors={"replicas": 5})))["Deployment"]["spec"]["replicas"]
+        == 5
+    )
 
 
 def test_network_policy_admits_only_this_experiments_actors_to_grpc():
@@ -470,6 +597,7 @@ def test_network_policy_admits_only_this_experiments_actors_to_grpc():
     policy = objs["NetworkPolicy"]["spec"]
     learner_labels = objs["Job"]["spec"]["template"]["metadata"]["labels"]
     actor_labels = objs["Deployment"]["spec"]["template"]["metadata"]["labels"]
+
     def selects(selector, labels):
         return all(labels.get(k) == v for k, v in selector.items())
 
@@ -488,7 +616,8 @@ def test_network_policy_admits_only_this_experiments_actors_to_grpc():
 
 def _template_hash(objs):
     return objs["Deployment"]["spec"]["template"]["metadata"]["annotations"][
-        reconcile.ANNOTATION_CONFIG_HASH]
+        reconcile.ANNOTATION_CONFIG_HASH
+    ]
 
 
 def _job_hash(objs):
@@ -497,47 +626,70 @@ def _job_hash(objs):
 
 def test_only_what_actors_read_rolls_them():
     base = by_kind(reconcile.render(exp_of()))
-    for change in ({"env": {"id": "Acrobot-v1"}}, {"seed": 7},
-                   {"actors": {"envsPerActor": 3}}):
-        assert _template_hash(by_kind(reconcile.render(exp_of(**change)))) != \
-            _template_hash(base), change
+    for change in ({"env": {"id": "Acrobot-v1"}}, {"seed": 7}, {"actors": {"envsPerActor": 3}}):
+        assert _template_hash(by_kind(reconcile.render(exp_of(**change)))) != _template_hash(
+            base
+        ), change
     # Scaling, and any learner-only edit, leave the actors' template as it is.
-    for change in ({"actors": {"replicas": 17}}, {"budget": {"maxEnvSteps": 5}},
-                   {"learner": {"batchSize": 4}}, {"suspend": True}):
+    for change in (
+        {"actors": {"replicas": 17}},
+        {"budget": {"maxEnvSteps": 5}},
+        {"learner": {"batchSize": 4}},
+        {"suspend": True},
+    ):
         objs = by_kind(reconcile.render(exp_of(**change)))
-        assert objs["Deployment"]["spec"]["template"] == base["Deployment"]["spec"][
-            "template"], change
+        assert objs["Deployment"]["spec"]["template"] == base["Deployment"]["spec"]["template"], (
+            change
+        )
 
 
 def test_learner_hash_covers_what_the_learner_runs_but_scaling_and_suspend():
     base = _job_hash(by_kind(reconcile.render(exp_of())))
-    for change in ({"budget": {"maxEnvSteps": 5}}, {"learner": {"batchSize": 4}},
-                   {"backoffLimit": 1}, {"learner": {"image": "example.com/l:2"}}):
+    for change in (
+        {"budget": {"maxEnvSteps": 5}},
+        {"learner": {"batchSize": 4}},
+        {"backoffLimit": 1},
+        {"learner": {"image": "example.com/l:2"}},
+    ):
         assert _job_hash(by_kind(reconcile.render(exp_of(**change)))) != base, change
     for change in ({"actors": {"replicas": 17}}, {"suspend": True}):
         assert _job_hash(by_kind(reconcile.render(exp_of(**change)))) == base, change
     # R2D2's exploration schedule is defined over the actor count: the learner must know it.
     r2d2 = {"agent": {"name": "r2d2"}}
-    assert _job_hash(by_kind(reconcile.render(exp_of(**r2d2)))) != \
-        _job_hash(by_kind(reconcile.render(exp_of(actors={"replicas": 3}, **r2d2))))
+    assert _job_hash(by_kind(reconcile.render(exp_of(**r2d2)))) != _job_hash(
+        by_kind(reconcile.render(exp_of(actors={"replicas": 3}, **r2d2)))
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Validation and immutable fields
 # --------------------------------------------------------------------------------------------
 
+
 def stored(spec=None, **meta):
     """An Experiment as the API server returns it, server-side fields included."""
-    return {"apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "exp", "namespace": "team-a", "uid": "u", "generation": 3,
-                         "resourceVersion": "17", "creationTimestamp": "2026-01-01T00:00:00Z",
-                         "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"],
-                         "annotations": {"kopf.zalando.org/last-handled-configuration": "{}",
-                                         "seedrl.dev/last-handled-configuration": "{}",
-                                         "seedrl.dev/on_change": "{}",
-                                         "kubectl.kubernetes.io/last-applied-configuration":
-                                             "{}"}, **meta},
-            "spec": spec or {}, "status": {"phase": "Running"}}
+    return {
+        "apiVersion": "seedrl.dev/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {
+            "name": "exp",
+            "namespace": "team-a",
+            "uid": "u",
+            "generation": 3,
+            "resourceVersion": "17",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"],
+            "annotations": {
+                "kopf.zalando.org/last-handled-configuration": "{}",
+                "seedrl.dev/last-handled-configuration": "{}",
+                "seedrl.dev/on_change": "{}",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+            },
+            **meta,
+        },
+        "spec": spec or {},
+        "status": {"phase": "Running"},
+    }
 
 
 def test_validate_ignores_server_side_fields():
@@ -561,10 +713,10 @@ def test_validate_names_the_field_and_the_cluster_name_limit():
 def test_immutable_changes_name_the_paths():
     applied = reconcile.immutable_part(exp_of())
     assert reconcile.immutable_changes(applied, exp_of(actors={"replicas": 9})) == []
-    assert reconcile.immutable_changes(applied, exp_of(env={"id": "Acrobot-v1"})) == \
-        ["spec.env.id"]
-    assert reconcile.immutable_changes(applied, exp_of(agent={"name": "ppo"})) == \
-        ["spec.agent.name"]
+    assert reconcile.immutable_changes(applied, exp_of(env={"id": "Acrobot-v1"})) == ["spec.env.id"]
+    assert reconcile.immutable_changes(applied, exp_of(agent={"name": "ppo"})) == [
+        "spec.agent.name"
+    ]
     assert reconcile.immutable_changes(json.loads(json.dumps(applied)), exp_of()) == []
 
 
@@ -572,10 +724,19 @@ def test_immutable_changes_name_the_paths():
 # The learner's status and the Experiment's status
 # --------------------------------------------------------------------------------------------
 
-LEARNER_JSON = {"experiment": "exp", "state": "running", "env_steps": 12000,
-                "learner_steps": 30, "episodes": 50, "mean_return": 21.5, "actors": 2,
-                "last_checkpoint": "ckpt-3", "stop_reason": None, "elapsed": 12.0,
-                "metrics": {"loss": 1.0}}
+LEARNER_JSON = {
+    "experiment": "exp",
+    "state": "running",
+    "env_steps": 12000,
+    "learner_steps": 30,
+    "episodes": 50,
+    "mean_return": 21.5,
+    "actors": 2,
+    "last_checkpoint": "ckpt-3",
+    "stop_reason": None,
+    "elapsed": 12.0,
+    "metrics": {"loss": 1.0},
+}
 
 
 def conds(status):
@@ -583,8 +744,14 @@ def conds(status):
 
 
 def job(ready=0, active=0, conditions=(), start="2026-01-01T00:00:00Z"):
-    return {"status": {"ready": ready, "active": active, "startTime": start,
-                       "conditions": [dict(c) for c in conditions]}}
+    return {
+        "status": {
+            "ready": ready,
+            "active": active,
+            "startTime": start,
+            "conditions": [dict(c) for c in conditions],
+        }
+    }
 
 
 def deployment(ready):
@@ -593,21 +760,40 @@ def deployment(ready):
 
 def test_status_advances_from_pending_to_running_to_succeeded():
     exp = exp_of(actors={"replicas": 2})
-    s0 = reconcile.compute_status(exp, generation=1, previous=None, job=None, deployment=None,
-                                  learner=None, now="2026-01-01T00:00:00Z")
+    s0 = reconcile.compute_status(
+        exp,
+        generation=1,
+        previous=None,
+        job=None,
+        deployment=None,
+        learner=None,
+        now="2026-01-01T00:00:00Z",
+    )
     assert s0["phase"] == "Pending" and conds(s0)["Ready"][0] == "False"
     assert s0["selector"] == "seedrl.dev/experiment=exp,seedrl.dev/role=actor"
-    s1 = reconcile.compute_status(exp, generation=1, previous=s0, job=job(1, 1),
-                                  deployment=deployment(1), learner=None,
-                                  learner_error="connection refused",
-                                  now="2026-01-01T00:01:00Z")
+    s1 = reconcile.compute_status(
+        exp,
+        generation=1,
+        previous=s0,
+        job=job(1, 1),
+        deployment=deployment(1),
+        learner=None,
+        learner_error="connection refused",
+        now="2026-01-01T00:01:00Z",
+    )
     assert s1["phase"] == "Running"
     assert conds(s1)["ActorsReady"] == ("False", "NotAllReady")
     assert conds(s1)["Progressing"] == ("Unknown", "StatusUnavailable")
     learner = LearnerStatus.from_json(json.dumps(LEARNER_JSON))
-    s2 = reconcile.compute_status(exp, generation=1, previous=s1, job=job(1, 1),
-                                  deployment=deployment(2), learner=learner,
-                                  now="2026-01-01T00:02:00Z")
+    s2 = reconcile.compute_status(
+        exp,
+        generation=1,
+        previous=s1,
+        job=job(1, 1),
+        deployment=deployment(2),
+        learner=learner,
+        now="2026-01-01T00:02:00Z",
+    )
     assert conds(s2)["Ready"] == ("True", "Ready")
     assert conds(s2)["Progressing"] == ("True", "Training")
     assert s2["envFrames"] == 12000 and s2["learnerSteps"] == 30 and s2["meanReturn"] == 21.5
@@ -617,35 +803,67 @@ def test_status_advances_from_pending_to_running_to_succeeded():
     assert ready["lastTransitionTime"] == "2026-01-01T00:02:00Z"
     valid = next(c for c in s2["conditions"] if c["type"] == "Valid")
     assert valid["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged since s0
-    done = job(0, 0, [{"type": "Complete", "status": "True", "reason": "CompletionsReached",
-                       "message": "Reached expected number of succeeded pods"}])
+    done = job(
+        0,
+        0,
+        [
+            {
+                "type": "Complete",
+                "status": "True",
+                "reason": "CompletionsReached",
+                "message": "Reached expected number of succeeded pods",
+            }
+        ],
+    )
     done["status"]["completionTime"] = "2026-01-01T01:00:00Z"
-    s3 = reconcile.compute_status(exp, generation=1, previous=s2, job=done,
-                                  deployment=deployment(2), learner=None,
-                                  now="2026-01-01T01:00:05Z")
+    s3 = reconcile.compute_status(
+        exp,
+        generation=1,
+        previous=s2,
+        job=done,
+        deployment=deployment(2),
+        learner=None,
+        now="2026-01-01T01:00:05Z",
+    )
     assert s3["phase"] == "Succeeded" and s3["completionTime"] == "2026-01-01T01:00:00Z"
     assert s3["actors"]["desired"] == 0
     assert conds(s3)["Complete"] == ("True", "CompletionsReached")
     # The Job is deleted after ttlSecondsAfterFinished: still Succeeded, no actors wanted.
-    s4 = reconcile.compute_status(exp, generation=1, previous=s3, job=None,
-                                  deployment=deployment(0), learner=None)
+    s4 = reconcile.compute_status(
+        exp, generation=1, previous=s3, job=None, deployment=deployment(0), learner=None
+    )
     assert s4["phase"] == "Succeeded" and s4["actors"]["desired"] == 0
     assert conds(s4)["LearnerReady"] == ("False", "Finished")
     assert reconcile.finished_before(s4)
-    assert not reconcile.finished_before(reconcile.invalid_status(
-        None, 1, ConfigError([("spec.x", "bad")]), "2026-01-01T00:00:00Z"))
+    assert not reconcile.finished_before(
+        reconcile.invalid_status(None, 1, ConfigError([("spec.x", "bad")]), "2026-01-01T00:00:00Z")
+    )
 
 
 def test_no_env_steps_for_no_progress_seconds_turns_progressing_false():
     exp = exp_of(budget={"noProgressSeconds": 120})
-    stalled = LearnerStatus.from_json(json.dumps({
-        **LEARNER_JSON, "state": "waiting_for_actors", "env_steps": 0,
-        "seconds_without_env_steps": 130.4, "refused_streams": 3,
-        "last_refusal": "a-1: env spec differs from the learner's: observation_shape"}))
+    stalled = LearnerStatus.from_json(
+        json.dumps(
+            {
+                **LEARNER_JSON,
+                "state": "waiting_for_actors",
+                "env_steps": 0,
+                "seconds_without_env_steps": 130.4,
+                "refused_streams": 3,
+                "last_refusal": "a-1: env spec differs from the learner's: observation_shape",
+            }
+        )
+    )
     assert stalled.refused_streams == 3 and stalled.last_refusal.startswith("a-1: env spec")
-    status = reconcile.compute_status(exp, generation=1, previous=None, job=job(1, 1),
-                                      deployment=deployment(2), learner=stalled,
-                                      now="2026-01-01T00:02:00Z")
+    status = reconcile.compute_status(
+        exp,
+        generation=1,
+        previous=None,
+        job=job(1, 1),
+        deployment=deployment(2),
+        learner=stalled,
+        now="2026-01-01T00:02:00Z",
+    )
     assert conds(status)["Progressing"] == ("False", "NoProgress")
     message = next(c["message"] for c in status["conditions"] if c["type"] == "Progressing")
     assert "No env steps for 130 s" in message and "3 actor stream(s) refused" in message
@@ -653,9 +871,14 @@ def test_no_env_steps_for_no_progress_seconds_turns_progressing_false():
     # Below the limit, or with the limit off, the learner is just waiting or training.
     for budget, idle in (({"noProgressSeconds": 120}, 20.0), ({"noProgressSeconds": 0}, 1e6)):
         learner = dataclasses.replace(stalled, seconds_without_env_steps=idle)
-        status = reconcile.compute_status(exp_of(budget=budget), generation=1, previous=None,
-                                          job=job(1, 1), deployment=deployment(2),
-                                          learner=learner)
+        status = reconcile.compute_status(
+            exp_of(budget=budget),
+            generation=1,
+            previous=None,
+            job=job(1, 1),
+            deployment=deployment(2),
+            learner=learner,
+        )
         assert conds(status)["Progressing"] == ("False", "WaitingForActors")
     with pytest.raises(ValueError, match="last_refusal"):
         LearnerStatus.from_json(json.dumps({"state": "running", "last_refusal": 3}))
@@ -663,22 +886,49 @@ def test_no_env_steps_for_no_progress_seconds_turns_progressing_false():
 
 def test_status_of_failed_suspended_and_refused():
     exp = exp_of()
-    failed = reconcile.compute_status(exp, generation=2, previous=None, job=job(conditions=[
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit"}]), deployment=deployment(0),
-        learner=None)
+    failed = reconcile.compute_status(
+        exp,
+        generation=2,
+        previous=None,
+        job=job(
+            conditions=[
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                }
+            ]
+        ),
+        deployment=deployment(0),
+        learner=None,
+    )
     assert failed["phase"] == "Failed" and conds(failed)["Failed"][1] == "BackoffLimitExceeded"
-    suspended = reconcile.compute_status(exp_of(suspend=True), generation=2, previous=None,
-                                         job=job(), deployment=deployment(0), learner=None)
+    suspended = reconcile.compute_status(
+        exp_of(suspend=True),
+        generation=2,
+        previous=None,
+        job=job(),
+        deployment=deployment(0),
+        learner=None,
+    )
     assert suspended["phase"] == "Suspended"
     assert conds(suspended)["Suspended"] == ("True", "SpecSuspended")
     assert conds(suspended)["ActorsReady"] == ("True", "ScaledToZero")
-    refused = reconcile.compute_status(exp, generation=4, previous=None, job=job(1, 1),
-                                       deployment=deployment(2), learner=None,
-                                       refused=["spec.env.id"])
+    refused = reconcile.compute_status(
+        exp,
+        generation=4,
+        previous=None,
+        job=job(1, 1),
+        deployment=deployment(2),
+        learner=None,
+        refused=["spec.env.id"],
+    )
     assert conds(refused)["SpecApplied"] == ("False", "ImmutableFieldChanged")
-    assert "spec.env.id" in next(c for c in refused["conditions"]
-                                 if c["type"] == "SpecApplied")["message"]
+    assert (
+        "spec.env.id"
+        in next(c for c in refused["conditions"] if c["type"] == "SpecApplied")["message"]
+    )
     assert "appliedImmutable" not in refused
 
 
@@ -694,14 +944,17 @@ def test_invalid_status_names_the_field():
 def test_status_validates_against_the_crd_status_schema():
     exp = exp_of()
     learner = LearnerStatus.from_json(json.dumps(LEARNER_JSON))
-    status = reconcile.compute_status(exp, generation=1, previous=None, job=job(1, 1),
-                                      deployment=deployment(2), learner=learner)
+    status = reconcile.compute_status(
+        exp, generation=1, previous=None, job=job(1, 1), deployment=deployment(2), learner=learner
+    )
     status["cost"] = {"totalUsd": 1.5, "usdPerHour": 3.0, "usdPerMillionFrames": 0.1}
     schema = to_json_schema(crd.status_schema(), closed=True)
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(
-        status)
-    invalid = reconcile.invalid_status(status, 2, ConfigError([("spec.x", "bad")]),
-                                       reconcile.now_rfc3339())
+        status
+    )
+    invalid = reconcile.invalid_status(
+        status, 2, ConfigError([("spec.x", "bad")]), reconcile.now_rfc3339()
+    )
     jsonschema.Draft202012Validator(schema).validate(invalid)
 
 
@@ -718,8 +971,9 @@ def test_crd_schema_follows_the_structural_rules():
     # What the API server checks when the CRD is created (no API server runs here).
     schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in _nodes(schema):
-        assert node.get("type") in ("object", "array", "string", "integer", "number",
-                                    "boolean"), path
+        assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean"), (
+            path
+        )
         assert not ("properties" in node and "additionalProperties" in node), path
         if node.get("x-kubernetes-preserve-unknown-fields"):
             assert node["type"] == "object", path
@@ -728,19 +982,45 @@ def test_crd_schema_follows_the_structural_rules():
         if "default" in node:
             jsonschema.Draft202012Validator(to_json_schema(node)).validate(node["default"])
         for key in node:
-            assert key in {"type", "description", "properties", "items", "additionalProperties",
-                           "required", "default", "nullable", "enum", "minimum", "maximum",
-                           "exclusiveMinimum", "pattern", "maxLength", "minItems", "format",
-                           "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
-                           "x-kubernetes-list-map-keys", "x-kubernetes-validations"}, \
-                (path, key)
+            assert key in {
+                "type",
+                "description",
+                "properties",
+                "items",
+                "additionalProperties",
+                "required",
+                "default",
+                "nullable",
+                "enum",
+                "minimum",
+                "maximum",
+                "exclusiveMinimum",
+                "pattern",
+                "maxLength",
+                "minItems",
+                "format",
+                "x-kubernetes-preserve-unknown-fields",
+                "x-kubernetes-list-type",
+                "x-kubernetes-list-map-keys",
+                "x-kubernetes-validations",
+            }, (path, key)
         for rule in node.get("x-kubernetes-validations", []):
             # What a rule may hold (the reasons the API server accepts); the rules themselves
             # run in a CEL runtime in tests/service/operator/test_crd.py.
-            assert set(rule) <= {"rule", "message", "messageExpression", "fieldPath",
-                                 "reason", "optionalOldSelf"}, (path, rule)
-            assert rule["reason"] in ("FieldValueInvalid", "FieldValueForbidden",
-                                      "FieldValueRequired", "FieldValueDuplicate"), rule
+            assert set(rule) <= {
+                "rule",
+                "message",
+                "messageExpression",
+                "fieldPath",
+                "reason",
+                "optionalOldSelf",
+            }, (path, rule)
+            assert rule["reason"] in (
+                "FieldValueInvalid",
+                "FieldValueForbidden",
+                "FieldValueRequired",
+                "FieldValueDuplicate",
+            ), rule
 
 
 def test_strict_validation_does_reject_a_bad_manifest():
@@ -756,32 +1036,70 @@ def test_strict_validation_does_reject_a_bad_manifest():
 
 
 def _failed_pod(name, exit_code, finished, reason="Error", message=""):
-    return {"metadata": {"name": name}, "status": {"phase": "Failed", "containerStatuses": [
-        {"name": "learner", "state": {"terminated": {
-            "exitCode": exit_code, "reason": reason, "message": message,
-            "finishedAt": finished}}}]}}
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "learner",
+                    "state": {
+                        "terminated": {
+                            "exitCode": exit_code,
+                            "reason": reason,
+                            "message": message,
+                            "finishedAt": finished,
+                        }
+                    },
+                }
+            ],
+        },
+    }
 
 
 def test_a_failed_experiment_names_the_cause_from_the_last_failed_pod():
-    job_failed = {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-                  "message": "Container learner for pod team-a/exp-learner-b failed with exit "
-                             "code 4 matching FailJob rule at index 2"}
-    pods = [_failed_pod("exp-learner-a", 1, "2026-01-01T00:00:01Z"),
-            _failed_pod("exp-learner-b", 4, "2026-01-01T00:00:09Z",
-                        message="cannot use the checkpoints at gs://x: not a bucket\n")]
+    job_failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "PodFailurePolicy",
+        "message": "Container learner for pod team-a/exp-learner-b failed with exit "
+        "code 4 matching FailJob rule at index 2",
+    }
+    pods = [
+        _failed_pod("exp-learner-a", 1, "2026-01-01T00:00:01Z"),
+        _failed_pod(
+            "exp-learner-b",
+            4,
+            "2026-01-01T00:00:09Z",
+            message="cannot use the checkpoints at gs://x: not a bucket\n",
+        ),
+    ]
     reason, message = reconcile.failure_reason(job_failed, pods)
     assert reason == "CheckpointLocationUnusable"
     assert "exp-learner-b" in message and "exit code 4" in message
     assert message.endswith("not a bucket")
     oom = [_failed_pod("exp-learner-c", 137, "2026-01-01T00:00:09Z", reason="OOMKilled")]
     reason, message = reconcile.failure_reason(
-        {"type": "Failed", "reason": "BackoffLimitExceeded",
-         "message": "Job has reached the specified backoff limit"}, oom)
+        {
+            "type": "Failed",
+            "reason": "BackoffLimitExceeded",
+            "message": "Job has reached the specified backoff limit",
+        },
+        oom,
+    )
     assert reason == "OOMKilled" and "reason OOMKilled" in message and "SIGKILL" in message
-    assert reconcile.failure_reason({"reason": "DeadlineExceeded", "message": "m"}) == \
-        ("DeadlineExceeded", "m")
-    no_tpu = [_failed_pod("exp-learner-d", 5, "2026-01-01T00:00:09Z",
-                          message="devices: scheduled for a TPU but found none\n")]
+    assert reconcile.failure_reason({"reason": "DeadlineExceeded", "message": "m"}) == (
+        "DeadlineExceeded",
+        "m",
+    )
+    no_tpu = [
+        _failed_pod(
+            "exp-learner-d",
+            5,
+            "2026-01-01T00:00:09Z",
+            message="devices: scheduled for a TPU but found none\n",
+        )
+    ]
     reason, message = reconcile.failure_reason(job_failed, no_tpu)
     assert reason == "AcceleratorMissing" and "scheduled for a TPU" in message
     assert "exit code 5 (the accelerator the learner was scheduled for is missing)" in message
@@ -796,9 +1114,11 @@ def test_a_learner_edit_replaces_an_unfinished_job_only():
     assert reconcile.job_outdated(edited, job)
     finished = {**job, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
     assert not reconcile.job_outdated(edited, finished)
-    status = reconcile.compute_status(edited, generation=2, previous=None, job=job,
-                                      deployment=None, learner=None, replacing=True)
+    status = reconcile.compute_status(
+        edited, generation=2, previous=None, job=job, deployment=None, learner=None, replacing=True
+    )
     assert reconcile.condition(status, "SpecApplied")["reason"] == "ReplacingLearner"
-    status = reconcile.compute_status(edited, generation=2, previous=None, job=finished,
-                                      deployment=None, learner=None)
+    status = reconcile.compute_status(
+        edited, generation=2, previous=None, job=finished, deployment=None, learner=None
+    )
     assert reconcile.condition(status, "SpecApplied")["reason"] == "LearnerFinished"

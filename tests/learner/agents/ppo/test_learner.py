@@ -13,11 +13,21 @@ CONTINUOUS = EnvSpec("Cont", "float32", (3,), "float32", (2,), 0)
 
 
 def _agent(spec, **ppo):
-    exp = parse_experiment({
-        "apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment", "metadata": {"name": "t"},
-        "spec": {"agent": {"name": "ppo", "network": {"hiddenSizes": [16]},
-                           "ppo": {"minibatches": 2, "epochs": 2, **ppo}},
-                 "learner": {"batchSize": 8, "optimizer": {"learningRate": 0.01}}}})
+    exp = parse_experiment(
+        {
+            "apiVersion": "seedrl.dev/v1alpha1",
+            "kind": "Experiment",
+            "metadata": {"name": "t"},
+            "spec": {
+                "agent": {
+                    "name": "ppo",
+                    "network": {"hiddenSizes": [16]},
+                    "ppo": {"minibatches": 2, "epochs": 2, **ppo},
+                },
+                "learner": {"batchSize": 8, "optimizer": {"learningRate": 0.01}},
+            },
+        }
+    )
     return build(exp, spec)
 
 
@@ -32,19 +42,25 @@ def _batch(agent, rewards_of, b=8, t=4, seed=0, version=None):
     versions = np.stack([r["policy_version"] for r in rows])
     if version is not None:
         versions[:] = version
-    return {"observation": obs, "action": action, "reward": reward,
-            "terminated": np.zeros((t + 1, b), bool), "truncated": np.zeros((t + 1, b), bool),
-            "policy_params": np.stack([r["policy_params"] for r in rows]),
-            "policy_version": versions, "initial_state": []}
+    return {
+        "observation": obs,
+        "action": action,
+        "reward": reward,
+        "terminated": np.zeros((t + 1, b), bool),
+        "truncated": np.zeros((t + 1, b), bool),
+        "policy_params": np.stack([r["policy_params"] for r in rows]),
+        "policy_version": versions,
+        "initial_state": [],
+    }
 
 
 def test_unrolls_beyond_the_policy_lag_are_dropped_and_the_lag_is_reported():
     agent = _agent(DISCRETE, maxPolicyLag=1)
     agent.updates.assign(3)
     batch = _batch(agent, lambda a: np.zeros(a.shape))
-    batch["policy_version"][:, :4] = 3   # fresh
+    batch["policy_version"][:, :4] = 3  # fresh
     batch["policy_version"][:, 4:6] = 2  # one update old: kept
-    batch["policy_version"][:, 6:] = 0   # three updates old: dropped
+    batch["policy_version"][:, 6:] = 0  # three updates old: dropped
     metrics = agent.train(batch)
     assert metrics["dropped_unrolls"] == 2
     assert metrics["policy_lag"] == pytest.approx(2 / 6)
@@ -61,8 +77,9 @@ def test_observation_statistics_move_only_after_an_update():
     assert float(agent.obs_rms.count.numpy()) == 0
     agent.train(batch)
     assert float(agent.obs_rms.count.numpy()) == 4 * 8  # rows 0..T-1 of every unroll
-    np.testing.assert_allclose(agent.obs_rms.mean.numpy(),
-                               batch["observation"][:-1].reshape(-1, 3).mean(0), rtol=1e-6)
+    np.testing.assert_allclose(
+        agent.obs_rms.mean.numpy(), batch["observation"][:-1].reshape(-1, 3).mean(0), rtol=1e-6
+    )
     assert float(agent.reward_rms.count.numpy()) == 4 * 8
 
 
@@ -72,12 +89,22 @@ def test_kl_coefficient_adapts_with_the_kl_objective():
     assert float(agent.kl_coefficient.numpy()) == pytest.approx(1.5)
 
 
-@pytest.mark.parametrize("spec,rewards_of,check", [
-    (DISCRETE, lambda a: (a == 2).astype(np.float32),
-     lambda p: (p.argmax(-1) == 2).mean() > 0.9),
-    (CONTINUOUS, lambda a: a[..., 0] - a[..., 1],
-     lambda p: (p[:, 0] > 0.3).all() and (p[:, 1] < -0.3).all()),
-], ids=["discrete", "gaussian"])
+@pytest.mark.parametrize(
+    "spec,rewards_of,check",
+    [
+        (
+            DISCRETE,
+            lambda a: (a == 2).astype(np.float32),
+            lambda p: (p.argmax(-1) == 2).mean() > 0.9,
+        ),
+        (
+            CONTINUOUS,
+            lambda a: a[..., 0] - a[..., 1],
+            lambda p: (p[:, 0] > 0.3).all() and (p[:, 1] < -0.3).all(),
+        ),
+    ],
+    ids=["discrete", "gaussian"],
+)
 def test_ppo_learns_what_the_rewards_ask_for(spec, rewards_of, check):
     agent = _agent(spec)
     for i in range(40):
@@ -90,8 +117,7 @@ def test_ppo_learns_what_the_rewards_ask_for(spec, rewards_of, check):
 def test_discounted_returns_restart_at_episode_ends():
     rewards = np.ones((4, 1), np.float32)
     done = np.array([[False], [True], [False], [False]])
-    np.testing.assert_allclose(discounted_returns(rewards, done, 0.5)[:, 0],
-                               [1.0, 1.5, 1.0, 1.5])
+    np.testing.assert_allclose(discounted_returns(rewards, done, 0.5)[:, 0], [1.0, 1.5, 1.0, 1.5])
 
 
 def test_the_batchppo_preset_takes_batchppos_objective():

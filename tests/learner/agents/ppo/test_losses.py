@@ -51,15 +51,16 @@ def test_clipped_surrogate():
     adv = np.array([1.0, 2.0, 1.0, -1.0], np.float32)
     # min(r A, clip(r) A) with c = 0.2: [0.5, 2.0, 1.2, -1.5]
     assert losses.clipped_surrogate_loss(log_ratio, adv, 0.2).numpy() == pytest.approx(
-        -np.mean([0.5, 2.0, 1.2, -1.5]), rel=1e-6)
+        -np.mean([0.5, 2.0, 1.2, -1.5]), rel=1e-6
+    )
     assert losses.clipped_surrogate_loss(log_ratio, adv, 0.0).numpy() == pytest.approx(
-        -np.mean([0.5, 2.0, 1.5, -1.5]), rel=1e-6)
+        -np.mean([0.5, 2.0, 1.5, -1.5]), rel=1e-6
+    )
 
 
 def test_kl_penalty_and_its_cutoff():
     kl = np.array([0.01, 0.02, 0.05], np.float32)
-    got = losses.kl_penalty_loss(kl, 2.0, target=0.01, cutoff_factor=2.0,
-                                 cutoff_coefficient=1000.0)
+    got = losses.kl_penalty_loss(kl, 2.0, target=0.01, cutoff_factor=2.0, cutoff_coefficient=1000.0)
     want = 2.0 * kl.mean() + 1000.0 * np.mean(np.maximum(kl - 0.02, 0.0) ** 2)
     assert got.numpy() == pytest.approx(want, rel=1e-5)
 
@@ -71,17 +72,20 @@ def test_batchppo_cuts_off_on_each_sequences_mean_kl():
     per_sample = losses.kl_penalty_loss(kl, 1.0, 0.01, 2.0, 1000.0)
     per_sequence = losses.kl_penalty_loss(kl, 1.0, 0.01, 2.0, 1000.0, per_sequence=True)
     assert per_sample.numpy() == pytest.approx(
-        kl.mean() + 1000.0 * np.mean(np.maximum(kl - 0.02, 0.0) ** 2), rel=1e-5)
+        kl.mean() + 1000.0 * np.mean(np.maximum(kl - 0.02, 0.0) ** 2), rel=1e-5
+    )
     assert per_sequence.numpy() == pytest.approx(
-        kl.mean() + 1000.0 * np.mean([0.0, (0.03 - 0.02) ** 2]), rel=1e-5)
+        kl.mean() + 1000.0 * np.mean([0.0, (0.03 - 0.02) ** 2]), rel=1e-5
+    )
 
 
 def test_batchppos_penalty_band_is_0_7_to_1_3_of_the_target():
     low, high = losses.BATCHPPO_KL_BAND
     assert (low, high) == (0.7, 1.3)
     for kl, want in [(0.0072, 1.0), (0.0069, 1 / 1.5), (0.0131, 1.5), (0.0129, 1.0)]:
-        got = losses.updated_kl_coefficient(1.0, kl, 0.01, tolerance=high, lower=low,
-                                            bounds=(0.0, float("inf")))
+        got = losses.updated_kl_coefficient(
+            1.0, kl, 0.01, tolerance=high, lower=low, bounds=(0.0, float("inf"))
+        )
         assert got == pytest.approx(want), kl
     # The clip preset's band is [target / 1.3, 1.3 target]: 0.0072 is below it.
     assert losses.updated_kl_coefficient(1.0, 0.0072, 0.01) == pytest.approx(1 / 1.5)
@@ -100,16 +104,18 @@ def test_running_mean_std_matches_numpy_over_many_batches():
     rms = RunningMeanStd((3,), clip=0.0)
     seen = []
     for _ in range(50):
-        batch = rng.normal(loc=[1.0, -5.0, 100.0], scale=[0.1, 2.0, 30.0],
-                           size=(int(rng.integers(0, 40)), 3))
+        batch = rng.normal(
+            loc=[1.0, -5.0, 100.0], scale=[0.1, 2.0, 30.0], size=(int(rng.integers(0, 40)), 3)
+        )
         rms.update(batch)
         seen.append(batch)
     data = np.concatenate(seen)
     np.testing.assert_allclose(rms.mean.numpy(), data.mean(0), rtol=1e-9)
     np.testing.assert_allclose(rms.variance.numpy(), data.var(0), rtol=1e-9)
     x = rng.normal(size=(5, 3))
-    np.testing.assert_allclose(rms.normalize(x), (x - data.mean(0)) / np.sqrt(data.var(0)),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        rms.normalize(x), (x - data.mean(0)) / np.sqrt(data.var(0)), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_normalizer_clips_and_is_a_no_op_before_data():

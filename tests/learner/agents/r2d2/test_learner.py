@@ -15,16 +15,31 @@ ROWS = 11  # sequenceLength 10 + the row to bootstrap from
 
 
 def _agent(network=None, **r2d2):
-    exp = parse_experiment({
-        "apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment", "metadata": {"name": "t"},
-        "spec": {"agent": {"name": "r2d2",
-                           "network": network or {"hiddenSizes": [16], "lstmSize": 8,
-                                                  "denseSize": 16},
-                           "r2d2": {"sequenceLength": 10, "burnIn": 4, "nStep": 2,
-                                    "minReplaySize": 4, "targetUpdatePeriod": 5,
-                                    "samplesPerInsert": 0, "discount": 0.9, **r2d2}},
-                 "actors": {"replicas": 4, "envsPerActor": 8},
-                 "learner": {"batchSize": 8, "optimizer": {"learningRate": 0.01}}}})
+    exp = parse_experiment(
+        {
+            "apiVersion": "seedrl.dev/v1alpha1",
+            "kind": "Experiment",
+            "metadata": {"name": "t"},
+            "spec": {
+                "agent": {
+                    "name": "r2d2",
+                    "network": network or {"hiddenSizes": [16], "lstmSize": 8, "denseSize": 16},
+                    "r2d2": {
+                        "sequenceLength": 10,
+                        "burnIn": 4,
+                        "nStep": 2,
+                        "minReplaySize": 4,
+                        "targetUpdatePeriod": 5,
+                        "samplesPerInsert": 0,
+                        "discount": 0.9,
+                        **r2d2,
+                    },
+                },
+                "actors": {"replicas": 4, "envsPerActor": 8},
+                "learner": {"batchSize": 8, "optimizer": {"learningRate": 0.01}},
+            },
+        }
+    )
     return build(exp, SPEC)
 
 
@@ -33,24 +48,43 @@ def _sequence(rng, good_action, length=ROWS, q_values=None):
     action = rng.integers(0, 2, length).astype(np.int32)
     reward = np.zeros(length, np.float32)
     reward[1:] = (action[:-1] == good_action).astype(np.float32)
-    seq = {"observation": rng.normal(size=(length, 3)).astype(np.float32), "action": action,
-           "reward": reward, "terminated": np.zeros(length, bool),
-           "truncated": np.zeros(length, bool), "final_value": np.zeros(length, np.float32),
-           "q_values": np.zeros((length, 2), np.float32) if q_values is None else q_values,
-           "initial_state": [np.zeros(8, np.float32), np.zeros(8, np.float32),
-                             np.zeros(2, np.float32), np.float32(0.1)]}
+    seq = {
+        "observation": rng.normal(size=(length, 3)).astype(np.float32),
+        "action": action,
+        "reward": reward,
+        "terminated": np.zeros(length, bool),
+        "truncated": np.zeros(length, bool),
+        "final_value": np.zeros(length, np.float32),
+        "q_values": np.zeros((length, 2), np.float32) if q_values is None else q_values,
+        "initial_state": [
+            np.zeros(8, np.float32),
+            np.zeros(8, np.float32),
+            np.zeros(2, np.float32),
+            np.float32(0.1),
+        ],
+    }
     return seq
 
 
 def _loss(agent, seqs, obs=None, weights=None):
-    stack = {k: np.stack([s[k] for s in seqs]) for k in
-             ("action", "reward", "terminated", "truncated", "final_value")}
+    stack = {
+        k: np.stack([s[k] for s in seqs])
+        for k in ("action", "reward", "terminated", "truncated", "final_value")
+    }
     n_state = len(agent.online.initial_state(1))
     state = [np.stack([s["initial_state"][i] for s in seqs]) for i in range(n_state)]
     obs = np.stack([s["observation"] for s in seqs]) if obs is None else obs
     weights = np.ones(len(seqs), np.float32) if weights is None else weights
-    return agent.loss(obs, stack["action"], stack["reward"], stack["terminated"],
-                      stack["truncated"], stack["final_value"], state, weights)
+    return agent.loss(
+        obs,
+        stack["action"],
+        stack["reward"],
+        stack["terminated"],
+        stack["truncated"],
+        stack["final_value"],
+        state,
+        weights,
+    )
 
 
 def test_epsilons_follow_seeds_schedule_over_every_env_of_every_actor():
@@ -58,8 +92,9 @@ def test_epsilons_follow_seeds_schedule_over_every_env_of_every_actor():
     assert [agent.is_evaluation_actor(i) for i in range(4)] == [False, False, False, True]
     # 3 exploring actors x 8 envs: SEED's 0.4 ** linspace(1, 8, 24) over them, in order.
     want = 0.4 ** np.linspace(1, 8, 24)
-    got = np.concatenate([agent.initial_state(4, actor_index=a, first_env=f)[-1]
-                          for a in range(3) for f in (0, 4)])
+    got = np.concatenate(
+        [agent.initial_state(4, actor_index=a, first_env=f)[-1] for a in range(3) for f in (0, 4)]
+    )
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert np.all(agent.initial_state(8, actor_index=3)[-1] == 0.0)
     state = agent.initial_state(5, actor_index=0)
@@ -83,8 +118,7 @@ def test_inference_explores_at_each_envs_rate_and_keeps_the_lstm_state():
     np.testing.assert_array_equal(state[2], np.eye(2)[out["action"]])
     q = out["q_values"]
     # In float32 h^-1 amplifies the rounding of its input, differently inside the graph.
-    np.testing.assert_allclose(out["value"], losses.inverse_value_rescale(q.max(-1)),
-                               rtol=1e-4)
+    np.testing.assert_allclose(out["value"], losses.inverse_value_rescale(q.max(-1)), rtol=1e-4)
 
 
 def test_replay_fills_then_training_learns_the_rewarded_action():
@@ -112,8 +146,10 @@ def test_target_network_syncs_every_period():
     different = []
     for _ in range(6):
         agent.train_from_replay()
-        same = all(np.allclose(t.numpy(), o.numpy()) for t, o in
-                   zip(agent.target.variables, agent.online.variables))
+        same = all(
+            np.allclose(t.numpy(), o.numpy())
+            for t, o in zip(agent.target.variables, agent.online.variables)
+        )
         different.append(not same)
     assert different == [True, True, False, True, True, False]
 
@@ -124,9 +160,9 @@ def test_replay_ratio_holds_both_ways():
     agent.add_unrolls([_sequence(rng, 0) for _ in range(16)])
     # Learning starts once the replay has its minimum; the ratio counts from there.
     assert agent.can_train() and agent.insert_limit() == 0
-    agent.train_from_replay()                     # 8 sampled, 0 inserted since the start
+    agent.train_from_replay()  # 8 sampled, 0 inserted since the start
     assert not agent.can_train()
-    assert agent.insert_limit() == 4              # 8 samples / 2 per insert
+    assert agent.insert_limit() == 4  # 8 samples / 2 per insert
     agent.add_unrolls([_sequence(rng, 0) for _ in range(3)])
     assert not agent.can_train() and agent.insert_limit() == 1
     agent.add_unrolls([_sequence(rng, 0)])
@@ -143,8 +179,7 @@ def test_replay_ratio_holds_both_ways():
 
 def test_seeds_replay_ratio_is_the_default():
     agent = _agent(samplesPerInsert=1.5)
-    assert parse_experiment({"metadata": {"name": "t"}}).spec.agent.r2d2.samples_per_insert \
-        == 1.5
+    assert parse_experiment({"metadata": {"name": "t"}}).spec.agent.r2d2.samples_per_insert == 1.5
     rng = np.random.default_rng(3)
     agent.add_unrolls([_sequence(rng, 0) for _ in range(16)])
     agent.train_from_replay()
@@ -155,22 +190,32 @@ def test_every_step_of_a_stream_is_trained_in_exactly_one_sequence():
     # A feed-forward Q-network, so the gradient of the loss with respect to a row's
     # observation is non-zero exactly when Q(x_t, a_t) of that row is in the loss. SEED's
     # defaults at a small scale: burn-in 8, n = 5; the loss's last transitions look ahead less.
-    agent = _agent(network={"hiddenSizes": [16], "denseSize": 16},
-                   sequenceLength=16, burnIn=8, nStep=5)
+    agent = _agent(
+        network={"hiddenSizes": [16], "denseSize": 16}, sequenceLength=16, burnIn=8, nStep=5
+    )
     length, period = agent.unroll_layout(0)
-    fields = {"observation": ((3,), np.dtype(np.float32)), "action": ((), np.dtype(np.int32)),
-              "reward": ((), np.dtype(np.float32)), "terminated": ((), np.dtype(bool)),
-              "truncated": ((), np.dtype(bool)), "final_value": ((), np.dtype(np.float32))}
+    fields = {
+        "observation": ((3,), np.dtype(np.float32)),
+        "action": ((), np.dtype(np.int32)),
+        "reward": ((), np.dtype(np.float32)),
+        "terminated": ((), np.dtype(bool)),
+        "truncated": ((), np.dtype(bool)),
+        "final_value": ((), np.dtype(np.float32)),
+    }
     builder = UnrollBuilder(0, 1, fields, length=length, period=period)
     rng = np.random.default_rng(4)
     stream_rows = 100
     sequences = []
     for t in range(stream_rows):
-        row = {"observation": rng.normal(size=(1, 3)).astype(np.float32),
-               "action": rng.integers(0, 2, 1).astype(np.int32),
-               "reward": rng.normal(size=1).astype(np.float32),
-               "terminated": np.array([t == 37]), "truncated": np.array([False]),
-               "final_value": np.zeros(1, np.float32), "step": np.array([t])}
+        row = {
+            "observation": rng.normal(size=(1, 3)).astype(np.float32),
+            "action": rng.integers(0, 2, 1).astype(np.int32),
+            "reward": rng.normal(size=1).astype(np.float32),
+            "terminated": np.array([t == 37]),
+            "truncated": np.array([False]),
+            "final_value": np.zeros(1, np.float32),
+            "step": np.array([t]),
+        }
         unroll = builder.append(row, [])
         if unroll is not None:
             sequences.append((len(sequences) * period, split_unroll(unroll)[0]))
@@ -185,7 +230,7 @@ def test_every_step_of_a_stream_is_trained_in_exactly_one_sequence():
         assert td.shape == (length - 1 - 8, 1)
         trained[start + np.flatnonzero(grad > 0)] += 1
     covered = sequences[-1][0] + length - 1
-    assert np.all(trained[8:covered] == 1)       # every step once, episode end included
+    assert np.all(trained[8:covered] == 1)  # every step once, episode end included
     assert np.all(trained[:8] == 0) and np.all(trained[covered:] == 0)
 
 
@@ -198,9 +243,9 @@ def test_burn_in_steps_get_no_gradient():
         loss, td, _ = _loss(agent, seqs, obs=obs)
     grad = np.abs(tape.gradient(loss, obs).numpy()).sum(axis=(0, 2))  # per row
     assert td.shape == (6, 3)
-    assert np.all(grad[:4] == 0.0)       # burn-in: no gradient at all
-    assert np.all(grad[4:10] > 0.0)      # the rows the loss covers
-    assert grad[10] == 0.0               # only feeds targets, which carry no gradient
+    assert np.all(grad[:4] == 0.0)  # burn-in: no gradient at all
+    assert np.all(grad[4:10] > 0.0)  # the rows the loss covers
+    assert grad[10] == 0.0  # only feeds targets, which carry no gradient
 
 
 def test_the_sequence_loss_is_seeds_half_sum_over_time():
@@ -222,8 +267,8 @@ def test_a_truncation_bootstraps_from_the_final_observations_value():
     rng = np.random.default_rng(7)
     seq = _sequence(rng, 1)
     seq["initial_state"] = []
-    seq["truncated"][6] = True        # transition 5 -> 6 hit the time limit
-    seq["final_value"][6] = 40.0      # the final observation's value, sent by the actor
+    seq["truncated"][6] = True  # transition 5 -> 6 hit the time limit
+    seq["final_value"][6] = 40.0  # the final observation's value, sent by the actor
     loss, td, q_taken = _loss(agent, [seq])
     target = (td + q_taken).numpy()[:, 0]  # rows 4..9
     want = losses.value_rescale(seq["reward"][6] + 0.9 * 40.0).numpy()
@@ -243,7 +288,8 @@ def test_new_sequences_get_priorities_from_the_q_values_seen_when_acting():
     assert prio[0] == pytest.approx(1e-6, rel=1e-3)
     q = off["q_values"][4:]  # the network's outputs: already in the rescaled space
     target = losses.value_rescale(
-        off["reward"][5:] + 0.9 * losses.inverse_value_rescale(q[1:].max(-1))).numpy()
+        off["reward"][5:] + 0.9 * losses.inverse_value_rescale(q[1:].max(-1))
+    ).numpy()
     td = np.abs(target - q[np.arange(6), off["action"][4:10]])
     np.testing.assert_allclose(prio[1], 0.9 * td.max() + 0.1 * td.mean(), rtol=1e-4)
     assert agent.step_fields() == {"q_values": ((2,), np.dtype(np.float32))}
@@ -276,5 +322,6 @@ def test_training_on_given_time_major_sequences_without_the_replay():
     before = [v.numpy().copy() for v in agent.online.trainable_variables]
     metrics = agent.train(batch)
     assert np.isfinite(metrics["loss/q"]) and len(agent.replay) == 0
-    assert any(not np.allclose(b, v.numpy())
-               for b, v in zip(before, agent.online.trainable_variables))
+    assert any(
+        not np.allclose(b, v.numpy()) for b, v in zip(before, agent.online.trainable_variables)
+    )

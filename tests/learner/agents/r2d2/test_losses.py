@@ -14,8 +14,7 @@ def np_h(x):
 
 
 def np_h_inv(x):
-    return np.sign(x) * (((np.sqrt(1 + 4 * EPS * (np.abs(x) + 1 + EPS)) - 1) / (2 * EPS)) ** 2
-                         - 1)
+    return np.sign(x) * (((np.sqrt(1 + 4 * EPS * (np.abs(x) + 1 + EPS)) - 1) / (2 * EPS)) ** 2 - 1)
 
 
 def test_value_rescale_matches_the_formula():
@@ -29,8 +28,9 @@ def test_inverse_is_exact(scale):
     back = losses.inverse_value_rescale(losses.value_rescale(x)).numpy()
     np.testing.assert_allclose(back, x, rtol=1e-4, atol=1e-3 * max(1.0, scale / 100))
     y = np.linspace(-50, 50, 101).astype(np.float32)
-    np.testing.assert_allclose(losses.value_rescale(losses.inverse_value_rescale(y)), y,
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        losses.value_rescale(losses.inverse_value_rescale(y)), y, rtol=1e-5, atol=1e-4
+    )
 
 
 def np_targets(q_online, q_target, rewards, discounts, n):
@@ -72,16 +72,20 @@ def test_the_last_transitions_use_shorter_returns():
     rewards = np.array([[1.0], [2.0]], np.float32)
     discounts = np.array([[0.5], [0.5]], np.float32)
     got = losses.n_step_double_q_targets(q, q, rewards, discounts, 5, EPS)
-    np.testing.assert_allclose(got[:, 0], [np_h(1.0 + 0.5 * 2.0 + 0.25 * np_h_inv(4.0)),
-                                           np_h(2.0 + 0.5 * np_h_inv(4.0))], rtol=1e-5)
+    np.testing.assert_allclose(
+        got[:, 0],
+        [np_h(1.0 + 0.5 * 2.0 + 0.25 * np_h_inv(4.0)), np_h(2.0 + 0.5 * np_h_inv(4.0))],
+        rtol=1e-5,
+    )
 
 
 def test_targets_use_the_online_argmax_and_the_target_value():
     # Online prefers action 1, target prefers action 0: double Q takes target[1].
     q_online = np.array([[[0.0, 0.0]], [[0.0, 5.0]]], np.float32)
     q_target = np.array([[[0.0, 0.0]], [[9.0, 2.0]]], np.float32)
-    got = losses.n_step_double_q_targets(q_online, q_target, np.array([[1.0]]),
-                                         np.array([[0.5]]), 1, EPS)
+    got = losses.n_step_double_q_targets(
+        q_online, q_target, np.array([[1.0]]), np.array([[0.5]]), 1, EPS
+    )
     np.testing.assert_allclose(got, [[np_h(1.0 + 0.5 * np_h_inv(2.0))]], rtol=1e-5)
 
 

@@ -8,11 +8,17 @@ from seedrl.learner.agents.vtrace.builder import build
 
 
 def _agent(spec: EnvSpec, network: dict):
-    exp = parse_experiment({
-        "apiVersion": "seedrl.dev/v1alpha1", "kind": "Experiment",
-        "metadata": {"name": "t"},
-        "spec": {"agent": {"network": network, "vtrace": {"entropyCost": 0.0}},
-                 "learner": {"optimizer": {"learningRate": 0.01}}}})
+    exp = parse_experiment(
+        {
+            "apiVersion": "seedrl.dev/v1alpha1",
+            "kind": "Experiment",
+            "metadata": {"name": "t"},
+            "spec": {
+                "agent": {"network": network, "vtrace": {"entropyCost": 0.0}},
+                "learner": {"optimizer": {"learningRate": 0.01}},
+            },
+        }
+    )
     return build(exp, spec)
 
 
@@ -27,9 +33,15 @@ def _one_step_batch(agent, obs_shape, rewards_of, b=64, seed=0):
     reward[1] = rewards_of(out["action"])
     terminated = np.zeros((2, b), bool)
     terminated[1] = True
-    return {"observation": obs, "action": action, "reward": reward, "terminated": terminated,
-            "truncated": np.zeros((2, b), bool), "policy_params": params,
-            "initial_state": state}
+    return {
+        "observation": obs,
+        "action": action,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": np.zeros((2, b), bool),
+        "policy_params": params,
+        "initial_state": state,
+    }
 
 
 def test_continuous_policy_moves_towards_rewarded_actions():
@@ -54,6 +66,7 @@ def test_recurrent_policy_trains_and_keeps_state_per_env():
     assert not np.allclose(new_state[0], 0.0)
     for i in range(40):
         agent.train(_one_step_batch(agent, (3,), lambda a: (a == 2).astype(np.float32), seed=i))
-    logits = agent.inference(np.zeros((256, 3), np.float32),
-                             agent.initial_state(256))[0]["policy_params"]
+    logits = agent.inference(np.zeros((256, 3), np.float32), agent.initial_state(256))[0][
+        "policy_params"
+    ]
     assert (logits.argmax(-1) == 2).all()

@@ -287,9 +287,7 @@ def test_vtrace_episode_boundaries_inside_unroll():
         values=values,
         bootstrap_value=batch["bootstrap_value"] + 100.0,
     )
-    got_p = losses.vtrace_from_importance_weights(
-        **vtrace_args(perturbed, log_rhos_p), **kwargs
-    )
+    got_p = losses.vtrace_from_importance_weights(**vtrace_args(perturbed, log_rhos_p), **kwargs)
     for b, t in boundaries.items():
         np.testing.assert_allclose(
             got_p.vs.numpy()[: t + 1, b], got.vs.numpy()[: t + 1, b], rtol=RTOL, atol=ATOL
@@ -343,9 +341,7 @@ def test_on_policy_from_logits_equal_policies():
 def test_vtrace_in_tf_function_with_unknown_shapes():
     spec2 = tf.TensorSpec([None, None], tf.float32)
 
-    @tf.function(
-        input_signature=[spec2, spec2, spec2, spec2, tf.TensorSpec([None], tf.float32)]
-    )
+    @tf.function(input_signature=[spec2, spec2, spec2, spec2, tf.TensorSpec([None], tf.float32)])
     def fn(log_rhos, discounts, rewards, values, bootstrap_value):
         out = losses.vtrace_from_importance_weights(
             log_rhos,
