@@ -104,8 +104,9 @@ class LearnerApp:
         ``no_train``, ``accelerator``, ``tls_cert``, ``tls_key``, ``metrics_address``.
 
     Raises:
-      SetupError: the devices (or the accelerator it was scheduled for), the checkpoint
-        location or its store cannot be used; whatever was started before is stopped again.
+      SetupError: the devices (or the accelerator it was scheduled for), the TLS files, the
+        checkpoint location or its store cannot be used; whatever was started before is stopped
+        again.
     """
 
     def __init__(self, exp: Experiment, args: Any):
@@ -130,6 +131,12 @@ class LearnerApp:
             raise SetupError(ExitCode.NO_ACCELERATOR, f"devices: {exc}") from None
         except ConfigError as exc:
             raise SetupError(ExitCode.BAD_CONFIG, f"devices: {exc}") from None
+        # Read now, not when the server starts: a certificate that cannot be read is a
+        # configuration error to report before the agent is built, not a crash to retry.
+        try:
+            self.credentials = server_credentials(args.tls_cert, args.tls_key)
+        except (OSError, ValueError) as exc:
+            raise SetupError(ExitCode.BAD_CONFIG, f"tls: {exc}") from None
         self.runtime = LearnerRuntime(
             exp,
             lambda e, s: build_agent(e, s, self.placement),
@@ -351,9 +358,7 @@ class LearnerApp:
             limit=exp.spec.actors.replicas,
             reclaim_seconds=RECLAIM_SECONDS if self.resumed else 0.0,
         )
-        server, port = await start_server(
-            runtime, address, server_credentials(args.tls_cert, args.tls_key), indices
-        )
+        server, port = await start_server(runtime, address, self.credentials, indices)
         self.serving.set()
         log.info(
             "serving %s on %s",

@@ -128,6 +128,30 @@ def test_a_missing_accelerator_stops_it_before_it_serves(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "files,reason",
+    [
+        (("missing.pem", "key.pem"), "missing.pem"),
+        (("cert.pem", None), "--tls-key is required"),
+    ],
+    ids=["unreadable-cert", "no-key"],
+)
+def test_tls_files_it_cannot_use_stop_it_before_it_serves(tmp_path, files, reason):
+    # A bad path is a configuration error (exit BAD_CONFIG, which fails the Job) found before
+    # the agent is built, not a crash at serve time that the Job would retry for ever.
+    (tmp_path / "cert.pem").write_text("unused")
+    (tmp_path / "key.pem").write_text("unused")
+    cert, key = files
+    extra = ["--tls-cert", str(tmp_path / cert)] + (
+        ["--tls-key", str(tmp_path / key)] if key else []
+    )
+    with pytest.raises(SetupError) as err:
+        build(experiment(), arguments(tmp_path, "off", *extra))
+    assert err.value.code == ExitCode.BAD_CONFIG
+    assert str(err.value).startswith("tls: ") and reason in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_stop_ends_the_run_early_with_a_final_checkpoint(tmp_path):
     app = build(experiment(max_env_steps=0), arguments(tmp_path))
     runner, codes = started(app)
