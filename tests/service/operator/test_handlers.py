@@ -420,7 +420,8 @@ def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=Fal
 
 def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harness):
     name = "priced"
-    k8s.create(name, actors={"replicas": 2})
+    # Pong: 4 emulator frames per agent step (its frame skip) are what a frame costs.
+    k8s.create(name, env={"id": "ALE/Pong-v5"}, actors={"replicas": 2})
     wait_for(lambda: all(k8s.children(name).values()), what="children")
     k8s.mark_ready(name, 2)
     # A learner on a v5e 2x2 slice (4 chips) for 2 h, two Spot actors for 1.5 h and 0.5 h,
@@ -463,7 +464,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     uids = {p["metadata"]["name"]: k8s.core.create_namespaced_pod(NS, p).metadata.uid for p in pods}
     # Only now the learner reports frames: a cost with them was priced from every pod above
     # (the operator reads the learner before it lists the pods).
-    harness.learners.statuses[(NS, name)] = running_learner(env_steps=2_000_000)
+    harness.learners.statuses[(NS, name)] = running_learner(env_steps=500_000)
     learner = 2.0 * (4 * CPU + 16 * MEM + 4 * V5E)  # 10.11352
     actors = 1.5 * ACTOR_SPOT_HOURLY + 0.5 * ACTOR_SPOT_HOURLY  # 0.0591068
     total = learner + actors  # 10.1726268
