@@ -62,6 +62,13 @@ ACTORS_DRAIN_S = 3.0
 RECLAIM_SECONDS = 15.0
 
 
+def _wait_for_file(path: str, seconds: float) -> None:
+    """Returns once ``path`` exists, or after ``seconds`` (then reading it says why)."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _freeze_heap() -> None:
     """Moves every object alive now out of the garbage collector's reach.
 
@@ -229,6 +236,7 @@ class LearnerApp:
         args, exp = self.args, self.exp
         if args.env_spec:
             try:
+                _wait_for_file(args.env_spec, args.env_spec_wait)
                 spec = EnvSpec.read(args.env_spec)
             except (OSError, WireError) as exc:
                 raise SetupError(

@@ -53,6 +53,14 @@ def parse_args(argv):
         "else the first actor naming spec.env.id decides",
     )
     p.add_argument(
+        "--env-spec-wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to this long for the --env-spec file to appear (the local launcher "
+        "writes it while the learner starts); default: it must exist at once",
+    )
+    p.add_argument(
         "--no-train", action="store_true", help="serve inference only (throughput measurements)"
     )
     p.add_argument(

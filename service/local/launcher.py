@@ -195,6 +195,40 @@ def last_line(path: str, limit: int = 8192) -> str:
     return lines[-1] if lines else ""
 
 
+def start_env_spec(config_path: str, out_path: str, env: dict[str, str] | None = None):
+    """Starts making the Experiment's env once, with the actors' code, to write its spec to
+    ``out_path`` (atomically); :func:`env_spec_result` waits for it. Started beside the
+    learner, it runs while the learner imports TensorFlow instead of before it."""
+    import subprocess
+
+    return subprocess.Popen(
+        python_module("seedrl.actors", "--config", config_path, "--env-spec-out", out_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def env_spec_result(proc, config_path: str, timeout: float = ENV_SPEC_TIMEOUT_S) -> str | None:
+    """Waits for :func:`start_env_spec`'s process; returns None, or why the env cannot be
+    made (one line)."""
+    import subprocess
+
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return f"making one {config_path} env took over {timeout:.0f} s"
+    if proc.returncode == 0:
+        return None
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    reason = lines[-1] if lines else f"exit code {proc.returncode}"
+    return reason.removeprefix("cannot make environments: ")
+
+
 def derive_env_spec(
     config_path: str,
     out_path: str,
@@ -203,24 +237,7 @@ def derive_env_spec(
 ) -> str | None:
     """Makes the Experiment's env once, with the actors' code, and writes its spec to
     ``out_path``; returns None, or why the env cannot be made (one line)."""
-    import subprocess
-
-    try:
-        done = subprocess.run(
-            python_module("seedrl.actors", "--config", config_path, "--env-spec-out", out_path),
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return f"making one {config_path} env took over {timeout:.0f} s"
-    if done.returncode == 0:
-        return None
-    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    reason = lines[-1] if lines else f"exit code {done.returncode}"
-    return reason.removeprefix("cannot make environments: ")
+    return env_spec_result(start_env_spec(config_path, out_path, env), config_path, timeout)
 
 
 #: Prometheus file-based service discovery of a local run's /metrics endpoints.
@@ -321,6 +338,8 @@ class LocalRun:
                 self.address,
                 "--env-spec",
                 self.env_spec_path,
+                "--env-spec-wait",
+                str(ENV_SPEC_TIMEOUT_S),
                 "--metrics-address",
                 f"127.0.0.1:{self.metrics_ports[0]}",
                 *learner_args,
@@ -362,11 +381,15 @@ class LocalRun:
         self._metrics_server.start()
         name = self.exp.metadata.name
         self.gauges.set_phase(name, LOCAL_NAMESPACE, "Running")
-        cannot = derive_env_spec(self.config_path, self.env_spec_path, self.child_env)
+        # The env spec is made while the learner imports TensorFlow (it waits for the file,
+        # --env-spec-wait); the actors start once the env is known to be makeable.
+        deriving = start_env_spec(self.config_path, self.env_spec_path, self.child_env)
+        self.learner.start()
+        cannot = env_spec_result(deriving, self.config_path)
         if cannot is not None:
+            stop_all([self.learner], signal.SIGTERM, timeout=10)
             self.failure = f"actors could not start: {cannot}"
             return self._end({"experiment": name, "env_steps": 0}, summary_path)
-        self.learner.start()
         for actor in self.actors:
             actor.start()
         forwarded = False

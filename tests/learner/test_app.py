@@ -5,6 +5,7 @@ before it serves, with that exit code and nothing left running."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 
@@ -16,7 +17,7 @@ from seedrl.common.exit_codes import ExitCode
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.learner.app import SetupError, build
 from seedrl.learner.main import parse_args
-from support.learner_harness import Stream, hello, step
+from support.learner_harness import CARTPOLE, Stream, hello, step
 from support.pods import free_port
 
 
@@ -150,6 +151,42 @@ def test_tls_files_it_cannot_use_stop_it_before_it_serves(tmp_path, files, reaso
     assert err.value.code == ExitCode.BAD_CONFIG
     assert str(err.value).startswith("tls: ") and reason in str(err.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_it_waits_for_an_env_spec_written_while_it_starts(tmp_path, monkeypatch):
+    # The local launcher writes the spec while the learner imports TensorFlow: the learner
+    # waits for the file (--env-spec-wait) and builds its agent for it once it appears.
+    path = tmp_path / "env_spec.json"
+    looked = threading.Event()
+    exists = os.path.exists
+
+    def watched(p):
+        if str(p) == str(path):
+            looked.set()
+        return exists(p)
+
+    monkeypatch.setattr("seedrl.learner.app.os.path.exists", watched)
+    built = []
+    args = arguments(tmp_path, "off", "--env-spec", str(path), "--env-spec-wait", "120")
+    builder = threading.Thread(target=lambda: built.append(build(experiment(), args)))
+    builder.start()
+    assert looked.wait(120), "the learner never looked for its env spec"
+    path.write_text(json.dumps(CARTPOLE.to_json()))
+    builder.join(120)
+    assert not builder.is_alive() and built
+    try:
+        assert built[0].runtime.env_spec == CARTPOLE
+    finally:
+        built[0].close()
+
+
+def test_an_env_spec_that_never_appears_stops_it_before_it_serves(tmp_path):
+    path = tmp_path / "env_spec.json"
+    args = arguments(tmp_path, "off", "--env-spec", str(path), "--env-spec-wait", "0.1")
+    with pytest.raises(SetupError) as err:
+        build(experiment(), args)
+    assert err.value.code == ExitCode.BAD_CONFIG
+    assert str(path) in str(err.value) and "No such file" in str(err.value)
 
 
 def test_stop_ends_the_run_early_with_a_final_checkpoint(tmp_path):
