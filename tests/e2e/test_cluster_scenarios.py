@@ -269,8 +269,9 @@ def test_draining_the_learners_node_resumes_it_elsewhere_and_never_reads_succeed
     ns, name = "drain", "cartpole"
     # A budget of training time (kept across resumes by the checkpoint), not of env steps: a
     # fast machine had reached a 30,000-step budget before the drain, and the run rightly
-    # ended Succeeded then.
-    seconds = 60
+    # ended Succeeded then. 120 s, not 60: on a loaded machine a learner had used its 60 s
+    # before the drain (a finished learner is not ready, so the budget let it be evicted).
+    seconds = 120
     apply(
         cluster,
         ns,
@@ -290,6 +291,8 @@ def test_draining_the_learners_node_resumes_it_elsewhere_and_never_reads_succeed
         (first,) = learner_pods(cluster, ns, name)
         node = first["spec"]["nodeName"]
         assert not node.startswith("gke-spot"), "a CPU learner landed on a Spot node"
+        learner_state = status(cluster, ns, name).get("learnerState")
+        assert learner_state != "finished", f"the run used its {seconds} s before the drain"
         # The PodDisruptionBudget refuses the eviction of a healthy learner: a drain waits.
         blocked = cluster.kubectl(
             "drain",
