@@ -319,6 +319,13 @@ class NetworkConfig:
         "[-1, 1], as in SEED RL's networks and the R2D2 paper; both are zero on an "
         "episode's first step. Feed-forward networks ignore it.",
     )
+    initial_std: float = param(
+        1.0,
+        "Initial standard deviation of a Gaussian policy (continuous actions), in the "
+        "normalised action space [-1, 1] (its log is a trained variable). BatchPPO starts "
+        "at 0.35; 1.0 explores the whole action range at first. Discrete actions ignore it.",
+        gt=0.0,
+    )
     precision: str = param(
         "float32",
         "Arithmetic of the torso: float32, or bfloat16 (mixed precision: variables, "

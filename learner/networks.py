@@ -230,6 +230,7 @@ class ActorCritic(_OptionalLSTM):
       lstm_size: units of the LSTM core; 0 for none.
       distribution: the action distribution the policy head parameterises.
       action_reward_inputs: whether the core also reads the previous action and reward.
+      initial_std: a Gaussian policy's standard deviation before training.
     """
 
     def __init__(
@@ -239,6 +240,7 @@ class ActorCritic(_OptionalLSTM):
         lstm_size: int,
         distribution: Categorical | DiagGaussian,
         action_reward_inputs: bool = False,
+        initial_std: float = 1.0,
     ):
         super().__init__(name="actor_critic")
         self.torso = torso
@@ -259,7 +261,7 @@ class ActorCritic(_OptionalLSTM):
             self.log_std = self.add_weight(
                 name="log_std",
                 shape=(distribution.action_size,),
-                initializer="zeros",
+                initializer=tf.keras.initializers.Constant(float(np.log(initial_std))),
                 trainable=True,
             )
         self.value_head = _dense(1, None, 1.0, "value")
@@ -475,6 +477,7 @@ def make_actor_critic(
         config.lstm_size,
         distribution,
         action_reward_inputs=config.action_reward_inputs,
+        initial_std=config.initial_std,
     )
     obs = tf.zeros([1] + list(env_spec.observation_shape), env_spec.observation_dtype)
     net.step(obs, net.initial_state(1))

@@ -103,6 +103,19 @@ def test_gaussian_head_has_a_learned_log_std():
     assert any("log_std" in v.name for v in net.trainable_variables)
 
 
+def test_gaussian_policy_starts_at_the_configured_std():
+    """spec.agent.network.initialStd sets the policy's spread before training (BatchPPO: 0.35);
+    the default 1.0 is a log-std of zero."""
+    obs = np.zeros((3, 3), np.float32)
+    for std in (0.35, 1.0):
+        net = make_actor_critic(NetworkConfig(initial_std=std), PENDULUM, DiagGaussian(1))
+        params, _ = net(obs)
+        # float32 log, then exp: a few units in the last place.
+        np.testing.assert_allclose(
+            np.exp(params.numpy()[:, 1]), std, rtol=4 * np.finfo(np.float32).eps
+        )
+
+
 @pytest.mark.parametrize(
     "spec,dist",
     [(VECTOR, Categorical(2)), (PENDULUM, DiagGaussian(1))],
