@@ -569,6 +569,13 @@ class OptimizerConfig:
     learning_rate: float = param(1e-3, "Step size.", gt=0.0)
     epsilon: float = param(1e-7, "Numerical-stability epsilon of adam and rmsprop.", gt=0.0)
     momentum: float = param(0.0, "Momentum of rmsprop and sgd.", ge=0.0, le=0.999)
+    rho: float = param(
+        0.9,
+        "Decay of rmsprop's running mean of squared gradients (Keras' and TensorFlow's "
+        "default 0.9; IMPALA used 0.99).",
+        ge=0.0,
+        le=0.9999,
+    )
     grad_clip_norm: float = param(40.0, "Clip gradients to this global norm; 0 disables.", ge=0.0)
     linear_decay: bool = param(
         False, "Decay the learning rate linearly to zero over spec.budget.maxEnvSteps."

@@ -44,7 +44,12 @@ def make_optimizer(
     if config.name == "adam":
         opt = cls(config.learning_rate, epsilon=config.epsilon)
     elif config.name == "rmsprop":
-        opt = cls(config.learning_rate, epsilon=config.epsilon, momentum=config.momentum)
+        opt = cls(
+            config.learning_rate,
+            rho=config.rho,
+            epsilon=config.epsilon,
+            momentum=config.momentum,
+        )
     else:
         opt = cls(config.learning_rate, momentum=config.momentum)
     opt.build(variables)
