@@ -179,6 +179,14 @@ def _read_json(path: str) -> dict:
         return {}
 
 
+def earlier_sessions(json_path: str, resumed_rows: list[dict]) -> dict:
+    """The curve JSON this session continues: the one at ``json_path`` when the run resumes
+    (its directory already holds metrics rows), else nothing. A JSON left by a run whose
+    directory was deleted describes another run: its sessions and random level are not this
+    one's."""
+    return _read_json(json_path) if resumed_rows else {}
+
+
 def main(argv=None) -> int:
     from seedrl.service.local.launcher import LocalRun, RunDirError, prepare_run_dir
 
@@ -224,8 +232,8 @@ def main(argv=None) -> int:
     run_dir = os.path.join(os.path.abspath(args.runs_dir), name)
     json_path = args.json or os.path.join(run_dir, "curve.json")
     png_path = args.png or os.path.splitext(json_path)[0] + ".png"
-    previous = _read_json(json_path) if args.resume else {}
     done_before = stitch(_read_rows(run_dir)) if args.resume else []
+    previous = earlier_sessions(json_path, done_before)
     elapsed_before = done_before[-1]["elapsed"] if done_before else 0.0
     # spec.budget.maxSeconds counts the run's whole training time, sessions before included.
     exp = load_experiment(

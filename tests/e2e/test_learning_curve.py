@@ -57,6 +57,17 @@ def _session(tmp_path, *extra):
     )
 
 
+def test_a_new_run_does_not_inherit_the_sessions_of_a_deleted_one(tmp_path):
+    """`--resume` with no run directory starts a run: the curve JSON an earlier run left at the
+    same path (its directory deleted to start over) is not this run's history."""
+    old = tmp_path / "curve.json"
+    old.write_text(json.dumps({"sessions": [{"cores": 2}], "random_return": -21.0}))
+    assert learning_curve.earlier_sessions(str(old), []) == {}
+    rows = [{"env_steps": 10, "elapsed": 1.0}]
+    assert learning_curve.earlier_sessions(str(old), rows)["random_return"] == -21.0
+    assert learning_curve.earlier_sessions(str(tmp_path / "missing.json"), rows) == {}
+
+
 def test_a_curve_is_drawn_and_a_second_session_continues_it(tmp_path):
     first = _session(tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
