@@ -376,6 +376,20 @@ class VTraceConfig:
         "weights that Adam grows slowly), so baselines do not lag the returns.",
         gt=0.0,
     )
+    epochs: int = param(
+        1,
+        "Passes over each batch of unrolls. IMPALA and SEED train on each batch once; more "
+        "passes reuse it off-policy, which V-trace's importance weights correct for (the "
+        "later passes' target policy has moved from the behaviour policy), as IMPALA's "
+        "experience-replay variant and PPO's epochs reuse data.",
+        ge=1,
+    )
+    minibatches: int = param(
+        1,
+        "Gradient steps per pass, each on an equal share of the batch's unrolls, shuffled "
+        "every pass (must divide spec.learner.batchSize).",
+        ge=1,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -1293,6 +1307,17 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                 "spec.agent.ppo.minibatches",
                 f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
                 f"got {exp.spec.agent.ppo.minibatches}",
+            )
+        )
+    if (
+        exp.spec.agent.name == "vtrace"
+        and exp.spec.learner.batch_size % exp.spec.agent.vtrace.minibatches
+    ):
+        problems.append(
+            (
+                "spec.agent.vtrace.minibatches",
+                f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
+                f"got {exp.spec.agent.vtrace.minibatches}",
             )
         )
     if exp.spec.agent.name == "r2d2":

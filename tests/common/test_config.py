@@ -926,6 +926,12 @@ def test_ppo_minibatches_must_divide_the_batch():
     ) == ("spec.agent.ppo.minibatches", "must divide spec.learner.batchSize (16), got 3")
 
 
+def test_vtrace_minibatches_must_divide_the_batch():
+    assert only_problem(
+        doc(agent={"name": "vtrace", "vtrace": {"minibatches": 3}}, learner={"batchSize": 16})
+    ) == ("spec.agent.vtrace.minibatches", "must divide spec.learner.batchSize (16), got 3")
+
+
 def test_r2d2_sequence_rules():
     problems = dict(
         problems_of(doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 40, "burnIn": 40}}))

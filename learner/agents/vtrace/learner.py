@@ -58,6 +58,8 @@ class VTraceAgent(Agent):
         self.dist = network.distribution
         self._grad_clip_norm = float(grad_clip_norm)
         self._rng = tf.random.Generator.from_seed(seed)
+        # Shuffles the unrolls between minibatches when a batch is trained on in several.
+        self._np_rng = np.random.default_rng(seed)
         obs_shape = list(env_spec.observation_shape)
         obs_dtype = tf.as_dtype(env_spec.observation_dtype)
         state_specs = [
@@ -119,6 +121,9 @@ class VTraceAgent(Agent):
         )
 
     def train(self, batch: Mapping[str, object]) -> dict[str, float]:
+        """``epochs`` passes of ``minibatches`` gradient steps over unrolls [T + 1, B, ...]
+        (one step on the whole batch by default); returns the steps' mean scalar metrics, so
+        a step whose gradients were not finite makes ``grad_norm`` non-finite."""
         args = (
             batch["observation"],
             batch["action"],
@@ -129,7 +134,24 @@ class VTraceAgent(Agent):
             batch["policy_params"],
         )
         state = list(batch.get("initial_state", []))
-        if self.placement.can_shard(np.shape(batch["action"])[1]):
+        cfg = self.config
+        if cfg.epochs == 1 and cfg.minibatches == 1:
+            return self._step(args, state)
+        num_unrolls = np.shape(batch["action"])[1]
+        args = tuple(np.asarray(a) for a in args)
+        state = [np.asarray(s) for s in state]
+        step_metrics = []
+        for _ in range(cfg.epochs):
+            order = self._np_rng.permutation(num_unrolls)
+            for mb in np.array_split(order, min(cfg.minibatches, num_unrolls)):
+                step_metrics.append(
+                    self._step(tuple(a[:, mb] for a in args), [s[mb] for s in state])
+                )
+        return {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
+
+    def _step(self, args: tuple, state: list) -> dict[str, float]:
+        """One gradient step on unrolls [T + 1, B, ...] and the initial states [B, ...]."""
+        if self.placement.can_shard(np.shape(args[1])[1]):
             # Unrolls [T + 1, B] are split along B; states [B, ...] along their first axis.
             metrics, _ = self._replicated(args + tuple(state), (1,) * len(args) + (0,) * len(state))
         else:

@@ -7,14 +7,14 @@ from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.vtrace.builder import build
 
 
-def _agent(spec: EnvSpec, network: dict):
+def _agent(spec: EnvSpec, network: dict, **vtrace):
     exp = parse_experiment(
         {
             "apiVersion": "seedrl.dev/v1alpha1",
             "kind": "Experiment",
             "metadata": {"name": "t"},
             "spec": {
-                "agent": {"network": network, "vtrace": {"entropyCost": 0.0}},
+                "agent": {"network": network, "vtrace": {"entropyCost": 0.0, **vtrace}},
                 "learner": {"optimizer": {"learningRate": 0.01}},
             },
         }
@@ -70,3 +70,42 @@ def test_recurrent_policy_trains_and_keeps_state_per_env():
         "policy_params"
     ]
     assert (logits.argmax(-1) == 2).all()
+
+
+def test_epochs_of_minibatches_train_on_every_unroll_once_per_pass():
+    spec = EnvSpec("Disc", "float32", (3,), "int32", (), 3)
+    agent = _agent(spec, {"hiddenSizes": [16], "lstmSize": 8}, epochs=3, minibatches=4)
+    batch = _one_step_batch(agent, (3,), lambda a: (a == 2).astype(np.float32), b=8)
+    # Each unroll is told apart by its first observation; record which ones every step gets.
+    ids = {tuple(batch["observation"][0, j]): j for j in range(8)}
+    steps = []
+    original = agent._step
+
+    def recording(args, state):
+        obs = args[0]
+        steps.append(sorted(ids[tuple(obs[0, j])] for j in range(obs.shape[1])))
+        assert [len(s) for s in state] == [obs.shape[1]] * len(state)  # states follow
+        return original(args, state)
+
+    agent._step = recording
+    iterations = int(agent.optimizer.iterations.numpy())
+    metrics = agent.train(batch)
+    assert int(agent.optimizer.iterations.numpy()) == iterations + 12
+    assert [len(s) for s in steps] == [2] * 12
+    for epoch in range(3):
+        assert sorted(sum(steps[4 * epoch : 4 * epoch + 4], [])) == list(range(8))
+    assert steps[:4] != steps[4:8] or steps[4:8] != steps[8:]  # shuffled between passes
+    assert np.isfinite(list(metrics.values())).all()
+
+
+def test_more_passes_over_a_batch_move_the_policy_further():
+    spec = EnvSpec("Disc", "float32", (3,), "int32", (), 3)
+    obs = np.zeros((64, 3), np.float32)
+    moved = []
+    for epochs in (1, 4):
+        agent = _agent(spec, {"hiddenSizes": [16]}, epochs=epochs)
+        batch = _one_step_batch(agent, (3,), lambda a: (a == 2).astype(np.float32))
+        before = agent.inference(obs, [])[0]["policy_params"][:, 2].mean()
+        agent.train(batch)
+        moved.append(agent.inference(obs, [])[0]["policy_params"][:, 2].mean() - before)
+    assert 0 < moved[0] < moved[1]
