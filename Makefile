@@ -21,7 +21,7 @@ CURVE = $(PY) bench/learning_curve.py --resume --minutes $(BENCH_MINUTES) --runs
 # with 2 streams so it steps one half of its envs while the learner answers the other.
 PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.streamsPerActor=2
 
-.PHONY: run test test-all bench bench-throughput bench-streams bench-speed bench-atari \
+.PHONY: run test test-all bench bench-throughput bench-streams bench-speed bench-atari bench-atari-ppo \
 	bench-football bench-mujoco bench-pendulum bench-cartpole-r2d2 install proto crd clean
 
 run: $(STAMP)
@@ -93,6 +93,12 @@ bench-atari: $(STAMP)
 	$(CURVE) --config examples/pong-vtrace.yaml --name bench-pong \
 	  --set spec.budget.maxEnvSteps=2500000 --set spec.budget.targetReturn=null --target 0 \
 	  --json $(CURVES)/pong-vtrace.json
+
+# PPO on Pong to 10M frames, the same pixels and network as bench-atari.
+bench-atari-ppo: $(STAMP)
+	$(CURVE) --config examples/pong-ppo.yaml --name bench-pong-ppo \
+	  --set spec.budget.targetReturn=null --target 0 \
+	  --json $(CURVES)/pong-ppo.json
 
 # V-trace on Football academy_empty_goal_close until the mean score of 100 episodes reaches
 # 0.9 (scoring rewards only, so a return is the episode's score). On the 115-float
