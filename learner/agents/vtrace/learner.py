@@ -138,14 +138,14 @@ class VTraceAgent(Agent):
         if cfg.epochs == 1 and cfg.minibatches == 1:
             return self._step(args, state)
         num_unrolls = np.shape(batch["action"])[1]
-        args = tuple(np.asarray(a) for a in args)
-        state = [np.asarray(s) for s in state]
+        arrays = tuple(np.asarray(a) for a in args)
+        states = [np.asarray(s) for s in state]
         step_metrics = []
         for _ in range(cfg.epochs):
             order = self._np_rng.permutation(num_unrolls)
             for mb in np.array_split(order, min(cfg.minibatches, num_unrolls)):
                 step_metrics.append(
-                    self._step(tuple(a[:, mb] for a in args), [s[mb] for s in state])
+                    self._step(tuple(a[:, mb] for a in arrays), [s[mb] for s in states])
                 )
         return {k: float(np.mean([m[k] for m in step_metrics])) for k in step_metrics[0]}
 
