@@ -71,6 +71,8 @@ def test_atari_pong_with_the_nature_network(tmp_path):
         400,
         "spec.actors.processesPerActor=0",
         "spec.agent.network.denseSize=64",
+        # The example's 4 passes, in minibatches of one of the 2 unrolls.
+        "spec.agent.vtrace.minibatches=2",
     )
 
 
