@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -72,7 +73,11 @@ def test_the_app_serves_and_trains_to_its_budget_then_leaves_its_files(tmp_path)
         stream.send(hello(num_envs=2))
         assert stream.recv().WhichOneof("kind") == "welcome"
         rng = np.random.default_rng(0)
-        for _ in range(400):  # 300 env steps, 2 envs per step: the budget ends it first
+        # 300 env steps (150 messages of 2 envs) end the budget; the learner says so once its
+        # stop has run (a final checkpoint, slower on a loaded machine), so keep stepping
+        # until then, within a deadline rather than a count of messages.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
             stream.send(step(2, obs=rng.normal(size=(2, 4)).astype(np.float32)))
             if stream.recv().finished:
                 break
