@@ -1298,28 +1298,16 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                 "choose one of lifeLossTerminal and terminalOnLifeLoss",
             )
         )
-    if (
-        exp.spec.agent.name == "ppo"
-        and exp.spec.learner.batch_size % exp.spec.agent.ppo.minibatches
-    ):
-        problems.append(
-            (
-                "spec.agent.ppo.minibatches",
-                f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
-                f"got {exp.spec.agent.ppo.minibatches}",
+    if exp.spec.agent.name in ("ppo", "vtrace"):
+        minibatches = getattr(exp.spec.agent, exp.spec.agent.name).minibatches
+        if exp.spec.learner.batch_size % minibatches:
+            problems.append(
+                (
+                    f"spec.agent.{exp.spec.agent.name}.minibatches",
+                    f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
+                    f"got {minibatches}",
+                )
             )
-        )
-    if (
-        exp.spec.agent.name == "vtrace"
-        and exp.spec.learner.batch_size % exp.spec.agent.vtrace.minibatches
-    ):
-        problems.append(
-            (
-                "spec.agent.vtrace.minibatches",
-                f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
-                f"got {exp.spec.agent.vtrace.minibatches}",
-            )
-        )
     if exp.spec.agent.name == "r2d2":
         r2 = exp.spec.agent.r2d2
         if r2.burn_in >= r2.sequence_length:
