@@ -122,7 +122,12 @@ def make_atari(
     import ale_py  # Imported here so that actors for other envs do not pay for it.
 
     gym.register_envs(ale_py)
-    clash = {"frameskip", "repeat_action_probability", "full_action_space"} & set(options)
+    clash = {
+        "frameskip",
+        "repeat_action_probability",
+        "full_action_space",
+        "obs_type",
+    } & set(options)
     if clash:
         raise ValueError(
             f"spec.env.options: {sorted(clash)} are set by spec.env.atari for "
@@ -132,6 +137,10 @@ def make_atari(
     env = gym.make(
         env_id,
         frameskip=1,
+        # The emulator's own per-frame observation is thrown away (AtariPreprocessing reads
+        # the screen itself, on the two frames it pools): grayscale makes it a third of the
+        # RGB copy, measured 10% of a Pong step.
+        obs_type="grayscale" if config.grayscale else "rgb",
         repeat_action_probability=config.sticky_action_probability,
         full_action_space=config.full_action_space,
         **options,

@@ -36,6 +36,16 @@ def test_full_action_space_and_rgb_frames():
     env.close()
 
 
+def test_the_emulator_copies_no_rgb_screen_for_grayscale_frames():
+    # AtariPreprocessing reads the screen itself; the base env's own per-frame observation is
+    # discarded, so it should be the cheap grayscale one (RGB where the frames are RGB).
+    gray, rgb = _pong(), _pong(grayscale=False)
+    assert gray.unwrapped.observation_space.shape == (210, 160)
+    assert rgb.unwrapped.observation_space.shape == (210, 160, 3)
+    gray.close()
+    rgb.close()
+
+
 def test_sticky_actions_reach_the_emulator():
     env = _pong(sticky_action_probability=0.1)
     assert env.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.1)
@@ -102,6 +112,8 @@ def test_rewards_are_the_games_own():
 def test_preprocessing_options_cannot_be_set_twice():
     with pytest.raises(ValueError, match="spec.env.atari"):
         make_env(EnvConfig(id="ALE/Pong-v5", options={"frameskip": 2}))
+    with pytest.raises(ValueError, match="obs_type"):
+        make_env(EnvConfig(id="ALE/Pong-v5", options={"obs_type": "ram"}))
 
 
 def test_atari_ids():
