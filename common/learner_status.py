@@ -66,7 +66,16 @@ class LearnerStatus:
     experiment: str = _field("", "The Experiment's name.")
     run_id: str = _field("", "Random id of this learner process (changes at each restart).")
     env_steps: int = _field(
-        0, "Environment steps taken by all actors together.", experiment_key="envFrames"
+        0,
+        "Agent steps taken by all actors together (one action each; what spec.budget."
+        "maxEnvSteps counts).",
+        experiment_key="envSteps",
+    )
+    env_frames: int = _field(
+        0,
+        "Environment frames: agent steps times the env's frame skip (4 for Atari, 1 "
+        "otherwise), the unit RL papers report.",
+        experiment_key="envFrames",
     )
     learner_steps: int = _field(
         0, "Training steps taken by the learner.", experiment_key="learnerSteps"

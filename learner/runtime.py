@@ -730,6 +730,7 @@ class LearnerRuntime:
             if self.finished
             else ("running" if self._stepped else "waiting_for_actors"),
             env_steps=self.env_steps,
+            env_frames=self.env_steps * self.experiment.spec.env.frames_per_step,
             learner_steps=self.learner_steps,
             episodes=self.episodes,
             mean_return=None if math.isnan(mean) else mean,

@@ -155,8 +155,8 @@ def printer_columns() -> list[dict[str, Any]]:
         {
             "name": "Steps",
             "type": "integer",
-            "jsonPath": ".status.envFrames",
-            "description": "Environment steps over all actors",
+            "jsonPath": ".status.envSteps",
+            "description": "Agent steps over all actors",
         },
         {
             "name": "Return",

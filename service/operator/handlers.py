@@ -497,8 +497,8 @@ class Reconciler:
                 previous.get("costRecords") or [],
                 pods,
                 self.config.prices,
-                # status.envFrames counts agent steps; Atari's skipped frames are frames too.
-                env_frames=int(status.get("envFrames") or 0) * exp.spec.env.frames_per_step,
+                # Frames, Atari's skipped ones included (the learner counts them).
+                env_frames=int(status.get("envFrames") or 0),
             )
         except Exception as exc:  # noqa: BLE001 - cost is best effort, the reconcile is not
             log.warning(

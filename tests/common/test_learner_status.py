@@ -96,7 +96,8 @@ def test_the_experiment_status_copy_reads_back():
     copied = status.to_experiment_status()
     assert copied == {
         "learnerState": "running",
-        "envFrames": 12000,
+        "envSteps": 12000,
+        "envFrames": 0,
         "learnerSteps": 30,
         "episodes": 50,
         "meanReturn": 21.5,

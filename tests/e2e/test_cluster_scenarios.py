@@ -628,7 +628,7 @@ def test_a_learner_edit_replaces_the_job_and_resumes_from_the_checkpoint(cluster
         lambda: status(cluster, ns, name).get("lastCheckpoint"), 240, "a checkpoint", cluster
     )
     old_job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")["metadata"]["uid"]
-    document["spec"]["budget"]["maxEnvSteps"] = 20000 + status(cluster, ns, name)["envFrames"]
+    document["spec"]["budget"]["maxEnvSteps"] = 20000 + status(cluster, ns, name)["envSteps"]
     apply(cluster, ns, document, tmp_path)
     wait_until(
         lambda: (

@@ -94,6 +94,22 @@ def test_state_is_per_env_per_stream_and_resets_at_episode_ends():
         runtime.shutdown()
 
 
+def test_status_counts_atari_frames_as_the_frame_skip_per_agent_step():
+    agent = CountingAgent()
+    spec = EnvSpec("ALE/Pong-v5", "float32", (1,), "int32", (), 2)
+    runtime = make_runtime(agent, spec)
+    try:
+        s = runtime.open_stream("a", 4, spec)
+        runtime.submit(s, step(4), []).result(10)
+        status = runtime.status()
+        # Four agent steps of Pong are 16 emulator frames (frame skip 4), as papers count.
+        assert status.env_steps == 4 and status.env_frames == 16
+        copied = status.to_experiment_status()
+        assert copied["envSteps"] == 4 and copied["envFrames"] == 16
+    finally:
+        runtime.shutdown()
+
+
 def test_budget_counts_env_steps_and_episode_returns():
     agent = CountingAgent()
     runtime = make_runtime(agent)

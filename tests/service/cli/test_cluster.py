@@ -89,7 +89,7 @@ def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
     def shows_progress():
         status = get(harness, "ml", "cli-cart").get("status", {})
         return (
-            status.get("envFrames")
+            status.get("envSteps")
             and status.get("phase") == "Running"
             and (status.get("actors") or {}).get("ready") == 4
         )
@@ -281,7 +281,7 @@ def test_table_formatting():
                 "status": {
                     "phase": "Running",
                     "learnerState": "running",
-                    "envFrames": 950,
+                    "envSteps": 950,
                     "meanReturn": -20.5,
                     "cost": {"totalUsd": 1234.5},
                     "actors": {"ready": 7, "desired": 8},

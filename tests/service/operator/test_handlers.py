@@ -172,7 +172,7 @@ def test_ready_pods_and_learner_status_advance_the_conditions(k8s, harness):
     harness.learners.statuses[(NS, "ready")] = running_learner()
     wait_for(lambda: k8s.condition("ready", "Ready").get("status") == "True", what="Ready")
     status = wait_for(
-        lambda: (s := k8s.status("ready")).get("envFrames") == 12000 and s,
+        lambda: (s := k8s.status("ready")).get("envSteps") == 12000 and s,
         what="progress in status",
     )
     assert status["learnerSteps"] == 30 and status["meanReturn"] == 21.5
@@ -464,7 +464,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     uids = {p["metadata"]["name"]: k8s.core.create_namespaced_pod(NS, p).metadata.uid for p in pods}
     # Only now the learner reports frames: a cost with them was priced from every pod above
     # (the operator reads the learner before it lists the pods).
-    harness.learners.statuses[(NS, name)] = running_learner(env_steps=500_000)
+    harness.learners.statuses[(NS, name)] = running_learner(env_steps=500_000, env_frames=2_000_000)
     learner = 2.0 * (4 * CPU + 16 * MEM + 4 * V5E)  # 10.11352
     actors = 1.5 * ACTOR_SPOT_HOURLY + 0.5 * ACTOR_SPOT_HOURLY  # 0.0591068
     total = learner + actors  # 10.1726268

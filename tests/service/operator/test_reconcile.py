@@ -796,7 +796,7 @@ def test_status_advances_from_pending_to_running_to_succeeded():
     )
     assert conds(s2)["Ready"] == ("True", "Ready")
     assert conds(s2)["Progressing"] == ("True", "Training")
-    assert s2["envFrames"] == 12000 and s2["learnerSteps"] == 30 and s2["meanReturn"] == 21.5
+    assert s2["envSteps"] == 12000 and s2["learnerSteps"] == 30 and s2["meanReturn"] == 21.5
     assert s2["lastCheckpoint"] == "ckpt-3" and s2["replicas"] == 2
     assert s2["startTime"] == "2026-01-01T00:00:00Z"
     ready = next(c for c in s2["conditions"] if c["type"] == "Ready")
