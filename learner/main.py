@@ -97,6 +97,7 @@ TERMINATION_FIELDS = (
     "experiment",
     "run_id",
     "env_steps",
+    "env_frames",
     "learner_steps",
     "episodes",
     "mean_return",
