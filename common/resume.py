@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from seedrl.common.config import ConfigError, parse_experiment, to_document
+
 #: Sections of ``spec`` a run's checkpoints are bound to.
 BOUND_SECTIONS = ("env", "agent")
 
@@ -24,7 +26,15 @@ def bound_changes(
     old: Mapping[str, Any], new: Mapping[str, Any], sections: Iterable[str] = BOUND_SECTIONS
 ) -> list[str]:
     """Dotted paths (``spec.env.id``) of the leaves where two spec documents differ inside the
-    bound ``sections`` (a section missing from one of them differs as a whole)."""
+    bound ``sections`` (a section missing from one of them differs as a whole).
+
+    ``old`` may have been written by an earlier seedrl (a run directory's config, a
+    checkpoint, the operator's record of what it applied): a field added since then is
+    missing there, and is read as this version reads the document, at its default. An
+    upgrade that adds fields thus changes nothing; a field this version no longer knows
+    still differs.
+    """
+    old = _as_read_now(old, new, sections)
     out: list[str] = []
 
     def walk(a: Any, b: Any, path: str) -> None:
@@ -37,3 +47,21 @@ def bound_changes(
     for key in sections:
         walk(old.get(key), new.get(key), f"spec.{key}")
     return out
+
+
+def _as_read_now(
+    old: Mapping[str, Any], new: Mapping[str, Any], sections: Iterable[str]
+) -> Mapping[str, Any]:
+    """``old``'s bound sections with every field this version reads filled in (defaults where
+    ``old`` has none); ``old`` as it is when this version cannot read it."""
+    present = [key for key in sections if isinstance(old.get(key), Mapping)]
+    if not present:
+        return old
+    # The other sections from ``new``: rules across sections then judge the old ones against
+    # the run they are compared with.
+    merged = {**new, **{key: old[key] for key in present}}
+    try:
+        spec = to_document(parse_experiment({"metadata": {"name": "resume"}, "spec": merged}).spec)
+    except (ConfigError, TypeError):  # a field this version no longer reads: as written
+        return old
+    return {**old, **{key: spec[key] for key in present}}

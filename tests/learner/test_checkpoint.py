@@ -374,6 +374,31 @@ def test_a_checkpoint_of_another_env_is_refused(tmp_path, learner):
         other.open()
 
 
+def test_a_checkpoint_from_before_a_field_existed_resumes_after_the_upgrade(
+    tmp_path, learner, monkeypatch
+):
+    import yaml
+
+    from seedrl.common.config import to_document
+    from seedrl.learner import checkpoint
+
+    def as_an_earlier_seedrl_wrote_it(exp):
+        document = to_document(exp)
+        del document["spec"]["agent"]["vtrace"]["epochs"]
+        return yaml.safe_dump(document, sort_keys=False)
+
+    uri = str(tmp_path / "c")
+    runtime, agent, saver = learner(_vtrace(), open_store(uri))
+    saver.open()
+    saver.attach(agent)
+    runtime.learner_steps = 1
+    with monkeypatch.context() as m:
+        m.setattr(checkpoint, "dump_experiment", as_an_earlier_seedrl_wrote_it)
+        saver.save()
+    _, _, resumed = learner(_vtrace(), open_store(uri))
+    assert resumed.open()["learner_steps"] == 1
+
+
 def test_an_unreadable_manifest_is_reported_and_left_alone(tmp_path, learner):
     store = LocalStore(str(tmp_path / "c"))
     store.write(MANIFEST, b"{not json")

@@ -49,6 +49,16 @@ def test_resume_may_change_the_budget_but_not_the_env_or_agent(tmp_path):
         )
 
 
+def test_a_run_written_before_a_field_existed_resumes_after_the_upgrade(tmp_path):
+    prepare_run_dir(experiment(), str(tmp_path), resume=False)
+    path = tmp_path / "exp" / "config.yaml"
+    old = yaml.safe_load(path.read_text())
+    del old["spec"]["agent"]["vtrace"]["minibatches"]  # as an earlier seedrl wrote it
+    path.write_text(yaml.safe_dump(old))
+    prepare_run_dir(experiment(), str(tmp_path), resume=True)
+    assert yaml.safe_load(path.read_text())["spec"]["agent"]["vtrace"]["minibatches"] == 1
+
+
 def test_learner_address_is_a_unix_socket_unless_the_path_is_too_long(tmp_path):
     assert learner_address(str(tmp_path)) == f"unix:{tmp_path}/learner.sock"
     assert learner_address("/" + "x" * 120).startswith("127.0.0.1:")

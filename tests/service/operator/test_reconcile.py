@@ -720,6 +720,17 @@ def test_immutable_changes_name_the_paths():
     assert reconcile.immutable_changes(json.loads(json.dumps(applied)), exp_of()) == []
 
 
+def test_an_operator_upgrade_that_adds_fields_changes_no_running_experiment():
+    # status.appliedImmutable written by an operator from before spec.agent.vtrace.epochs:
+    # the new operator reads the missing field at its default, not as a change.
+    applied = json.loads(json.dumps(reconcile.immutable_part(exp_of())))
+    del applied["agent"]["vtrace"]["epochs"]
+    assert reconcile.immutable_changes(applied, exp_of()) == []
+    assert reconcile.immutable_changes(applied, exp_of(agent={"vtrace": {"epochs": 3}})) == [
+        "spec.agent.vtrace.epochs"
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # The learner's status and the Experiment's status
 # --------------------------------------------------------------------------------------------
