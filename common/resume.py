@@ -34,6 +34,7 @@ def bound_changes(
     upgrade that adds fields thus changes nothing; a field this version no longer knows
     still differs.
     """
+    sections = tuple(sections)  # read twice below
     old = _as_read_now(old, new, sections)
     out: list[str] = []
 
