@@ -34,15 +34,23 @@ def test_the_termination_log_holds_the_final_status_within_the_kubelets_4096_byt
     status = LearnerStatus(
         state="finished",
         env_steps=123,
+        env_frames=492,
         learner_steps=4,
         episodes=5,
         mean_return=21.5,
+        eval_episodes=2,
+        eval_mean_return=3.0,
         stop_reason="terminated",
+        last_checkpoint="ckpt-7",
+        checkpoint_failures=0,
         metrics={f"loss/{i}": 1.0 for i in range(500)},
     )
     path = tmp_path / "termination-log"
     write_termination_log(str(path), status)
     back = LearnerStatus.from_json(path.read_text())
+    # Once the learner pod has stopped, the operator fills the Experiment's status from this
+    # message alone: a field left out would read as its default (0, None).
+    assert back.to_experiment_status() == status.to_experiment_status()
     assert (back.state, back.env_steps, back.mean_return, back.stop_reason) == (
         "finished",
         123,
@@ -54,28 +62,3 @@ def test_the_termination_log_holds_the_final_status_within_the_kubelets_4096_byt
     write_termination_log(str(path), huge)
     assert len(path.read_bytes()) <= 4096
     assert LearnerStatus.from_json(path.read_text()).env_steps == 123
-
-
-def test_the_termination_log_keeps_everything_the_experiment_status_shows(tmp_path):
-    # Once the learner pod has stopped, the operator has only this message to fill the
-    # Experiment's status from: a field left out would read as its default (0, None).
-    from seedrl.common.learner_status import LearnerStatus
-    from seedrl.learner.main import write_termination_log
-
-    status = LearnerStatus(
-        state="finished",
-        env_steps=123,
-        env_frames=492,
-        learner_steps=4,
-        episodes=5,
-        mean_return=21.5,
-        eval_episodes=2,
-        eval_mean_return=3.0,
-        stop_reason="max_env_steps",
-        last_checkpoint="ckpt-7",
-        checkpoint_failures=0,
-    )
-    path = tmp_path / "termination-log"
-    write_termination_log(str(path), status)
-    back = LearnerStatus.from_json(path.read_text())
-    assert back.to_experiment_status() == status.to_experiment_status()
