@@ -139,7 +139,7 @@ def make_atari(
         frameskip=1,
         # The emulator's own per-frame observation is thrown away (AtariPreprocessing reads
         # the screen itself, on the two frames it pools): grayscale makes it a third of the
-        # RGB copy, measured 10% of a Pong step.
+        # RGB copy, which was 12.6% of a Pong actor's profile.
         obs_type="grayscale" if config.grayscale else "rgb",
         repeat_action_probability=config.sticky_action_probability,
         full_action_space=config.full_action_space,

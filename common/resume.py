@@ -34,8 +34,17 @@ def bound_changes(
     upgrade that adds fields thus changes nothing; a field this version no longer knows
     still differs.
     """
-    sections = tuple(sections)  # read twice below
-    old = _as_read_now(old, new, sections)
+    sections = tuple(sections)
+    changed = _differences(old, new, sections)
+    # Parsing costs milliseconds and the operator compares at every poll: only a document
+    # that differs as written is read again as this version reads it.
+    return _differences(_as_read_now(old, new, sections), new, sections) if changed else []
+
+
+def _differences(
+    old: Mapping[str, Any], new: Mapping[str, Any], sections: tuple[str, ...]
+) -> list[str]:
+    """The leaf paths where the two documents differ as written, inside ``sections``."""
     out: list[str] = []
 
     def walk(a: Any, b: Any, path: str) -> None:

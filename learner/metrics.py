@@ -60,7 +60,6 @@ class LearnerMetrics:
         self.registry = registry or CollectorRegistry()
         exp = runtime.experiment
         self.experiment = exp.metadata.name
-        self._frames_per_step = exp.spec.env.frames_per_step
         labels = ["experiment"]
         self._batch = Histogram(
             "seedrl_learner_inference_batch_size",
@@ -120,7 +119,7 @@ class LearnerMetrics:
     @property
     def env_frames(self) -> int:
         """Environment frames so far (agent steps times the frame skip)."""
-        return self.runtime.env_steps * self._frames_per_step
+        return self.runtime.env_frames
 
     def frames_per_second(self) -> float:
         """Frames per second over the last :data:`RATE_WINDOW_S` seconds of ticks."""

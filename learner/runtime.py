@@ -378,6 +378,11 @@ class LearnerRuntime:
         return time.monotonic() - self._last_env_step
 
     @property
+    def env_frames(self) -> int:
+        """Environment frames so far: agent steps times the env's frame skip (Atari's 4)."""
+        return self.env_steps * self.experiment.spec.env.frames_per_step
+
+    @property
     def queued_unrolls(self) -> int:
         """Unrolls waiting for the trainer."""
         return self._unrolls.qsize()
@@ -730,7 +735,7 @@ class LearnerRuntime:
             if self.finished
             else ("running" if self._stepped else "waiting_for_actors"),
             env_steps=self.env_steps,
-            env_frames=self.env_steps * self.experiment.spec.env.frames_per_step,
+            env_frames=self.env_frames,
             learner_steps=self.learner_steps,
             episodes=self.episodes,
             mean_return=None if math.isnan(mean) else mean,
