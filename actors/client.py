@@ -44,6 +44,12 @@ FATAL_CODES = frozenset(
 #: (0.1 s: the first env step waits at most that long after the learner is up).
 STARTUP_RETRY_S = 0.025
 
+#: Longest wait (seconds) between asks for an index (``--index auto``). Actors usually start
+#: before the learner (a TPU node takes minutes); at the default 10 s cap an actor that asked
+#: for a while got its index 5-10 s after the learner was up. Asks are cheap: a refused
+#: connection, or the learner's quick UNAVAILABLE while resumed actors reclaim their indices.
+INDEX_RETRY_CAP_S = 1.0
+
 
 class ActorRefused(RuntimeError):
     """The learner refused this actor; retrying would not help."""
@@ -313,7 +319,7 @@ async def request_index(
     Raises:
       ActorRefused: if the learner refuses (another experiment, an empty id).
     """
-    backoff = backoff or Backoff()
+    backoff = backoff or Backoff(cap=INDEX_RETRY_CAP_S)
     while True:
         async with open_channel(address, credentials, tls_server_name) as channel:
             try:

@@ -4,10 +4,13 @@ import asyncio
 import random
 import threading
 import time
+import types
 
 import numpy as np
+import pytest
 
-from seedrl.actors.client import ActorClient, Backoff
+from seedrl.actors import client as client_module
+from seedrl.actors.client import INDEX_RETRY_CAP_S, ActorClient, Backoff, request_index
 from seedrl.actors.envs import EnvBatch
 from seedrl.common.config import EnvConfig
 from support.learner_harness import start_learner, stop_learner
@@ -29,6 +32,27 @@ def test_backoff_doubles_with_jitter_up_to_the_cap_and_resets():
     assert all(d <= 1.0 for d in delays) and delays[-1] >= 0.5
     b.reset()
     assert b.delay() <= 0.1
+
+
+def test_an_actor_asking_for_its_index_waits_at_most_a_second_between_asks(tmp_path, monkeypatch):
+    # Actors usually start long before the learner: however long one has asked, it gets its
+    # index within a second of the learner answering (it waited 5-10 s with the streams' cap).
+    waits = []
+
+    class Enough(Exception):
+        pass
+
+    async def sleep(seconds):
+        waits.append(seconds)
+        if len(waits) == 12:
+            raise Enough
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(client_module, "asyncio", types.SimpleNamespace(sleep=sleep))
+    with pytest.raises(Enough):
+        asyncio.run(request_index(f"unix:{tmp_path}/nobody.sock", "test-exp", "actor-x"))
+    assert max(waits) <= INDEX_RETRY_CAP_S == 1.0
+    assert min(waits[-4:]) >= INDEX_RETRY_CAP_S / 2  # still backing off, not hammering
 
 
 def test_actor_waits_for_the_learner_and_reconnects_after_it_restarts(tmp_path):

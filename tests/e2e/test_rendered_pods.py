@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import re
 
+from seedrl.common.exit_codes import ExitCode
 from seedrl.common.learner_status import STATES, LearnerStatus
 from seedrl.common.config import parse_experiment
 from seedrl.service.operator import handlers as operator, reconcile
@@ -113,15 +115,32 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
         except OSError:
             pass  # not serving yet, or already gone
         time.sleep(0.05)
+    streamed = []
     try:
-        codes = [p.wait(timeout=240) for p in procs]
+        codes = [procs[0].wait(timeout=240)]
+        # The actor Deployment's pods run until the operator scales it to 0 once the learner's
+        # Job is done. An actor that streamed heard `finished` and ended by itself. One still
+        # asking for its index or connecting when the learner reached its budget (it asks
+        # again within a second, but a loaded machine may let the other actor train the whole
+        # budget first) retries; it is stopped as that scale-down stops it, with SIGTERM.
+        for actor, path in zip(actors, actor_logs):
+            streamed.append("connected to" in path.read_text())
+            if not streamed[-1]:
+                actor.terminate()
+            codes.append(actor.wait(timeout=240))
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
     logs = [procs[0].stdout.read(), *(path.read_text() for path in actor_logs)]
-    assert codes == [0, 0, 0], "\n\n".join(logs)
+    assert any(streamed), logs
+    # SIGTERM before an actor's handlers are installed (while it makes its envs) kills it.
+    stopped = (ExitCode.OK, ExitCode.STOPPED, -signal.SIGTERM)
+    assert codes[0] == 0, logs[0]
+    assert all(
+        code == 0 if heard else code in stopped for code, heard in zip(codes[1:], streamed)
+    ), (codes, logs)
     assert "no --env-spec" not in logs[0]  # it served the derived spec from the start
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] >= 6000 and summary["stop_reason"] == "max_env_steps", summary
@@ -138,7 +157,8 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
         for m in [re.search(r"the learner granted index (\d+)", log)]
         if m
     ]
-    assert sorted(granted) == [0, 1], logs[1:]
+    assert granted and len(set(granted)) == len(granted) and set(granted) <= {0, 1}, logs[1:]
+    assert len(granted) >= sum(streamed), logs[1:]
     # The learner left its final status where the kubelet reads a termination message.
     final = reconcile.final_learner_status(
         [
