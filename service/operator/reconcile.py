@@ -1437,5 +1437,18 @@ def compute_status(
             or now
         )
     if learner is not None:
-        status.update(learner.to_experiment_status())
+        status.update(learner_with_frames(exp, learner).to_experiment_status())
     return status
+
+
+def learner_with_frames(exp: Experiment, learner: LearnerStatus) -> LearnerStatus:
+    """``learner``, with its env frames counted from its steps when it reported none.
+
+    A learner image older than the operator (an Experiment running through an operator
+    upgrade) reports only ``env_steps``; without frames its cost per million frames would read
+    n/a to the end, termination message included. Steps without frames cannot come from a
+    learner that counts frames (every step is at least one frame).
+    """
+    if learner.env_frames or not learner.env_steps:
+        return learner
+    return dataclasses.replace(learner, env_frames=learner.env_steps * exp.spec.env.frames_per_step)

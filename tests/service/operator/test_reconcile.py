@@ -851,6 +851,26 @@ def test_status_advances_from_pending_to_running_to_succeeded():
     )
 
 
+def test_a_learner_older_than_the_operator_has_its_frames_counted_from_its_steps():
+    # A learner image from before env_frames (an Experiment running through an operator
+    # upgrade) reports steps only: Pong's frames are 4 per step, and its cost per million
+    # frames must not read n/a to the end of the run.
+    pong = exp_of(env={"id": "ALE/Pong-v5"})
+    old = LearnerStatus.from_json(json.dumps(LEARNER_JSON))
+    assert old.env_frames == 0
+    s = reconcile.compute_status(
+        pong, generation=1, previous=None, job=job(1, 1), deployment=None, learner=old
+    )
+    assert s["envSteps"] == 12000 and s["envFrames"] == 48000
+    # A learner that counts frames is believed, and one with no steps yet has no frames.
+    new = LearnerStatus.from_json(json.dumps({**LEARNER_JSON, "env_frames": 47996}))
+    assert reconcile.learner_with_frames(pong, new).env_frames == 47996
+    idle = LearnerStatus.from_json(json.dumps({**LEARNER_JSON, "env_steps": 0}))
+    assert reconcile.learner_with_frames(pong, idle).env_frames == 0
+    cartpole = reconcile.learner_with_frames(exp_of(), old)
+    assert cartpole.env_frames == 12000
+
+
 def test_no_env_steps_for_no_progress_seconds_turns_progressing_false():
     exp = exp_of(budget={"noProgressSeconds": 120})
     stalled = LearnerStatus.from_json(
