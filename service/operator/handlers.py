@@ -811,7 +811,7 @@ class Poller:
         self._wake.set()
 
     def wake(self, namespace: str, name: str) -> None:
-        """Refreshes one Experiment now (its learner Job changed)."""
+        """Refreshes one Experiment now (its learner Job or a learner pod changed)."""
         self._woken.add((namespace, name))
         self._wake.set()
 
@@ -928,6 +928,11 @@ def build_registry(
     )
     def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Pod", type, body)
+        labels = body["metadata"].get("labels") or {}
+        # A learner container starting changes the phase (Running) without changing the Job's
+        # status; actor pods are many and their readiness reaches the status at the next poll.
+        if type is not None and labels.get(reconcile.LABEL_ROLE) == "learner":
+            poller.wake(body["metadata"]["namespace"], labels[reconcile.LABEL_EXPERIMENT])
 
     poller = Poller(config, rec, cache)
 

@@ -778,6 +778,20 @@ def job_outdated(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
     return job is not None and not job_finished(job) and _job_hash(job) != learner_hash(exp)
 
 
+def learner_started(pods: list[Mapping[str, Any]] | tuple) -> bool:
+    """Whether a learner container runs in one of ``pods`` (the learner's) that is not being
+    deleted: the learner imports TensorFlow, restores and trains before and after its pod is
+    ready (ready: serving and not finished), and a short run can end before the first
+    readiness probe."""
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == "learner" and "running" in (status.get("state") or {}):
+                return True
+    return False
+
+
 def _terminated(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         if status.get("name") == "learner":
@@ -1144,7 +1158,8 @@ def compute_status(
       refused: paths of immutable fields whose change was refused (see
         :func:`immutable_changes`); the children then still run the spec they were made from.
       now: the timestamp for transitions.
-      learner_pods: the learner's pods as listed (a failure's reason and message come from
+      learner_pods: the learner's pods as listed (a running learner container makes the phase
+        Running before its pod is ready; a failure's reason and message come from
         the last one that failed).
       replacing: the learner Job runs an older spec and is being replaced.
 
@@ -1217,7 +1232,7 @@ def compute_status(
         phase = prev["phase"]
     elif exp.spec.suspend:
         phase = "Suspended"
-    elif learner_ready:
+    elif learner_ready or learner_started(learner_pods):
         phase = "Running"
     else:
         phase = "Pending"

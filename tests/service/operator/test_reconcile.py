@@ -851,6 +851,42 @@ def test_status_advances_from_pending_to_running_to_succeeded():
     )
 
 
+def learner_pod(state, deleting=False):
+    pod = {
+        "metadata": {"name": "exp-learner-x", "labels": {"seedrl.dev/role": "learner"}},
+        "status": {"containerStatuses": [{"name": "learner", "state": {state: {}}}]},
+    }
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:09Z"
+    return pod
+
+
+def test_the_phase_is_running_from_the_learner_containers_start_not_its_readiness():
+    # The learner imports TensorFlow and trains before its first readiness probe passes, and
+    # is not ready once finished while it checkpoints: a short run read Pending -> Succeeded.
+    exp = exp_of()
+
+    def phase_of(*pods, ready=0):
+        s = reconcile.compute_status(
+            exp,
+            generation=1,
+            previous=None,
+            job=job(ready, 1),
+            deployment=None,
+            learner=None,
+            learner_pods=pods,
+        )
+        return s["phase"], conds(s)["LearnerReady"][1]
+
+    assert phase_of() == ("Pending", "PodNotReady")
+    assert phase_of(learner_pod("waiting")) == ("Pending", "PodNotReady")
+    assert phase_of(learner_pod("running")) == ("Running", "PodNotReady")
+    assert phase_of(learner_pod("running"), ready=1) == ("Running", "PodReady")
+    # A drained or preempted learner on its way out: waiting for the next one.
+    assert phase_of(learner_pod("running", deleting=True)) == ("Pending", "PodNotReady")
+    assert phase_of(learner_pod("terminated")) == ("Pending", "PodNotReady")
+
+
 def test_a_learner_older_than_the_operator_has_its_frames_counted_from_its_steps():
     # A learner image from before env_frames (an Experiment running through an operator
     # upgrade) reports steps only: Pong's frames are 4 per step, and its cost per million
