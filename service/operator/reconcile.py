@@ -493,18 +493,26 @@ def render_network_policy(exp: Experiment, owner=None, namespace=None) -> dict[s
     }
 
 
-def _probes(port: str, ready_path: str) -> dict[str, Any]:
+#: Seconds the startup probe gives a slow start (TensorFlow's import, a checkpoint restore)
+#: before liveness counts.
+STARTUP_SECONDS = 300
+
+
+def _probes(port: str, ready_path: str, period: int = 5) -> dict[str, Any]:
     """Probes on a seedrl process's HTTP endpoint (:mod:`seedrl.common.metrics_http`):
     ``/healthz`` answers while the process serves; ``ready_path`` once it does its work. The
-    startup probe gives a slow start (TensorFlow's import, a checkpoint restore) five minutes
-    before liveness counts; liveness then restarts a process whose endpoint stops answering for
-    two minutes."""
+    startup probe gives a slow start :data:`STARTUP_SECONDS` before liveness counts; liveness
+    then restarts a process whose endpoint stops answering for two minutes.
+
+    ``period``: seconds between startup and readiness probes, so how long a process may do
+    its work before it is ready (in its Service's endpoints) in the worst case.
+    """
     return {
         "startupProbe": {
             "httpGet": {"path": "/healthz", "port": port},
-            "periodSeconds": 5,
+            "periodSeconds": period,
             "timeoutSeconds": 5,
-            "failureThreshold": 60,
+            "failureThreshold": STARTUP_SECONDS // period,
         },
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": port},
@@ -514,7 +522,7 @@ def _probes(port: str, ready_path: str) -> dict[str, Any]:
         },
         "readinessProbe": {
             "httpGet": {"path": ready_path, "port": port},
-            "periodSeconds": 5,
+            "periodSeconds": period,
             "timeoutSeconds": 5,
             "failureThreshold": 3,
         },
@@ -626,8 +634,10 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "resources": _resources(learner.resources, extra),
         "volumeMounts": [*_mounts(), {"name": "shared", "mountPath": SHARED_DIR, "readOnly": True}],
         "securityContext": _security_context(),
-        # Ready once it serves the actors' streams (after restoring its checkpoint).
-        **_probes("metrics", "/readyz"),
+        # Ready once it serves the actors' streams (after restoring its checkpoint). The actors
+        # reach it through its Service only once it is: probed every second, not every 5 s
+        # (every learner start, preemptions' included, waited up to 5 s with none streaming).
+        **_probes("metrics", "/readyz", period=1),
         # The learner's final status once it stops (its /status is then gone); when it wrote
         # none (an early failure), the end of its log, which says why.
         "terminationMessagePath": TERMINATION_LOG,

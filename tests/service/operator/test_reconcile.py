@@ -426,6 +426,17 @@ def test_probes_on_healthz_and_readyz():
             assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
         assert "metrics" in [p["name"] for p in container["ports"]]
+        # Five minutes for TensorFlow's import and a checkpoint restore before liveness counts.
+        startup = container["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] == 300
+    # The actors reach the learner through its Service only once it is ready: a learner that
+    # serves is in it within a second, while the many actors are probed every 5 s.
+    learner = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
+    actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert (
+        learner["startupProbe"]["periodSeconds"] == learner["readinessProbe"]["periodSeconds"] == 1
+    )
+    assert actor["readinessProbe"]["periodSeconds"] == 5
 
 
 def test_spot_actors_get_at_most_the_15_seconds_gke_gives():
