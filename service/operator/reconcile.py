@@ -793,20 +793,23 @@ def learner_started(pods: list[Mapping[str, Any]] | tuple) -> bool:
     deleted: the learner imports TensorFlow, restores and trains before and after its pod is
     ready (ready: serving and not finished), and a short run can end before the first
     readiness probe."""
-    for pod in pods:
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            if status.get("name") == "learner" and "running" in (status.get("state") or {}):
-                return True
-    return False
+    return any(
+        "running" in _learner_state(pod)
+        for pod in pods
+        if not (pod.get("metadata") or {}).get("deletionTimestamp")
+    )
+
+
+def _learner_state(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The learner container's ``state`` in ``pod`` (empty when it has none yet)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == "learner":
+            return status.get("state") or {}
+    return {}
 
 
 def _terminated(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == "learner":
-            return (status.get("state") or {}).get("terminated")
-    return None
+    return _learner_state(pod).get("terminated")
 
 
 def _init_failed(pod: Mapping[str, Any]) -> dict[str, Any] | None:
