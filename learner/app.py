@@ -22,7 +22,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -108,7 +108,8 @@ class LearnerApp:
     Args:
       exp: the validated Experiment.
       args: the command line (:func:`seedrl.learner.main.parse_args`): ``run_dir``, ``listen``,
-        ``no_train``, ``accelerator``, ``tls_cert``, ``tls_key``, ``metrics_address``.
+        ``no_train``, ``accelerator``, ``tls_cert``, ``tls_key``, ``metrics_address``,
+        ``grace_seconds``.
 
     Raises:
       SetupError: the devices (or the accelerator it was scheduled for), the TLS files, the
@@ -128,6 +129,9 @@ class LearnerApp:
         self.serving = threading.Event()
         #: Whether a checkpoint was found to resume from.
         self.resumed = False
+        #: Whether a stop was asked for before the event loop took the signals over (the
+        #: entry point's :class:`seedrl.learner.main.EarlySignals`).
+        self.stop_requested: Callable[[], bool] = lambda: False
         # The process must end at once (see run()).
         self._exit_now = False
         try:
@@ -377,6 +381,8 @@ class LearnerApp:
         if threading.current_thread() is threading.main_thread():  # signals reach only it
             for signum, why in zip((signal.SIGTERM, signal.SIGINT), SIGNAL_REASONS):
                 loop.add_signal_handler(signum, runtime.finish, why)
+        if self.stop_requested():
+            runtime.finish(SIGNAL_REASONS[0])
         await self._until_finished()
         # Let actors see `finished` on their next step before the server goes away.
         deadline = time.monotonic() + ACTORS_DRAIN_S
@@ -428,7 +434,8 @@ class LearnerApp:
         # checkpoint of non-finite ones is refused, and the previous one stays the newest).
         if not (checkpointer and runtime.learner_steps and checkpointer.conflict is None):
             return
-        timeout = self.exp.spec.learner.termination_grace_period_seconds - 5
+        grace = getattr(self.args, "grace_seconds", None)
+        timeout = (grace or self.exp.spec.learner.termination_grace_period_seconds) - 5
         try:
             path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save), timeout)
             log.info("final checkpoint %s", path)

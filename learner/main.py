@@ -24,7 +24,10 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
+from typing import Any
 
 from seedrl.common.config import ConfigError, load_experiment
 from seedrl.common.exit_codes import ExitCode
@@ -70,6 +73,14 @@ def parse_args(argv):
         "spec.learner.accelerator.kind): with gpu or tpu, exit "
         f"NO_ACCELERATOR ({int(ExitCode.NO_ACCELERATOR)}) at once when none is found instead "
         "of training on the host's CPU; default: use whatever the machine has",
+    )
+    p.add_argument(
+        "--grace-seconds",
+        type=int,
+        help="seconds this process gets between SIGTERM and SIGKILL (the pod's "
+        "terminationGracePeriodSeconds; the operator passes at most 15 on Spot VMs): the "
+        "final checkpoint must be published 5 s before; default: "
+        "spec.learner.terminationGracePeriodSeconds",
     )
     p.add_argument("--tls-cert", help="PEM certificate: serve TLS instead of plaintext")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
@@ -150,8 +161,43 @@ def exit_code(
     return ExitCode.OK
 
 
+class EarlySignals:
+    """SIGTERM and SIGINT until the learner installs its own handlers (it imports TensorFlow,
+    builds its agent and restores a checkpoint first: seconds to minutes). Python's default
+    would end the process by the signal (exit 143), which a Job counts as a crash; recorded
+    here instead, the learner exits STOPPED with nothing lost (it has trained nothing yet)."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> "EarlySignals":
+        """Takes over SIGTERM and SIGINT (in the main thread only, where signals arrive)."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._record)
+        return self
+
+    def _record(self, signum, _frame) -> None:
+        self.received = signum
+
+    def restore(self) -> None:
+        """Gives the signals back to the handlers they had before."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+
 def main(argv=None) -> int:
     """Entry point; returns the process exit code."""
+    early = EarlySignals().install()
+    try:
+        return _main(argv, early)
+    finally:
+        early.restore()
+
+
+def _main(argv, early: EarlySignals) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s learner %(levelname)s %(message)s"
@@ -171,6 +217,12 @@ def main(argv=None) -> int:
         log.error("%s", exc)
         return int(exc.code)
     try:
+        if early.received is not None:
+            log.info("stopped by signal %d before serving; nothing to checkpoint", early.received)
+            return int(ExitCode.STOPPED)
+        # The app's event loop takes the signals over; one that arrives before it does is
+        # still seen (its loop asks once its handlers are in place).
+        app.stop_requested = lambda: early.received is not None
         return int(app.run())
     finally:
         app.close()

@@ -62,3 +62,43 @@ def test_the_termination_log_holds_the_final_status_within_the_kubelets_4096_byt
     write_termination_log(str(path), huge)
     assert len(path.read_bytes()) <= 4096
     assert LearnerStatus.from_json(path.read_text()).env_steps == 123
+
+
+#: A learner whose build (TensorFlow's import, the agent, a checkpoint restore: seconds to
+#: minutes in a real pod) is where SIGTERM arrives: the kubelet sends it whenever the pod is
+#: deleted, a learner that has not installed its own handlers yet included.
+_SIGTERM_DURING_BUILD = """
+import os, signal, sys
+import seedrl.learner.app as app
+
+class Never:
+    def run(self):
+        raise AssertionError("a learner stopped before it served must not serve")
+    def close(self):
+        pass
+
+def build(exp, args):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return Never()
+
+app.build = build
+from seedrl.learner.main import main
+sys.exit(main(["--config", sys.argv[1], "--metrics-address", "off"]))
+"""
+
+
+def test_sigterm_before_the_learner_serves_exits_stopped_not_by_the_signal(tmp_path):
+    import subprocess
+    import sys
+
+    config = tmp_path / "exp.yaml"
+    config.write_text("metadata: {name: early}\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_DURING_BUILD, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # Not -15 (143 in a container), which a Job counts as a crash.
+    assert proc.returncode == ExitCode.STOPPED, proc.stderr[-2000:]
+    assert "before serving" in proc.stderr
