@@ -51,6 +51,10 @@ _QUANTITY_HINT = "a Kubernetes quantity such as 500m, 4 or 16Gi, written as a st
 ATARI_PREFIX = "ALE/"
 # A container image reference: [registry/]path[:tag][@digest], no spaces.
 _IMAGE = r"[a-z0-9][A-Za-z0-9._\-/:@]*"
+#: What happens to the learner's run volume when its Experiment is deleted
+#: (``spec.checkpoint.volumeRetention``), in the words of a StatefulSet's
+#: persistentVolumeClaimRetentionPolicy.
+VOLUME_RETENTION = ("Retain", "Delete")
 #: Accelerators the learner can ask for (``spec.learner.accelerator.kind``).
 ACCELERATORS = ("cpu", "gpu", "tpu")
 #: Where seedrl's images are published, and the release whose images an Experiment runs unless
@@ -817,8 +821,9 @@ class LearnerConfig:
         300,
         "How long a stopping learner may take to write its final checkpoint (it "
         "checkpoints on SIGTERM) before it is killed: the pod's grace period in a cluster, "
-        "the launcher's wait locally. The learner gives up on the checkpoint 5 s before "
-        "and exits 1, so the run resumes from the previous one.",
+        "the launcher's wait locally; at most 15 with spot (GKE gives a preempted pod "
+        "no more). The learner gives up on the checkpoint 5 s before and exits 1, so the "
+        "run resumes from the previous one.",
         ge=10,
     )
     spot: bool = param(
@@ -873,6 +878,16 @@ class ActorsConfig:
         "spot): much cheaper, and a preempted actor only costs its "
         "in-flight unrolls.",
     )
+    service_account_name: str = param(
+        "",
+        "Kubernetes service account of the actor pods; empty uses the namespace's default. "
+        "Never spec.serviceAccountName (the learner's): actors run environment code and "
+        "need no cloud credentials, so with Workload Identity they must not get the "
+        "learner's access to the checkpoint bucket.",
+        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern_hint="a DNS subdomain",
+        max_len=253,
+    )
     metrics_port: int = param(
         9091,
         "TCP port of each actor's HTTP endpoint in a cluster: GET "
@@ -891,8 +906,9 @@ class CheckpointConfig:
         "",
         "Checkpoint location: gs://bucket/prefix (Google Cloud Storage, credentials from "
         "Application Default Credentials / Workload Identity), a file:///path URI or a "
-        "local path. Empty means runs/<name>/checkpoints under the local launcher; in a "
-        "cluster, set it, or a restarted learner starts over.",
+        "local path. Empty means runs/<name>/checkpoints under the local launcher and, in "
+        "a cluster, a PersistentVolumeClaim of the learner's (volumeSize, "
+        "volumeRetention).",
         pattern=r"gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](/.*)?|file:///.*|[^:]*",
         max_len=1024,
     )
@@ -903,13 +919,32 @@ class CheckpointConfig:
     keep: int = param(3, "How many recent checkpoints to keep.", ge=1)
     volume_size: str = param(
         "10Gi",
-        "In a cluster with an empty uri: the size of the PersistentVolumeClaim (the "
-        "cluster's default storage class) that holds the learner's run directory, "
+        "In a cluster with an empty uri: the size of the PersistentVolumeClaim "
+        "(volumeStorageClassName) that holds the learner's run directory, "
         "checkpoints included, so that a learner pod that is replaced (drained, "
         "crashed, preempted) resumes from them.",
         pattern=_QUANTITY,
         pattern_hint=_QUANTITY_HINT,
         max_len=32,
+    )
+    volume_storage_class_name: str = param(
+        "",
+        "In a cluster with an empty uri: the StorageClass of that PersistentVolumeClaim; "
+        "empty uses the cluster's default (on GKE a zonal persistent disk: the learner's "
+        "replacement pods are then scheduled in the disk's zone).",
+        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern_hint="a StorageClass name (a DNS subdomain), or empty",
+        max_len=253,
+    )
+    volume_retention: str = param(
+        "Retain",
+        "In a cluster with an empty uri: what happens to that PersistentVolumeClaim, and so "
+        "to the checkpoints on it, when the Experiment is deleted (kubectl delete, helm "
+        "uninstall). Retain keeps it (it carries no owner reference): an Experiment of the "
+        "same name and namespace resumes from it, and `kubectl delete pvc <name>-learner-run` "
+        "deletes it on purpose. Delete lets the garbage collector delete it with the "
+        "Experiment.",
+        choices=VOLUME_RETENTION,
     )
 
 
@@ -951,9 +986,9 @@ class Spec:
     # Cluster-only fields: the operator reads them, the local launcher ignores them.
     service_account_name: str = param(
         "",
-        "Kubernetes service account of both roles' pods, e.g. one bound to a Google "
+        "Kubernetes service account of the learner pod, e.g. one bound to a Google "
         "service account through Workload Identity for gs:// checkpoints; empty uses the "
-        "namespace's default.",
+        "namespace's default. The actors do not run as it (spec.actors.serviceAccountName).",
         pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
         pattern_hint="a DNS subdomain",
         max_len=253,

@@ -39,7 +39,7 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from seedrl.common.exit_codes import PERMANENT, RETRY_FREELY, ExitCode
+from seedrl.common.exit_codes import PERMANENT, ExitCode
 from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.config import (
     API_VERSION,
@@ -88,6 +88,8 @@ ANNOTATION_LEARNER_HASH = "seedrl.dev/learner-hash"
 ANNOTATION_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 #: GKE's label of Spot VM nodes.
 LABEL_SPOT = "cloud.google.com/gke-spot"
+#: GKE's label of the older preemptible VM nodes (24 h at most, the same 15 s notice).
+LABEL_PREEMPTIBLE = "cloud.google.com/gke-preemptible"
 #: Annotation prefixes of tools, not of the user: left out of the config the pods read.
 BOOKKEEPING_ANNOTATIONS = ("kubectl.kubernetes.io/", "kopf.zalando.org/", "seedrl.dev/")
 TPU_RESOURCE = "google.com/tpu"
@@ -142,7 +144,15 @@ def selector_labels(experiment_name: str, role: str) -> dict[str, str]:
 
 
 def _labels(exp: Experiment, role: str | None = None) -> dict[str, str]:
-    out = dict(exp.metadata.labels)
+    """The labels of a child object: the Experiment's own, then the operator's."""
+    return {**exp.metadata.labels, **_pod_labels(exp, role)}
+
+
+def _pod_labels(exp: Experiment, role: str | None = None) -> dict[str, str]:
+    """The labels of a pod template: the operator's only. The Experiment's labels change
+    with every ``kubectl label`` and every ``helm upgrade`` (the chart's helm.sh/chart label),
+    and a template that changes rolls every actor; the Job's template cannot change at all."""
+    out = {}
     out.update(
         {
             "app.kubernetes.io/name": "seedrl",
@@ -275,13 +285,17 @@ def actor_hash(exp: Experiment) -> str:
 
 
 def learner_hash(exp: Experiment) -> str:
-    """A digest of what the learner Job runs: the whole resolved Experiment but
-    ``spec.suspend`` (a suspend is applied to the running Job) and ``spec.actors.replicas``
-    (scaling is the actors' business), unless the agent's exploration schedule is defined over
-    the actor count (R2D2's per-actor epsilons and evaluation actors): then a new count needs
-    a learner that knows it. A Job whose digest differs is replaced, and its new pod resumes
-    from the checkpoint."""
+    """A digest of what the learner Job runs: the whole resolved Experiment but its labels
+    and annotations, ``spec.suspend`` (a suspend is applied to the running Job) and
+    ``spec.actors.replicas`` (scaling is the actors' business), unless the agent's
+    exploration schedule is defined over the actor count (R2D2's per-actor epsilons and
+    evaluation actors): then a new count needs a learner that knows it. A Job whose digest
+    differs is replaced, and its new pod resumes from the checkpoint."""
     document = to_document(exp)
+    # Labels and annotations are bookkeeping (kubectl label, Argo CD, the chart's labels):
+    # the learner reads neither, and replacing a TPU learner for them wastes its hours.
+    document["metadata"].pop("labels", None)
+    document["metadata"].pop("annotations", None)
     document["spec"]["suspend"] = False
     if exp.spec.agent.name != "r2d2":
         document["spec"]["actors"].pop("replicas")
@@ -392,7 +406,10 @@ def _pod_spec(
     grace_seconds: int,
     role: str = "actor",
 ) -> dict[str, Any]:
-    """What every seedrl pod has: one locked-down container, no API token, no service links."""
+    """What every seedrl pod has: one locked-down container, no API token, no service links.
+    The learner runs as ``spec.serviceAccountName``, the actors as
+    ``spec.actors.serviceAccountName``: never the learner's, whose cloud credentials
+    (Workload Identity) reach the checkpoints."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": restart_policy,
         "terminationGracePeriodSeconds": grace_seconds,
@@ -402,8 +419,11 @@ def _pod_spec(
         "containers": [container],
         "volumes": _volumes(exp, role),
     }
-    if exp.spec.service_account_name:
-        pod_spec["serviceAccountName"] = exp.spec.service_account_name
+    account = (
+        exp.spec.service_account_name if role == "learner" else exp.spec.actors.service_account_name
+    )
+    if account:
+        pod_spec["serviceAccountName"] = account
     return pod_spec
 
 
@@ -534,23 +554,17 @@ def learner_failure_policy() -> dict[str, Any]:
 
     Rules apply in order, the first that matches wins (Kubernetes, "Handling Pod and container
     failures"): a pod with condition DisruptionTarget (evicted, drained, preempted, node
-    shutdown) is replaced without counting; so is one that exited STOPPED (a signal stopped it
-    after its final checkpoint); a permanent code fails the Job at once; anything else (an
-    exception, SIGKILL/OOMKilled) counts against backoffLimit.
+    shutdown) is replaced without counting; a permanent code fails the Job at once; anything
+    else counts against backoffLimit: an exception, SIGKILL/OOMKilled, and a STOPPED exit
+    that no disruption explains (a liveness probe's kill, a ``kubectl delete pod``), so that
+    a learner killed again and again fails at the limit instead of cycling for ever. (Pods
+    the Job controller deletes for a suspend are not counted: "Suspending a Job".)
     """
     return {
         "rules": [
             {
                 "action": "Ignore",
                 "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}],
-            },
-            {
-                "action": "Ignore",
-                "onExitCodes": {
-                    "containerName": "learner",
-                    "operator": "In",
-                    "values": [int(c) for c in RETRY_FREELY],
-                },
             },
             {
                 "action": "FailJob",
@@ -580,12 +594,18 @@ def _learner_placement(exp: Experiment, pod_spec: dict[str, Any]) -> None:
         node_selector = {**node_selector, LABEL_SPOT: "true"}
         tolerations = [*tolerations, _SPOT_TOLERATION]
     else:
-        # GKE does not taint Spot nodes by itself: without this a learner may land on one.
+        # GKE does not taint Spot or preemptible nodes by itself: without this a learner may
+        # land on one, and a preemption gives it 15 s.
         pod_spec["affinity"] = {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": LABEL_SPOT, "operator": "DoesNotExist"}]}
+                        {
+                            "matchExpressions": [
+                                {"key": LABEL_SPOT, "operator": "DoesNotExist"},
+                                {"key": LABEL_PREEMPTIBLE, "operator": "DoesNotExist"},
+                            ]
+                        }
                     ]
                 }
             }
@@ -597,6 +617,15 @@ def _learner_placement(exp: Experiment, pod_spec: dict[str, Any]) -> None:
 
 
 _SPOT_TOLERATION = {"key": LABEL_SPOT, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+
+
+def learner_grace_seconds(exp: Experiment) -> int:
+    """The learner pod's ``terminationGracePeriodSeconds``: ``spec.learner.
+    terminationGracePeriodSeconds``, but at most :data:`SPOT_GRACE_SECONDS` on Spot, where
+    GKE's preemption gives no more whatever the pod asks; the learner then budgets its final
+    checkpoint for the 15 s it will get (it reads this value from its config)."""
+    grace = exp.spec.learner.termination_grace_period_seconds
+    return min(grace, SPOT_GRACE_SECONDS) if exp.spec.learner.spot else grace
 
 
 def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
@@ -624,6 +653,8 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
             TERMINATION_LOG,
             "--env-spec",
             ENV_SPEC_FILE,
+            "--grace-seconds",
+            str(learner_grace_seconds(exp)),
             *learner_accelerator_args(exp),
         ],
         "ports": [
@@ -643,15 +674,13 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod_spec = _pod_spec(
-        exp, container, "Never", learner.termination_grace_period_seconds, "learner"
-    )
+    pod_spec = _pod_spec(exp, container, "Never", learner_grace_seconds(exp), "learner")
     pod_spec["initContainers"] = [render_env_spec_container(exp)]
     pod_spec["volumes"].append({"name": "shared", "emptyDir": {}})
     add_tls(exp, "learner", container, pod_spec)
     _learner_placement(exp, pod_spec)
     template_meta = {
-        "labels": _labels(exp, "learner"),
+        "labels": _pod_labels(exp, "learner"),
         # The autoscaler must not take the learner's node away to save a node.
         "annotations": {ANNOTATION_SAFE_TO_EVICT: "false"},
     }
@@ -724,7 +753,11 @@ def render_disruption_budget(exp: Experiment, owner=None, namespace=None) -> dic
             exp, names(exp.metadata.name).disruption_budget, "learner", owner, namespace
         ),
         "spec": {
-            "maxUnavailable": 0,
+            # An integer minAvailable: a Job has no scale subresource, and for such pods
+            # Kubernetes honours only that ("Specifying a Disruption Budget for your
+            # Application": maxUnavailable and percentages need a scalable controller; the
+            # disruption controller otherwise marks the budget failed).
+            "minAvailable": 1,
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
             "selector": {"matchLabels": selector_labels(exp.metadata.name, "learner")},
         },
@@ -734,15 +767,28 @@ def render_disruption_budget(exp: Experiment, owner=None, namespace=None) -> dic
 def render_run_volume(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
     """The learner's run directory (status, metrics, checkpoints) as a PersistentVolumeClaim,
     for an Experiment without ``spec.checkpoint.uri``: each learner pod is a new pod, and an
-    emptyDir would lose the checkpoints with the old one."""
+    emptyDir would lose the checkpoints with the old one.
+
+    With ``spec.checkpoint.volumeRetention: Retain`` (the default) the claim has no owner
+    reference: deleting the Experiment (``kubectl delete``, ``helm uninstall``) leaves it and
+    its checkpoints, since the garbage collector would delete an owned claim and GKE's
+    default StorageClass (reclaim policy Delete) its disk. An Experiment of the same name
+    then finds the claim and resumes from it."""
+    checkpoint = exp.spec.checkpoint
+    kept = checkpoint.volume_retention == "Retain"
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": checkpoint.volume_size}},
+    }
+    if checkpoint.volume_storage_class_name:
+        spec["storageClassName"] = checkpoint.volume_storage_class_name
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _meta(exp, names(exp.metadata.name).run_volume, "learner", owner, namespace),
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": exp.spec.checkpoint.volume_size}},
-        },
+        "metadata": _meta(
+            exp, names(exp.metadata.name).run_volume, "learner", None if kept else owner, namespace
+        ),
+        "spec": spec,
     }
 
 
@@ -915,7 +961,7 @@ def render_actors(
         pod_spec["nodeSelector"] = {LABEL_SPOT: "true"}
         pod_spec["tolerations"] = [_SPOT_TOLERATION]
     template_meta = {
-        "labels": _labels(exp, "actor"),
+        "labels": _pod_labels(exp, "actor"),
         "annotations": {ANNOTATION_CONFIG_HASH: actor_hash(exp)},
     }
     meta = _meta(exp, n.actors, "actor", owner, namespace)

@@ -263,6 +263,109 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
     )
 
 
+EXPERIMENT_CHART = ROOT / "helm" / "seedrl-experiment"
+
+
+def chart_values(name: str, tmp_path: Path, **spec) -> Path:
+    """A values file of the experiment chart for :func:`experiment`'s document."""
+    path = tmp_path / f"{name}-values.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "spec": experiment(name, **spec)["spec"]}))
+    return path
+
+
+def test_helm_uninstall_keeps_the_checkpoints_and_a_reinstall_resumes_from_them(cluster, tmp_path):
+    ns, name = "uninstall", "cartpole"
+    values = chart_values(name, tmp_path, budget={"maxEnvSteps": 10**8})
+    cluster.helm(
+        "install", name, str(EXPERIMENT_CHART), "-n", ns, "--create-namespace", "-f", str(values)
+    )
+    wait_until(
+        lambda: status(cluster, ns, name).get("lastCheckpoint"), 240, "a checkpoint", cluster
+    )
+    steps = status(cluster, ns, name)["envSteps"]
+    cluster.helm("uninstall", name, "-n", ns)
+    # The Experiment's children go with it (garbage collection), its run volume does not.
+    wait_until(
+        lambda: (
+            cluster.get(*EXPERIMENTS, ns, name) is None
+            and not cluster.pods(ns)
+            and not cluster.list("batch", "v1", "jobs", ns)
+        ),
+        120,
+        "the experiment and its pods gone",
+        cluster,
+    )
+    assert cluster.get("", "v1", "persistentvolumeclaims", ns, f"{name}-learner-run")
+    # The same release again: the learner finds the kept checkpoints and goes on from them.
+    values = chart_values(name, tmp_path, budget={"maxEnvSteps": steps + 20000})
+    cluster.helm("install", name, str(EXPERIMENT_CHART), "-n", ns, "-f", str(values))
+    wait_until(
+        lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
+        300,
+        lambda: "the reinstalled experiment to finish" + diagnosis(cluster, ns, name),
+        cluster,
+    )
+    assert status(cluster, ns, name)["phase"] == "Succeeded", diagnosis(cluster, ns, name)
+    (pod,) = learner_pods(cluster, ns, name)
+    assert "resumed from" in cluster.pod_log(pod), cluster.pod_log(pod)[-3000:]
+    cluster.helm("uninstall", name, "-n", ns)
+
+
+def test_a_chart_upgrade_to_a_new_version_leaves_the_learner_and_actors_running(cluster, tmp_path):
+    ns, name = "upgrade", "cartpole"
+    values = chart_values(name, tmp_path, budget={"maxEnvSteps": 10**8})
+    cluster.helm(
+        "install", name, str(EXPERIMENT_CHART), "-n", ns, "--create-namespace", "-f", str(values)
+    )
+    wait_until(
+        lambda: (
+            (status(cluster, ns, name).get("envFrames") or 0) > 1000
+            and len(actor_pods(cluster, ns, name)) == 2
+        ),
+        240,
+        "training",
+        cluster,
+    )
+    (learner,) = learner_pods(cluster, ns, name)
+    actors = sorted(p["metadata"]["uid"] for p in actor_pods(cluster, ns, name))
+    # The same chart at a new version: its helm.sh/chart label (copied onto the Experiment
+    # and by the operator onto the children) changes, nothing the pods run does.
+    chart = tmp_path / "seedrl-experiment"
+    import shutil
+
+    shutil.copytree(EXPERIMENT_CHART, chart)
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    meta["version"] = "99.0.0"
+    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    cluster.helm("upgrade", name, str(chart), "-n", ns, "-f", str(values))
+    new_label = "seedrl-experiment-99.0.0"
+    wait_until(
+        lambda: (
+            (cluster.get("apps", "v1", "deployments", ns, f"{name}-actors") or {})
+            .get("metadata", {})
+            .get("labels", {})
+            .get("helm.sh/chart")
+            == new_label
+        ),
+        60,
+        "the operator to apply the upgraded Experiment",
+        cluster,
+    )
+    frames = status(cluster, ns, name)["envFrames"]
+    wait_until(
+        lambda: (status(cluster, ns, name).get("envFrames") or 0) > frames + 1000,
+        120,
+        "training after the upgrade",
+        cluster,
+    )
+    assert [p["metadata"]["uid"] for p in learner_pods(cluster, ns, name)] == [
+        learner["metadata"]["uid"]
+    ]
+    assert sorted(p["metadata"]["uid"] for p in actor_pods(cluster, ns, name)) == actors
+    assert not any(e["reason"] == "ReplacingLearner" for e in cluster.events(ns, name))
+    cluster.helm("uninstall", name, "-n", ns)
+
+
 def test_draining_the_learners_node_resumes_it_elsewhere_and_never_reads_succeeded(
     cluster, tmp_path
 ):
@@ -686,6 +789,8 @@ def test_deleting_while_the_operator_is_stopped_removes_everything(cluster, tmp_
             ("policy", "v1", "poddisruptionbudgets"),
         ):
             assert not cluster.list(*kind, ns), kind
+        # ... but the checkpoints: the run volume has no owner to be collected with.
+        assert cluster.get("", "v1", "persistentvolumeclaims", ns, f"{name}-learner-run")
     finally:
         cluster.kubectl(
             "scale", "deployment/seedrl-seedrl-operator", "-n", "seedrl-system", "--replicas=2"

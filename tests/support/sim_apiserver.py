@@ -24,8 +24,10 @@ What it models, each from the API's documented behaviour (kubernetes.io, "API Co
 - CustomResourceDefinitions: a created CRD is served (Established, NamesAccepted), its objects
   are validated against its openAPIV3Schema;
 - the eviction subresource: refused with 429 while a PodDisruptionBudget allows no disruption
-  (an unready pod passes with ``unhealthyPodEvictionPolicy: AlwaysAllow``), else the pod gets
-  the condition DisruptionTarget (reason EvictionByEvictionAPI) and is deleted gracefully.
+  (an unready pod passes with ``unhealthyPodEvictionPolicy: AlwaysAllow``; a budget over pods
+  whose controller has no scale subresource, a Job's, works with an integer ``minAvailable``
+  only, and any other form refuses every eviction), else the pod gets the condition
+  DisruptionTarget (reason EvictionByEvictionAPI) and is deleted gracefully.
 
 Not modelled: authentication and RBAC (every request is allowed), admission webhooks, field
 pruning of custom resources, managedFields in responses, protobuf.
@@ -1395,6 +1397,14 @@ class ApiServer:
             ]
             healthy = sum(1 for p in members if _ready(p))
             expected = len(members)
+            if not _integer_min_available(spec) and not all(_controller_scales(p) for p in members):
+                # "Specifying a Disruption Budget for your Application" (Arbitrary workloads
+                # and arbitrary selectors): for pods whose controller has no scale
+                # subresource (a Job, none) only an integer minAvailable works; the
+                # disruption controller cannot count the expected pods and marks the budget
+                # failed, and the eviction API then refuses every eviction it covers.
+                blocking.append(pdb["metadata"]["name"])
+                continue
             if "minAvailable" in spec:
                 desired = _int_or_percent(spec["minAvailable"], expected, math.ceil)
             else:
@@ -1427,6 +1437,23 @@ class ApiServer:
         options = body.get("deleteOptions") or {}
         self.delete(pods_res, namespace, name, options)
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+
+#: Built-in controllers with a scale subresource (Deployment, ReplicaSet, StatefulSet,
+#: ReplicationController): a budget over their pods may use maxUnavailable and percentages.
+_SCALABLE_CONTROLLERS = {"Deployment", "ReplicaSet", "StatefulSet", "ReplicationController"}
+
+
+def _integer_min_available(spec: dict) -> bool:
+    return isinstance(spec.get("minAvailable"), int) and "maxUnavailable" not in spec
+
+
+def _controller_scales(pod: dict) -> bool:
+    """Whether ``pod``'s controller is one the disruption controller can read a scale of."""
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("kind") in _SCALABLE_CONTROLLERS
+    return False
 
 
 def _decode_protobuf(raw: bytes) -> dict:

@@ -129,6 +129,8 @@ class Controllers:
         }
         #: Job uid -> pod uids already counted, and when the next pod may be made.
         self._counted: dict[str, set[str]] = {}
+        #: Pods the Job controller deleted for a suspend, which it does not count as failed.
+        self._suspended: set[str] = set()
         self._next_pod_at: dict[str, float] = {}
 
     # -- helpers ------------------------------------------------------------------------
@@ -354,6 +356,8 @@ class Controllers:
             counted.add(puid)
             if pod["status"]["phase"] == "Succeeded":
                 status["succeeded"] = status.get("succeeded", 0) + 1
+            elif puid in self._suspended:
+                pass  # deleted for a suspend: no failure of the Job's ("Suspending a Job")
             else:
                 action, index, code = _failure_action(spec.get("podFailurePolicy"), pod)
                 if action == "FailJob" and not finished:
@@ -410,6 +414,8 @@ class Controllers:
                 finished = True
         if finished or spec.get("suspend"):
             for pod in active:
+                if spec.get("suspend") and not finished:
+                    self._suspended.add(pod["metadata"]["uid"])
                 self._delete("Pod", pod)
             if spec.get("suspend") and not finished:
                 condition("Suspended", "True", "JobSuspended", "Job suspended")

@@ -175,9 +175,31 @@ def test_children_have_owner_references_and_labels():
         "Deployment",
     ]
     for obj in objects:
-        assert obj["metadata"]["ownerReferences"] == [OWNER]
+        # The run volume holds the checkpoints: the garbage collector must not take it with
+        # the Experiment (test_the_run_volume_outlives_the_experiment_unless_asked).
+        owned = obj["kind"] != "PersistentVolumeClaim"
+        assert obj["metadata"].get("ownerReferences") == ([OWNER] if owned else None)
         assert obj["metadata"]["namespace"] == "team-a"
         assert obj["metadata"]["labels"][reconcile.LABEL_EXPERIMENT] == "exp"
+
+
+def test_the_run_volume_outlives_the_experiment_unless_asked():
+    claim = by_kind(reconcile.render(exp_of(), OWNER, "team-a"))["PersistentVolumeClaim"]
+    # No owner reference: `kubectl delete experiment` and `helm uninstall` leave the claim,
+    # and GKE's default StorageClass (reclaim Delete) keeps its disk.
+    assert "ownerReferences" not in claim["metadata"]
+    assert "storageClassName" not in claim["spec"]  # the cluster's default
+    deleted = by_kind(
+        reconcile.render(
+            exp_of(checkpoint={"volumeRetention": "Delete", "volumeStorageClassName": "ssd"}),
+            OWNER,
+            "team-a",
+        )
+    )["PersistentVolumeClaim"]
+    assert deleted["metadata"]["ownerReferences"] == [OWNER]
+    assert deleted["spec"]["storageClassName"] == "ssd"
+    with pytest.raises(ConfigError, match="spec.checkpoint.volumeRetention"):
+        exp_of(checkpoint={"volumeRetention": "Forget"})
 
 
 def test_config_map_holds_the_resolved_experiment():
@@ -276,7 +298,13 @@ def test_failure_policy_follows_the_exit_codes():
     policy = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["podFailurePolicy"]
     # A drained, evicted or preempted pod is replaced without counting, whatever it exited.
     assert _first_rule(policy, exit_code=137, conditions=[("DisruptionTarget", "True")]) == "Ignore"
-    assert _first_rule(policy, exit_code=ExitCode.STOPPED) == "Ignore"
+    # Stopped by a signal with no disruption to explain it (a liveness probe's kill): it
+    # counts, so that a learner killed again and again fails at backoffLimit.
+    assert _first_rule(policy, exit_code=ExitCode.STOPPED) is None
+    assert (
+        _first_rule(policy, exit_code=ExitCode.STOPPED, conditions=[("DisruptionTarget", "True")])
+        == "Ignore"
+    )
     assert _first_rule(policy, exit_code=ExitCode.BAD_CONFIG) == "FailJob"
     assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION) == "FailJob"
     # Scheduled on a GPU or TPU it does not find: another pod of this Job would land on the
@@ -385,13 +413,21 @@ def test_learner_is_protected_from_voluntary_disruption_and_kept_off_spot():
     pod_template = objs["Job"]["spec"]["template"]
     assert pod_template["metadata"]["annotations"][reconcile.ANNOTATION_SAFE_TO_EVICT] == "false"
     pdb = objs["PodDisruptionBudget"]["spec"]
-    assert pdb["maxUnavailable"] == 0 and pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    # A Job has no scale subresource: only an integer minAvailable is honoured for its pods.
+    assert pdb["minAvailable"] == 1 and "maxUnavailable" not in pdb
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert pdb["selector"]["matchLabels"].items() <= pod_template["metadata"]["labels"].items()
     terms = pod_template["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
+    # Off Spot and off the older preemptible VMs alike: both give a pod 15 s.
     assert terms == [
-        {"matchExpressions": [{"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"}]}
+        {
+            "matchExpressions": [
+                {"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"},
+                {"key": "cloud.google.com/gke-preemptible", "operator": "DoesNotExist"},
+            ]
+        }
     ]
     # Asked for, it goes to Spot nodes.
     spot = by_kind(reconcile.render(exp_of(learner={"spot": True})))["Job"]["spec"]["template"][
@@ -400,6 +436,17 @@ def test_learner_is_protected_from_voluntary_disruption_and_kept_off_spot():
     assert "affinity" not in spot
     assert spot["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
     assert spot["tolerations"][0]["key"] == "cloud.google.com/gke-spot"
+
+
+def test_a_spot_learner_budgets_its_final_checkpoint_for_the_15_seconds_gke_gives():
+    objs = by_kind(reconcile.render(exp_of(learner={"spot": True})))
+    pod = objs["Job"]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 15
+    # The learner is told, and gives up on its final checkpoint 5 s before the kill.
+    assert _arg(pod["containers"][0], "--grace-seconds") == "15"
+    on_demand = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["template"]["spec"]
+    assert on_demand["terminationGracePeriodSeconds"] == 300
+    assert _arg(on_demand["containers"][0], "--grace-seconds") == "300"
 
 
 def test_without_a_checkpoint_uri_the_run_directory_outlives_the_pod():
@@ -586,8 +633,12 @@ def test_spot_actors_service_account_and_kueue():
     actor_pod = objs["Deployment"]["spec"]["template"]["spec"]
     assert actor_pod["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
     assert actor_pod["tolerations"][0]["key"] == "cloud.google.com/gke-spot"
-    assert actor_pod["serviceAccountName"] == "wi-sa"
+    # The learner's account (Workload Identity: the checkpoint bucket) is not the actors'.
+    assert "serviceAccountName" not in actor_pod
     assert objs["Job"]["spec"]["template"]["spec"]["serviceAccountName"] == "wi-sa"
+    own = by_kind(reconcile.render(exp_of(actors={"serviceAccountName": "envs"})))
+    assert own["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"] == "envs"
+    assert "serviceAccountName" not in own["Job"]["spec"]["template"]["spec"]
     # Kueue admits a queued Job by unsuspending it.
     assert objs["Job"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
     assert objs["Job"]["spec"]["suspend"] is True
@@ -670,6 +721,36 @@ def test_learner_hash_covers_what_the_learner_runs_but_scaling_and_suspend():
     assert _job_hash(by_kind(reconcile.render(exp_of(**r2d2)))) != _job_hash(
         by_kind(reconcile.render(exp_of(actors={"replicas": 3}, **r2d2)))
     )
+
+
+def test_a_label_or_annotation_edit_neither_replaces_the_learner_nor_rolls_the_actors():
+    def rendered(labels, annotations):
+        return by_kind(
+            reconcile.render(
+                parse_experiment(
+                    {
+                        "metadata": {
+                            "name": "exp",
+                            "labels": labels,
+                            "annotations": annotations,
+                        },
+                        "spec": {},
+                    }
+                )
+            )
+        )
+
+    base = rendered({"team": "rl"}, {})
+    # kubectl label, an Argo CD annotation, the chart's helm.sh/chart label of a new version.
+    edited = rendered(
+        {"team": "rl", "helm.sh/chart": "seedrl-experiment-0.2.0", "cost-center": "42"},
+        {"argocd.argoproj.io/tracking-id": "x"},
+    )
+    assert _job_hash(edited) == _job_hash(base)
+    for kind in ("Job", "Deployment"):
+        assert edited[kind]["spec"]["template"] == base[kind]["spec"]["template"], kind
+        # The objects themselves still carry the user's labels.
+        assert edited[kind]["metadata"]["labels"]["cost-center"] == "42"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1200,3 +1281,18 @@ def test_a_learner_edit_replaces_an_unfinished_job_only():
         edited, generation=2, previous=None, job=finished, deployment=None, learner=None
     )
     assert reconcile.condition(status, "SpecApplied")["reason"] == "LearnerFinished"
+
+
+def test_the_cpu_example_renders_what_day_two_on_gke_needs():
+    """The example of k8s/examples as a platform engineer renders it (issue 26's checks)."""
+    document = load(ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml")
+    document["spec"]["serviceAccountName"] = "learner-wi"
+    document["spec"]["learner"]["spot"] = True
+    objs = by_kind(reconcile.render(parse_experiment(document), OWNER, "team-a"))
+    assert "ownerReferences" not in objs["PersistentVolumeClaim"]["metadata"]
+    assert objs["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
+    assert "serviceAccountName" not in objs["Deployment"]["spec"]["template"]["spec"]
+    assert objs["Job"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] <= 15
+    labelled = dict(document, metadata={**document["metadata"], "labels": {"team": "x"}})
+    labelled["metadata"]["annotations"] = {"argocd.argoproj.io/sync-wave": "1"}
+    assert _job_hash(by_kind(reconcile.render(parse_experiment(labelled)))) == _job_hash(objs)
