@@ -746,6 +746,75 @@ class TLSConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class TolerationConfig:
+    """One Kubernetes toleration of a role's pods (``spec.learner.placement.tolerations[]``,
+    ``spec.actors.placement.tolerations[]``): the pods may run on nodes with a matching taint.
+    """
+
+    key: str = param(
+        "",
+        "The taint key; empty with operator Exists tolerates every taint.",
+        pattern=r"([A-Za-z0-9][-A-Za-z0-9_./]*)?",
+        pattern_hint="a label key such as team or example.com/dedicated",
+        max_len=316,
+    )
+    operator: str = param(
+        "Equal", "Equal (the taint's value must be value) or Exists.", choices=("Equal", "Exists")
+    )
+    value: str = param("", "The taint value, with operator Equal.", max_len=63)
+    effect: str = param(
+        "",
+        "The taint effect to tolerate: NoSchedule, PreferNoSchedule, NoExecute; empty: all.",
+        choices=("", "NoSchedule", "PreferNoSchedule", "NoExecute"),
+    )
+    toleration_seconds: Optional[int] = param(
+        None,
+        "With effect NoExecute: how long the pod stays once the taint appears; null: forever.",
+        ge=0,
+    )
+
+
+#: The keys of a pod's ``affinity`` (``spec.*.placement.affinity``).
+AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlacementConfig:
+    """Where a role's pods may run in a cluster (``spec.learner.placement``,
+    ``spec.actors.placement``), merged with what the operator adds itself: its node selectors
+    (TPU and GPU labels, Spot) win over yours on the same key, its tolerations come first, and
+    its required node affinity (the learner kept off Spot and preemptible nodes) is added to
+    every term of yours. The local launcher ignores it."""
+
+    node_selector: dict[str, str] = param(
+        doc="Node labels the pods require, e.g. {cloud.google.com/gke-nodepool: rl-pool}.",
+        factory=dict,
+    )
+    tolerations: list[TolerationConfig] = param(
+        doc="Taints the pods tolerate (team-tainted pools, reservations).", factory=list
+    )
+    affinity: dict[str, Any] = param(
+        doc="A Kubernetes Affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod "
+        "spec.",
+        factory=dict,
+    )
+    priority_class_name: str = param(
+        "",
+        "PriorityClass of the pods; empty uses the cluster's default.",
+        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern_hint="a DNS subdomain",
+        max_len=253,
+    )
+    image_pull_secrets: list[str] = param(
+        doc="Names of Secrets in the Experiment's namespace to pull the images with.",
+        factory=list,
+        pattern=f"{_DNS_LABEL}(\\.{_DNS_LABEL})*",
+        pattern_hint="a Secret name (a DNS subdomain)",
+        max_len=253,
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LearnerConfig:
     """The central learner: batched inference and training (``spec.learner``)."""
 
@@ -826,6 +895,9 @@ class LearnerConfig:
         "run resumes from the previous one.",
         ge=10,
     )
+    placement: PlacementConfig = param(
+        doc="Where the learner pod may run in a cluster.", factory=PlacementConfig
+    )
     spot: bool = param(
         False,
         "Run the learner on GKE Spot VMs (node label cloud.google.com/gke-spot). By "
@@ -871,6 +943,9 @@ class ActorsConfig:
     )
     resources: ResourcesConfig = param(
         doc="Each actor container's resources in a cluster.", factory=ResourcesConfig
+    )
+    placement: PlacementConfig = param(
+        doc="Where the actor pods may run in a cluster.", factory=PlacementConfig
     )
     spot: bool = param(
         False,
@@ -1317,6 +1392,28 @@ def tpu_chips(topology: str) -> int:
     return chips
 
 
+def placement_problems(placement: PlacementConfig, path: str) -> list[tuple[str, str]]:
+    """What is wrong with one role's placement that its field types cannot say: the
+    affinity's keys, and tolerations whose parts contradict each other."""
+    problems = []
+    for key in placement.affinity:
+        if key not in AFFINITY_KEYS:
+            problems.append(
+                (f"{path}.affinity.{key}", f"unknown field; known: {', '.join(AFFINITY_KEYS)}")
+            )
+        elif not isinstance(placement.affinity[key], dict):
+            problems.append((f"{path}.affinity.{key}", "must be a mapping"))
+    for i, tol in enumerate(placement.tolerations):
+        where = f"{path}.tolerations[{i}]"
+        if tol.operator == "Exists" and tol.value:
+            problems.append((f"{where}.value", "must be empty with operator Exists"))
+        if not tol.key and tol.operator != "Exists":
+            problems.append((f"{where}.operator", "must be Exists when key is empty"))
+        if tol.toleration_seconds is not None and tol.effect != "NoExecute":
+            problems.append((f"{where}.tolerationSeconds", "needs effect NoExecute"))
+    return problems
+
+
 def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> None:
     """Rules that involve more than one field."""
     learner = exp.spec.learner
@@ -1389,6 +1486,8 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                 f"streamsPerActor = {per_stream}), got {learner.max_envs_per_actor}",
             )
         )
+    for role, section in (("learner", exp.spec.learner), ("actors", exp.spec.actors)):
+        problems.extend(placement_problems(section.placement, f"spec.{role}.placement"))
     if exp.spec.learner.optimizer.linear_decay and exp.spec.budget.max_env_steps == 0:
         problems.append(
             (

@@ -33,6 +33,7 @@ where tests can reach it without a cluster.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import hashlib
@@ -46,6 +47,8 @@ from seedrl.common.config import (
     KIND,
     ConfigError,
     Experiment,
+    PlacementConfig,
+    TolerationConfig,
     dump_experiment,
     learner_image,
     parse_experiment,
@@ -587,33 +590,94 @@ def learner_failure_policy() -> dict[str, Any]:
     }
 
 
+def toleration(tol: TolerationConfig) -> dict[str, Any]:
+    """A toleration as a pod spec holds it (empty parts left out)."""
+    out: dict[str, Any] = {"operator": tol.operator}
+    for key, value in (("key", tol.key), ("value", tol.value), ("effect", tol.effect)):
+        if value:
+            out[key] = value
+    if tol.toleration_seconds is not None:
+        out["tolerationSeconds"] = tol.toleration_seconds
+    return out
+
+
+def _and_node_terms(ours: list[dict], theirs: list[dict]) -> list[dict]:
+    """Required node affinity that holds where both hold: terms are ORed, a term's
+    expressions ANDed ("Assigning Pods to Nodes"), so each of ``theirs`` gets ours added
+    (one of ``ours`` at most: the operator renders a single term)."""
+    if not ours:
+        return theirs
+    if not theirs:
+        return ours
+    (mine,) = ours
+    return [
+        {
+            **term,
+            "matchExpressions": [
+                *(term.get("matchExpressions") or []),
+                *mine.get("matchExpressions", []),
+            ],
+        }
+        for term in theirs
+    ]
+
+
+def apply_placement(
+    placement: PlacementConfig,
+    pod_spec: dict[str, Any],
+    node_selector: Mapping[str, str],
+    tolerations: list[dict[str, Any]],
+    node_terms: list[dict[str, Any]],
+) -> None:
+    """Puts a role's placement on its pod spec, in place, merged with the operator's own
+    ``node_selector`` (wins on a shared key), ``tolerations`` (first) and required
+    ``node_terms`` (added to every term of the user's)."""
+    selector = {**placement.node_selector, **node_selector}
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    merged = [*tolerations, *(toleration(t) for t in placement.tolerations)]
+    if merged:
+        pod_spec["tolerations"] = merged
+    affinity = copy.deepcopy(placement.affinity)
+    node = affinity.get("nodeAffinity") or {}
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = _and_node_terms(node_terms, list(required.get("nodeSelectorTerms") or []))
+    if terms:
+        affinity["nodeAffinity"] = {
+            **node,
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                **required,
+                "nodeSelectorTerms": terms,
+            },
+        }
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if placement.priority_class_name:
+        pod_spec["priorityClassName"] = placement.priority_class_name
+    if placement.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in placement.image_pull_secrets]
+
+
 def _learner_placement(exp: Experiment, pod_spec: dict[str, Any]) -> None:
-    """Node selectors, tolerations and the Spot rule of the learner pod, in place."""
+    """Node selectors, tolerations, the Spot rule and the user's placement of the learner
+    pod, in place."""
     node_selector, tolerations, _ = _accelerator(exp)
+    node_terms: list[dict[str, Any]] = []
     if exp.spec.learner.spot:
         node_selector = {**node_selector, LABEL_SPOT: "true"}
         tolerations = [*tolerations, _SPOT_TOLERATION]
     else:
         # GKE does not taint Spot or preemptible nodes by itself: without this a learner may
         # land on one, and a preemption gives it 15 s.
-        pod_spec["affinity"] = {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": LABEL_SPOT, "operator": "DoesNotExist"},
-                                {"key": LABEL_PREEMPTIBLE, "operator": "DoesNotExist"},
-                            ]
-                        }
-                    ]
-                }
+        node_terms = [
+            {
+                "matchExpressions": [
+                    {"key": LABEL_SPOT, "operator": "DoesNotExist"},
+                    {"key": LABEL_PREEMPTIBLE, "operator": "DoesNotExist"},
+                ]
             }
-        }
-    if node_selector:
-        pod_spec["nodeSelector"] = node_selector
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
+        ]
+    apply_placement(exp.spec.learner.placement, pod_spec, node_selector, tolerations, node_terms)
 
 
 _SPOT_TOLERATION = {"key": LABEL_SPOT, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
@@ -957,9 +1021,13 @@ def render_actors(
     }
     pod_spec = _pod_spec(exp, container, "Always", SPOT_GRACE_SECONDS if actors.spot else 30)
     add_tls(exp, "actor", container, pod_spec)
-    if actors.spot:
-        pod_spec["nodeSelector"] = {LABEL_SPOT: "true"}
-        pod_spec["tolerations"] = [_SPOT_TOLERATION]
+    apply_placement(
+        actors.placement,
+        pod_spec,
+        {LABEL_SPOT: "true"} if actors.spot else {},
+        [_SPOT_TOLERATION] if actors.spot else [],
+        [],
+    )
     template_meta = {
         "labels": _pod_labels(exp, "actor"),
         "annotations": {ANNOTATION_CONFIG_HASH: actor_hash(exp)},

@@ -1012,6 +1012,8 @@ def test_every_section_is_reached():
         "AcceleratorConfig",
         "TPUConfig",
         "GPUConfig",
+        "PlacementConfig",
+        "TolerationConfig",
     }
 
 

@@ -1296,3 +1296,92 @@ def test_the_cpu_example_renders_what_day_two_on_gke_needs():
     labelled = dict(document, metadata={**document["metadata"], "labels": {"team": "x"}})
     labelled["metadata"]["annotations"] = {"argocd.argoproj.io/sync-wave": "1"}
     assert _job_hash(by_kind(reconcile.render(parse_experiment(labelled)))) == _job_hash(objs)
+
+
+PLACEMENT = {
+    "nodeSelector": {"cloud.google.com/gke-nodepool": "rl", "cloud.google.com/gke-spot": "x"},
+    "tolerations": [
+        {"key": "team", "value": "rl", "effect": "NoSchedule"},
+        {
+            "key": "maintenance",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 60,
+        },
+    ],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                ]
+            }
+        },
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    },
+    "priorityClassName": "rl-high",
+    "imagePullSecrets": ["regcred"],
+}
+
+
+def test_placement_of_each_role_is_merged_with_the_operators_own():
+    tpu = {"kind": "tpu", "tpu": {"type": "tpu-v5-lite-podslice", "topology": "2x2"}}
+    objs = by_kind(
+        reconcile.render(
+            exp_of(
+                learner={"accelerator": tpu, "placement": PLACEMENT},
+                actors={"spot": True, "placement": {"priorityClassName": "rl-low"}},
+            )
+        )
+    )
+    learner = objs["Job"]["spec"]["template"]["spec"]
+    # The operator's selectors win on a shared key; the user's are kept.
+    assert learner["nodeSelector"]["cloud.google.com/gke-nodepool"] == "rl"
+    assert learner["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2"
+    # The operator's tolerations first (the TPU taint), then the user's as the API has them.
+    assert learner["tolerations"][0]["key"] == "google.com/tpu"
+    assert learner["tolerations"][1:] == [
+        {"operator": "Equal", "key": "team", "value": "rl", "effect": "NoSchedule"},
+        {
+            "operator": "Exists",
+            "key": "maintenance",
+            "effect": "NoExecute",
+            "tolerationSeconds": 60,
+        },
+    ]
+    # Off Spot in every one of the user's terms (ORed), which keep their own expressions.
+    terms = learner["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert len(terms) == 2
+    for term, zone in zip(terms, "ab"):
+        keys = [e["key"] for e in term["matchExpressions"]]
+        assert keys == ["zone", "cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"]
+        assert term["matchExpressions"][0]["values"] == [zone]
+    assert learner["affinity"]["podAntiAffinity"] == PLACEMENT["affinity"]["podAntiAffinity"]
+    assert learner["priorityClassName"] == "rl-high"
+    assert learner["imagePullSecrets"] == [{"name": "regcred"}]
+    actors = objs["Deployment"]["spec"]["template"]["spec"]
+    assert actors["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
+    assert actors["priorityClassName"] == "rl-low" and "imagePullSecrets" not in actors
+    # What the operator renders is a valid pod spec for the API server.
+    for obj in objs.values():
+        kubernetes_validate.validate(obj, "1.33.0", strict=True)
+
+
+@pytest.mark.parametrize(
+    "placement, path",
+    [
+        ({"affinity": {"nodeAffinty": {}}}, "spec.learner.placement.affinity.nodeAffinty"),
+        ({"tolerations": [{"operator": "Exists", "value": "x"}]}, "tolerations[0].value"),
+        ({"tolerations": [{"effect": "NoSchedule"}]}, "tolerations[0].operator"),
+        ({"tolerations": [{"key": "k", "tolerationSeconds": 5}]}, "tolerationSeconds"),
+        ({"tolerations": [{"key": "k", "effect": "Never"}]}, "tolerations[0].effect"),
+        ({"imagePullSecrets": ["Bad_Name"]}, "imagePullSecrets[0]"),
+        ({"nodeSelector": {"a": 1}}, "nodeSelector.a"),
+    ],
+)
+def test_a_bad_placement_is_refused_naming_the_field(placement, path):
+    with pytest.raises(ConfigError, match=path.replace("[", r"\[").replace("]", r"\]")):
+        exp_of(learner={"placement": placement})
