@@ -539,3 +539,54 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(
     assert list(kwargs["namespaces"]) == namespaces
     assert kwargs["liveness_endpoint"] == "http://0.0.0.0:8080/healthz"
     assert served == [("0.0.0.0", 8081), "stopped"]
+
+
+def test_gke_managed_prometheus_scrapes_the_experiments_and_the_operator():
+    sets = ["metrics.podMonitor.enabled=true", "metrics.podMonitor.flavor=gke-managed"]
+    manifests = render(OPERATOR_CHART, sets=[*sets, "metrics.podMonitor.labels.team=rl"])
+    # Not the Prometheus Operator's kinds: GKE's Managed Service for Prometheus has its own.
+    assert not of_kind(manifests, "PodMonitor")
+    (cluster,) = of_kind(manifests, "ClusterPodMonitoring")
+    assert cluster["apiVersion"] == "monitoring.googleapis.com/v1"
+    assert "namespace" not in cluster["metadata"]  # cluster-scoped: every namespace
+    assert cluster["metadata"]["labels"]["team"] == "rl"
+    spec = cluster["spec"]
+    assert spec["selector"] == {
+        "matchLabels": {
+            "app.kubernetes.io/name": "seedrl",
+            "app.kubernetes.io/managed-by": "seedrl-operator",
+        }
+    }
+    assert spec["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s", "timeout": "10s"}
+    ]
+    # The same target labels the Prometheus Operator flavour relabels into.
+    assert spec["targetLabels"]["fromPod"] == [
+        {"from": "seedrl.dev/experiment", "to": "seedrl_experiment"},
+        {"from": "seedrl.dev/role", "to": "seedrl_role"},
+    ]
+    (own,) = of_kind(manifests, "PodMonitoring")
+    assert own["metadata"]["namespace"] == "seedrl" and own["spec"]["endpoints"][0]["port"] == (
+        "metrics"
+    )
+    # Watching namespaces: a PodMonitoring only selects pods of its own namespace, so one in
+    # each, and nothing cluster-wide.
+    manifests = render(
+        OPERATOR_CHART,
+        namespace="ops",
+        sets=[*sets, "watch.scope=namespaces", "watch.namespaces={team-a,team-b}"],
+    )
+    assert not of_kind(manifests, "ClusterPodMonitoring")
+    assert sorted(
+        (m["metadata"]["namespace"], m["metadata"]["name"])
+        for m in of_kind(manifests, "PodMonitoring")
+    ) == [
+        ("ops", "test-seedrl-operator-operator"),
+        ("team-a", "test-seedrl-operator-experiments"),
+        ("team-b", "test-seedrl-operator-experiments"),
+    ]
+    lint(OPERATOR_CHART, sets=sets)
+    bad = template(
+        OPERATOR_CHART, sets=[*sets[:1], "metrics.podMonitor.flavor=grafana"], check=False
+    )
+    assert bad.returncode != 0 and "flavor" in bad.stderr

@@ -34,6 +34,8 @@ CUSTOM_KINDS = {
     ("seedrl.dev/v1alpha1", "Experiment"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("monitoring.googleapis.com/v1", "PodMonitoring"),
+    ("monitoring.googleapis.com/v1", "ClusterPodMonitoring"),
 }
 
 
