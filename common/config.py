@@ -74,6 +74,37 @@ ACTOR_IMAGE = f"{IMAGE_REGISTRY}/actors:{RELEASE}"
 
 
 @dataclasses.dataclass(frozen=True)
+class ImageDefaults:
+    """Where the images of an Experiment that names none come from: a registry and a
+    release, both roles alike, so that learner and actors always run the same version.
+
+    The operator resolves them (its own release; ``--image-registry`` for a mirror) and
+    records them in the Experiment's status at its first reconcile, so that an operator
+    upgrade changes no running Experiment's images, not even those of a learner replaced
+    later.
+
+    Attributes:
+      registry: e.g. ``ghcr.io/seedrl`` or a private mirror.
+      release: the image tag's version, e.g. ``0.1.0``.
+    """
+
+    registry: str = IMAGE_REGISTRY
+    release: str = RELEASE
+
+    def learner(self, kind: str) -> str:
+        """The learner image for an accelerator kind (cpu, gpu, tpu)."""
+        return f"{self.registry}/learner:{self.release}{'' if kind == 'cpu' else '-' + kind}"
+
+    def actors(self) -> str:
+        """The actor image."""
+        return f"{self.registry}/actors:{self.release}"
+
+
+#: This release's images from the default registry.
+RELEASE_IMAGES = ImageDefaults()
+
+
+@dataclasses.dataclass(frozen=True)
 class TPUGeneration:
     """One Cloud TPU generation as GKE schedules it.
 
@@ -794,8 +825,7 @@ class PlacementConfig:
         doc="Taints the pods tolerate (team-tainted pools, reservations).", factory=list
     )
     affinity: dict[str, Any] = param(
-        doc="A Kubernetes Affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod "
-        "spec.",
+        doc="A Kubernetes Affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec.",
         factory=dict,
     )
     priority_class_name: str = param(
@@ -935,10 +965,12 @@ class ActorsConfig:
         le=256,
     )
     image: str = param(
-        ACTOR_IMAGE,
-        "Container image of the actors in a cluster.",
-        pattern=_IMAGE,
-        pattern_hint="an image reference",
+        "",
+        f"Container image of the actors in a cluster; empty: the release's actor image "
+        f"({ACTOR_IMAGE} for this release, from the operator's registry), the same release "
+        f"as the learner's.",
+        pattern=f"({_IMAGE})?",
+        pattern_hint="an image reference, or empty",
         max_len=512,
     )
     resources: ResourcesConfig = param(
@@ -1301,10 +1333,15 @@ def _parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str,
     return cls(**kwargs) if ok else _INVALID
 
 
-def learner_image(learner: LearnerConfig) -> str:
-    """The learner's container image: ``spec.learner.image`` when set, else this release's
-    image for the accelerator it is scheduled on (:data:`LEARNER_IMAGES`)."""
-    return learner.image or LEARNER_IMAGES[learner.accelerator.kind]
+def learner_image(learner: LearnerConfig, defaults: ImageDefaults = RELEASE_IMAGES) -> str:
+    """The learner's container image: ``spec.learner.image`` when set, else the release's
+    image for the accelerator it is scheduled on (:data:`LEARNER_IMAGES` for this release)."""
+    return learner.image or defaults.learner(learner.accelerator.kind)
+
+
+def actor_image(actors: ActorsConfig, defaults: ImageDefaults = RELEASE_IMAGES) -> str:
+    """The actors' container image: ``spec.actors.image`` when set, else the release's."""
+    return actors.image or defaults.actors()
 
 
 def tpu_problems(tpu: TPUConfig) -> list[tuple[str, str]]:

@@ -129,6 +129,16 @@ def status_schema() -> dict[str, Any]:
                 "description": "Every pod the cost was priced from, those gone "
                 "included (service/cost/'s PodRecord).",
             },
+            "images": {
+                "type": "object",
+                "description": "Where the images the spec does not name come from, fixed at "
+                "the first reconcile so that an operator upgrade changes no running "
+                "experiment's images.",
+                "properties": {
+                    "registry": _string("The image registry, e.g. ghcr.io/seedrl."),
+                    "release": _string("The release the image tags name, e.g. 0.1.0."),
+                },
+            },
             "appliedImmutable": {
                 "type": "object",
                 "description": "The immutable part of the spec (env, agent) "

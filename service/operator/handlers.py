@@ -76,7 +76,15 @@ from typing import Any, Callable, Mapping, Optional
 import kopf
 import kubernetes
 
-from seedrl.common.config import GROUP, PLURAL, VERSION, ConfigError, Experiment
+from seedrl.common.config import (
+    GROUP,
+    IMAGE_REGISTRY,
+    PLURAL,
+    VERSION,
+    ConfigError,
+    Experiment,
+    ImageDefaults,
+)
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service import cost
@@ -132,6 +140,9 @@ class OperatorConfig:
         kubeconfig or in-cluster credentials, found by kopf.
       active: whether this replica is the active one among peers (:class:`PeeringGate`);
         always, when standalone.
+      images: where the images an Experiment does not name come from (this release's, from
+        ``--image-registry``); an Experiment keeps the ones of its first reconcile
+        (:func:`seedrl.service.operator.reconcile.image_defaults`).
     """
 
     api_client: kubernetes.client.ApiClient
@@ -144,6 +155,7 @@ class OperatorConfig:
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     connection: Optional[kopf.ConnectionInfo] = None
     active: Callable[[], bool] = lambda: True
+    images: ImageDefaults = dataclasses.field(default_factory=ImageDefaults)
 
 
 class Children:
@@ -369,7 +381,10 @@ class Reconciler:
         finished = reconcile.job_finished(job) or done_before
         self.ensure_learner_certificate(exp, namespace, owner)
         admitted = reconcile.admitted(exp, job)
-        for obj in reconcile.render(exp, owner, namespace, finished=finished, admitted=admitted):
+        images = reconcile.image_defaults((body or {}).get("status"), self.config.images)
+        for obj in reconcile.render(
+            exp, owner, namespace, finished=finished, admitted=admitted, images=images
+        ):
             kind = obj["kind"]
             if kind in _CREATE_ONLY:
                 self.children.create(obj)
@@ -464,6 +479,7 @@ class Reconciler:
             refused=refused,
             learner_pods=learner_pods,
             replacing=reconcile.job_outdated(exp, job),
+            images=reconcile.image_defaults(body.get("status"), self.config.images),
         )
         report = self.price(exp, namespace, body.get("status") or {}, status, pods)
         self.config.metrics.observe(
@@ -621,6 +637,14 @@ class Reconciler:
                     force=True,
                     _content_type=APPLY,
                 )
+            self.own_secrets(
+                namespace,
+                [
+                    reconcile.tls_secret_name(exp.metadata.name),
+                    reconcile.ca_secret_name(exp.metadata.name),
+                ],
+                owner,
+            )
             return
         name = reconcile.tls_secret_name(exp.metadata.name)
         current = self.children.read("Secret", namespace, name)
@@ -637,6 +661,22 @@ class Reconciler:
                 reconcile.render_tls_secret(
                     exp, certificates.self_signed(dns_names), owner, namespace
                 )
+            )
+
+    def own_secrets(self, namespace: str, names: list[str], owner: Mapping[str, Any]) -> None:
+        """Makes the Experiment own the Secrets cert-manager wrote for it: cert-manager does
+        not delete a Certificate's Secret with it (unless started with
+        ``--enable-certificate-owner-ref``), so the learner's key would outlive the
+        Experiment. A Secret not written yet is left for the next reconcile."""
+        for name in names:
+            secret = self.children.read("Secret", namespace, name)
+            if secret is None:
+                continue
+            refs = (secret.get("metadata") or {}).get("ownerReferences") or []
+            if any(r.get("uid") == owner["uid"] for r in refs):
+                continue
+            self.children.merge(
+                "Secret", namespace, name, {"metadata": {"ownerReferences": [*refs, dict(owner)]}}
             )
 
 
@@ -1017,6 +1057,13 @@ def main(argv: list[str] | None = None) -> int:
         "standalone (one replica only)",
     )
     p.add_argument(
+        "--image-registry",
+        default=os.environ.get("SEEDRL_IMAGE_REGISTRY") or IMAGE_REGISTRY,
+        help="registry of the learner and actor images of Experiments that name none (a "
+        "mirror of the release's images); default: $SEEDRL_IMAGE_REGISTRY, else "
+        f"{IMAGE_REGISTRY}",
+    )
+    p.add_argument(
         "--priority",
         type=int,
         default=None,
@@ -1034,7 +1081,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         p.error(f"the price table ({cost.PRICES_ENV}): {exc}")
     log.info("pricing pods with table %s (%s)", prices.version, prices.region)
-    config = OperatorConfig(api_client=api_client(), poll_seconds=args.poll_seconds, prices=prices)
+    config = OperatorConfig(
+        api_client=api_client(),
+        poll_seconds=args.poll_seconds,
+        prices=prices,
+        images=ImageDefaults(registry=args.image_registry.rstrip("/")),
+    )
     identity = f"seedrl-operator@{socket.gethostname()}/{os.getpid()}"
     priority = peering_priority(args.priority)
     if args.peering:

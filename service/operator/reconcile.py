@@ -47,9 +47,12 @@ from seedrl.common.config import (
     KIND,
     ConfigError,
     Experiment,
+    RELEASE_IMAGES,
+    ImageDefaults,
     PlacementConfig,
     TolerationConfig,
     dump_experiment,
+    actor_image,
     learner_image,
     parse_experiment,
     tpu_chips,
@@ -692,7 +695,9 @@ def learner_grace_seconds(exp: Experiment) -> int:
     return min(grace, SPOT_GRACE_SECONDS) if exp.spec.learner.spot else grace
 
 
-def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
+def render_learner_job(
+    exp: Experiment, owner=None, namespace=None, images: ImageDefaults = RELEASE_IMAGES
+) -> dict[str, Any]:
     """The learner: a Job of one pod, replaced (never restarted in place) by its exit code, and
     resuming from its checkpoint in each new pod."""
     spec = exp.spec
@@ -701,7 +706,7 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
     _, _, extra = _accelerator(exp)
     container = {
         "name": "learner",
-        "image": learner_image(learner),
+        "image": learner_image(learner, images),
         "imagePullPolicy": "IfNotPresent",
         "command": [
             "python",
@@ -739,7 +744,7 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_spec = _pod_spec(exp, container, "Never", learner_grace_seconds(exp), "learner")
-    pod_spec["initContainers"] = [render_env_spec_container(exp)]
+    pod_spec["initContainers"] = [render_env_spec_container(exp, images)]
     pod_spec["volumes"].append({"name": "shared", "emptyDir": {}})
     add_tls(exp, "learner", container, pod_spec)
     _learner_placement(exp, pod_spec)
@@ -771,7 +776,9 @@ def render_learner_job(exp: Experiment, owner=None, namespace=None) -> dict[str,
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
 
 
-def render_env_spec_container(exp: Experiment) -> dict[str, Any]:
+def render_env_spec_container(
+    exp: Experiment, images: ImageDefaults = RELEASE_IMAGES
+) -> dict[str, Any]:
     """The learner pod's init container: the actor image derives the env spec from the
     Experiment (it makes the env once, with the actors' own code and packages, which the
     learner image need not have) into :data:`ENV_SPEC_FILE`, and the learner serves that spec.
@@ -781,7 +788,7 @@ def render_env_spec_container(exp: Experiment) -> dict[str, Any]:
     raises what the pod asks for."""
     return {
         "name": ENV_SPEC_CONTAINER,
-        "image": exp.spec.actors.image,
+        "image": actor_image(exp.spec.actors, images),
         "imagePullPolicy": "IfNotPresent",
         "command": [
             "python",
@@ -988,7 +995,12 @@ def failure_reason(
 
 
 def render_actors(
-    exp: Experiment, owner=None, namespace=None, finished: bool = False, admitted: bool = True
+    exp: Experiment,
+    owner=None,
+    namespace=None,
+    finished: bool = False,
+    admitted: bool = True,
+    images: ImageDefaults = RELEASE_IMAGES,
 ) -> dict[str, Any]:
     """The actors: a Deployment whose pods derive their index from their pod name."""
     spec = exp.spec
@@ -996,7 +1008,7 @@ def render_actors(
     n = names(exp.metadata.name)
     container = {
         "name": "actor",
-        "image": actors.image,
+        "image": actor_image(actors, images),
         "imagePullPolicy": "IfNotPresent",
         # A Deployment's pods have no ordinal: with `--index auto` the learner assigns each
         # actor the lowest free index (unique among live actors, kept across reconnects).
@@ -1105,36 +1117,71 @@ def add_tls(
     container["command"] = [*container["command"], *args]
 
 
+def ca_secret_name(experiment_name: str) -> str:
+    """The Secret holding the learner's CA under cert-manager (``tls.crt``, ``tls.key``)."""
+    return f"{experiment_name}-learner-ca"
+
+
 def render_certificate(exp: Experiment, owner=None, namespace=None) -> list[dict[str, Any]]:
-    """The learner's certificate as cert-manager objects: a self-signed Issuer of this
-    Experiment's own and a Certificate for the learner's Service names, which cert-manager
-    writes (and renews) into :func:`tls_secret_name`'s Secret. Empty when TLS is off."""
+    """The learner's certificate as cert-manager objects, in the order to apply them: a
+    self-signed root Issuer, a CA Certificate of this Experiment's own (ten years, its key
+    never rotated), an Issuer signing with that CA, and the learner's leaf Certificate for
+    its Service names, which cert-manager writes (and renews, with a new key each time) into
+    :func:`tls_secret_name`'s Secret. The Secret's ``ca.crt`` is then the CA's, the same
+    across renewals: the actors, which trust ``ca.crt`` alone, keep verifying a renewed
+    leaf; with the leaf self-signed, each renewal changed the anchor under running actors.
+    Empty when TLS is off."""
     if not exp.spec.learner.tls.enabled:
         return []
     name = tls_secret_name(exp.metadata.name)
+    ca = ca_secret_name(exp.metadata.name)
+    root = f"{name}-root"
     ns = namespace or exp.metadata.namespace or "default"
-    issuer = {
-        "apiVersion": f"{CERT_MANAGER_GROUP}/v1",
-        "kind": "Issuer",
-        "metadata": _meta(exp, name, "learner", owner, namespace),
-        "spec": {"selfSigned": {}},
-    }
-    certificate = {
-        "apiVersion": f"{CERT_MANAGER_GROUP}/v1",
-        "kind": "Certificate",
-        "metadata": _meta(exp, name, "learner", owner, namespace),
-        "spec": {
-            "secretName": name,
-            "dnsNames": learner_dns_names(exp.metadata.name, ns),
-            "duration": "8760h",
-            "renewBefore": "720h",
-            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-            "usages": ["server auth", "digital signature", "key encipherment"],
-            "secretTemplate": {"labels": _labels(exp, "learner")},
-            "issuerRef": {"group": CERT_MANAGER_GROUP, "kind": "Issuer", "name": name},
-        },
-    }
-    return [issuer, certificate]
+
+    def issuer_ref(issuer: str) -> dict[str, str]:
+        return {"group": CERT_MANAGER_GROUP, "kind": "Issuer", "name": issuer}
+
+    def obj(kind: str, obj_name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{CERT_MANAGER_GROUP}/v1",
+            "kind": kind,
+            "metadata": _meta(exp, obj_name, "learner", owner, namespace),
+            "spec": spec,
+        }
+
+    secret_template = {"labels": _labels(exp, "learner")}
+    return [
+        obj("Issuer", root, {"selfSigned": {}}),
+        obj(
+            "Certificate",
+            ca,
+            {
+                "isCA": True,
+                "commonName": f"{names(exp.metadata.name).service} CA",
+                "secretName": ca,
+                "duration": "87600h",
+                "renewBefore": "720h",
+                "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Never"},
+                "secretTemplate": secret_template,
+                "issuerRef": issuer_ref(root),
+            },
+        ),
+        obj("Issuer", ca, {"ca": {"secretName": ca}}),
+        obj(
+            "Certificate",
+            name,
+            {
+                "secretName": name,
+                "dnsNames": learner_dns_names(exp.metadata.name, ns),
+                "duration": "8760h",
+                "renewBefore": "720h",
+                "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+                "usages": ["server auth", "digital signature", "key encipherment"],
+                "secretTemplate": secret_template,
+                "issuerRef": issuer_ref(ca),
+            },
+        ),
+    ]
 
 
 def render_tls_secret(
@@ -1158,6 +1205,7 @@ def render(
     namespace: str | None = None,
     finished: bool = False,
     admitted: bool = True,
+    images: ImageDefaults = RELEASE_IMAGES,
 ) -> list[dict[str, Any]]:
     """Every object that runs ``exp``, in the order to create them (config first).
 
@@ -1167,6 +1215,7 @@ def render(
       namespace: put in every object's metadata when given (else ``exp.metadata.namespace``).
       finished: the learner Job has completed or failed: no actors are rendered to run.
       admitted: whether Kueue admitted the learner (see :func:`admitted`); no actors before.
+      images: where the images the spec does not name come from (:func:`image_defaults`).
     """
     ns = namespace or exp.metadata.namespace
     volume = [render_run_volume(exp, owner, ns)] if needs_run_volume(exp) else []
@@ -1176,8 +1225,8 @@ def render(
         render_service(exp, owner, ns),
         render_network_policy(exp, owner, ns),
         render_disruption_budget(exp, owner, ns),
-        render_learner_job(exp, owner, ns),
-        render_actors(exp, owner, ns, finished, admitted),
+        render_learner_job(exp, owner, ns, images),
+        render_actors(exp, owner, ns, finished, admitted, images),
     ]
 
 
@@ -1194,6 +1243,24 @@ def learner_status_url(namespace: str, experiment_name: str, metrics_port: int) 
 # --------------------------------------------------------------------------------------------
 # Status
 # --------------------------------------------------------------------------------------------
+
+
+def image_defaults(
+    previous_status: Mapping[str, Any] | None, operator: ImageDefaults
+) -> ImageDefaults:
+    """The image defaults of an Experiment: those its status recorded at its first
+    reconcile (``status.images``), else the running operator's. An operator upgrade thus
+    changes no running Experiment's images (a learner replaced after it still runs the
+    actors' release), and both roles always come from one registry and release."""
+    pinned = (previous_status or {}).get("images") or {}
+    if isinstance(pinned, Mapping) and pinned.get("registry") and pinned.get("release"):
+        return ImageDefaults(registry=str(pinned["registry"]), release=str(pinned["release"]))
+    return operator
+
+
+def images_status(images: ImageDefaults) -> dict[str, str]:
+    """``status.images``: the image defaults an Experiment was made with."""
+    return {"registry": images.registry, "release": images.release}
 
 
 def now_rfc3339(now: datetime.datetime | None = None) -> str:
@@ -1272,6 +1339,7 @@ def compute_status(
     now: str | None = None,
     learner_pods: list[Mapping[str, Any]] | tuple = (),
     replacing: bool = False,
+    images: ImageDefaults | None = None,
 ) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
@@ -1289,6 +1357,8 @@ def compute_status(
         Running before its pod is ready; a failure's reason and message come from
         the last one that failed).
       replacing: the learner Job runs an older spec and is being replaced.
+      images: the image defaults the children were rendered with, recorded in
+        ``status.images`` (:func:`image_defaults` reads them back).
 
     Returns:
       A status (the keys this function owns; cost is added by the operator).
@@ -1568,6 +1638,8 @@ def compute_status(
     }
     if not refused:
         status["appliedImmutable"] = immutable_part(exp)
+    if images is not None:
+        status["images"] = images_status(images)
     start = prev.get("startTime") or job_status.get("startTime")
     if start:
         status["startTime"] = start

@@ -590,3 +590,18 @@ def test_gke_managed_prometheus_scrapes_the_experiments_and_the_operator():
         OPERATOR_CHART, sets=[*sets[:1], "metrics.podMonitor.flavor=grafana"], check=False
     )
     assert bad.returncode != 0 and "flavor" in bad.stderr
+
+
+def test_a_registry_mirror_for_the_experiments_images_reaches_the_operator():
+    (deployment,) = of_kind(
+        render(OPERATOR_CHART, sets=["experimentImages.registry=europe-docker.pkg.dev/p/seedrl"]),
+        "Deployment",
+    )
+    env = {
+        e["name"]: e.get("value")
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["SEEDRL_IMAGE_REGISTRY"] == "europe-docker.pkg.dev/p/seedrl"
+    (default,) = of_kind(render(OPERATOR_CHART), "Deployment")
+    names = [e["name"] for e in default["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert "SEEDRL_IMAGE_REGISTRY" not in names

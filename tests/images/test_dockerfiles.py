@@ -374,7 +374,7 @@ def test_make_images_tags_what_the_experiment_and_chart_default_to():
             {"metadata": {"name": "x"}, "spec": {"learner": {"accelerator": {"kind": kind}}}}
         )
         assert config.learner_image(exp.spec.learner) == learner
-        assert exp.spec.actors.image == actors
+        assert config.actor_image(exp.spec.actors) == actors
     chart = (ROOT / "helm" / "seedrl-operator" / "values.yaml").read_text()
     assert f"repository: {registry}/operator" in chart
     assert operator == f"{registry}/operator:{version}"

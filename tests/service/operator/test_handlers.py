@@ -769,3 +769,45 @@ def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(
     assert k8s.child("Job", "queued-learner")["spec"]["suspend"] is False
     k8s.patch_spec("queued", {"suspend": False})
     wait_for(lambda: workload_active() is True, what="Workload active again")
+
+
+def test_an_experiment_keeps_the_images_of_its_first_reconcile(k8s):
+    from seedrl.common.config import RELEASE
+
+    k8s.create("pinned")
+    wait_for(lambda: k8s.status("pinned").get("images"), what="status.images")
+    assert k8s.status("pinned")["images"] == {"registry": "ghcr.io/seedrl", "release": RELEASE}
+    job = wait_for(lambda: k8s.child("Job", "pinned-learner"), what="the learner Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        f"ghcr.io/seedrl/learner:{RELEASE}"
+    )
+    # As an older operator recorded them: a learner replaced under a newer operator (an edit
+    # of what it runs) still runs the release the actors were made with.
+    k8s.custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        NS,
+        PLURAL,
+        "pinned",
+        {"status": {"images": {"registry": "old.example/seedrl", "release": "0.0.9"}}},
+        _content_type=MERGE,
+    )
+    wait_for(lambda: k8s.status("pinned")["images"]["release"] == "0.0.9", what="the older images")
+    old_uid = job["metadata"]["uid"]
+    k8s.patch_spec("pinned", {"budget": {"maxEnvSteps": 123456}})
+
+    def replaced():
+        try:
+            new = k8s.child("Job", "pinned-learner")
+        except kubernetes.client.ApiException:
+            return None
+        if new is None or new["metadata"]["uid"] == old_uid:
+            return None
+        return new
+
+    new = wait_for(replaced, what="the replaced learner Job")
+    pod = new["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "old.example/seedrl/learner:0.0.9"
+    assert pod["initContainers"][0]["image"] == "old.example/seedrl/actors:0.0.9"
+    actors = k8s.child("Deployment", "pinned-actors")["spec"]["template"]["spec"]["containers"][0]
+    assert actors["image"] == "old.example/seedrl/actors:0.0.9"

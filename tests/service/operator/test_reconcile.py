@@ -534,22 +534,34 @@ def test_tls_mounts_the_learners_key_into_the_learner_and_only_the_ca_into_actor
         ][0]["volumeMounts"]
 
 
-def test_cert_manager_gets_an_issuer_and_a_certificate_for_the_service_names():
+def test_cert_manager_signs_the_learner_with_a_ca_of_the_experiments_own():
     exp = exp_of()
-    issuer, certificate = reconcile.render_certificate(exp, namespace="rl")
-    assert (issuer["kind"], issuer["spec"]) == ("Issuer", {"selfSigned": {}})
-    assert certificate["spec"]["secretName"] == "exp-learner-tls"
-    assert certificate["spec"]["issuerRef"] == {
+    root, ca, ca_issuer, leaf = reconcile.render_certificate(exp, OWNER, namespace="rl")
+    assert (root["kind"], root["spec"]) == ("Issuer", {"selfSigned": {}})
+    # A CA whose key never rotates signs the leaf: the leaf Secret's ca.crt, all the actors
+    # trust, stays the same when the leaf renews (rotationPolicy Always: a new key each time).
+    assert ca["kind"] == "Certificate" and ca["spec"]["isCA"] is True
+    assert ca["spec"]["privateKey"]["rotationPolicy"] == "Never"
+    assert ca["spec"]["issuerRef"]["name"] == root["metadata"]["name"]
+    assert ca_issuer["kind"] == "Issuer"
+    assert ca_issuer["spec"] == {"ca": {"secretName": ca["spec"]["secretName"]}}
+    assert leaf["kind"] == "Certificate" and "isCA" not in leaf["spec"]
+    assert leaf["spec"]["secretName"] == "exp-learner-tls"
+    assert leaf["spec"]["privateKey"]["rotationPolicy"] == "Always"
+    assert leaf["spec"]["issuerRef"] == {
         "group": "cert-manager.io",
         "kind": "Issuer",
-        "name": "exp-learner-tls",
+        "name": ca_issuer["metadata"]["name"],
     }
-    assert certificate["spec"]["dnsNames"] == [
+    assert leaf["spec"]["dnsNames"] == [
         "exp-learner",
         "exp-learner.rl",
         "exp-learner.rl.svc",
         "exp-learner.rl.svc.cluster.local",
     ]
+    assert len({(o["kind"], o["metadata"]["name"]) for o in (root, ca, ca_issuer, leaf)}) == 4
+    for obj in (root, ca, ca_issuer, leaf):
+        assert obj["metadata"]["ownerReferences"] == [OWNER]
     assert reconcile.render_certificate(exp_of(learner={"tls": {"enabled": False}})) == []
 
 
@@ -1385,3 +1397,62 @@ def test_placement_of_each_role_is_merged_with_the_operators_own():
 def test_a_bad_placement_is_refused_naming_the_field(placement, path):
     with pytest.raises(ConfigError, match=path.replace("[", r"\[").replace("]", r"\]")):
         exp_of(learner={"placement": placement})
+
+
+def _images(objs):
+    learner = objs["Job"]["spec"]["template"]["spec"]
+    return (
+        learner["containers"][0]["image"],
+        learner["initContainers"][0]["image"],
+        objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"],
+    )
+
+
+def test_both_roles_take_their_default_images_from_one_registry_and_release():
+    from seedrl.common.config import ImageDefaults
+
+    # The CRD stores no actor image: the operator resolves both roles' defaults alike.
+    assert exp_of().spec.actors.image == ""
+    assert _images(by_kind(reconcile.render(exp_of()))) == (
+        "ghcr.io/seedrl/learner:0.1.0",
+        "ghcr.io/seedrl/actors:0.1.0",
+        "ghcr.io/seedrl/actors:0.1.0",
+    )
+    mirror = ImageDefaults(registry="europe-docker.pkg.dev/p/seedrl", release="0.2.0")
+    gpu = exp_of(learner={"accelerator": {"kind": "gpu"}})
+    assert _images(by_kind(reconcile.render(gpu, images=mirror))) == (
+        "europe-docker.pkg.dev/p/seedrl/learner:0.2.0-gpu",
+        "europe-docker.pkg.dev/p/seedrl/actors:0.2.0",
+        "europe-docker.pkg.dev/p/seedrl/actors:0.2.0",
+    )
+    # An image the spec names wins, for either role.
+    named = exp_of(actors={"image": "example.com/a:1"}, learner={"image": "example.com/l:1"})
+    assert _images(by_kind(reconcile.render(named, images=mirror))) == (
+        "example.com/l:1",
+        "example.com/a:1",
+        "example.com/a:1",
+    )
+
+
+def test_an_operator_upgrade_keeps_the_images_an_experiment_started_with():
+    from seedrl.common.config import ImageDefaults
+
+    old, new = ImageDefaults(release="0.1.0"), ImageDefaults(release="0.2.0")
+    # First reconcile: the running operator's defaults, recorded in the status.
+    assert reconcile.image_defaults(None, new) == new
+    status = reconcile.compute_status(
+        exp_of(),
+        generation=1,
+        previous=None,
+        job=None,
+        deployment=None,
+        learner=None,
+        images=old,
+    )
+    assert status["images"] == {"registry": "ghcr.io/seedrl", "release": "0.1.0"}
+    # A newer operator renders that Experiment (and any replacement learner) with them.
+    assert reconcile.image_defaults(status, new) == old
+    assert _images(by_kind(reconcile.render(exp_of(), images=old)))[0].endswith(":0.1.0")
+    jsonschema.validate(
+        {"images": status["images"]}, to_json_schema(crd.status_schema(), closed=True)
+    )
