@@ -139,6 +139,22 @@ def status_schema() -> dict[str, Any]:
                     "release": _string("The release the image tags name, e.g. 0.1.0."),
                 },
             },
+            "learnerUsage": {
+                "type": "object",
+                "description": "What learner Jobs replaced before the current one, and runs "
+                "before the current run, used of spec.backoffLimit and "
+                "spec.activeDeadlineSeconds.",
+                "properties": {
+                    "earlierFailed": _integer("Failures counted by replaced learner Jobs."),
+                    "earlierActiveSeconds": _number(
+                        "Seconds learner Jobs were active before the current run."
+                    ),
+                    "jobUid": _string("The learner Job last seen."),
+                    "jobFailed": _integer("Its failures when last seen."),
+                    "runStart": _string("When its current run started.", format="date-time"),
+                    "lastSeen": _string("When it was last seen.", format="date-time"),
+                },
+            },
             "appliedImmutable": {
                 "type": "object",
                 "description": "The immutable part of the spec (env, agent) "

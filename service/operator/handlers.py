@@ -300,15 +300,23 @@ class Children:
         return True
 
 
-def _job_patch(exp: Experiment, job: Mapping[str, Any]) -> dict | None:
+def _job_patch(
+    exp: Experiment, job: Mapping[str, Any], usage: reconcile.LearnerUsage | None = None
+) -> dict | None:
     """What to change on an existing learner Job: only ``spec.suspend`` may change, and never
     for a queued one (Kueue owns a queued Job's ``spec.suspend``: see :func:`workload_active`).
+    Resumed, its ``activeDeadlineSeconds`` becomes what is left of the spec's: the Job's own
+    timer starts again from zero at every resume.
     """
     if exp.spec.queue_name:
         return None
     current = bool((job.get("spec") or {}).get("suspend"))
     if exp.spec.suspend != current:
-        return {"spec": {"suspend": exp.spec.suspend}}
+        patch: dict[str, Any] = {"suspend": exp.spec.suspend}
+        deadline = (usage or reconcile.LearnerUsage()).deadline(exp)
+        if not exp.spec.suspend and deadline is not None:
+            patch["activeDeadlineSeconds"] = deadline
+        return {"spec": patch}
     return None
 
 
@@ -381,9 +389,11 @@ class Reconciler:
         finished = reconcile.job_finished(job) or done_before
         self.ensure_learner_certificate(exp, namespace, owner)
         admitted = reconcile.admitted(exp, job)
-        images = reconcile.image_defaults((body or {}).get("status"), self.config.images)
+        previous = (body or {}).get("status")
+        images = reconcile.image_defaults(previous, self.config.images)
+        usage = reconcile.LearnerUsage.from_status(previous)
         for obj in reconcile.render(
-            exp, owner, namespace, finished=finished, admitted=admitted, images=images
+            exp, owner, namespace, finished=finished, admitted=admitted, images=images, usage=usage
         ):
             kind = obj["kind"]
             if kind in _CREATE_ONLY:
@@ -396,7 +406,7 @@ class Reconciler:
             elif reconcile.job_outdated(exp, job):
                 self.replace_learner(exp, namespace, job, body)
             else:
-                patch = _job_patch(exp, job)
+                patch = _job_patch(exp, job, usage)
                 if patch:
                     self.children.merge("Job", namespace, obj["metadata"]["name"], patch)
                 if exp.spec.queue_name:

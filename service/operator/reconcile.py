@@ -695,8 +695,98 @@ def learner_grace_seconds(exp: Experiment) -> int:
     return min(grace, SPOT_GRACE_SECONDS) if exp.spec.learner.spot else grace
 
 
+@dataclasses.dataclass(frozen=True)
+class LearnerUsage:
+    """What the learner has used up of ``spec.backoffLimit`` and
+    ``spec.activeDeadlineSeconds`` before its current Job and run, which a new Job would
+    otherwise start from zero: a replaced learner Job (an edit) counts its failures afresh,
+    and a Job's deadline restarts each time it is resumed from a suspend ("Jobs": the timer
+    is stopped and reset). Recorded in ``status.learnerUsage`` at every status refresh
+    (:func:`advance_usage`), so up to one poll of either is missed.
+
+    Attributes:
+      failed: failures counted by learner Jobs replaced before the current one.
+      active_seconds: seconds learner Jobs were active before the current Job's current run.
+    """
+
+    failed: int = 0
+    active_seconds: float = 0.0
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> "LearnerUsage":
+        """The usage recorded in an Experiment's status (none: nothing used)."""
+        usage = (status or {}).get("learnerUsage") or {}
+        try:
+            return cls(
+                failed=int(usage.get("earlierFailed") or 0),
+                active_seconds=float(usage.get("earlierActiveSeconds") or 0.0),
+            )
+        except (TypeError, ValueError, AttributeError):
+            return cls()
+
+    def backoff_limit(self, exp: Experiment) -> int:
+        """The ``backoffLimit`` of a new learner Job: what is left of the spec's."""
+        return max(0, exp.spec.backoff_limit - self.failed)
+
+    def deadline(self, exp: Experiment) -> int | None:
+        """The ``activeDeadlineSeconds`` of a learner Job's next run: what is left of the
+        spec's (at least 1 s: the API refuses 0, and the Job then fails at once)."""
+        if exp.spec.active_deadline_seconds is None:
+            return None
+        return max(1, int(exp.spec.active_deadline_seconds - self.active_seconds))
+
+
+def _seconds_between(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return 0.0
+    try:
+        a = datetime.datetime.fromisoformat(start.replace("Z", "+00:00"))
+        b = datetime.datetime.fromisoformat(end.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, (b - a).total_seconds())
+
+
+def advance_usage(
+    previous: Mapping[str, Any] | None, job: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """``status.learnerUsage`` after observing ``job`` at ``now``: when the Job is another
+    than last time, the last one's failures and run are added to what came before; when the
+    Job's run ended or restarted (its ``startTime`` went or changed: suspended, resumed), the
+    run's active time is."""
+    prev = dict(previous or {})
+    failed = int(prev.get("earlierFailed") or 0)
+    active = float(prev.get("earlierActiveSeconds") or 0.0)
+    meta = (job or {}).get("metadata") or {}
+    status = (job or {}).get("status") or {}
+    uid, start = meta.get("uid"), status.get("startTime")
+    run_start, last_seen = prev.get("runStart"), prev.get("lastSeen")
+    if prev.get("jobUid") and uid != prev["jobUid"]:
+        failed += int(prev.get("jobFailed") or 0)
+        active += _seconds_between(run_start, last_seen)
+        run_start = None
+    elif run_start and start != run_start:
+        active += _seconds_between(run_start, last_seen)
+        run_start = None
+    out: dict[str, Any] = {
+        "earlierFailed": failed,
+        "earlierActiveSeconds": round(active, 1),
+        "lastSeen": now,
+    }
+    if uid:
+        out["jobUid"] = uid
+        out["jobFailed"] = int(status.get("failed") or 0)
+    if start:
+        out["runStart"] = start
+    return out
+
+
 def render_learner_job(
-    exp: Experiment, owner=None, namespace=None, images: ImageDefaults = RELEASE_IMAGES
+    exp: Experiment,
+    owner=None,
+    namespace=None,
+    images: ImageDefaults = RELEASE_IMAGES,
+    usage: LearnerUsage | None = None,
 ) -> dict[str, Any]:
     """The learner: a Job of one pod, replaced (never restarted in place) by its exit code, and
     resuming from its checkpoint in each new pod."""
@@ -756,7 +846,7 @@ def render_learner_job(
     job_spec: dict[str, Any] = {
         "completions": 1,
         "parallelism": 1,
-        "backoffLimit": spec.backoff_limit,
+        "backoffLimit": (usage or LearnerUsage()).backoff_limit(exp),
         "podFailurePolicy": learner_failure_policy(),
         # A new pod only once the old one has stopped: two learners never write the same
         # checkpoints (and the only value podFailurePolicy allows).
@@ -765,8 +855,9 @@ def render_learner_job(
         "suspend": bool(spec.suspend or spec.queue_name),
         "template": {"metadata": template_meta, "spec": pod_spec},
     }
-    if spec.active_deadline_seconds is not None:
-        job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    deadline = (usage or LearnerUsage()).deadline(exp)
+    if deadline is not None:
+        job_spec["activeDeadlineSeconds"] = deadline
     if spec.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
     meta = _meta(exp, n.learner, "learner", owner, namespace)
@@ -1206,6 +1297,7 @@ def render(
     finished: bool = False,
     admitted: bool = True,
     images: ImageDefaults = RELEASE_IMAGES,
+    usage: LearnerUsage | None = None,
 ) -> list[dict[str, Any]]:
     """Every object that runs ``exp``, in the order to create them (config first).
 
@@ -1216,6 +1308,7 @@ def render(
       finished: the learner Job has completed or failed: no actors are rendered to run.
       admitted: whether Kueue admitted the learner (see :func:`admitted`); no actors before.
       images: where the images the spec does not name come from (:func:`image_defaults`).
+      usage: what earlier learner Jobs used of the backoff limit and the deadline.
     """
     ns = namespace or exp.metadata.namespace
     volume = [render_run_volume(exp, owner, ns)] if needs_run_volume(exp) else []
@@ -1225,7 +1318,7 @@ def render(
         render_service(exp, owner, ns),
         render_network_policy(exp, owner, ns),
         render_disruption_budget(exp, owner, ns),
-        render_learner_job(exp, owner, ns, images),
+        render_learner_job(exp, owner, ns, images, usage),
         render_actors(exp, owner, ns, finished, admitted, images),
     ]
 
@@ -1640,6 +1733,7 @@ def compute_status(
         status["appliedImmutable"] = immutable_part(exp)
     if images is not None:
         status["images"] = images_status(images)
+    status["learnerUsage"] = advance_usage(prev.get("learnerUsage"), job, now)
     start = prev.get("startTime") or job_status.get("startTime")
     if start:
         status["startTime"] = start

@@ -811,3 +811,16 @@ def test_an_experiment_keeps_the_images_of_its_first_reconcile(k8s):
     assert pod["initContainers"][0]["image"] == "old.example/seedrl/actors:0.0.9"
     actors = k8s.child("Deployment", "pinned-actors")["spec"]["template"]["spec"]["containers"][0]
     assert actors["image"] == "old.example/seedrl/actors:0.0.9"
+
+
+def test_a_resumed_learner_job_gets_what_is_left_of_the_deadline():
+    from seedrl.service.operator.handlers import _job_patch
+
+    exp = parse_experiment({"metadata": {"name": "x"}, "spec": {"activeDeadlineSeconds": 3600}})
+    suspended = {"spec": {"suspend": True}}
+    used = reconcile.LearnerUsage(active_seconds=1000)
+    # The Job's own timer restarts at every resume: it is told what is left.
+    assert _job_patch(exp, suspended, used) == {
+        "spec": {"suspend": False, "activeDeadlineSeconds": 2600}
+    }
+    assert _job_patch(exp, {"spec": {"suspend": False}}, used) is None
