@@ -8,11 +8,10 @@ The rule they follow: **0 means done** (for the learner: the Experiment is finis
 or target reached; for an actor: the learner said so). A process stopped before that (SIGTERM
 from a drain, an eviction, a Spot preemption, a suspend; SIGINT) exits :attr:`ExitCode.STOPPED`
 once its final checkpoint is written, so that nothing mistakes an interrupted run for a
-finished one and it is run again: without counting as a failure locally and, in a cluster, when
-the pod was disrupted (condition DisruptionTarget) or suspended; a STOPPED pod the cluster gives
-no such reason for (a liveness probe's kill, ``kubectl delete pod``) counts against
-``spec.backoffLimit``, so that a learner killed again and again fails instead of cycling.
-Codes that a restart would only
+finished one and it is run again without counting as a failure; a learner stopped while its
+own ``/healthz`` was not answering (what a liveness probe kills) exits FAILED instead, so that
+one killed again and again is counted and fails at ``spec.backoffLimit``. Codes that a
+restart would only
 repeat (a bad configuration, a checkpoint location that cannot be used, an actor the learner
 refuses) fail at once.
 """
@@ -90,8 +89,7 @@ _DESCRIPTIONS = {
 PERMANENT = frozenset(
     {ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION, ExitCode.NO_ACCELERATOR}
 )
-#: Codes that are no failure of the run: the local launcher restarts them without counting (in a
-#: cluster only a disruption or a suspend makes a STOPPED exit free: see the module docstring).
+#: Codes that are no failure of the run: restarted without counting (podFailurePolicy Ignore).
 RETRY_FREELY = frozenset({ExitCode.STOPPED})
 #: What a container killed by SIGKILL exits with (128 + 9): the kernel's OOM killer, or the
 #: end of a grace period. Counted as a crash.

@@ -42,6 +42,7 @@ from seedrl.learner.checkpoint import (
     open_checkpointer,
 )
 from seedrl.learner.devices import AcceleratorMissing
+from seedrl.learner.health import HealthWatch
 from seedrl.learner.devices import setup as setup_devices
 from seedrl.learner.main import SIGNAL_REASONS, exit_code, write_termination_log
 from seedrl.learner.metrics import LearnerMetrics
@@ -122,6 +123,8 @@ class LearnerApp:
         self.args = args
         self.checkpointer: Checkpointer | None = None
         self.http: MetricsServer | None = None
+        #: Probes the learner's own /healthz as its liveness probe does.
+        self.health: HealthWatch | None = None
         self.summaries: Summaries | None = None
         #: The final checkpoint could not be published.
         self.final_checkpoint_failed = False
@@ -190,10 +193,13 @@ class LearnerApp:
             ready=lambda: self.serving.is_set() and not self.runtime.finished,
         )
         try:
-            log.info("metrics on http://%s:%d/metrics, status on /status", bind[0], http.start())
+            port = http.start()
+            log.info("metrics on http://%s:%d/metrics, status on /status", bind[0], port)
         except OSError as exc:  # training matters more than its metrics
             log.error("cannot serve metrics on %s:%d: %s", bind[0], bind[1], exc)
             return None
+        host = "127.0.0.1" if bind[0] in ("", "0.0.0.0", "::", "[::]") else bind[0]
+        self.health = HealthWatch(f"http://{host}:{port}/healthz").start()
         return http
 
     def _open_checkpoints(self) -> Checkpointer | None:
@@ -392,11 +398,19 @@ class LearnerApp:
         await self._final_checkpoint(loop)
         self._write_final_files()
         await server.stop(grace=1.0)
+        unhealthy = self.health is not None and self.health.unhealthy()
+        if unhealthy:
+            log.error(
+                "stopped while /healthz had not answered for %.0f s (what a liveness probe "
+                "kills): exiting as a failure, so that the restarts are counted",
+                self.health.unanswered_seconds(),
+            )
         code = exit_code(
             runtime.stop_reason,
             runtime.train_error is not None,
             self.final_checkpoint_failed,
             self.checkpointer is not None and self.checkpointer.conflict is not None,
+            unhealthy,
         )
         log.info("exiting with %s", describe_exit(code))
         if args.termination_log:
@@ -467,6 +481,9 @@ class LearnerApp:
         if self.summaries is not None:
             self.summaries.close()
             self.summaries = None
+        if self.health is not None:
+            self.health.stop()
+            self.health = None
         if self.http is not None:
             self.http.stop()
             self.http = None

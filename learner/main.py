@@ -143,6 +143,7 @@ def exit_code(
     train_failed: bool,
     final_checkpoint_failed: bool,
     checkpoint_conflict: bool,
+    unhealthy: bool = False,
 ) -> ExitCode:
     """The learner's exit code once it has stopped.
 
@@ -150,14 +151,16 @@ def exit_code(
     learner stopped by a signal exits STOPPED, so that a drained, preempted or suspended pod is
     run again instead of ending the run. A stop whose final checkpoint failed is a crash (the
     run resumes from the previous checkpoint, counted against the restart limit), unless the
-    budget was reached anyway.
+    budget was reached anyway; so is a stop while its own /healthz was not answering
+    (``unhealthy``, :mod:`seedrl.learner.health`): what a liveness probe kills, which would
+    otherwise be replaced for ever without counting.
     """
     if checkpoint_conflict:
         return ExitCode.CHECKPOINT_LOCATION
     if train_failed:
         return ExitCode.FAILED
     if stop_reason in SIGNAL_REASONS or stop_reason is None:
-        return ExitCode.FAILED if final_checkpoint_failed else ExitCode.STOPPED
+        return ExitCode.FAILED if final_checkpoint_failed or unhealthy else ExitCode.STOPPED
     return ExitCode.OK
 
 

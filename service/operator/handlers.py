@@ -455,8 +455,10 @@ class Reconciler:
         body: Mapping[str, Any],
         refused: list[str],
         seen: Observed | None = None,
+        forbidden: str | None = None,
     ) -> dict:
-        """The status to write, from what the children and the learner say now."""
+        """The status to write, from what the children and the learner say now
+        (``forbidden``: the API server's refusal of a call applying the children)."""
         seen = seen or self.observe(exp, namespace)
         job, deployment = seen.job, seen.deployment
         learner, why = self.learner_status(exp, namespace, job)
@@ -490,6 +492,7 @@ class Reconciler:
             learner_pods=learner_pods,
             replacing=reconcile.job_outdated(exp, job),
             images=reconcile.image_defaults(body.get("status"), self.config.images),
+            forbidden=forbidden,
         )
         report = self.price(exp, namespace, body.get("status") or {}, status, pods)
         self.config.metrics.observe(
@@ -567,13 +570,29 @@ class Reconciler:
             return status
         applied = previous.get("appliedImmutable")
         refused = reconcile.immutable_changes(applied, exp) if applied else []
+        forbidden = None
         if not refused:
             seen = seen or self.observe(exp, namespace)
             done_before = reconcile.finished_before(previous)
             if not heal_only or self._needs_healing(exp, namespace, seen, done_before):
-                self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
+                try:
+                    self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
+                except kubernetes.client.ApiException as exc:
+                    if exc.status != 403:
+                        raise
+                    # Retrying would only be refused again: say so where the user looks.
+                    forbidden = _api_message(exc)
+                    self._announce_forbidden(body, forbidden)
                 seen = self.observe(exp, namespace)
-        return self.status(exp, namespace, body, refused, seen)
+        return self.status(exp, namespace, body, refused, seen, forbidden)
+
+    def _announce_forbidden(self, body: Mapping[str, Any], message: str) -> None:
+        """Logs a refused call and posts a Warning Event, once per new refusal."""
+        before = reconcile.condition(body.get("status") or {}, "SpecApplied") or {}
+        meta = body["metadata"]
+        log.error("Experiment %s/%s: %s", meta["namespace"], meta["name"], message)
+        if before.get("reason") != "Forbidden" or message not in (before.get("message") or ""):
+            self.children.event(body, "Warning", "Forbidden", message)
 
     def _needs_healing(
         self, exp: Experiment, namespace: str, seen: Observed, done_before: bool
@@ -688,6 +707,14 @@ class Reconciler:
             self.children.merge(
                 "Secret", namespace, name, {"metadata": {"ownerReferences": [*refs, dict(owner)]}}
             )
+
+
+def _api_message(exc: kubernetes.client.ApiException) -> str:
+    """The API server's message of a refused call (its Status body), else the reason."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
 
 
 def _write_status(

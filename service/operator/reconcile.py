@@ -40,7 +40,7 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from seedrl.common.exit_codes import PERMANENT, ExitCode
+from seedrl.common.exit_codes import PERMANENT, RETRY_FREELY, ExitCode
 from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.config import (
     API_VERSION,
@@ -560,17 +560,26 @@ def learner_failure_policy() -> dict[str, Any]:
 
     Rules apply in order, the first that matches wins (Kubernetes, "Handling Pod and container
     failures"): a pod with condition DisruptionTarget (evicted, drained, preempted, node
-    shutdown) is replaced without counting; a permanent code fails the Job at once; anything
-    else counts against backoffLimit: an exception, SIGKILL/OOMKilled, and a STOPPED exit
-    that no disruption explains (a liveness probe's kill, a ``kubectl delete pod``), so that
-    a learner killed again and again fails at the limit instead of cycling for ever. (Pods
-    the Job controller deletes for a suspend are not counted: "Suspending a Job".)
+    shutdown) is replaced without counting; so is one that exited STOPPED (a signal stopped
+    it after its final checkpoint: a drain that deleted it, a suspend); a permanent code
+    fails the Job at once; anything else counts against backoffLimit: an exception,
+    SIGKILL/OOMKilled, and a learner stopped while its own /healthz was not answering, which
+    exits FAILED (:mod:`seedrl.learner.health`), so that one its liveness probe kills again
+    and again fails at the limit instead of cycling for ever.
     """
     return {
         "rules": [
             {
                 "action": "Ignore",
                 "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}],
+            },
+            {
+                "action": "Ignore",
+                "onExitCodes": {
+                    "containerName": "learner",
+                    "operator": "In",
+                    "values": [int(c) for c in RETRY_FREELY],
+                },
             },
             {
                 "action": "FailJob",
@@ -1008,6 +1017,25 @@ def learner_started(pods: list[Mapping[str, Any]] | tuple) -> bool:
     )
 
 
+def learner_unschedulable(pods: list[Mapping[str, Any]] | tuple) -> str | None:
+    """The scheduler's message when a learner pod that is not being deleted waits with
+    condition PodScheduled=False, reason Unschedulable (no node fits: labels, taints,
+    capacity, a TPU topology no node pool has); None otherwise."""
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("spec") or {}).get(
+            "nodeName"
+        ):
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                return str(cond.get("message") or "no node fits it")
+    return None
+
+
 def _learner_state(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The learner container's ``state`` in ``pod`` (empty when it has none yet)."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -1433,6 +1461,7 @@ def compute_status(
     learner_pods: list[Mapping[str, Any]] | tuple = (),
     replacing: bool = False,
     images: ImageDefaults | None = None,
+    forbidden: str | None = None,
 ) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
@@ -1452,6 +1481,8 @@ def compute_status(
       replacing: the learner Job runs an older spec and is being replaced.
       images: the image defaults the children were rendered with, recorded in
         ``status.images`` (:func:`image_defaults` reads them back).
+      forbidden: the API server's message when it refused (403) a call applying the
+        children: condition SpecApplied=False, reason Forbidden.
 
     Returns:
       A status (the keys this function owns; cost is added by the operator).
@@ -1469,6 +1500,18 @@ def compute_status(
             f"{', '.join(refused)} cannot change once an experiment has started "
             f"(its checkpoints belong to the old value); revert the change or "
             f"create a new Experiment",
+            generation,
+            now,
+        )
+    elif forbidden:
+        set_condition(
+            conditions,
+            "SpecApplied",
+            False,
+            "Forbidden",
+            f"The operator may not make this Experiment's children: {forbidden} Grant its "
+            f"role what it lacks (the operator chart's rbac.create renders every rule it "
+            f"needs); it retries at every poll.",
             generation,
             now,
         )
@@ -1554,6 +1597,19 @@ def compute_status(
             True,
             "PodReady",
             "The learner pod is ready.",
+            generation,
+            now,
+        )
+    elif (
+        unschedulable := learner_unschedulable(learner_pods)
+    ) is not None and not exp.spec.suspend:
+        # The scheduler's own words: no node has the accelerator, the capacity, the labels.
+        set_condition(
+            conditions,
+            "LearnerReady",
+            False,
+            "Unschedulable",
+            f"The learner pod cannot be scheduled: {unschedulable}",
             generation,
             now,
         )

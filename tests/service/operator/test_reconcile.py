@@ -298,13 +298,9 @@ def test_failure_policy_follows_the_exit_codes():
     policy = by_kind(reconcile.render(exp_of()))["Job"]["spec"]["podFailurePolicy"]
     # A drained, evicted or preempted pod is replaced without counting, whatever it exited.
     assert _first_rule(policy, exit_code=137, conditions=[("DisruptionTarget", "True")]) == "Ignore"
-    # Stopped by a signal with no disruption to explain it (a liveness probe's kill): it
-    # counts, so that a learner killed again and again fails at backoffLimit.
-    assert _first_rule(policy, exit_code=ExitCode.STOPPED) is None
-    assert (
-        _first_rule(policy, exit_code=ExitCode.STOPPED, conditions=[("DisruptionTarget", "True")])
-        == "Ignore"
-    )
+    # Stopped by a signal after its final checkpoint (a drain that deleted it, a suspend). A
+    # learner its liveness probe kills exits FAILED instead (learner/health.py): counted.
+    assert _first_rule(policy, exit_code=ExitCode.STOPPED) == "Ignore"
     assert _first_rule(policy, exit_code=ExitCode.BAD_CONFIG) == "FailJob"
     assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION) == "FailJob"
     # Scheduled on a GPU or TPU it does not find: another pod of this Job would land on the
