@@ -14,8 +14,9 @@ from typing import Any, Mapping, Optional, cast
 
 import kubernetes
 
-from seedrl.common.config import GROUP, PLURAL, VERSION, AgentConfig, EnvConfig
+from seedrl.common.config import GROUP, PLURAL, VERSION, AgentConfig, EnvConfig, Experiment
 from seedrl.common.learner_status import LearnerStatus
+from seedrl.service.operator.reconcile import names
 
 FIELD_MANAGER = "seedrl-cli"
 APPLY = "application/apply-patch+yaml"
@@ -71,6 +72,41 @@ def apply_experiment(
         _preload_content=False,
     )
     return json.loads(cast(Any, response).data)
+
+
+def checkpoint_notice(exp: Experiment, namespace: str) -> str | None:
+    """What ``seedrl submit`` tells about where the checkpoints of ``exp`` go in the cluster
+    when ``spec.checkpoint.uri`` is empty, or None when it is set.
+
+    The operator then gives the learner a PersistentVolumeClaim of its own
+    (:func:`seedrl.service.operator.reconcile.render_run_volume`): a replaced learner pod
+    resumes from it, and with ``volumeRetention: Retain`` (the default) it carries no owner
+    reference, so it outlives the Experiment and has to be deleted on purpose. Saying so, with
+    the claim's name, is what keeps a user from either paying for forgotten disks or deleting
+    checkpoints they meant to keep."""
+    checkpoint = exp.spec.checkpoint
+    if checkpoint.uri:
+        return None
+    claim = names(exp.metadata.name).run_volume
+    storage = checkpoint.volume_storage_class_name or "the cluster's default StorageClass"
+    lines = [
+        f"note: spec.checkpoint.uri is empty: the learner checkpoints onto the "
+        f"PersistentVolumeClaim {claim} ({checkpoint.volume_size}, {storage}) in namespace "
+        f"{namespace}, which a replaced learner pod (preemption, node loss) resumes from.",
+    ]
+    if checkpoint.volume_retention == "Retain":
+        lines.append(
+            "It is kept when the Experiment is deleted (kubectl delete experiment, helm "
+            "uninstall): an Experiment of the same name resumes from it. Delete it, and the "
+            f"checkpoints, on purpose with `kubectl delete pvc {claim} -n {namespace}`."
+        )
+    else:
+        lines.append(
+            "spec.checkpoint.volumeRetention is Delete: it is deleted, checkpoints and all, "
+            "with the Experiment."
+        )
+    lines.append("Set spec.checkpoint.uri to gs://bucket/prefix to keep them in Cloud Storage.")
+    return "\n".join(lines)
 
 
 def _age(created: str | None, now: datetime.datetime) -> str:

@@ -248,14 +248,9 @@ def cmd_submit(args) -> int:
         or exp.metadata.namespace
         or kube.default_namespace(args.kubeconfig, args.context)
     )
-    if not exp.spec.checkpoint.uri:
-        # Allowed (short runs, trials), but a preempted or rescheduled learner starts over.
-        print(
-            "warning: spec.checkpoint.uri is empty: the learner checkpoints into its pod's "
-            "emptyDir, which a new pod (preemption, node loss) does not get back; set "
-            "gs://bucket/prefix to resume across pods",
-            file=sys.stderr,
-        )
+    notice = cluster.checkpoint_notice(exp, namespace)
+    if notice:
+        print(notice, file=sys.stderr)
     if args.dry_run:
         document.setdefault("metadata", {})["namespace"] = namespace
         sys.stdout.write(yaml.safe_dump(document, sort_keys=False))

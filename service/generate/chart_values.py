@@ -39,12 +39,52 @@ _HEADER = f"""\
 #   helm install x ./helm/seedrl-experiment --set spec.actors.replicas=-1
 #   -> at '/spec/actors/replicas': minimum: got -1, want 1
 #
-# Keep your own values in a small file of just what differs (helm merges it over these):
-#   helm install pong ./helm/seedrl-experiment -f pong.yaml
+# An Experiment file is a values file: the one `seedrl train` and `kubectl apply -f` take
+# installs as it is (its apiVersion and kind are checked, its metadata is used):
+#   helm install pong ./helm/seedrl-experiment -n rl -f pong.yaml
+# Or keep your own values to a small file of just what differs (helm merges it over these).
+#
+# Which value wins: the name is metadata.name, else name, else the release name; labels and
+# annotations are metadata.labels over labels (key by key), likewise annotations, and the
+# chart's own labels (helm.sh/chart, app.kubernetes.io/*) over both. metadata.namespace may
+# be left out; set, it must be the release's namespace (-n), or rendering fails: helm puts
+# the Experiment in the release's namespace, and a file meant for another one should not land
+# somewhere else unnoticed.
+#
+# spec.actors.replicas and spec.suspend belong to the cluster once the Experiment exists:
+# `kubectl scale` (or an HPA, through the CRD's scale subresource) and `kubectl patch` change
+# them. They are rendered from these values when there is no live Experiment (the first
+# install, helm template, a client-side --dry-run); every `helm upgrade` renders the values
+# it finds on the live Experiment (helm's lookup), so that it applies what is there and
+# neither conflicts with nor reverts a scale or a suspend. Change them with kubectl, not
+# with --set (which an upgrade would not apply):
+#   kubectl scale experiment/NAME -n NAMESPACE --replicas=8
+#   kubectl patch experiment/NAME -n NAMESPACE --type=merge -p '{{"spec":{{"suspend":true}}}}'
 
-# -- Experiment name (metadata.name): a DNS-1123 label of at most {MAX_NAME_LENGTH} characters
-# (the operator names its children <name>-learner, ...). It names every Kubernetes object of the
-# experiment and its checkpoint directory. Empty uses the release name.
+# -- apiVersion and kind of an Experiment file, accepted so that one is a values file; they can
+# only be these (the chart renders nothing else).
+apiVersion: {config.API_VERSION}
+kind: {config.KIND}
+
+# -- The Experiment's metadata, as an Experiment file has it; each key wins over the top-level
+# key of the same name below.
+metadata:
+  # -- Experiment name: a DNS-1123 label of at most {MAX_NAME_LENGTH} characters (the operator
+  # names its children <name>-learner, ...). Empty uses name, then the release name.
+  name: ""
+
+  # -- Empty, or the release's namespace (helm -n); any other fails rendering.
+  namespace: ""
+
+  # -- Labels of the Experiment, over the top-level labels.
+  labels: {{}}
+
+  # -- Annotations of the Experiment, over the top-level annotations.
+  annotations: {{}}
+
+# -- Experiment name (metadata.name, which wins over it): a DNS-1123 label of at most
+# {MAX_NAME_LENGTH} characters. It names every Kubernetes object of the experiment and its
+# checkpoint directory. Empty uses the release name.
 name: ""
 
 # -- Labels of the Experiment, copied by the operator onto every object it creates.
@@ -55,6 +95,23 @@ annotations: {{}}
 
 # -- The Experiment's spec, passed through as it is. Every field below shows its default.
 """
+
+#: What the chart does with some spec fields, said above their own documentation (by the
+#: field's path in the document): the fields `kubectl scale`, an HPA and a suspend change.
+_CHART_NOTES = {
+    ("actors", "replicas"): (
+        "Chart: this value applies only where the Experiment does not exist yet (the first "
+        "install); a helm upgrade renders the live Experiment's count, so that it never "
+        "reverts `kubectl scale experiment/NAME --replicas=N` or an HPA, which is how to "
+        "change it."
+    ),
+    ("suspend",): (
+        "Chart: this value applies only where the Experiment does not exist yet (the first "
+        "install); a helm upgrade renders the live Experiment's, so that it never resumes a "
+        "suspended one nor suspends a running one. Suspend with `kubectl patch "
+        'experiment/NAME --type=merge -p \'{"spec":{"suspend":true}}\'`; false resumes.'
+    ),
+}
 
 
 def _comment(text: str, indent: str) -> list[str]:
@@ -87,8 +144,9 @@ def _default(f: dataclasses.Field) -> Any:
     raise ValueError(f"field {f.name} has no default")  # every spec field has one
 
 
-def _section(cls: type, value: Any, indent: str) -> list[str]:
-    """The lines of one dataclass section: each field's doc, then its key and default."""
+def _section(cls: type, value: Any, indent: str, path: tuple[str, ...] = ()) -> list[str]:
+    """The lines of one dataclass section: each field's doc (after what the chart does with
+    it, if anything), then its key and default."""
     lines: list[str] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -96,10 +154,13 @@ def _section(cls: type, value: Any, indent: str) -> list[str]:
         current = getattr(value, f.name)
         if lines:
             lines.append("")
+        note = _CHART_NOTES.get((*path, key))
+        if note:
+            lines += _comment(note, indent)
         lines += _comment(f.metadata.get("doc", ""), indent)
         if dataclasses.is_dataclass(hints[f.name]):
             lines.append(f"{indent}{key}:")
-            lines += _section(hints[f.name], current, indent + "  ")
+            lines += _section(hints[f.name], current, indent + "  ", (*path, key))
         elif current is None:
             # helm drops null values when merging, and null is the field's absence anyway.
             lines.append(f"{indent}# {key}: null")
@@ -116,25 +177,77 @@ def values_yaml() -> str:
 
 def values_schema() -> dict[str, Any]:
     """The experiment chart's values.schema.json (JSON Schema draft-07 keywords only, which
-    Helm 3 and Helm 4 both check)."""
+    Helm 3 and Helm 4 both check).
+
+    Besides the chart's own keys (``name``, ``labels``, ``annotations``) it accepts what an
+    Experiment document has at its top (``apiVersion`` and ``kind``, each of the one value the
+    CRD serves, and ``metadata`` with the keys :class:`~seedrl.common.config.Metadata`
+    declares), so that an Experiment file is a values file; nothing else."""
     meta = to_json_schema(dataclass_schema(config.Metadata))["properties"]
-    name_field = {f.name: f for f in dataclasses.fields(config.Metadata)}["name"]
-    name = {
-        "description": "Experiment name (metadata.name); empty uses the release name.",
-        "type": "string",
-        # The release name stands in for an empty one; any other must be a DNS-1123 label,
-        # short enough for the operator's suffixed child names (<name>-learner).
-        "pattern": f"^(?:{name_field.metadata['pattern']})?$",
-        "maxLength": min(name_field.metadata["max_len"], MAX_NAME_LENGTH),
+    fields = {f.name: f for f in dataclasses.fields(config.Metadata)}
+
+    def optional_label(description: str, field: str, max_len: int) -> dict[str, Any]:
+        # Empty stands for "not given" (values.yaml's default: helm cannot unset a key a
+        # values file sets); any other value must be a DNS-1123 label.
+        return {
+            "description": description,
+            "type": "string",
+            "pattern": f"^(?:{fields[field].metadata['pattern']})?$",
+            "maxLength": max_len,
+        }
+
+    # Short enough for the operator's suffixed child names (<name>-learner).
+    name_length = min(fields["name"].metadata["max_len"], MAX_NAME_LENGTH)
+    labels = {k: v for k, v in meta["labels"].items() if k != "default"}
+    annotations = {k: v for k, v in meta["annotations"].items() if k != "default"}
+    metadata = {
+        "description": "The Experiment's metadata, as an Experiment file has it; each key wins "
+        "over the chart's top-level key of the same name.",
+        "type": "object",
+        "properties": {
+            "name": optional_label(
+                "Experiment name; empty uses name, then the release name.", "name", name_length
+            ),
+            "namespace": {
+                **optional_label(
+                    "Empty, or the release's namespace; any other fails rendering.",
+                    "namespace",
+                    fields["namespace"].metadata["max_len"],
+                ),
+                # An Experiment file may say null, as parse_experiment allows.
+                "type": ["string", "null"],
+            },
+            "labels": {**labels, "description": "Labels, over the top-level labels."},
+            "annotations": {
+                **annotations,
+                "description": "Annotations, over the top-level annotations.",
+            },
+        },
+        "additionalProperties": False,
     }
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "Values of the seedrl-experiment chart",
         "type": "object",
         "properties": {
-            "name": name,
-            "labels": {k: v for k, v in meta["labels"].items() if k != "default"},
-            "annotations": {k: v for k, v in meta["annotations"].items() if k != "default"},
+            "apiVersion": {
+                "description": "An Experiment file's apiVersion; only this one.",
+                "type": "string",
+                "enum": [config.API_VERSION],
+            },
+            "kind": {
+                "description": "An Experiment file's kind; only Experiment.",
+                "type": "string",
+                "enum": [config.KIND],
+            },
+            "metadata": metadata,
+            "name": optional_label(
+                "Experiment name; metadata.name wins over it, empty uses the release name.",
+                "name",
+                name_length,
+            ),
+            "labels": labels,
+            "annotations": annotations,
             "spec": to_json_schema(spec_schema(), closed=True),
         },
         "additionalProperties": False,

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import helm_python as helm_sdk
 import pytest
+import yaml
 
 from seedrl.common import config
 from support.charts import (
+    CRD_FILE,
     EXPERIMENT_CHART,
     ROOT,
     lint,
     load_manifests,
     render,
+    run_helm,
     template,
     validate_all,
     validate_experiment,
 )
+from support.sim_cluster import SimulatedCluster, wait_until
 
 pytestmark = pytest.mark.helm
 
@@ -58,14 +66,26 @@ GPU = {
 }
 
 
-def _example_values(path):
-    doc = config.load_yaml(path.read_text(), str(path))
-    return {"name": doc["metadata"]["name"], "spec": doc.get("spec") or {}}
-
-
 EXAMPLES = sorted(
     [*(ROOT / "examples").glob("*.yaml"), *(ROOT / "k8s" / "examples").glob("*.yaml")]
 )
+CARTPOLE = ROOT / "examples" / "cartpole-vtrace.yaml"
+EXPERIMENTS = ("seedrl.dev", "v1alpha1", "experiments")
+
+
+def _template_file(
+    path: Path, release: str = "x", namespace: str = "default", sets=(), check: bool = True
+):
+    """``helm template`` with one values file given as it is (``-f path``), as a platform
+    engineer passes the Experiment file that `seedrl train` and `kubectl apply` take."""
+    args = ["template", release, str(EXPERIMENT_CHART), "-n", namespace, "-f", str(path)]
+    for item in sets:
+        args += ["--set", item]
+    return run_helm(*args, check=check)
+
+
+def _document(path: Path) -> dict:
+    return config.load_yaml(path.read_text(), str(path))
 
 
 def _experiment(manifests):
@@ -112,12 +132,89 @@ def test_tpu_values_pass_through_unchanged(tmp_path):
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_every_example_renders_through_the_chart(example, tmp_path):
-    values = _example_values(example)
-    exp = _experiment(render(EXPERIMENT_CHART, values=values, tmp_path=tmp_path))
+def test_every_example_renders_through_the_chart(example):
+    # The file as it is, apiVersion, kind and metadata included: the same one `seedrl train`
+    # and `kubectl apply -f` take.
+    doc = _document(example)
+    exp = _experiment(load_manifests(_template_file(example).stdout))
     validate_experiment(exp)
-    own = config.parse_experiment({"metadata": {"name": "x"}, "spec": values["spec"]}).spec
-    assert config.parse_experiment(exp).spec == own
+    assert exp["metadata"]["name"] == doc["metadata"]["name"]
+    assert exp["metadata"]["labels"].items() >= doc["metadata"].get("labels", {}).items()
+    assert config.parse_experiment(exp).spec == config.parse_experiment(doc).spec
+
+
+def test_a_whole_experiment_file_renders_one_experiment_equal_to_it():
+    doc = _document(CARTPOLE)
+    manifests = load_manifests(_template_file(CARTPOLE, release="x", namespace="rl").stdout)
+    exp = _experiment(manifests)
+    # The file's metadata.name names the Experiment, not the release.
+    assert exp["metadata"]["name"] == "cartpole-vtrace"
+    assert exp["metadata"]["namespace"] == "rl"
+    assert config.parse_experiment(exp).spec == config.parse_experiment(doc).spec
+
+    # Every value the file sets is rendered as the file sets it (the rest are the defaults).
+    def leaves(value, path=()):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from leaves(v, (*path, k))
+        else:
+            yield path, value
+
+    for path, value in leaves(doc["spec"]):
+        rendered = exp["spec"]
+        for key in path:
+            rendered = rendered[key]
+        assert rendered == value, ".".join(path)
+
+
+@pytest.mark.parametrize(
+    "values, name, labels, annotations",
+    [
+        # metadata.* (an Experiment file's) wins over the chart's top-level keys...
+        (
+            {
+                "name": "top",
+                "labels": {"team": "top", "tier": "top"},
+                "annotations": {"a": "top", "b": "top"},
+                "metadata": {"name": "meta", "labels": {"team": "meta"}, "annotations": {"a": "m"}},
+            },
+            "meta",
+            {"team": "meta", "tier": "top"},
+            {"a": "m", "b": "top"},
+        ),
+        # ...which win over the release name.
+        ({"name": "top"}, "top", {}, None),
+        ({"metadata": {"name": ""}}, "rel", {}, None),
+        # The chart's own labels win over both: helm must find what it installed.
+        (
+            {"metadata": {"labels": {"app.kubernetes.io/instance": "mine"}}},
+            "rel",
+            {"app.kubernetes.io/instance": "rel"},
+            None,
+        ),
+    ],
+    ids=["metadata-wins", "name", "release", "chart-labels-win"],
+)
+def test_metadata_name_labels_and_annotations_precedence(
+    values, name, labels, annotations, tmp_path
+):
+    exp = _experiment(
+        render(EXPERIMENT_CHART, release="rel", namespace="rl", values=values, tmp_path=tmp_path)
+    )
+    assert exp["metadata"]["name"] == name
+    assert exp["metadata"]["labels"].items() >= labels.items()
+    assert exp["metadata"].get("annotations") == annotations
+
+
+def test_metadata_namespace_must_be_the_release_namespace(tmp_path):
+    same = {"metadata": {"name": "cp", "namespace": "rl"}}
+    exp = _experiment(render(EXPERIMENT_CHART, namespace="rl", values=same, tmp_path=tmp_path))
+    assert exp["metadata"]["namespace"] == "rl"
+    other = {"metadata": {"name": "cp", "namespace": "team-a"}}
+    proc = template(EXPERIMENT_CHART, namespace="rl", values=other, tmp_path=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "metadata.namespace is team-a but the release's namespace is rl" in proc.stderr
+    assert "-n team-a" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -134,12 +231,33 @@ def test_every_example_renders_through_the_chart(example, tmp_path):
         # The operator suffixes child names (<name>-learner): longer names could not be run.
         ("name=" + "a" * 56, "at '/name': maxLength: got 56, want 55"),
         ("nam=x", "additional properties 'nam'"),
+        # An Experiment file's own keys: only what the Experiment itself allows.
+        ("apiVersion=seedrl.dev/v1", "at '/apiVersion'"),
+        ("kind=Experiments", "at '/kind'"),
+        ("metadata.name=Bad_Name", "at '/metadata/name'"),
+        ("metadata.name=" + "a" * 56, "at '/metadata/name': maxLength: got 56, want 55"),
+        ("metadata.namespace=Bad_NS", "at '/metadata/namespace'"),
+        ("metadata.uid=1234", "at '/metadata': additional properties 'uid'"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_field(setting, message):
     proc = template(EXPERIMENT_CHART, sets=[setting], check=False)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "key, bad, wanted",
+    [("apiVersion", "seedrl.dev/v1beta1", "seedrl.dev/v1alpha1"), ("kind", "Job", "Experiment")],
+)
+def test_an_experiment_file_of_another_api_version_or_kind_is_refused(key, bad, wanted, tmp_path):
+    doc = _document(CARTPOLE)
+    doc[key] = bad
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = _template_file(path, check=False)
+    assert proc.returncode != 0
+    assert f"at '/{key}'" in proc.stderr and wanted in proc.stderr, proc.stderr
 
 
 def test_a_missing_helm_binary_fails_with_the_way_to_install_it(monkeypatch):
@@ -163,6 +281,12 @@ def test_helm_sdk_renders_the_same_experiment_and_the_notes():
     assert "learner on tpu" in notes
     assert "seedrl.dev/experiment=pong-tpu" in notes
     assert "helm uninstall r1 -n rl" in notes
+    # Scaling and suspending are kubectl's: a helm upgrade keeps what they set.
+    assert "kubectl scale experiment/pong-tpu -n rl --replicas=" in notes
+    assert "kubectl patch experiment/pong-tpu -n rl --type=merge" in notes
+    assert "--set spec.suspend" not in notes
+    # Without spec.checkpoint.uri the checkpoints are on a claim that outlives the release.
+    assert "kubectl delete pvc pong-tpu-learner-run -n rl" in notes
 
 
 @pytest.mark.parametrize(
@@ -215,3 +339,111 @@ def test_the_operator_runs_the_charts_accelerator_experiment_on_its_accelerator(
         command[command.index("--accelerator") + 1]
         == values["spec"]["learner"]["accelerator"]["kind"]
     )
+
+
+def _values_file(tmp_path: Path, name: str, spec: dict) -> Path:
+    path = tmp_path / f"{name}-values.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "spec": spec}))
+    return path
+
+
+def test_helm_upgrade_keeps_the_replicas_and_suspend_that_kubectl_set(tmp_path):
+    # Real helm and kubectl against the simulated API server, the CRD installed (with its
+    # scale subresource on spec.actors.replicas); no operator is needed to see what helm
+    # applies. Helm 4 installs with server-side apply: an upgrade that applied the values'
+    # replicas or suspend again would conflict with kubectl's, or (forced, or here, where
+    # conflicts are not modelled) revert them.
+    ns, name = "rl", "cartpole"
+    (tmp_path / "cluster").mkdir()
+    with SimulatedCluster(tmp_path / "cluster") as c:
+        c.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+        wait_until(
+            lambda: c.kubectl("get", "experiments", "-A", check=False).returncode == 0,
+            30,
+            "the Experiment CRD served",
+            c,
+        )
+
+        def live() -> dict:
+            return c.get(*EXPERIMENTS, ns, name)
+
+        spec = {"actors": {"replicas": 2}, "budget": {"maxEnvSteps": 10**6}}
+        values = _values_file(tmp_path, name, spec)
+        # A first install renders the values as they are.
+        c.helm(
+            "install",
+            name,
+            str(EXPERIMENT_CHART),
+            "-n",
+            ns,
+            "--create-namespace",
+            "-f",
+            str(values),
+        )
+        assert live()["spec"]["actors"]["replicas"] == 2
+        assert live()["spec"]["suspend"] is False
+
+        c.kubectl("scale", f"experiment/{name}", "-n", ns, "--replicas=5")
+        assert live()["spec"]["actors"]["replicas"] == 5
+        # The same chart at a new version, with an unrelated value changed.
+        chart = tmp_path / "seedrl-experiment"
+        shutil.copytree(EXPERIMENT_CHART, chart)
+        meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+        meta["version"] = "99.0.0"
+        (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+        c.helm(
+            "upgrade",
+            name,
+            str(chart),
+            "-n",
+            ns,
+            "-f",
+            str(values),
+            "--set",
+            "spec.budget.maxEnvSteps=2000000",
+            "--set",
+            "labels.rollout=two",
+        )
+        exp = live()
+        assert exp["metadata"]["labels"]["helm.sh/chart"] == "seedrl-experiment-99.0.0"
+        assert exp["metadata"]["labels"]["rollout"] == "two"
+        assert exp["spec"]["budget"]["maxEnvSteps"] == 2_000_000
+        assert exp["spec"]["actors"]["replicas"] == 5
+
+        patch = json.dumps({"spec": {"suspend": True}})
+        c.kubectl("patch", f"experiment/{name}", "-n", ns, "--type=merge", "-p", patch)
+        c.helm(
+            "upgrade",
+            name,
+            str(chart),
+            "-n",
+            ns,
+            "-f",
+            str(values),
+            "--set",
+            "spec.budget.maxEnvSteps=3000000",
+        )
+        exp = live()
+        assert exp["spec"]["budget"]["maxEnvSteps"] == 3_000_000
+        assert exp["spec"]["suspend"] is True
+        assert exp["spec"]["actors"]["replicas"] == 5
+        # And back: resumed with kubectl, a later upgrade keeps it running.
+        c.kubectl(
+            "patch",
+            f"experiment/{name}",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"suspend": False}}),
+        )
+        c.helm(
+            "upgrade", name, str(chart), "-n", ns, "-f", str(values), "--set", "spec.suspend=true"
+        )
+        assert live()["spec"]["suspend"] is False
+        # helm's own record of the release says what it applied: the live values.
+        manifest = c.helm("get", "manifest", name, "-n", ns).stdout
+        (recorded,) = load_manifests(manifest)
+        assert recorded["spec"]["actors"]["replicas"] == 5
+        assert recorded["spec"]["suspend"] is False
+        c.helm("uninstall", name, "-n", ns)

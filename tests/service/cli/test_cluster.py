@@ -203,9 +203,12 @@ def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
     assert printed["metadata"] == {"name": "dry", "namespace": "ml"}
     with pytest.raises(kubernetes.client.ApiException):
         get(harness, "ml", "dry")
-    # The example keeps its checkpoints in the pod: the user is told what that means.
+    # The example keeps its checkpoints on the learner's claim: the user is told what that
+    # means, and how to delete them on purpose.
     assert not printed["spec"].get("checkpoint", {}).get("uri")
     assert "spec.checkpoint.uri is empty" in captured.err and "gs://" in captured.err
+    assert "emptyDir" not in captured.err
+    assert "kubectl delete pvc dry-learner-run -n ml" in captured.err, captured.err
     assert (
         cli.main(
             [
@@ -223,6 +226,30 @@ def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
         == ExitCode.OK
     )
     assert "spec.checkpoint.uri is empty" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("retention", ["Retain", "Delete"])
+def test_the_checkpoint_notice_names_the_claim_and_what_deleting_the_experiment_does(retention):
+    # Without spec.checkpoint.uri the operator keeps the checkpoints on a claim of the
+    # learner's: the notice `seedrl submit` prints names it, and says truly whether it
+    # outlives the Experiment (no owner reference, so the garbage collector leaves it).
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["spec"].setdefault("checkpoint", {})["volumeRetention"] = retention
+    exp = reconcile.validate(document)
+    owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "name": "x", "uid": "u"}
+    claim = reconcile.render_run_volume(exp, owner, "ml")
+    name = claim["metadata"]["name"]
+    notice = cluster.checkpoint_notice(exp, "ml")
+    assert "spec.checkpoint.uri is empty" in notice and "gs://" in notice
+    assert f"PersistentVolumeClaim {name} (10Gi, the cluster's default StorageClass)" in notice
+    assert "emptyDir" not in notice
+    kept = "ownerReferences" not in claim["metadata"]
+    assert kept == (retention == "Retain")
+    assert (f"`kubectl delete pvc {name} -n ml`" in notice) == kept, notice
+    assert ("It is kept when the Experiment is deleted" in notice) == kept, notice
+    assert ("deleted, checkpoints and all, with the Experiment" in notice) == (not kept), notice
+    document["spec"]["checkpoint"]["uri"] = "gs://my-bucket/runs/x"
+    assert cluster.checkpoint_notice(reconcile.validate(document), "ml") is None
 
 
 def test_status_marks_a_rejected_spec_and_lists_all_namespaces(harness, kubeconfig, capsys):
