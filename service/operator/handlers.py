@@ -17,11 +17,17 @@ Experiment it:
   (its pod checkpoints on SIGTERM and is gone before the Job is) and created again, and the new pod
   resumes from the checkpoint; meanwhile SpecApplied=False, reason ReplacingLearner. Otherwise only
   its ``spec.suspend`` changes;
-- watches the Jobs, Deployments and pods it made (kopf indexes, fed by watch streams) instead of
-  reading them on every refresh, and reconciles an Experiment at once when its learner Job
-  changes; every ``poll_seconds`` it reads the learner's ``GET /status`` (progress has nothing
-  to watch) and writes ``status`` (phase, conditions, progress and cost); it recreates a
-  missing child and scales the actors to zero once the learner has finished;
+- watches the Experiments and the Jobs, Deployments and pods it made (kopf's ``on.event``
+  handlers feed an in-memory :class:`ChildCache`) instead of reading the children on every
+  refresh, and reconciles an Experiment at once when its learner Job changes; every
+  ``poll_seconds`` the :class:`Poller` reads the Experiment afresh (one that is gone is
+  forgotten, never healed), reads the learner's ``GET /status`` (progress has nothing to
+  watch) and writes ``status`` (phase, conditions, progress and cost); it recreates a missing
+  child and scales the actors to zero once the learner has finished. kopf's watches miss
+  deletions when they re-list (after a watch expires or a peering pause), so every
+  ``resync_seconds``, and soon after kopf re-lists, the poller lists each kind itself and
+  replaces the cache's content (:meth:`ChildCache.replace`): a pod gone unseen stops being
+  priced as running, an Experiment gone unseen stops being polled;
 - posts Kubernetes Events on the Experiment for phase changes, failures and learner
   replacements;
 - with ``spec.queueName`` (Kueue): the learner Job starts suspended and Kueue admits it by
@@ -49,7 +55,11 @@ the operator is down. The operator only drops the Experiment's metric series whe
 go.
 
 Several replicas may run: with ``--peering NAME`` kopf's peering elects one (the highest
-priority, random per process by default) and the others stay idle until it is gone.
+priority, random per process by default) and the others stay idle until it is gone. Watching
+every namespace, kopf peers through the ClusterKopfPeering NAME; watching some (``--namespace``),
+through a KopfPeering NAME in each of them (the chart makes them: kopf pauses while one is
+missing). kopf pauses its own watchers; the poller, which kopf does not drive, asks the
+:class:`PeeringGate` for each Experiment's namespace.
 
 kopf keeps its own bookkeeping in annotations under ``seedrl.dev/`` rather than in ``status``,
 which the CRD's structural schema would prune.
@@ -62,6 +72,7 @@ import collections
 import copy
 import dataclasses
 import datetime
+import functools
 import http.client
 import json
 import logging
@@ -138,11 +149,17 @@ class OperatorConfig:
       metrics: the operator's Prometheus series (a fresh registry by default).
       connection: the API server kopf itself talks to; None: the same as ``api_client``'s
         kubeconfig or in-cluster credentials, found by kopf.
-      active: whether this replica is the active one among peers (:class:`PeeringGate`);
-        always, when standalone.
+      active: ``active(namespace) -> bool``: whether this replica is the active one among
+        peers for the Experiments of a namespace (:class:`PeeringGate`); always, when
+        standalone.
       images: where the images an Experiment does not name come from (this release's, from
         ``--image-registry``); an Experiment keeps the ones of its first reconcile
         (:func:`seedrl.service.operator.reconcile.image_defaults`).
+      namespaces: the namespaces kopf watches (``--namespace``); empty: every namespace. The
+        poller's resync lists these.
+      resync_seconds: how often the poller lists what the watches feed the cache with and
+        replaces the cache's content with it (:meth:`ChildCache.replace`), so that objects
+        that vanished without a DELETED event are dropped; sooner after kopf re-lists.
     """
 
     api_client: kubernetes.client.ApiClient
@@ -154,8 +171,10 @@ class OperatorConfig:
     )
     metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
     connection: Optional[kopf.ConnectionInfo] = None
-    active: Callable[[], bool] = lambda: True
+    active: Callable[[str], bool] = lambda namespace: True
     images: ImageDefaults = dataclasses.field(default_factory=ImageDefaults)
+    namespaces: tuple[str, ...] = ()
+    resync_seconds: float = 300.0
 
 
 class Children:
@@ -751,23 +770,138 @@ def announce(children: "Children", body: Mapping[str, Any], status: Mapping[str,
     children.event(body, "Warning" if phase in _WARNING_PHASES else "Normal", reason, message)
 
 
+#: The children the operator made (the labels kopf's watches of Jobs and Deployments select).
+_SELECTOR_OURS = f"{reconcile.LABEL_EXPERIMENT},app.kubernetes.io/managed-by={reconcile.MANAGED_BY}"
+#: What the :class:`ChildCache` holds, selected as kopf's watches select it: kind -> (label
+#: selector, None: every object; the list call across all namespaces; the list call in one).
+#: The calls take the ApiClient first and return the raw response.
+_WATCHED: dict[str, tuple[str | None, Callable[..., Any], Callable[..., Any]]] = {
+    "Experiment": (
+        None,
+        lambda c, **kw: kubernetes.client.CustomObjectsApi(c).list_cluster_custom_object(
+            GROUP, VERSION, PLURAL, **kw
+        ),
+        lambda c, ns, **kw: kubernetes.client.CustomObjectsApi(c).list_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, **kw
+        ),
+    ),
+    "Job": (
+        _SELECTOR_OURS,
+        lambda c, **kw: kubernetes.client.BatchV1Api(c).list_job_for_all_namespaces(**kw),
+        lambda c, ns, **kw: kubernetes.client.BatchV1Api(c).list_namespaced_job(ns, **kw),
+    ),
+    "Deployment": (
+        _SELECTOR_OURS,
+        lambda c, **kw: kubernetes.client.AppsV1Api(c).list_deployment_for_all_namespaces(**kw),
+        lambda c, ns, **kw: kubernetes.client.AppsV1Api(c).list_namespaced_deployment(ns, **kw),
+    ),
+    "Pod": (
+        reconcile.LABEL_EXPERIMENT,
+        lambda c, **kw: kubernetes.client.CoreV1Api(c).list_pod_for_all_namespaces(**kw),
+        lambda c, ns, **kw: kubernetes.client.CoreV1Api(c).list_namespaced_pod(ns, **kw),
+    ),
+}
+#: Objects per page of a resync's list calls.
+_PAGE = 500
+
+
+def list_watched(
+    api_client: kubernetes.client.ApiClient, kind: str, namespaces: tuple[str, ...] = ()
+) -> list[dict]:
+    """Every object of one of the cache's kinds (:data:`_WATCHED`) in ``namespaces`` (empty:
+    all), as plain JSON with ``apiVersion`` and ``kind`` filled in as kopf fills them in (a
+    list's items lack them). Paged; raises on an API error."""
+    selector, everywhere, in_namespace = _WATCHED[kind]
+    calls: list[Callable[..., Any]] = (
+        [functools.partial(in_namespace, api_client, ns) for ns in namespaces]
+        if namespaces
+        else [functools.partial(everywhere, api_client)]
+    )
+    items: list[dict] = []
+    for call in calls:
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": _PAGE, "_preload_content": False}
+            if selector:
+                kwargs["label_selector"] = selector
+            if token:
+                kwargs["_continue"] = token
+            page = json.loads(call(**kwargs).data)
+            for item in page.get("items") or []:
+                if page.get("apiVersion"):
+                    item.setdefault("apiVersion", page["apiVersion"])
+                item.setdefault("kind", kind)
+                items.append(item)
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+    return items
+
+
 class ChildCache:
     """The Experiments, learner Jobs, actor Deployments and pods as the watch streams last
-    delivered them (kopf's ``on.event`` handlers feed it; the poller reads it)."""
+    delivered them (kopf's ``on.event`` handlers feed it; the poller reads it).
 
-    def __init__(self):
+    kopf's watches are the fast path, but they miss deletions: after a watch expires (410
+    Gone) or a peering pause, kopf lists the objects again (events of type None) and never
+    says which ones vanished meanwhile. So the poller also lists each kind itself now and
+    then and :meth:`replace`\\ s what is held with that listing. An event handled after the
+    listing began wins over the listing, whatever either says (every event is counted,
+    deletions included: :meth:`mark`), so that an object a watch delivered while the list
+    call ran is not dropped, nor one it deleted meanwhile brought back.
+    """
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._objects: dict[str, dict[tuple[str, str], dict]] = collections.defaultdict(dict)
+        #: The count of events handled so far, and for each kind the count at each key's last
+        #: change (deletions too), while a later :meth:`replace` may still need it.
+        self._count = 0
+        self._changed: dict[str, dict[tuple[str, str], int]] = collections.defaultdict(dict)
 
     def update(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
-        """Records one watch event (``DELETED`` forgets the object)."""
+        """Records one watch event (``DELETED`` forgets the object, unless what is held is a
+        newer object of that name: the events of two objects may be handled out of order)."""
         meta = body["metadata"]
         key = (meta.get("namespace") or "", meta["name"])
         with self._lock:
+            self._count += 1
             if event_type == "DELETED":
-                self._objects[kind].pop(key, None)
+                held = self._objects[kind].get(key)
+                if held is None or not _other_object(held, body):
+                    self._objects[kind].pop(key, None)
+                    self._changed[kind][key] = self._count
             else:
                 self._objects[kind][key] = copy.deepcopy(dict(body))
+                self._changed[kind][key] = self._count
+
+    def mark(self) -> int:
+        """The count of events handled so far: take it before listing for :meth:`replace`."""
+        with self._lock:
+            return self._count
+
+    def replace(self, kind: str, listed: list[Mapping[str, Any]], since: int) -> list[dict]:
+        """Makes what is held of ``kind`` what a listing says, but for the objects an event
+        changed (or deleted) after :meth:`mark` returned ``since``: those stay as the event
+        left them, for the listing may predate the event and the watch delivers what comes
+        after it in order. The listing must have started after that :meth:`mark`.
+
+        Returns:
+          The objects dropped: gone from the API server without a DELETED event seen.
+        """
+        fresh = {((o["metadata"].get("namespace") or ""), o["metadata"]["name"]): o for o in listed}
+        with self._lock:
+            held, changed = self._objects[kind], self._changed[kind]
+            recent = {key for key, count in changed.items() if count > since}
+            out = {key: held[key] for key in recent if key in held}
+            for key, obj in fresh.items():
+                if key not in recent:
+                    out[key] = copy.deepcopy(dict(obj))
+            dropped = [obj for key, obj in held.items() if key not in out]
+            self._objects[kind] = out
+            # Counts up to ``since`` can matter to no later replace: each marks anew.
+            self._changed[kind] = {key: changed[key] for key in recent}
+            return dropped
 
     def experiments(self) -> list[dict]:
         """Every Experiment seen, not being deleted."""
@@ -800,42 +934,59 @@ class ChildCache:
             )
 
 
+def _other_object(held: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """Whether two bodies of one name are two objects (deleted and made again): their uids
+    differ (an unknown uid is taken for the same object)."""
+    a, b = held["metadata"].get("uid"), body["metadata"].get("uid")
+    return bool(a and b and a != b)
+
+
 class PeeringGate:
-    """Whether this replica is the active one among peers (kopf's peering object: every
-    replica keeps ``status[identity] = {priority, lifetime, lastseen}`` there, and the live
-    one with the highest priority is active, the others pause). kopf pauses its own watchers;
-    this tells the poller, which kopf does not drive, to pause too.
+    """Whether this replica is the active one among peers for a namespace's Experiments:
+    kopf's rule over its peering object, where every replica keeps
+    ``status[identity] = {priority, lifetime, lastseen}`` and the live one of the highest
+    priority is active, the others pause. kopf pauses its own watchers; this tells the poller,
+    which kopf does not drive, to pause too.
+
+    A cluster-wide kopf has one ClusterKopfPeering. A namespace-scoped one keeps a KopfPeering
+    of that name in every namespace it watches (and pauses all its watchers while any of them
+    is missing or names a higher peer): the poller follows the Experiment's own namespace's,
+    since a peer working there keeps its record there. A peering that cannot be read (missing,
+    or the API down) pauses, as kopf stays paused without one.
 
     Args:
-      api_client: the client to read the peering object with.
-      name: the peering object's name.
+      api_client: the client to read the peering objects with.
+      name: the peering objects' name (``--peering``).
       identity, priority: this replica's, as given to kopf.
-      namespace: a KopfPeering's namespace; None: a ClusterKopfPeering.
+      clusterwide: True: the ClusterKopfPeering decides for every namespace; False: each
+        namespace's KopfPeering for its own.
     """
 
     def __init__(
-        self, api_client, name: str, identity: str, priority: int, namespace: str | None = None
+        self, api_client, name: str, identity: str, priority: int, clusterwide: bool = True
     ):
         self.api = kubernetes.client.CustomObjectsApi(api_client)
-        self.name, self.identity, self.priority, self.namespace = (
+        self.name, self.identity, self.priority, self.clusterwide = (
             name,
             identity,
             priority,
-            namespace,
+            clusterwide,
         )
 
-    def __call__(self) -> bool:
+    def __call__(self, namespace: str) -> bool:
+        """Whether to work on the Experiments of ``namespace`` now."""
         try:
-            if self.namespace is None:
+            if self.clusterwide:
                 body = self.api.get_cluster_custom_object(
                     "kopf.dev", "v1", "clusterkopfpeerings", self.name
                 )
             else:
                 body = self.api.get_namespaced_custom_object(
-                    "kopf.dev", "v1", self.namespace, "kopfpeerings", self.name
+                    "kopf.dev", "v1", namespace, "kopfpeerings", self.name
                 )
         except kubernetes.client.ApiException as exc:
-            log.warning("cannot read peering %s: %s; pausing", self.name, exc.reason)
+            where = "cluster-wide" if self.clusterwide else f"in {namespace}"
+            log.warning("cannot read peering %s %s: %s; pausing", self.name, where, exc.reason)
             return False
         return is_active_peer(body.get("status") or {}, self.identity, self.priority)
 
@@ -865,16 +1016,25 @@ def is_active_peer(
 
 class Poller:
     """Refreshes every Experiment's status each ``poll_seconds`` (and at once when its learner
-    Job changes): the learner's ``/status`` has nothing to watch. Reads the children from the
-    :class:`ChildCache`; writes status only where it changed."""
+    Job changes): the learner's ``/status`` has nothing to watch.
+
+    The children come from the :class:`ChildCache`, the Experiment itself is read afresh
+    first: one that is gone (its DELETED event missed) is dropped from the cache and its
+    series with it, never healed (its children would be made again for a dead owner, which
+    the garbage collector deletes again, every poll). Status is written only where it changed.
+    Each Experiment is refreshed only where this replica is active for its namespace
+    (``config.active``). Every ``resync_seconds``, and at the next round after kopf re-listed
+    a kind, it :meth:`resync`\\ s the cache with the API server.
+    """
 
     def __init__(self, config: OperatorConfig, rec: "Reconciler", cache: ChildCache):
         self.config, self.rec, self.cache = config, rec, cache
-        #: Whether this replica is the active one (see :class:`PeeringGate`).
+        #: ``active(namespace)``: whether this replica works there (see :class:`PeeringGate`).
         self.active = config.active
         self._stop = threading.Event()
         self._woken: set[tuple[str, str]] = set()
         self._wake = threading.Event()
+        self._relisted = threading.Event()
         self._thread = threading.Thread(target=self._run, name="seedrl-poller", daemon=True)
         self.api = kubernetes.client.CustomObjectsApi(config.api_client)
 
@@ -892,8 +1052,14 @@ class Poller:
         self._woken.add((namespace, name))
         self._wake.set()
 
+    def relisted(self) -> None:
+        """Brings the next resync forward to the next round: kopf is listing a kind (again,
+        after a watch expired or a pause), which tells nothing of what vanished meanwhile."""
+        self._relisted.set()
+
     def _run(self) -> None:
         next_all = time.monotonic() + self.config.poll_seconds
+        next_resync = time.monotonic() + self.config.resync_seconds
         while not self._stop.is_set():
             self._wake.wait(max(0.0, next_all - time.monotonic()))
             self._wake.clear()
@@ -901,6 +1067,13 @@ class Poller:
                 return
             if time.monotonic() >= next_all:
                 next_all = time.monotonic() + self.config.poll_seconds
+                if self._relisted.is_set() or time.monotonic() >= next_resync:
+                    self._relisted.clear()
+                    next_resync = time.monotonic() + self.config.resync_seconds
+                    try:
+                        self.resync()
+                    except Exception:  # the watches go on feeding the cache meanwhile
+                        log.exception("resyncing the watch cache failed")
                 targets = [
                     (b["metadata"]["namespace"], b["metadata"]["name"])
                     for b in self.cache.experiments()
@@ -908,19 +1081,74 @@ class Poller:
                 self._woken.clear()
             else:
                 targets, self._woken = list(self._woken), set()
-            if targets and not self.active():
+            self.poll(targets)
+
+    def poll(self, targets: list[tuple[str, str]]) -> None:
+        """Refreshes the given Experiments (namespace, name) of the namespaces where this
+        replica is active (asked once per namespace); one failing never stops the others."""
+        active: dict[str, bool] = {}
+        for namespace, name in targets:
+            if namespace not in active:
+                active[namespace] = self.active(namespace)
+            if not active[namespace]:
                 continue
-            for namespace, name in targets:
-                try:
-                    self.refresh(namespace, name)
-                except Exception:  # one Experiment never stops the others
-                    log.exception("refreshing Experiment %s/%s failed", namespace, name)
+            try:
+                self.refresh(namespace, name)
+            except Exception:  # one Experiment never stops the others
+                log.exception("refreshing Experiment %s/%s failed", namespace, name)
+
+    def resync(self) -> None:
+        """Lists each kind the cache holds (in the watched namespaces) and replaces the cache's
+        content with it (:meth:`ChildCache.replace`): what vanished without a DELETED event
+        goes, an Experiment's series with it. A kind that cannot be listed is left as is."""
+        for kind in _WATCHED:
+            since = self.cache.mark()
+            try:
+                listed = list_watched(self.config.api_client, kind, self.config.namespaces)
+            except (kubernetes.client.ApiException, OSError, ValueError) as exc:
+                log.warning("cannot list %ss to resync the watch cache: %s", kind, exc)
+                continue
+            dropped = self.cache.replace(kind, listed, since)
+            for body in dropped:
+                if kind == "Experiment":
+                    self.rec.forget(body)
+            if dropped:
+                log.info(
+                    "resync: %d %s(s) gone without a DELETED event seen: %s",
+                    len(dropped),
+                    kind,
+                    ", ".join(
+                        f"{b['metadata'].get('namespace')}/{b['metadata']['name']}" for b in dropped
+                    ),
+                )
+
+    def read(self, namespace: str, name: str) -> dict | None:
+        """The Experiment as the API server has it now; None if it is gone."""
+        try:
+            response = self.api.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(response.data)
 
     def refresh(self, namespace: str, name: str) -> None:
         """Reconciles one Experiment (healing only) and writes what changed in its status."""
-        body = self.cache.experiment(namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return  # gone: a status written now would bring its series back
+        cached = self.cache.experiment(namespace, name)
+        if cached is None:
+            return
+        # Read afresh: the cache may hold an Experiment that is gone, whose DELETED event a
+        # re-listing watch never delivered; healing it would make its children again.
+        body = self.read(namespace, name)
+        if body is None:
+            log.info("Experiment %s/%s is gone: forgetting it", namespace, name)
+            self.cache.update("Experiment", "DELETED", cached)
+            self.rec.forget(cached)
+            return
+        if body["metadata"].get("deletionTimestamp"):
+            return  # going: a status written now would bring its series back
         with self.config.metrics.reconciling("poll"):
             status = self.rec.reconcile(
                 body, heal_only=True, seen=self.cache.observed(namespace, name)
@@ -953,6 +1181,7 @@ def build_registry(
     rec = Reconciler(config)
     res = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
     res_args = (GROUP, VERSION, PLURAL)
+    # The children kopf watches: the same selection as the resync lists (_WATCHED).
     ours = {
         reconcile.LABEL_EXPERIMENT: kopf.PRESENT,
         "app.kubernetes.io/managed-by": reconcile.MANAGED_BY,
@@ -976,13 +1205,17 @@ def build_registry(
 
     # The Experiments and their children, watched: every watch event updates an in-memory
     # cache, so a refresh reads them from memory instead of the API server. (Not kopf timers:
-    # kopf puts a finalizer on every object a timer runs for.)
+    # kopf puts a finalizer on every object a timer runs for.) An event of type None is kopf
+    # listing the kind (at start, after a watch expired or a pause), which delivers nothing
+    # for the objects that vanished meanwhile: the poller's resync then drops them.
     cache = ChildCache()
 
     @kopf.on.event(*res_args, registry=registry)
     def experiment_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Experiment", type, body)
-        if type == "DELETED":
+        if type is None:
+            poller.relisted()
+        elif type == "DELETED":
             # No finalizer: the children go with the Experiment through their owner
             # references (the garbage collector's work); the operator drops its series.
             rec.forget(body)
@@ -990,7 +1223,9 @@ def build_registry(
     @kopf.on.event("batch", "v1", "jobs", labels=ours, registry=registry)
     def job_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Job", type, body)
-        if type is not None:  # not the initial listing, which the refresh covers
+        if type is None:  # a listing, which the next round's refresh covers
+            poller.relisted()
+        else:
             poller.wake(
                 body["metadata"]["namespace"],
                 body["metadata"]["labels"][reconcile.LABEL_EXPERIMENT],
@@ -999,12 +1234,16 @@ def build_registry(
     @kopf.on.event("apps", "v1", "deployments", labels=ours, registry=registry)
     def deployment_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Deployment", type, body)
+        if type is None:
+            poller.relisted()
 
     @kopf.on.event(
         "v1", "pods", labels={reconcile.LABEL_EXPERIMENT: kopf.PRESENT}, registry=registry
     )
     def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Pod", type, body)
+        if type is None:
+            poller.relisted()
         labels = body["metadata"].get("labels") or {}
         # A learner container starting changes the phase (Running) without changing the Job's
         # status; actor pods are many and their readiness reaches the status at the next poll.
@@ -1058,7 +1297,7 @@ def peering_priority(given: int | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m seedrl.service.operator [--namespace NS ...] [--poll-seconds S]
-    [--metrics-port P]``."""
+    [--resync-seconds S] [--metrics-port P] [--peering NAME [--priority P]]``."""
     import argparse
 
     p = argparse.ArgumentParser(
@@ -1077,6 +1316,13 @@ def main(argv: list[str] | None = None) -> int:
         help="how often to refresh each Experiment's status",
     )
     p.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=300.0,
+        help="how often to list the watched objects again and drop those gone without a "
+        "DELETED event (sooner after kopf re-lists)",
+    )
+    p.add_argument(
         "--liveness", default="http://0.0.0.0:8080/healthz", help="kopf's liveness endpoint"
     )
     p.add_argument(
@@ -1089,7 +1335,7 @@ def main(argv: list[str] | None = None) -> int:
         "--peering",
         default="",
         help="elect one active operator among replicas through kopf's peering "
-        "object of this name (KopfPeering in --peering-namespace, or "
+        "objects of this name (a KopfPeering in each --namespace, or the "
         "ClusterKopfPeering when watching every namespace); empty: run "
         "standalone (one replica only)",
     )
@@ -1110,6 +1356,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 0 <= args.metrics_port <= 65535:
         p.error(f"--metrics-port must be 0 to 65535, got {args.metrics_port}")
+    if args.resync_seconds <= 0:
+        p.error(f"--resync-seconds must be positive, got {args.resync_seconds}")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s seedrl-operator %(levelname)s %(message)s"
     )
@@ -1123,6 +1371,8 @@ def main(argv: list[str] | None = None) -> int:
         poll_seconds=args.poll_seconds,
         prices=prices,
         images=ImageDefaults(registry=args.image_registry.rstrip("/")),
+        namespaces=tuple(args.namespace),
+        resync_seconds=args.resync_seconds,
     )
     identity = f"seedrl-operator@{socket.gethostname()}/{os.getpid()}"
     priority = peering_priority(args.priority)
@@ -1132,7 +1382,8 @@ def main(argv: list[str] | None = None) -> int:
             args.peering,
             identity,
             priority,
-            None if not args.namespace else args.namespace[0],
+            # Namespace-scoped, kopf keeps a KopfPeering in each watched namespace.
+            clusterwide=not args.namespace,
         )
         log.info("peering %s as %s, priority %d", args.peering, identity, priority)
     server = serve_metrics(config.metrics, args.metrics_port)

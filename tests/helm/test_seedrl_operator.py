@@ -248,14 +248,51 @@ def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
         "--metrics-port=8081",
         "--peering=op-seedrl-operator",
     ]
-    (peering,) = of_kind(manifests, "KopfPeering")
-    assert peering["metadata"]["namespace"] == "team-a"
 
     # No namespaces listed: only the release's own.
     manifests = render(
         OPERATOR_CHART, release="op", namespace="ops", sets=["watch.scope=namespaces"]
     )
     assert [r["metadata"]["namespace"] for r in of_kind(manifests, "Role")] == ["ops"]
+
+
+def test_namespace_scope_has_a_peering_object_in_every_watched_namespace(tmp_path):
+    # A namespace-scoped kopf keeps one peering per watched namespace (a KopfPeering named
+    # --peering there) and pauses every watch while one of them is missing: the first
+    # namespace's alone would leave the operator reconciling nothing.
+    manifests = render(
+        OPERATOR_CHART,
+        release="op",
+        namespace="ops",
+        values=VALUE_SETS["namespaced"],
+        tmp_path=tmp_path,
+    )
+    assert not of_kind(manifests, "ClusterKopfPeering")
+    peerings = of_kind(manifests, "KopfPeering")
+    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings) == [
+        ("team-a", "op-seedrl-operator"),
+        ("team-b", "op-seedrl-operator"),
+    ]
+    # The operator may keep its record in each of them (the Role of that namespace).
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(manifests, "Role")}
+    for peering in peerings:
+        rules = _rules(roles[peering["metadata"]["namespace"]])
+        assert {"get", "watch", "patch"} <= rules[("kopf.dev", "kopfpeerings")]
+    # Only the release namespace watched: the peering is there.
+    manifests = render(
+        OPERATOR_CHART, release="op", namespace="ops", sets=["watch.scope=namespaces"]
+    )
+    assert [p["metadata"]["namespace"] for p in of_kind(manifests, "KopfPeering")] == ["ops"]
+    # One replica runs standalone: no peering anywhere.
+    manifests = render(
+        OPERATOR_CHART,
+        release="op",
+        namespace="ops",
+        values=VALUE_SETS["namespaced"],
+        tmp_path=tmp_path,
+        sets=["replicaCount=1"],
+    )
+    assert not of_kind(manifests, "KopfPeering")
 
 
 def test_operator_values_reach_the_container(tmp_path):

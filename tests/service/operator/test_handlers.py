@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import datetime
 import time
+import types
 import urllib.request
 from pathlib import Path
 
@@ -824,3 +825,223 @@ def test_a_resumed_learner_job_gets_what_is_left_of_the_deadline():
         "spec": {"suspend": False, "activeDeadlineSeconds": 2600}
     }
     assert _job_patch(exp, {"spec": {"suspend": False}}, used) is None
+
+
+# ------------------------------------------------------------------------------------------
+# Peering per namespace, and the cache after a re-list (kopf's watches miss deletions then).
+# The poller is driven by hand here, against its own emulator, with no kopf: what its
+# handlers would have delivered is put into the cache directly.
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster():
+    from support.k8s_emulator import EmulatedCluster
+
+    with EmulatedCluster() as c:
+        yield c
+
+
+def standalone_poller(cluster, **config):
+    """A Poller (not started) with its Reconciler and an empty ChildCache."""
+    from seedrl.service.operator import handlers
+
+    cfg = handlers.OperatorConfig(api_client=cluster.api_client(), metrics=OperatorMetrics())
+    for key, value in config.items():
+        setattr(cfg, key, value)
+    cache = handlers.ChildCache()
+    return handlers.Poller(cfg, handlers.Reconciler(cfg), cache), cache
+
+
+def create_experiment(api, name, namespace=NS):
+    body = copy.deepcopy(CARTPOLE)
+    body["metadata"]["name"] = name
+    return kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body
+    )
+
+
+def test_the_poller_follows_the_peering_of_each_experiments_namespace(cluster):
+    import kmock
+
+    from seedrl.service.operator.handlers import PeeringGate
+    from support.k8s_emulator import VERBS
+
+    for plural, kind, namespaced in [
+        ("kopfpeerings", "KopfPeering", True),
+        ("clusterkopfpeerings", "ClusterKopfPeering", False),
+    ]:
+        cluster.emulator.resources[f"kopf.dev/v1/{plural}"] = kmock.ResourceInfo(
+            kind=kind, namespaced=namespaced, verbs=VERBS
+        )
+    api = cluster.api_client()
+    custom = kubernetes.client.CustomObjectsApi(api)
+    fresh = datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+    def peering(namespace, peers):
+        body = {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfPeering" if namespace else "ClusterKopfPeering",
+            "metadata": {"name": "seedrl"},
+            "status": {
+                who: {"priority": prio, "lifetime": 60, "lastseen": fresh}
+                for who, prio in peers.items()
+            },
+        }
+        if namespace:
+            custom.create_namespaced_custom_object(
+                "kopf.dev", "v1", namespace, "kopfpeerings", body
+            )
+        else:
+            custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)
+
+    # Namespace-scoped, kopf keeps a KopfPeering in each watched namespace: here this replica
+    # leads in team-a, another one (of a higher priority) in team-b, and team-c has none
+    # (kopf stays paused without one).
+    peering("team-a", {"me": 5, "other": 1})
+    peering("team-b", {"me": 5, "other": 9})
+    gate = PeeringGate(api, "seedrl", "me", 5, clusterwide=False)
+    assert [gate(ns) for ns in ("team-a", "team-b", "team-c")] == [True, False, False]
+    poller, _ = standalone_poller(cluster, active=gate)
+    refreshed = []
+    poller.refresh = lambda namespace, name: refreshed.append((namespace, name))
+    targets = [("team-a", "x"), ("team-b", "y"), ("team-c", "z"), ("team-a", "w")]
+    poller.poll(targets)
+    assert refreshed == [("team-a", "x"), ("team-a", "w")]
+    # Cluster-wide, the ClusterKopfPeering decides for every namespace.
+    peering(None, {"me": 5, "other": 1})
+    refreshed.clear()
+    poller.active = PeeringGate(api, "seedrl", "me", 5, clusterwide=True)
+    poller.poll(targets)
+    assert refreshed == targets
+
+
+def test_an_experiment_gone_without_its_deleted_event_is_not_healed_again(cluster):
+    api = cluster.api_client()
+    k8s = Client(types.SimpleNamespace(api=api))
+    poller, cache = standalone_poller(cluster)
+    body = create_experiment(api, "lost")
+    cache.update("Experiment", None, body)  # as kopf's listing delivers it
+    poller.refresh(NS, "lost")
+    assert all(k8s.children("lost").values())
+    assert any(k[0] == "seedrl_experiment_phase" for k in _series(poller, "lost"))
+    # Deleted while the watch was down: kopf's re-list brings no DELETED event, so the cache
+    # still has it. The garbage collector deletes its children (the emulator has none).
+    k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "lost")
+    for kind, pattern in CHILDREN:
+        delete = {
+            "ConfigMap": k8s.core.delete_namespaced_config_map,
+            "Service": k8s.core.delete_namespaced_service,
+            "NetworkPolicy": k8s.net.delete_namespaced_network_policy,
+            "Job": k8s.batch.delete_namespaced_job,
+            "Deployment": k8s.apps.delete_namespaced_deployment,
+        }[kind]
+        delete(pattern.format("lost"), NS)
+    assert cache.experiment(NS, "lost") is not None
+    poller.refresh(NS, "lost")
+    # Not reconciled again: no child made for the dead owner, nothing of it kept.
+    assert not any(k8s.children("lost").values())
+    assert cache.experiment(NS, "lost") is None and not cache.experiments()
+    assert not _series(poller, "lost")
+    poller.refresh(NS, "lost")
+    assert not any(k8s.children("lost").values())
+
+
+def _series(poller, experiment):
+    """The operator's samples labelled with ``experiment``."""
+    return {
+        (s.name, tuple(sorted(s.labels.items())))
+        for family in poller.config.metrics.registry.collect()
+        for s in family.samples
+        if s.labels.get("experiment") == experiment
+    }
+
+
+def test_a_pod_gone_without_its_deleted_event_stops_being_priced_after_the_resync(cluster):
+    api = cluster.api_client()
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    poller, cache = standalone_poller(cluster)
+    create_experiment(api, "stale")
+    poller.resync()  # kopf's first listing, in effect
+    poller.refresh(NS, "stale")  # makes the children
+    started = time.time() - 3600
+    created = core.create_namespaced_pod(
+        NS, pod("stale-actors-a", "stale", "actor", iso(started), spot=True)
+    )
+    cache.update("Pod", "ADDED", api.sanitize_for_serialization(created))
+    poller.resync()
+    assert [p["metadata"]["name"] for p in cache.observed(NS, "stale").pods] == ["stale-actors-a"]
+
+    def cost():
+        poller.refresh(NS, "stale")
+        return custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "stale")["status"]
+
+    running = cost()
+    assert running["cost"]["usdPerHour"] == pytest.approx(ACTOR_SPOT_HOURLY, abs=1e-6)
+    # Deleted while the watch was down: no DELETED event reaches the cache, and the pod would
+    # be priced as running for ever.
+    core.delete_namespaced_pod("stale-actors-a", NS)
+    assert cost()["cost"]["usdPerHour"] > 0
+    poller.resync()
+    assert cache.observed(NS, "stale").pods == []
+    gone = cost()
+    assert gone["cost"]["usdPerHour"] == 0
+    (record,) = gone["costRecords"]
+    assert all(end is not None for _, end in record["intervals"])
+    # The cost stops growing: a later pricing has a later asOf and the same total.
+    wait_for(lambda: iso(time.time()) > gone["cost"]["asOf"], what="the next second")
+    later = cost()
+    assert later["cost"]["asOf"] > gone["cost"]["asOf"]
+    assert later["cost"]["totalUsd"] == gone["cost"]["totalUsd"]
+    assert cache.experiment(NS, "stale") is not None  # what exists stays
+
+
+def test_a_resync_keeps_what_the_watch_delivered_after_the_list_was_taken():
+    from seedrl.service.operator.handlers import ChildCache
+
+    def obj(name, uid, rv):
+        labels = {reconcile.LABEL_EXPERIMENT: "x"}
+        return {
+            "metadata": {
+                "namespace": NS,
+                "name": name,
+                "uid": uid,
+                "resourceVersion": rv,
+                "labels": labels,
+            }
+        }
+
+    def held():
+        return {
+            p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+            for p in cache.observed(NS, "x").pods
+        }
+
+    cache = ChildCache()
+    for name in ("stays", "gone", "deleted-during", "changed-during"):
+        cache.update("Pod", None, obj(name, f"{name}-1", "1"))
+    since = cache.mark()
+    # The list call runs; meanwhile the watch delivers these.
+    listed = [
+        obj("stays", "stays-1", "5"),
+        obj("deleted-during", "deleted-during-1", "1"),
+        obj("changed-during", "changed-during-1", "1"),
+    ]
+    cache.update("Pod", "ADDED", obj("new-during", "new-during-1", "7"))
+    cache.update("Pod", "DELETED", obj("deleted-during", "deleted-during-1", "8"))
+    cache.update("Pod", "MODIFIED", obj("changed-during", "changed-during-1", "9"))
+    dropped = cache.replace("Pod", listed, since)
+    assert [o["metadata"]["name"] for o in dropped] == ["gone"]
+    # The listing's version of what no event touched; the watch's of the rest.
+    assert held() == {"stays": "5", "new-during": "7", "changed-during": "9"}
+    # A DELETED event of an older object of a name leaves the newer one held.
+    cache.update("Pod", "ADDED", obj("stays", "stays-2", "10"))
+    cache.update("Pod", "DELETED", obj("stays", "stays-1", "11"))
+    assert held()["stays"] == "10"
+    # The next resync starts afresh: what a later listing lacks goes.
+    assert {o["metadata"]["name"] for o in cache.replace("Pod", [], cache.mark())} == {
+        "stays",
+        "new-during",
+        "changed-during",
+    }
