@@ -795,3 +795,129 @@ def test_deleting_while_the_operator_is_stopped_removes_everything(cluster, tmp_
         cluster.kubectl(
             "scale", "deployment/seedrl-seedrl-operator", "-n", "seedrl-system", "--replicas=2"
         )
+
+
+def test_an_operator_whose_role_lacks_a_verb_says_so_in_status_and_events(cluster, tmp_path):
+    ns, name = "forbidden", "cartpole"
+    role_name = "seedrl-system-seedrl-seedrl-operator-operator"
+    rbac = ("rbac.authorization.k8s.io", "v1", "clusterroles")
+    role = cluster.get(*rbac, "", role_name)
+    original = json.loads(json.dumps(role["rules"]))
+    # A cluster whose administrator trimmed the operator's role: NetworkPolicies read only
+    # (server-side apply, which creates what is missing, is authorized as patch).
+    rules = [
+        {**r, "verbs": ["get"]} if "networkpolicies" in r.get("resources", []) else r
+        for r in original
+    ]
+    patch = tmp_path / "rules.json"
+    patch.write_text(json.dumps({"rules": rules}))
+    cluster.kubectl("patch", "clusterrole", role_name, "--type=merge", "--patch-file", str(patch))
+    try:
+        apply(cluster, ns, experiment(name), tmp_path)
+        wait_until(
+            lambda: condition(cluster, ns, name, "SpecApplied").get("reason") == "Forbidden",
+            60,
+            "SpecApplied=False, reason Forbidden",
+            cluster,
+        )
+        message = condition(cluster, ns, name, "SpecApplied")["message"]
+        assert 'cannot patch resource "networkpolicies"' in message, message
+        assert "system:serviceaccount:seedrl-system:" in message
+        events = [e for e in cluster.events(ns, name) if e["reason"] == "Forbidden"]
+        assert len(events) == 1 and events[0]["type"] == "Warning", events
+        # Nothing that needs the missing right was made; the learner was never started.
+        assert cluster.get("batch", "v1", "jobs", ns, f"{name}-learner") is None
+    finally:
+        patch.write_text(json.dumps({"rules": original}))
+        cluster.kubectl(
+            "patch", "clusterrole", role_name, "--type=merge", "--patch-file", str(patch)
+        )
+    # Granted again, the next poll makes the rest: nothing was lost meanwhile.
+    wait_until(
+        lambda: (
+            condition(cluster, ns, name, "SpecApplied").get("status") == "True"
+            and cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
+        ),
+        60,
+        "the children made once the role allows it",
+        cluster,
+    )
+    cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")
+    assert [m for m in cluster.api.forbidden if "networkpolicies" not in m] == []
+
+
+@pytest.mark.slow
+def test_a_preempted_spot_learner_checkpoints_within_15_seconds_and_resumes(cluster, tmp_path):
+    ns, name = "spot-learner", "cartpole"
+    document = experiment(name, budget={"maxEnvSteps": 10**8})
+    # The 300 s it asks for would be cut to GKE's 15 s at a preemption anyway.
+    document["spec"]["learner"].update(spot=True, terminationGracePeriodSeconds=300)
+    apply(cluster, ns, document, tmp_path)
+    wait_until(
+        lambda: status(cluster, ns, name).get("lastCheckpoint"), 240, "a checkpoint", cluster
+    )
+    (first,) = learner_pods(cluster, ns, name)
+    assert first["spec"]["nodeName"].startswith("gke-spot")
+    assert first["spec"]["terminationGracePeriodSeconds"] == 15
+    frames = status(cluster, ns, name)["envFrames"]
+    cluster.preempt(first["spec"]["nodeName"])
+    wait_for_pod(cluster, ns, name, first)
+    log = cluster.pod_log(first)
+    # Its final checkpoint was written in the 15 s (the learner gave itself 10), so the new
+    # learner goes on from where the preempted one stopped, not from the periodic one.
+    assert "final checkpoint" in log and "exiting with exit code 75" in log, log[-3000:]
+    wait_until(
+        lambda: any(
+            "resumed from" in cluster.pod_log(p)
+            for p in learner_pods(cluster, ns, name)
+            if p["metadata"]["uid"] != first["metadata"]["uid"]
+        ),
+        240,
+        "the new learner to resume",
+        cluster,
+    )
+    wait_until(
+        lambda: (status(cluster, ns, name).get("envFrames") or 0) > frames + 2000,
+        240,
+        "training to go on",
+        cluster,
+    )
+    job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
+    assert (job["status"].get("failed") or 0) == 0  # a preemption is no failure
+    cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")
+
+
+def test_accelerator_learners_schedule_only_where_their_chips_are(cluster, tmp_path):
+    ns = "accelerators"
+    tpu = {"kind": "tpu", "tpu": {"type": "tpu-v5-lite-podslice", "topology": "2x2"}}
+    apply(cluster, ns, experiment("tpu", learner={"accelerator": tpu}), tmp_path)
+    big = {"kind": "tpu", "tpu": {"type": "tpu-v5-lite-podslice", "topology": "2x4"}}
+    apply(cluster, ns, experiment("tpu-2x4", learner={"accelerator": big}), tmp_path)
+    gpus = {"kind": "gpu", "gpu": {"type": "nvidia-l4", "count": 2}}
+    apply(cluster, ns, experiment("gpu-2", learner={"accelerator": gpus}), tmp_path)
+    # The 2x2 slice fits the v5e host (labels, taint, 4 google.com/tpu chips); this machine
+    # has no TPU, so the learner says so and the Job fails at once instead of training on CPU.
+    wait_until(
+        lambda: condition(cluster, ns, "tpu", "Failed").get("status") == "True",
+        180,
+        lambda: "the TPU learner to find no TPU" + diagnosis(cluster, ns, "tpu"),
+        cluster,
+    )
+    (pod,) = learner_pods(cluster, ns, "tpu")
+    assert pod["spec"]["nodeName"] == "gke-tpu-0"
+    assert condition(cluster, ns, "tpu", "Failed")["reason"] == ExitCode.NO_ACCELERATOR.reason
+    # No pool has a 2x4 slice, and the one L4 node has one GPU: both wait, and say why.
+    for name, why in (("tpu-2x4", "no node matches"), ("gpu-2", "Insufficient nvidia.com/gpu")):
+        wait_until(
+            lambda name=name: (
+                condition(cluster, ns, name, "LearnerReady").get("reason") == "Unschedulable"
+            ),
+            60,
+            f"{name}: LearnerReady=False, reason Unschedulable",
+            cluster,
+        )
+        assert why in condition(cluster, ns, name, "LearnerReady")["message"]
+        assert status(cluster, ns, name)["phase"] == "Pending"
+        assert not any(p["spec"].get("nodeName") for p in learner_pods(cluster, ns, name))
+    for name in ("tpu", "tpu-2x4", "gpu-2"):
+        cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")

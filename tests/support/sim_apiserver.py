@@ -16,7 +16,9 @@ What it models, each from the API's documented behaviour (kubernetes.io, "API Co
   ``dryRun``;
 - list and watch with label and field selectors (``metadata.name``, ``metadata.namespace``,
   ``spec.nodeName``, ``status.phase``), resourceVersion resumption, ``timeoutSeconds``, and
-  ``as=Table`` for kubectl get (a CRD's additionalPrinterColumns);
+  ``as=Table`` for kubectl get (a CRD's additionalPrinterColumns); watches can be expired
+  (:meth:`ApiServer.expire_watches`): a client resuming from before the compaction gets
+  410 Gone and must list again;
 - deletion: finalizers and ``deletionTimestamp``; graceful deletion of pods bound to a node
   (the kubelet stops the containers and removes the pod); propagation ``Foreground``
   (``foregroundDeletion`` finalizer until dependents are gone), ``Background`` and
@@ -29,8 +31,14 @@ What it models, each from the API's documented behaviour (kubernetes.io, "API Co
   only, and any other form refuses every eviction), else the pod gets the condition
   DisruptionTarget (reason EvictionByEvictionAPI) and is deleted gracefully.
 
-Not modelled: authentication and RBAC (every request is allowed), admission webhooks, field
-pruning of custom resources, managedFields in responses, protobuf.
+- structural pruning of custom resources: fields their schema does not declare are dropped
+  before they are stored (spec and status alike), as a real API server does.
+
+- RBAC (:mod:`support.sim_rbac`): a pod's requests carry its service account's token and are
+  authorized against the Roles, ClusterRoles and their bindings stored here (403 Forbidden
+  otherwise); the test's own clients act as the cluster's administrator.
+
+Not modelled: admission webhooks, managedFields in responses, protobuf.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ import yaml
 from aiohttp import web
 
 from seedrl.common.schema import to_json_schema
+from support import sim_rbac
 from support.sim_protobuf import ProtobufError, decode_protobuf, pb_field, pb_string
 
 KUBE_VERSION = {
@@ -361,6 +370,8 @@ class Store:
         self.rv = 0
         self.listeners: list[Callable[[Event], None]] = []
         self.watchers: set[asyncio.Queue] = set()
+        #: Watches resuming from before this resourceVersion get 410 Gone (compacted).
+        self.compacted_rv = 0
         #: (resource key, namespace, name, manager) -> the fields that manager applied.
         self.applied: dict[tuple, set[tuple]] = {}
         for r in _builtin():
@@ -503,6 +514,11 @@ class ApiServer:
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.requests = 0
+        #: Every request RBAC refused, in the API server's words.
+        self.forbidden: list[str] = []
+        #: Open: watches are served; cleared by :meth:`expire_watches`.
+        self.watch_gate = asyncio.Event()
+        self.watch_gate.set()
 
     # -- routing ----------------------------------------------------------------------
 
@@ -562,6 +578,9 @@ class ApiServer:
             raise ApiError(404, "NotFound", "a namespaced resource needs a namespace")
         ns = namespace or ""
         method = request.method
+        subject = sim_rbac.subject_of(request.headers.get("Authorization"))
+        if subject is not None:
+            self._authorize(subject, request, resource, namespace, name, sub)
         if name is None:
             if method == "GET":
                 if request.query.get("watch") in ("true", "1", "True"):
@@ -601,6 +620,41 @@ class ApiServer:
                 options = json.loads(raw) if raw.strip() else {}
             return web.json_response(self.delete(resource, ns, name, options, request.query))
         raise ApiError(405, "MethodNotAllowed", method)
+
+    def _authorize(
+        self,
+        subject: sim_rbac.Subject,
+        request: web.Request,
+        resource: Resource,
+        namespace: str | None,
+        name: str | None,
+        sub: str | None,
+    ) -> None:
+        """Refuses with 403 what RBAC does not allow a service account (support.sim_rbac)."""
+        watch = request.query.get("watch") in ("true", "1", "True")
+        req = sim_rbac.Request(
+            verb=sim_rbac.verb_of(request.method, name is not None, watch),
+            group=resource.group,
+            resource=resource.plural,
+            subresource=sub,
+            namespace=namespace if resource.namespaced else None,
+            name=name,
+        )
+        rbac = "rbac.authorization.k8s.io"
+        roles = self.store.resource(rbac, "v1", "roles")
+        bindings = self.store.resource(rbac, "v1", "rolebindings")
+        if sim_rbac.allowed(
+            req,
+            subject,
+            lambda ns: self.store.list(roles, ns),
+            self.store.list(self.store.resource(rbac, "v1", "clusterroles")),
+            lambda ns: self.store.list(bindings, ns),
+            self.store.list(self.store.resource(rbac, "v1", "clusterrolebindings")),
+        ):
+            return
+        message = sim_rbac.forbidden_message(req, subject, resource.plural)
+        self.forbidden.append(message)
+        raise ApiError(403, "Forbidden", message)
 
     async def _body(self, request: web.Request) -> dict:
         raw = await request.read()
@@ -840,6 +894,7 @@ class ApiServer:
         fields = request.query.get("fieldSelector")
         since = request.query.get("resourceVersion") or "0"
         timeout = float(request.query.get("timeoutSeconds") or 1800)
+        await self.watch_gate.wait()
         queue: asyncio.Queue = asyncio.Queue()
         self.store.watchers.add(queue)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -864,7 +919,7 @@ class ApiServer:
                     await send("ADDED", obj)
             else:
                 start = int(since)
-                if (
+                if start < self.store.compacted_rv or (
                     self.store.log
                     and self.store.log[0].rv > start + 1
                     and start < self.store.log[0].rv - 1
@@ -883,6 +938,8 @@ class ApiServer:
                     break
                 try:
                     event = await asyncio.wait_for(queue.get(), min(left, 30))
+                    if event is None:  # closed by expire_watches
+                        break
                 except asyncio.TimeoutError:
                     if request.query.get("allowWatchBookmarks") in ("true", "1"):
                         await send(
@@ -901,6 +958,22 @@ class ApiServer:
         finally:
             self.store.watchers.discard(queue)
         return response
+
+    def expire_watches(self) -> None:
+        """Ends every open watch and holds new ones back until :meth:`release_watches`: what
+        an API server restart, an etcd compaction or a long network partition does to its
+        clients. Changes made meanwhile reach no watch."""
+        self.watch_gate.clear()
+        for queue in list(self.store.watchers):
+            queue.put_nowait(None)
+
+    def release_watches(self) -> None:
+        """Lets watches in again, with the history compacted up to now: a client resuming
+        from a resourceVersion before it gets 410 Gone ("API Concepts: Efficient detection
+        of changes") and must list again, seeing no DELETED event for what went meanwhile."""
+        self.store.compacted_rv = self.store.rv
+        self.store.log.clear()
+        self.watch_gate.set()
 
     def pod_log(self, namespace: str, name: str, query) -> str:
         """``kubectl logs``: the kubelet keeps each container's log on disk."""
@@ -945,6 +1018,25 @@ class ApiServer:
                     f"{causes}",
                 )
 
+    def _prune(self, resource: Resource, obj: dict) -> None:
+        """Drops the fields of a custom resource its structural schema does not declare,
+        in place ("Custom Resources: Field pruning": what the schema does not specify is
+        not persisted, unless under ``x-kubernetes-preserve-unknown-fields``); apiVersion,
+        kind and metadata are every object's."""
+        version = resource.crd_version
+        schema = ((version or {}).get("schema") or {}).get("openAPIV3Schema")
+        if not schema:
+            return
+        for key, value in list(obj.items()):
+            if key in ("apiVersion", "kind", "metadata"):
+                continue
+            sub = (schema.get("properties") or {}).get(key)
+            if sub is None:
+                if not schema.get("x-kubernetes-preserve-unknown-fields"):
+                    del obj[key]
+            else:
+                prune_unknown(value, sub)
+
     def create(self, resource: Resource, namespace: str, body: dict, query=None) -> dict:
         """Creates an object (POST)."""
         query = query or {}
@@ -975,6 +1067,7 @@ class ApiServer:
             )
         obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
         self._validate(resource, obj, query.get("fieldValidation") == "Strict")
+        self._prune(resource, obj)
         meta["uid"] = str(uuid.uuid4())
         meta["generation"] = 1
         meta["creationTimestamp"] = now_rfc3339()
@@ -1064,6 +1157,7 @@ class ApiServer:
             if "deletionGracePeriodSeconds" in old["metadata"]:
                 meta["deletionGracePeriodSeconds"] = old["metadata"]["deletionGracePeriodSeconds"]
         new["apiVersion"], new["kind"] = resource.group_version, resource.kind
+        self._prune(resource, new)
         spec_like = {k: v for k, v in new.items() if k not in ("metadata", "status")}
         old_like = {k: v for k, v in old.items() if k not in ("metadata", "status")}
         if sub != "status" and spec_like != old_like:
@@ -1454,6 +1548,25 @@ def _controller_scales(pod: dict) -> bool:
         if ref.get("controller"):
             return ref.get("kind") in _SCALABLE_CONTROLLERS
     return False
+
+
+def prune_unknown(value: Any, schema: dict) -> None:
+    """Removes, in place, what a structural schema does not declare from ``value``."""
+    if schema.get("x-kubernetes-preserve-unknown-fields") and not schema.get("properties"):
+        return
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        for key in list(value):
+            if properties is not None and key in properties:
+                prune_unknown(value[key], properties[key])
+            elif isinstance(additional, dict):
+                prune_unknown(value[key], additional)
+            elif not schema.get("x-kubernetes-preserve-unknown-fields") and additional is not True:
+                del value[key]
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            prune_unknown(item, schema["items"])
 
 
 def _decode_protobuf(raw: bytes) -> dict:

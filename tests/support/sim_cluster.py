@@ -8,9 +8,11 @@ kubeconfig of its own.
 
 Nodes (labels as GKE sets them): two on-demand CPU nodes of node pool ``cpu`` and two Spot
 nodes of pool ``spot`` (``cloud.google.com/gke-spot: "true"``; GKE does not taint Spot nodes by
-itself, and neither does this). :meth:`preempt` plays a Spot preemption: the node's graceful
-shutdown (DisruptionTarget, SIGTERM, at most 15 s), then the node goes and its managed
-instance group brings up a fresh one of the same pool.
+itself, and neither does this), each of 8 CPUs and 32Gi; a TPU v5e host of pool ``tpu``
+(2x2, 4 ``google.com/tpu`` chips) and an L4 GPU node of pool ``gpu`` (1 ``nvidia.com/gpu``),
+labelled and tainted as GKE does (:data:`ACCELERATOR_POOLS`). :meth:`preempt` plays a Spot
+preemption: the node's graceful shutdown (DisruptionTarget, SIGTERM, at most 15 s), then the
+node goes and its managed instance group brings up a fresh one of the same pool.
 """
 
 from __future__ import annotations
@@ -35,20 +37,48 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 
 
+#: Accelerator node pools as GKE makes them ("Plan TPUs in GKE", "About GPUs in GKE"): the
+#: accelerator labels, the taint GKE puts on them, and the chips as an extended resource.
+ACCELERATOR_POOLS = {
+    # ct5lp-hightpu-4t: one v5e host of 4 chips, topology 2x2.
+    "tpu": (
+        "ct5lp-hightpu-4t",
+        {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "2x2",
+        },
+        {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"},
+        {"google.com/tpu": "4"},
+    ),
+    # g2-standard-8: one NVIDIA L4.
+    "gpu": (
+        "g2-standard-8",
+        {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"nvidia.com/gpu": "1"},
+    ),
+}
+
+
 def _node(name: str, pool: str, spot: bool) -> dict:
+    machine, extra_labels, taint, chips = ACCELERATOR_POOLS.get(
+        pool, ("e2-standard-8", {}, None, {})
+    )
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "cloud.google.com/gke-nodepool": pool,
-        "node.kubernetes.io/instance-type": "e2-standard-8",
+        "node.kubernetes.io/instance-type": machine,
+        **extra_labels,
     }
     if spot:
         labels["cloud.google.com/gke-spot"] = "true"
+    resources = {"cpu": "8", "memory": "32Gi", "pods": "110", **chips}
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {},
+        "spec": {"taints": [taint]} if taint else {},
         "status": {
             "conditions": [
                 {
@@ -58,8 +88,8 @@ def _node(name: str, pool: str, spot: bool) -> dict:
                     "lastTransitionTime": now_rfc3339(),
                 }
             ],
-            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
         },
     }
 
@@ -127,6 +157,8 @@ class SimulatedCluster:
             ("gke-cpu-1", "cpu", False),
             ("gke-spot-0", "spot", True),
             ("gke-spot-1", "spot", True),
+            ("gke-tpu-0", "tpu", False),
+            ("gke-gpu-0", "gpu", False),
         ):
             self.api.create(store.resource("", "v1", "nodes"), "", _node(name, pool, spot))
         store.listeners.append(lambda event: self._mark())
@@ -269,6 +301,22 @@ class SimulatedCluster:
         ]
 
     # -- what happens to nodes ----------------------------------------------------------
+
+    def watches_down(self):
+        """A context manager: every watch is ended and held back while it is open, and
+        resuming from before it gets 410 Gone after (kopf then lists again, seeing no
+        DELETED event for what was deleted meanwhile)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def down():
+            self.call(self.api.expire_watches)
+            try:
+                yield self
+            finally:
+                self.call(self.api.release_watches)
+
+        return down()
 
     def preempt(self, node: str, replace: bool = True) -> str | None:
         """A Spot preemption of ``node``: graceful node shutdown of its pods (at most 15 s),

@@ -7,8 +7,11 @@ Each rule cites the behaviour it models (kubernetes.io documentation):
   bound to a Ready, schedulable node that satisfies its nodeSelector and required node
   affinity and whose NoSchedule/NoExecute taints it tolerates, preferring the node with the
   fewest pods of the same owner (the default spreading), then the fewest pods. Scheduling
-  gates hold a pod back. None fits: PodScheduled=False, reason Unschedulable. Resource
-  requests are not checked against capacity.
+  gates hold a pod back, and a node must have room for what the pod requests ("Resource
+  Management for Pods and Containers": its allocatable CPU, memory and extended resources
+  such as google.com/tpu and nvidia.com/gpu, less what its pods request). None fits:
+  PodScheduled=False, reason Unschedulable, with the scheduler's "0/N nodes are available"
+  message.
 - **Job controller** ("Jobs": Pod backoff failure policy, Handling Pod and container failures
   with podFailurePolicy, Delayed creation of replacement pods, Suspending a Job, Job
   termination and cleanup, TTL after finished): creates pods from the template (with the
@@ -18,7 +21,9 @@ Each rule cites the behaviour it models (kubernetes.io documentation):
   counted; FailJob: the Job fails at once with reason PodFailurePolicy; Count, or no rule:
   counted); more than ``backoffLimit`` counted failures fail it with BackoffLimitExceeded; a
   counted failure delays the next pod by 10 s doubling up to 6 min; ``activeDeadlineSeconds``
-  fails it with DeadlineExceeded; ``suspend`` deletes the active pods (not counted) and sets
+  fails it with DeadlineExceeded (each failure sets FailureTarget first, terminates the
+  remaining pods, and sets Failed once none runs, as Kubernetes 1.31+ does); ``suspend``
+  deletes the active pods (not counted) and sets
   condition Suspended; a finished Job deletes its remaining pods and is deleted
   ``ttlSecondsAfterFinished`` later.
 - **Deployment controller** ("Deployments": pod-template-hash label, Rolling Update
@@ -29,8 +34,9 @@ Each rule cites the behaviour it models (kubernetes.io documentation):
 - **ReplicaSet controller** ("ReplicaSet"): keeps ``replicas`` pods that are neither terminal
   nor being deleted, creating ``<rs>-<random>`` pods or deleting the surplus (unscheduled,
   then not ready, then newest first).
-- **pod garbage collector** ("Pod Lifecycle: Garbage collection of Pods"): deletes pods bound
-  to nodes that no longer exist.
+- **pod garbage collector** ("Pod Lifecycle: Garbage collection of Pods", "Pod disruption
+  conditions"): pods bound to nodes that no longer exist get phase Failed and condition
+  DisruptionTarget (reason DeletionByPodGC), then are deleted.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import math
 import time
 from typing import Any
 
+from seedrl.common.quantity import parse_quantity
 from support.sim_apiserver import (
     ApiError,
     ApiServer,
@@ -202,10 +209,19 @@ class Controllers:
         for pod in self._all("Pod"):
             node = (pod.get("spec") or {}).get("nodeName")
             if node and node not in nodes:
-                # Orphaned: force-deleted (its kubelet is gone with its node).
-                if pod["metadata"].get("finalizers") and not terminal(pod):
+                # Orphaned: force-deleted (its kubelet is gone with its node). A pod not yet
+                # terminal is first marked Failed with DisruptionTarget, reason
+                # DeletionByPodGC ("Pod disruption conditions"), so a Job does not count it.
+                if not terminal(pod):
                     new = copy.deepcopy(pod)
                     new["status"]["phase"] = "Failed"
+                    set_pod_condition(
+                        new,
+                        "DisruptionTarget",
+                        "True",
+                        "DeletionByPodGC",
+                        "PodGC: node no longer exists",
+                    )
                     self._write("Pod", pod, new, "status")
                     pod = (
                         self.store.get(
@@ -239,17 +255,22 @@ class Controllers:
                 continue
             if spec.get("schedulingGates"):
                 continue
-            fits = [n for n in nodes if _fits(pod, n)]
+            placed = [n for n in nodes if _fits(pod, n)]
+            fits = [n for n in placed if not _short_of(pod, n, pods)]
             if not fits:
+                short = sorted({r for n in placed for r in _short_of(pod, n, pods)})
+                why = (
+                    f"{len(placed)} Insufficient {', '.join(short)}"
+                    if placed
+                    else "no node matches the pod's node selector, affinity and tolerations"
+                )
                 new = copy.deepcopy(pod)
                 if set_pod_condition(
                     new,
                     "PodScheduled",
                     "False",
                     "Unschedulable",
-                    f"0/{len(self._all('Node'))} nodes are available: no "
-                    f"node matches the pod's node selector, affinity and "
-                    f"tolerations.",
+                    f"0/{len(self._all('Node'))} nodes are available: {why}.",
                 ):
                     self._write("Pod", pod, new, "status")
                 continue
@@ -399,10 +420,22 @@ class Controllers:
                 and not spec.get("suspend")
             ):
                 fail_reason = ("DeadlineExceeded", "Job was active longer than specified deadline")
-            if fail_reason:
-                condition("Failed", "True", *fail_reason)
-                status["completionTime"] = now_rfc3339()
-                finished = True
+            target = next(
+                (c for c in conditions if c["type"] == "FailureTarget" and c["status"] == "True"),
+                None,
+            )
+            if fail_reason and target is None:
+                # Kubernetes 1.31+ ("Jobs: Termination of Job pods"): FailureTarget first, the
+                # remaining pods terminated, and Failed only once none is left running.
+                condition("FailureTarget", "True", *fail_reason)
+                target = conditions[-1]
+            if target is not None:
+                for pod in active:
+                    self._delete("Pod", pod)
+                if not active and not terminating:
+                    condition("Failed", "True", target["reason"], target["message"])
+                    status["completionTime"] = now_rfc3339()
+                    finished = True
             elif status.get("succeeded", 0) >= spec.get("completions", 1):
                 condition(
                     "Complete",
@@ -435,7 +468,14 @@ class Controllers:
             want = min(
                 spec.get("parallelism", 1), spec.get("completions", 1) - status.get("succeeded", 0)
             )
-            if len(active) + len(blocking) < want and now >= self._next_pod_at.get(uid, 0):
+            failing = any(
+                c["type"] == "FailureTarget" and c["status"] == "True" for c in conditions
+            )
+            if (
+                not failing
+                and len(active) + len(blocking) < want
+                and now >= self._next_pod_at.get(uid, 0)
+            ):
                 self._create_pod(
                     job,
                     spec["template"],
@@ -710,6 +750,47 @@ def _failure_action(policy: dict | None, pod: dict) -> tuple[str | None, int | N
             if (pattern["type"], pattern.get("status", "True")) in conditions:
                 return rule["action"], index, code
     return None, None, code
+
+
+def pod_requests(pod: dict) -> dict[str, float]:
+    """What a pod asks of its node ("Resource Management for Pods and Containers"; init
+    containers, "Resource sharing within containers"): per resource, the larger of its
+    containers' sum and its largest init container."""
+    spec = pod.get("spec") or {}
+
+    def of(container: dict) -> dict[str, float]:
+        requests = ((container.get("resources") or {}).get("requests")) or {}
+        return {k: parse_quantity(v) for k, v in requests.items()}
+
+    total: dict[str, float] = {}
+    for c in spec.get("containers") or []:
+        for k, v in of(c).items():
+            total[k] = total.get(k, 0.0) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in of(c).items():
+            total[k] = max(total.get(k, 0.0), v)
+    return total
+
+
+def _short_of(pod: dict, node: dict, pods: list[dict]) -> list[str]:
+    """The resources ``node`` has too little of left for ``pod`` (its allocatable less what
+    the pods bound to it request; an extended resource it does not offer counts as 0)."""
+    allocatable = {
+        k: parse_quantity(v)
+        for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
+    }
+    used: dict[str, float] = {}
+    for other in pods:
+        if (other.get("spec") or {}).get("nodeName") == node["metadata"]["name"] and not terminal(
+            other
+        ):
+            for k, v in pod_requests(other).items():
+                used[k] = used.get(k, 0.0) + v
+    return [
+        name
+        for name, wanted in pod_requests(pod).items()
+        if wanted > 0 and used.get(name, 0.0) + wanted > allocatable.get(name, 0.0) + 1e-9
+    ]
 
 
 def _fits(pod: dict, node: dict) -> bool:

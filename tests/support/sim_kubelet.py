@@ -32,7 +32,8 @@ Containers", "Node Shutdowns", "Determine the Reason for Pod Failure"):
   (exit code, reason, message) in ``initContainerStatuses``;
 - probes: startup, then liveness and readiness (``httpGet`` to the pod IP, ``tcpSocket``) at
   their periods and thresholds; the Ready and ContainersReady conditions follow readiness; a
-  failed liveness probe restarts the container;
+  failed liveness probe stops the container (SIGTERM, SIGKILL after the probe's
+  ``terminationGracePeriodSeconds``, else the pod's) and restarts it as its policy says;
 - exit: ``restartPolicy`` Always and OnFailure restart the container with the crash-loop
   backoff (10 s doubling to 5 min) and ``restartCount``; Never leaves the pod Succeeded (all
   exited 0) or Failed. The terminated state carries the exit code (128 + signal when killed),
@@ -65,6 +66,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support.sim_rbac import service_account_token
 from support.sim_apiserver import ApiServer, now_rfc3339, set_pod_condition
 from support.sim_controllers import pod_ready
 
@@ -326,7 +328,9 @@ class PodRun:
             "KUBERNETES_SERVICE_PORT": str(kubelet.api_port),
         }
         if pod["spec"].get("automountServiceAccountToken", True) is not False:
-            env["KUBECONFIG"] = str(kubelet.kubeconfig)
+            env["KUBECONFIG"] = str(
+                kubelet.kubeconfig_for(self.namespace, pod["spec"].get("serviceAccountName"))
+            )
         for extra in kubelet.node_env:
             env[extra] = kubelet.node_env[extra]
         fields = {
@@ -807,7 +811,14 @@ class PodRun:
                 else:
                     live_failures += 1
                     if live_failures >= liveness.get("failureThreshold", 3):
-                        await self._terminate(30)
+                        # The probe's own terminationGracePeriodSeconds, else the pod's
+                        # ("Configure Liveness, Readiness and Startup Probes").
+                        spec = (self.current() or {}).get("spec") or {}
+                        grace = liveness.get(
+                            "terminationGracePeriodSeconds",
+                            spec.get("terminationGracePeriodSeconds", 30),
+                        )
+                        await self._terminate(float(grace))
                         return
             await asyncio.sleep(0.2)
 
@@ -862,6 +873,21 @@ class Kubelet:
 
     def allocate_ip(self) -> str:
         return next(self._ips)
+
+    def kubeconfig_for(self, namespace: str, account: str | None) -> Path:
+        """A kubeconfig whose token is a service account's, in place of the mounted token
+        ("Configure Service Accounts for Pods": a pod authenticates as
+        system:serviceaccount:NAMESPACE:NAME, ``default`` unless it names one); the API
+        server authorizes its calls against RBAC (:mod:`support.sim_rbac`)."""
+        account = account or "default"
+        path = self.root / "tokens" / f"{namespace}.{account}.kubeconfig"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = self.kubeconfig.read_text().replace(
+                "token: simulated", f"token: '{service_account_token(namespace, account)}'"
+            )
+            path.write_text(text)
+        return path
 
     def runs_pod(self, pod: dict) -> bool:
         """Whether a kubelet has this pod (its deletion then waits for the containers)."""
@@ -936,8 +962,23 @@ class Kubelet:
             os.replace(tmp, self.dns_file)
 
     def shut_down_node(self, node: str) -> None:
-        """Graceful node shutdown (a Spot VM's preemption notice): every pod on the node gets
-        DisruptionTarget and is stopped within min(its grace period, 15 s)."""
+        """Graceful node shutdown (a Spot VM's preemption notice): the node turns NotReady,
+        reason "node is shutting down", so that nothing new is scheduled onto it ("Graceful
+        node shutdown"), and every pod on it gets DisruptionTarget and is stopped within
+        min(its grace period, 15 s)."""
+        nodes = self.api.store.resource("", "v1", "nodes")
+        info = self.api.store.get(nodes, "", node)
+        if info is not None:
+            new = copy.deepcopy(info)
+            for cond in (new.setdefault("status", {})).setdefault("conditions", []):
+                if cond.get("type") == "Ready":
+                    cond.update(
+                        status="False",
+                        reason="KubeletNotReady",
+                        message="node is shutting down",
+                        lastTransitionTime=now_rfc3339(),
+                    )
+            self.api._commit(nodes, info, new, "status")
         for pod in self.api.store.list(self.pods_res):
             if (pod.get("spec") or {}).get("nodeName") != node:
                 continue
