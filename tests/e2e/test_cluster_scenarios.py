@@ -921,3 +921,85 @@ def test_accelerator_learners_schedule_only_where_their_chips_are(cluster, tmp_p
         assert not any(p["spec"].get("nodeName") for p in learner_pods(cluster, ns, name))
     for name in ("tpu", "tpu-2x4", "gpu-2"):
         cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")
+
+
+@pytest.mark.slow
+def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_path_factory):
+    """An operator of two replicas watching two namespaces (a KopfPeering in each), then
+    every watch expired while an Experiment is deleted and an actor pod of another one goes:
+    kopf lists again, seeing no DELETED event for either."""
+    tmp_path = tmp_path_factory.mktemp("relist")
+    with SimulatedCluster(tmp_path_factory.mktemp("cluster-ns")) as c:
+        for ns in ("team-a", "team-b"):
+            c.kubectl("create", "namespace", ns)
+        c.helm(
+            "install",
+            "seedrl",
+            str(ROOT / "helm" / "seedrl-operator"),
+            "-n",
+            "seedrl-system",
+            "--create-namespace",
+            "--set",
+            "operator.pollSeconds=1",
+            "--set",
+            "watch.scope=namespaces",
+            "--set",
+            "watch.namespaces={team-a,team-b}",
+            "--wait=false",
+        )
+        gone, kept = ("team-a", "cartpole"), ("team-b", "cartpole")
+        for ns, name in (gone, kept):
+            apply(c, ns, experiment(name, budget={"maxEnvSteps": 10**8}), tmp_path)
+        # Both namespaces are reconciled (before the fix the second namespace's missing
+        # peering paused every replica).
+        for ns, name in (gone, kept):
+            wait_until(
+                lambda ns=ns, name=name: (
+                    (status(c, ns, name).get("envFrames") or 0) > 1000
+                    and len(actor_pods(c, ns, name)) == 2
+                ),
+                240,
+                f"{ns}/{name} training",
+                c,
+            )
+        created: list[str] = []
+
+        def record(event) -> None:
+            meta = event.obj["metadata"]
+            if event.type == "ADDED" and meta.get("namespace") == gone[0]:
+                created.append(f"{event.obj['kind']}/{meta['name']}")
+
+        c.call(lambda: c.api.store.listeners.append(record))
+        victim = actor_pods(c, *kept)[0]
+        with c.watches_down():
+            c.kubectl("delete", "experiment", gone[1], "-n", gone[0], "--wait=false")
+            c.kubectl("delete", "pod", victim["metadata"]["name"], "-n", kept[0], "--wait=false")
+            wait_until(
+                lambda: not c.pods(gone[0]) and not c.list("apps", "v1", "deployments", gone[0]),
+                120,
+                "the deleted experiment's children collected",
+                c,
+            )
+            created.clear()
+
+        # kopf lists again. The deleted Experiment is not healed (no child re-created, with
+        # an owner that is gone), and the actor pod that went stops being priced.
+        def closed() -> bool:
+            records = status(c, *kept).get("costRecords") or []
+            mine = [r for r in records if r["name"] == victim["metadata"]["uid"]]
+            return bool(mine) and all(end is not None for _, end in mine[0]["intervals"])
+
+        wait_until(closed, 60, "the gone actor pod's cost interval closed", c)
+        frames = status(c, *kept)["envFrames"]
+        wait_until(
+            lambda: (status(c, *kept).get("envFrames") or 0) > frames + 1000,
+            120,
+            "the kept experiment training on",
+            c,
+        )
+        assert not created, created
+        assert c.get(*EXPERIMENTS, *gone) is None
+        assert not c.list("batch", "v1", "jobs", gone[0])
+        peerings = c.list("kopf.dev", "v1", "kopfpeerings")
+        assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+        assert not c.errors(), c.errors()
