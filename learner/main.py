@@ -170,7 +170,7 @@ class EarlySignals:
     would end the process by the signal (exit 143), which a Job counts as a crash; recorded
     here instead, the learner exits STOPPED with nothing lost (it has trained nothing yet)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
 
