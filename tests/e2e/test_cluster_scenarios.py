@@ -1003,3 +1003,61 @@ def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_pa
         peerings = c.list("kopf.dev", "v1", "kopfpeerings")
         assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
         assert not c.errors(), c.errors()
+
+
+@pytest.mark.slow
+def test_a_learner_on_a_zonal_disk_waits_for_a_node_in_its_zone(cluster, tmp_path):
+    ns, name = "zonal", "cartpole"
+    apply(cluster, ns, experiment(name, budget={"maxEnvSteps": 10**8}), tmp_path)
+    wait_until(
+        lambda: status(cluster, ns, name).get("lastCheckpoint"), 240, "a checkpoint", cluster
+    )
+    (first,) = learner_pods(cluster, ns, name)
+    nodes = {n["metadata"]["name"]: n for n in cluster.list("", "v1", "nodes")}
+    zone = nodes[first["spec"]["nodeName"]]["metadata"]["labels"]["topology.kubernetes.io/zone"]
+    claim = cluster.get("", "v1", "persistentvolumeclaims", ns, f"{name}-learner-run")
+    assert (
+        claim["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+        == (first["spec"]["nodeName"])
+    )
+    same_zone = [
+        n
+        for n, node in nodes.items()
+        if node["metadata"]["labels"].get("topology.kubernetes.io/zone") == zone
+        and node["metadata"]["labels"].get("cloud.google.com/gke-nodepool") == "cpu"
+    ]
+    for node in same_zone:
+        cluster.kubectl("cordon", node)
+    try:
+        cluster.kubectl("delete", "pod", first["metadata"]["name"], "-n", ns, "--wait=false")
+        # Its disk cannot follow it to the other zone, where CPU nodes are free: it waits.
+        wait_until(
+            lambda: condition(cluster, ns, name, "LearnerReady").get("reason") == "Unschedulable",
+            120,
+            "LearnerReady=False, reason Unschedulable",
+            cluster,
+        )
+        assert (
+            "volume node affinity conflict"
+            in condition(cluster, ns, name, "LearnerReady")["message"]
+        )
+    finally:
+        for node in same_zone:
+            cluster.kubectl("uncordon", node)
+    wait_until(
+        lambda: any(
+            "resumed from" in cluster.pod_log(p)
+            for p in learner_pods(cluster, ns, name)
+            if p["metadata"]["uid"] != first["metadata"]["uid"]
+        ),
+        240,
+        "the learner resumed in its disk's zone",
+        cluster,
+    )
+    (second,) = [
+        p
+        for p in learner_pods(cluster, ns, name)
+        if p["metadata"]["uid"] != first["metadata"]["uid"]
+    ]
+    assert second["spec"]["nodeName"] in same_zone
+    cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")

@@ -6,13 +6,14 @@ controllers of :mod:`support.sim_controllers` and the kubelet of :mod:`support.s
 :meth:`kubectl` and :meth:`helm` run the real binaries (``make kubectl helm``) against it with a
 kubeconfig of its own.
 
-Nodes (labels as GKE sets them): two on-demand CPU nodes of node pool ``cpu`` and two Spot
-nodes of pool ``spot`` (``cloud.google.com/gke-spot: "true"``; GKE does not taint Spot nodes by
-itself, and neither does this), each of 8 CPUs and 32Gi; a TPU v5e host of pool ``tpu``
-(2x2, 4 ``google.com/tpu`` chips) and an L4 GPU node of pool ``gpu`` (1 ``nvidia.com/gpu``),
-labelled and tainted as GKE does (:data:`ACCELERATOR_POOLS`). :meth:`preempt` plays a Spot
-preemption: the node's graceful shutdown (DisruptionTarget, SIGTERM, at most 15 s), then the
-node goes and its managed instance group brings up a fresh one of the same pool.
+Nodes (labels as GKE sets them, :data:`NODES`), in two zones: four on-demand CPU nodes of node
+pool ``cpu`` (two per zone) and two Spot nodes of pool ``spot`` (``cloud.google.com/gke-spot:
+"true"``; GKE does not taint Spot nodes by itself, and neither does this), each of 8 CPUs and
+32Gi; a TPU v5e host of pool ``tpu`` (2x2, 4 ``google.com/tpu`` chips) and an L4 GPU node of
+pool ``gpu`` (1 ``nvidia.com/gpu``), labelled and tainted as GKE does
+(:data:`ACCELERATOR_POOLS`). :meth:`preempt` plays a Spot preemption: the node's graceful
+shutdown (DisruptionTarget, SIGTERM, at most 15 s), then the node goes and its managed
+instance group brings up a fresh one of the same pool in the same zone.
 """
 
 from __future__ import annotations
@@ -60,7 +61,21 @@ ACCELERATOR_POOLS = {
 }
 
 
-def _node(name: str, pool: str, spot: bool) -> dict:
+#: The nodes: (name, node pool, Spot, zone). The CPU pool has two nodes in each of two zones,
+#: so that a learner pinned to a zone by its disk still has a node to go to when one drains.
+NODES = (
+    ("gke-cpu-0", "cpu", False, "us-central1-a"),
+    ("gke-cpu-1", "cpu", False, "us-central1-a"),
+    ("gke-cpu-2", "cpu", False, "us-central1-b"),
+    ("gke-cpu-3", "cpu", False, "us-central1-b"),
+    ("gke-spot-0", "spot", True, "us-central1-a"),
+    ("gke-spot-1", "spot", True, "us-central1-b"),
+    ("gke-tpu-0", "tpu", False, "us-central1-a"),
+    ("gke-gpu-0", "gpu", False, "us-central1-b"),
+)
+
+
+def _node(name: str, pool: str, spot: bool, zone: str = "us-central1-a") -> dict:
     machine, extra_labels, taint, chips = ACCELERATOR_POOLS.get(
         pool, ("e2-standard-8", {}, None, {})
     )
@@ -69,6 +84,7 @@ def _node(name: str, pool: str, spot: bool) -> dict:
         "kubernetes.io/os": "linux",
         "cloud.google.com/gke-nodepool": pool,
         "node.kubernetes.io/instance-type": machine,
+        "topology.kubernetes.io/zone": zone,
         **extra_labels,
     }
     if spot:
@@ -152,15 +168,8 @@ class SimulatedCluster:
         store = self.api.store
         for ns in ("default", "kube-system"):
             self.api.create(store.resource("", "v1", "namespaces"), "", {"metadata": {"name": ns}})
-        for name, pool, spot in (
-            ("gke-cpu-0", "cpu", False),
-            ("gke-cpu-1", "cpu", False),
-            ("gke-spot-0", "spot", True),
-            ("gke-spot-1", "spot", True),
-            ("gke-tpu-0", "tpu", False),
-            ("gke-gpu-0", "gpu", False),
-        ):
-            self.api.create(store.resource("", "v1", "nodes"), "", _node(name, pool, spot))
+        for name, pool, spot, zone in NODES:
+            self.api.create(store.resource("", "v1", "nodes"), "", _node(name, pool, spot, zone))
         store.listeners.append(lambda event: self._mark())
         loop_task = asyncio.ensure_future(self._control_loop())
         self._ready.set()
@@ -353,6 +362,7 @@ class SimulatedCluster:
                     name,
                     labels["cloud.google.com/gke-nodepool"],
                     labels.get("cloud.google.com/gke-spot") == "true",
+                    labels.get("topology.kubernetes.io/zone", "us-central1-a"),
                 ),
             )
         )

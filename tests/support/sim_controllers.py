@@ -9,7 +9,10 @@ Each rule cites the behaviour it models (kubernetes.io documentation):
   fewest pods of the same owner (the default spreading), then the fewest pods. Scheduling
   gates hold a pod back, and a node must have room for what the pod requests ("Resource
   Management for Pods and Containers": its allocatable CPU, memory and extended resources
-  such as google.com/tpu and nvidia.com/gpu, less what its pods request). None fits:
+  such as google.com/tpu and nvidia.com/gpu, less what its pods request), and a pod whose
+  ReadWriteOnce claim is bound goes only to a node in its disk's zone ("Volume
+  topology-aware scheduling"; a claim is provisioned in the zone of its first pod's node,
+  as WaitForFirstConsumer does). None fits:
   PodScheduled=False, reason Unschedulable, with the scheduler's "0/N nodes are available"
   message.
 - **Job controller** ("Jobs": Pod backoff failure policy, Handling Pod and container failures
@@ -132,6 +135,7 @@ class Controllers:
                 "Job": ("batch", "v1", "jobs"),
                 "Deployment": ("apps", "v1", "deployments"),
                 "ReplicaSet": ("apps", "v1", "replicasets"),
+                "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
             }.items()
         }
         #: Job uid -> pod uids already counted, and when the next pod may be made.
@@ -255,15 +259,18 @@ class Controllers:
                 continue
             if spec.get("schedulingGates"):
                 continue
-            placed = [n for n in nodes if _fits(pod, n)]
+            zones = self._claim_zones(pod)
+            labelled = [n for n in nodes if _fits(pod, n)]
+            placed = [n for n in labelled if _zone(n) in zones] if zones else labelled
             fits = [n for n in placed if not _short_of(pod, n, pods)]
             if not fits:
                 short = sorted({r for n in placed for r in _short_of(pod, n, pods)})
-                why = (
-                    f"{len(placed)} Insufficient {', '.join(short)}"
-                    if placed
-                    else "no node matches the pod's node selector, affinity and tolerations"
-                )
+                if placed:
+                    why = f"{len(placed)} Insufficient {', '.join(short)}"
+                elif labelled:
+                    why = f"{len(labelled)} node(s) had volume node affinity conflict"
+                else:
+                    why = "no node matches the pod's node selector, affinity and tolerations"
                 new = copy.deepcopy(pod)
                 if set_pod_condition(
                     new,
@@ -294,6 +301,7 @@ class Controllers:
                 return same, len(here), node["metadata"]["name"]
 
             node = min(fits, key=load)
+            self._bind_claims(pod, node)
             new = copy.deepcopy(pod)
             new["spec"]["nodeName"] = node["metadata"]["name"]
             self.api._commit(self.res["Pod"], pod, new, None)
@@ -304,6 +312,39 @@ class Controllers:
             set_pod_condition(status, "PodScheduled", "True")
             self._write("Pod", bound, status, "status")
             pods = self._all("Pod")
+
+    def _claims(self, pod: dict) -> list[dict]:
+        namespace = pod["metadata"]["namespace"]
+        claims = []
+        for volume in (pod.get("spec") or {}).get("volumes") or []:
+            name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            claim = name and self.store.get(self.res["PersistentVolumeClaim"], namespace, name)
+            if claim:
+                claims.append(claim)
+        return claims
+
+    def _claim_zones(self, pod: dict) -> set[str]:
+        """The zones a pod's bound ReadWriteOnce claims pin it to (a zonal persistent disk
+        is reachable only from nodes of its zone: "Volume topology-aware scheduling")."""
+        return {
+            zone
+            for claim in self._claims(pod)
+            if (zone := (claim["metadata"].get("annotations") or {}).get(ZONE_ANNOTATION))
+        }
+
+    def _bind_claims(self, pod: dict, node: dict) -> None:
+        """Provisions a pod's unbound claims in its node's zone, as a StorageClass with
+        volumeBindingMode WaitForFirstConsumer does (GKE's default): the PVC gets the
+        annotation volume.kubernetes.io/selected-node, and its disk that node's zone."""
+        for claim in self._claims(pod):
+            annotations = claim["metadata"].get("annotations") or {}
+            if ZONE_ANNOTATION in annotations or _zone(node) is None:
+                continue
+            new = copy.deepcopy(claim)
+            new["metadata"].setdefault("annotations", {}).update(
+                {SELECTED_NODE: node["metadata"]["name"], ZONE_ANNOTATION: _zone(node)}
+            )
+            self._write("PersistentVolumeClaim", claim, new)
 
     # -- the Job controller -------------------------------------------------------------
 
@@ -750,6 +791,19 @@ def _failure_action(policy: dict | None, pod: dict) -> tuple[str | None, int | N
             if (pattern["type"], pattern.get("status", "True")) in conditions:
                 return rule["action"], index, code
     return None, None, code
+
+
+#: The zone label of nodes ("Well-Known Labels": topology.kubernetes.io/zone).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+#: What the volume binder writes on a claim it provisions for a pod's node.
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+#: Where the simulated cluster keeps the zone of a claim's disk (a real one keeps it in the
+#: PersistentVolume's nodeAffinity).
+ZONE_ANNOTATION = "sim.seedrl.dev/zone"
+
+
+def _zone(node: dict) -> str | None:
+    return (node["metadata"].get("labels") or {}).get(ZONE_LABEL)
 
 
 def pod_requests(pod: dict) -> dict[str, float]:
