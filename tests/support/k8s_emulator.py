@@ -64,6 +64,8 @@ KINDS = {
     "persistentvolumeclaims": "PersistentVolumeClaim",
     "poddisruptionbudgets": "PodDisruptionBudget",
     "workloads": "Workload",
+    "issuers": "Issuer",
+    "certificates": "Certificate",
 }
 RESOURCES = {
     "seedrl.dev/v1alpha1/experiments": dict(
@@ -84,6 +86,10 @@ RESOURCES = {
     "policy/v1/poddisruptionbudgets": dict(kind="PodDisruptionBudget", namespaced=True),
     "kueue.x-k8s.io/v1beta1/workloads": dict(
         kind="Workload", namespaced=True, subresources={"status"}
+    ),
+    "cert-manager.io/v1/issuers": dict(kind="Issuer", namespaced=True),
+    "cert-manager.io/v1/certificates": dict(
+        kind="Certificate", namespaced=True, subresources={"status"}
     ),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}

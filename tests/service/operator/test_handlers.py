@@ -1045,3 +1045,44 @@ def test_a_resync_keeps_what_the_watch_delivered_after_the_list_was_taken():
         "new-during",
         "changed-during",
     }
+
+
+def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8s, monkeypatch):
+    from seedrl.service.operator.handlers import Reconciler
+
+    # A cluster that serves cert-manager's API: the operator asks it for the certificate.
+    monkeypatch.setattr(Reconciler, "cert_manager_installed", lambda self: True)
+    uid = k8s.create("certs")["metadata"]["uid"]
+
+    def custom(plural, name):
+        try:
+            return k8s.custom.get_namespaced_custom_object(
+                "cert-manager.io", "v1", NS, plural, name
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    leaf = wait_for(lambda: custom("certificates", "certs-learner-tls"), what="the leaf")
+    ca = custom("certificates", "certs-learner-ca")
+    assert ca["spec"]["isCA"] is True
+    assert leaf["spec"]["issuerRef"]["name"] == "certs-learner-ca"
+    assert custom("issuers", "certs-learner-ca")["spec"] == {
+        "ca": {"secretName": "certs-learner-ca"}
+    }
+    # What cert-manager then writes; it does not delete them with their Certificates, so
+    # the operator makes the Experiment own them, and they go with it.
+    for name in ("certs-learner-tls", "certs-learner-ca"):
+        k8s.core.create_namespaced_secret(
+            NS,
+            {"metadata": {"name": name}, "type": "kubernetes.io/tls", "data": {"tls.crt": ""}},
+        )
+
+    def owned(name):
+        secret = k8s.core.read_namespaced_secret(name, NS)
+        return any(r.uid == uid for r in secret.metadata.owner_references or [])
+
+    k8s.patch_spec("certs", {"budget": {"maxEnvSteps": 2000000}})  # a reconcile
+    for name in ("certs-learner-tls", "certs-learner-ca"):
+        wait_for(lambda name=name: owned(name), what=f"{name} owned by the Experiment")
