@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from seedrl.common.exit_codes import ExitCode
+from support.charts import chart_at_version
 from support.sim_cluster import ROOT, SimulatedCluster, wait_until
 from support.pods import free_port
 
@@ -130,6 +131,24 @@ def wait_for_pod(cluster, namespace: str, name: str, old: dict) -> bool:
     except AssertionError as exc:
         raise AssertionError(f"{exc}{diagnosis(cluster, namespace, name)}") from None
     return True
+
+
+def resumed(cluster, namespace: str, name: str, old: dict, what: str) -> dict:
+    """Waits for a learner pod other than ``old`` to say it resumed; returns it."""
+    return wait_until(
+        lambda: next(
+            (
+                p
+                for p in learner_pods(cluster, namespace, name)
+                if p["metadata"]["uid"] != old["metadata"]["uid"]
+                and "resumed from" in cluster.pod_log(p)
+            ),
+            None,
+        ),
+        240,
+        what,
+        cluster,
+    )
 
 
 class PhaseRecorder:
@@ -330,13 +349,7 @@ def test_a_chart_upgrade_to_a_new_version_leaves_the_learner_and_actors_running(
     actors = sorted(p["metadata"]["uid"] for p in actor_pods(cluster, ns, name))
     # The same chart at a new version: its helm.sh/chart label (copied onto the Experiment
     # and by the operator onto the children) changes, nothing the pods run does.
-    chart = tmp_path / "seedrl-experiment"
-    import shutil
-
-    shutil.copytree(EXPERIMENT_CHART, chart)
-    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
-    meta["version"] = "99.0.0"
-    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    chart = chart_at_version(EXPERIMENT_CHART, "99.0.0", tmp_path)
     cluster.helm("upgrade", name, str(chart), "-n", ns, "-f", str(values))
     new_label = "seedrl-experiment-99.0.0"
     wait_until(
@@ -866,16 +879,7 @@ def test_a_preempted_spot_learner_checkpoints_within_15_seconds_and_resumes(clus
     # Its final checkpoint was written in the 15 s (the learner gave itself 10), so the new
     # learner goes on from where the preempted one stopped, not from the periodic one.
     assert "final checkpoint" in log and "exiting with exit code 75" in log, log[-3000:]
-    wait_until(
-        lambda: any(
-            "resumed from" in cluster.pod_log(p)
-            for p in learner_pods(cluster, ns, name)
-            if p["metadata"]["uid"] != first["metadata"]["uid"]
-        ),
-        240,
-        "the new learner to resume",
-        cluster,
-    )
+    resumed(cluster, ns, name, first, "the new learner to resume")
     wait_until(
         lambda: (status(cluster, ns, name).get("envFrames") or 0) > frames + 2000,
         240,
@@ -1044,20 +1048,6 @@ def test_a_learner_on_a_zonal_disk_waits_for_a_node_in_its_zone(cluster, tmp_pat
     finally:
         for node in same_zone:
             cluster.kubectl("uncordon", node)
-    wait_until(
-        lambda: any(
-            "resumed from" in cluster.pod_log(p)
-            for p in learner_pods(cluster, ns, name)
-            if p["metadata"]["uid"] != first["metadata"]["uid"]
-        ),
-        240,
-        "the learner resumed in its disk's zone",
-        cluster,
-    )
-    (second,) = [
-        p
-        for p in learner_pods(cluster, ns, name)
-        if p["metadata"]["uid"] != first["metadata"]["uid"]
-    ]
+    second = resumed(cluster, ns, name, first, "the learner resumed in its disk's zone")
     assert second["spec"]["nodeName"] in same_zone
     cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import helm_python as helm_sdk
@@ -12,6 +11,7 @@ import yaml
 
 from seedrl.common import config
 from support.charts import (
+    chart_at_version,
     CRD_FILE,
     EXPERIMENT_CHART,
     ROOT,
@@ -386,11 +386,7 @@ def test_helm_upgrade_keeps_the_replicas_and_suspend_that_kubectl_set(tmp_path):
         c.kubectl("scale", f"experiment/{name}", "-n", ns, "--replicas=5")
         assert live()["spec"]["actors"]["replicas"] == 5
         # The same chart at a new version, with an unrelated value changed.
-        chart = tmp_path / "seedrl-experiment"
-        shutil.copytree(EXPERIMENT_CHART, chart)
-        meta = yaml.safe_load((chart / "Chart.yaml").read_text())
-        meta["version"] = "99.0.0"
-        (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+        chart = chart_at_version(EXPERIMENT_CHART, "99.0.0", tmp_path)
         c.helm(
             "upgrade",
             name,

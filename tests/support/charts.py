@@ -198,3 +198,16 @@ def validate_experiment(manifest: Mapping[str, Any]) -> None:
             + "\n".join(f"  {'.'.join(str(p) for p in e.path)}: {e.message}" for e in errors)
         )
     config.parse_experiment(dict(manifest))
+
+
+def chart_at_version(chart: Path, version: str, into: Path) -> Path:
+    """A copy of ``chart`` under ``into`` whose Chart.yaml says ``version``: the same chart
+    as a later release of it (its helm.sh/chart label changes, nothing else)."""
+    import shutil
+
+    copy = into / chart.name
+    shutil.copytree(chart, copy)
+    meta = yaml.safe_load((copy / "Chart.yaml").read_text())
+    meta["version"] = version
+    (copy / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    return copy
