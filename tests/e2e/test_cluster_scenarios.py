@@ -23,29 +23,34 @@ from support.pods import free_port
 EXPERIMENTS = ("seedrl.dev", "v1alpha1", "experiments")
 
 
+def install_operator(c: SimulatedCluster, *sets: str) -> None:
+    """`helm install` of the operator chart (two replicas, a 1 s poll; ``sets`` more values),
+    then waits for both replicas to run."""
+    args = [f"--set={s}" for s in ("operator.pollSeconds=1", *sets)]
+    c.helm(
+        "install",
+        "seedrl",
+        str(ROOT / "helm" / "seedrl-operator"),
+        "-n",
+        "seedrl-system",
+        "--create-namespace",
+        *args,
+        "--wait=false",
+    )
+    wait_until(
+        lambda: (
+            len([p for p in c.pods("seedrl-system") if p["status"].get("phase") == "Running"]) == 2
+        ),
+        120,
+        "both operator replicas running",
+        c,
+    )
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     with SimulatedCluster(tmp_path_factory.mktemp("cluster")) as c:
-        c.helm(
-            "install",
-            "seedrl",
-            str(ROOT / "helm" / "seedrl-operator"),
-            "-n",
-            "seedrl-system",
-            "--create-namespace",
-            "--set",
-            "operator.pollSeconds=1",
-            "--wait=false",
-        )
-        wait_until(
-            lambda: (
-                len([p for p in c.pods("seedrl-system") if p["status"].get("phase") == "Running"])
-                == 2
-            ),
-            120,
-            "both operator replicas running",
-            c,
-        )
+        install_operator(c)
         yield c
         assert not c.errors(), c.errors()
 
@@ -936,21 +941,7 @@ def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_pa
     with SimulatedCluster(tmp_path_factory.mktemp("cluster-ns")) as c:
         for ns in ("team-a", "team-b"):
             c.kubectl("create", "namespace", ns)
-        c.helm(
-            "install",
-            "seedrl",
-            str(ROOT / "helm" / "seedrl-operator"),
-            "-n",
-            "seedrl-system",
-            "--create-namespace",
-            "--set",
-            "operator.pollSeconds=1",
-            "--set",
-            "watch.scope=namespaces",
-            "--set",
-            "watch.namespaces={team-a,team-b}",
-            "--wait=false",
-        )
+        install_operator(c, "watch.scope=namespaces", "watch.namespaces={team-a,team-b}")
         gone, kept = ("team-a", "cartpole"), ("team-b", "cartpole")
         for ns, name in (gone, kept):
             apply(c, ns, experiment(name, budget={"maxEnvSteps": 10**8}), tmp_path)
@@ -963,7 +954,7 @@ def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_pa
                     and len(actor_pods(c, ns, name)) == 2
                 ),
                 240,
-                f"{ns}/{name} training",
+                lambda ns=ns, name=name: f"{ns}/{name} training{diagnosis(c, ns, name)}",
                 c,
             )
         created: list[str] = []

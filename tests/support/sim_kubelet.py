@@ -70,6 +70,8 @@ from support.sim_rbac import service_account_token
 from support.sim_apiserver import ApiServer, now_rfc3339, set_pod_condition
 from support.sim_controllers import pod_ready
 
+#: Pod addresses, shared by every simulated cluster of the process (see allocate_ip).
+_POD_IPS = iter(f"127.0.{i // 250 + 1}.{i % 250 + 2}" for i in range(60000))
 #: GKE's graceful node shutdown gives non-system pods this long on a preempted Spot VM.
 SHUTDOWN_GRACE_S = 15
 CRASH_BACKOFF_S, CRASH_BACKOFF_CAP_S = 10.0, 300.0
@@ -863,7 +865,6 @@ class Kubelet:
         self.pods_res = api.store.resource("", "v1", "pods")
         self.runs: dict[str, PodRun] = {}
         self.errors: list[str] = []
-        self._ips = iter((f"127.0.{i // 250 + 1}.{i % 250 + 2}" for i in range(60000)))
         self.site_dir = self.root / "site"
         self.site_dir.mkdir(parents=True, exist_ok=True)
         (self.site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -872,7 +873,10 @@ class Kubelet:
         api.pod_has_kubelet = self.runs_pod
 
     def allocate_ip(self) -> str:
-        return next(self._ips)
+        """A loopback address no pod of any simulated cluster in this process has had: two
+        clusters alive at once (a module's and a test's own) must not hand out the same
+        addresses, or their pods' fixed ports (metrics 9090) collide."""
+        return next(_POD_IPS)
 
     def kubeconfig_for(self, namespace: str, account: str | None) -> Path:
         """A kubeconfig whose token is a service account's, in place of the mounted token
