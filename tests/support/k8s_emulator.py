@@ -87,10 +87,6 @@ RESOURCES = {
     "kueue.x-k8s.io/v1beta1/workloads": dict(
         kind="Workload", namespaced=True, subresources={"status"}
     ),
-    "cert-manager.io/v1/issuers": dict(kind="Issuer", namespaced=True),
-    "cert-manager.io/v1/certificates": dict(
-        kind="Certificate", namespaced=True, subresources={"status"}
-    ),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
