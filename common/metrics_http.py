@@ -105,6 +105,14 @@ class MetricsServer:
         self._thread.start()
         return self.port
 
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) the server is bound to, once started (a wildcard host stays a
+        wildcard)."""
+        assert self._server is not None, "start() the server first"
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
     def stop(self) -> None:
         """Stops serving."""
         if self._server is not None:

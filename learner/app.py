@@ -42,7 +42,7 @@ from seedrl.learner.checkpoint import (
     open_checkpointer,
 )
 from seedrl.learner.devices import AcceleratorMissing
-from seedrl.learner.health import HealthWatch
+from seedrl.learner.health import HealthWatch, probe_url
 from seedrl.learner.devices import setup as setup_devices
 from seedrl.learner.main import SIGNAL_REASONS, exit_code, write_termination_log
 from seedrl.learner.metrics import LearnerMetrics
@@ -198,8 +198,7 @@ class LearnerApp:
         except OSError as exc:  # training matters more than its metrics
             log.error("cannot serve metrics on %s:%d: %s", bind[0], bind[1], exc)
             return None
-        host = "127.0.0.1" if bind[0] in ("", "0.0.0.0", "::", "[::]") else bind[0]
-        self.health = HealthWatch(f"http://{host}:{port}/healthz").start()
+        self.health = HealthWatch(probe_url(*http.address)).start()
         return http
 
     def _open_checkpoints(self) -> Checkpointer | None:

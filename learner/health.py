@@ -25,6 +25,13 @@ PROBE_TIMEOUT_S = 5.0
 UNHEALTHY_AFTER_S = 60.0
 
 
+def probe_url(host: str, port: int) -> str:
+    """The URL of the ``/healthz`` of a server bound to ``host:port``: a wildcard bind is
+    probed on loopback, an address of its own (a pod IP) there."""
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/healthz"
+
+
 class HealthWatch:
     """Probes ``url`` every ``period`` seconds in a daemon thread.
 

@@ -51,3 +51,13 @@ def test_a_learner_stopped_while_unhealthy_exits_as_a_failure_not_stopped():
     assert exit_code("terminated", False, False, False, unhealthy=False) == ExitCode.STOPPED
     # A finished run is finished, whatever its endpoint did.
     assert exit_code("max_env_steps", False, False, False, unhealthy=True) == ExitCode.OK
+
+
+def test_the_probe_goes_where_the_server_listens():
+    from seedrl.learner.health import probe_url
+
+    # A wildcard bind answers on loopback; a bind to one address (a pod's) only there.
+    assert probe_url("0.0.0.0", 9090) == "http://127.0.0.1:9090/healthz"
+    assert probe_url("::", 9090) == "http://127.0.0.1:9090/healthz"
+    assert probe_url("10.4.0.7", 9090) == "http://10.4.0.7:9090/healthz"
+    assert probe_url("fd00::7", 9090) == "http://[fd00::7]:9090/healthz"
