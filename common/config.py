@@ -848,14 +848,51 @@ class PlacementConfig:
 class LearnerConfig:
     """The central learner: batched inference and training (``spec.learner``)."""
 
-    max_envs_per_actor: int = param(
-        4096,
-        "Most envs one actor stream may declare in its hello (each of an actor's "
-        "streamsPerActor streams counts on its own). A larger hello, or one whose steps "
-        "would exceed the learner's message limit, is refused before the learner "
-        "allocates anything for it.",
+    max_envs_per_actor: Optional[int] = param(
+        None,
+        "Most envs one actor stream may declare in its hello; null: exactly as many as one "
+        "stream of this Experiment's actors steps (envsPerActor / streamsPerActor, rounded "
+        "up), so that no stream passes for more envs than the run's own actors have. A "
+        "larger hello, or one whose steps would exceed the learner's message limit, is "
+        "refused before the learner allocates anything for it. Set it to serve actors "
+        "configured apart from this Experiment.",
         ge=1,
         le=65536,
+    )
+    max_streams: int = param(
+        1024,
+        "Most actor streams the learner serves at once, and most it holds open waiting for "
+        "their hello; a stream past either is refused with RESOURCE_EXHAUSTED (actors retry). "
+        "Must fit the Experiment's own actors (replicas x streamsPerActor).",
+        ge=1,
+        le=65536,
+    )
+    max_total_envs: int = param(
+        16384,
+        "Most envs over all open actor streams; a hello that would pass it is refused with "
+        "RESOURCE_EXHAUSTED (actors retry). It bounds the learner's per-env buffers to about "
+        "maxTotalEnvs x (unrollLength + 1) x the bytes of one stored step (observation, "
+        "action, reward, agent outputs). Must fit the Experiment's own actors (replicas x "
+        "envsPerActor).",
+        ge=1,
+        le=1_048_576,
+    )
+    hello_timeout_seconds: float = param(
+        10.0,
+        "A stream that sends no hello within this many seconds of opening is closed "
+        "(DEADLINE_EXCEEDED, counted as a refusal).",
+        gt=0.0,
+        le=3600.0,
+    )
+    step_timeout_seconds: float = param(
+        60.0,
+        "A stream that sends no step within this many seconds of the learner's answer to "
+        "its previous one is closed (DEADLINE_EXCEEDED, counted as a refusal; a live actor "
+        "reconnects). Raise it for envs whose step or reset of all of a stream's envs can "
+        "take longer. A stream silent for over a second already stops holding inference "
+        "batches open.",
+        gt=0.0,
+        le=86400.0,
     )
     inference_batch_size: int = param(
         64,
@@ -1451,6 +1488,19 @@ def placement_problems(placement: PlacementConfig, path: str) -> list[tuple[str,
     return problems
 
 
+def envs_per_stream(actors: ActorsConfig) -> int:
+    """The most envs one stream of an actor steps: its envs split over its streams, the
+    larger share first (``envsPerActor / streamsPerActor``, rounded up)."""
+    return -(-actors.envs_per_actor // max(1, min(actors.streams_per_actor, actors.envs_per_actor)))
+
+
+def stream_envs_limit(spec: Spec) -> int:
+    """The most envs the learner accepts in one stream's hello: ``spec.learner.maxEnvsPerActor``,
+    or, when that is null, what one stream of the Experiment's own actors steps."""
+    cap = spec.learner.max_envs_per_actor
+    return envs_per_stream(spec.actors) if cap is None else cap
+
+
 def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> None:
     """Rules that involve more than one field."""
     learner = exp.spec.learner
@@ -1512,15 +1562,31 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
             )
         )
     actors = exp.spec.actors
-    per_stream = -(
-        -actors.envs_per_actor // max(1, min(actors.streams_per_actor, actors.envs_per_actor))
-    )
-    if per_stream > learner.max_envs_per_actor:
+    per_stream = envs_per_stream(actors)
+    if learner.max_envs_per_actor is not None and per_stream > learner.max_envs_per_actor:
         problems.append(
             (
                 "spec.learner.maxEnvsPerActor",
                 f"must be at least the envs of one actor stream (envsPerActor / "
                 f"streamsPerActor = {per_stream}), got {learner.max_envs_per_actor}",
+            )
+        )
+    streams = actors.replicas * min(actors.streams_per_actor, actors.envs_per_actor)
+    if streams > learner.max_streams:
+        problems.append(
+            (
+                "spec.learner.maxStreams",
+                f"must be at least the Experiment's own actor streams (replicas x "
+                f"streamsPerActor = {streams}), got {learner.max_streams}",
+            )
+        )
+    total_envs = actors.replicas * actors.envs_per_actor
+    if total_envs > learner.max_total_envs:
+        problems.append(
+            (
+                "spec.learner.maxTotalEnvs",
+                f"must be at least the Experiment's own envs (replicas x envsPerActor = "
+                f"{total_envs}), got {learner.max_total_envs}",
             )
         )
     for role, section in (("learner", exp.spec.learner), ("actors", exp.spec.actors)):

@@ -325,7 +325,7 @@ class LearnerApp:
             **(
                 {
                     "eval_episodes": runtime.eval_episodes,
-                    "eval_mean_return_100": float(np.mean(runtime.eval_returns)),
+                    "eval_mean_return_100": float(np.mean(list(runtime.eval_returns))),
                 }
                 if runtime.eval_returns
                 else {}

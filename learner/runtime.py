@@ -22,7 +22,6 @@ the action space, and an update whose gradients are not finite is skipped and co
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import logging
 import math
@@ -35,11 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from seedrl.common.config import Experiment
+from seedrl.common.config import Experiment, stream_envs_limit
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.common.wire import MAX_MESSAGE_BYTES, EnvSpec
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.batcher import InferenceBatcher
+from seedrl.learner.progress import ReturnWindow, StepLedger
 from seedrl.learner.trajectories import UnrollBuilder, split_unroll, stack_unrolls
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,11 @@ BUDGET_REASONS = ("max_env_steps", "max_seconds", "target_return")
 
 #: Longest the trainer holds back its first (tracing) step for the first actions to go out.
 FIRST_ACTIONS_WAIT_S = 10.0
+
+#: A stream that has sent no step for this long stops counting in its batcher's open envs, so
+#: that batches stop waiting for it (its next step counts it again). Every env family here
+#: steps a stream's envs well within it; a slower one only loses the early close of batches.
+IDLE_STREAM_S = 1.0
 
 
 class HandshakeError(Exception):
@@ -105,8 +110,11 @@ class Stream:
         #: observation (an env restarted after an error) bootstraps from.
         self.last_value = np.zeros(num_envs, np.float32)
         self.closed = False
-        #: Whether its envs count in its lane's ``open_envs`` (until it closes).
+        #: Whether its envs count in its lane's ``open_envs``: from its first step, while it
+        #: keeps sending (see :meth:`LearnerRuntime.sweep_idle`), until it closes.
         self.counted = False
+        #: Monotonic time of its latest step.
+        self.last_step = 0.0
 
 
 class LearnerRuntime:
@@ -151,15 +159,16 @@ class LearnerRuntime:
         self.stop_reason: str | None = None
         self.train_error: BaseException | None = None
         # Counters (restored from a checkpoint by the caller when resuming).
-        self.env_steps = 0
+        #: Env steps per actor index, and the share of them the budget counts.
+        self.ledger = StepLedger()
         self.learner_steps = 0
         self.episodes = 0
         self.elapsed_before = 0.0
-        self.returns: collections.deque[float] = collections.deque(maxlen=spec.budget.return_window)
+        self.returns = ReturnWindow(spec.budget.return_window)
         self.eval_episodes = 0
-        self.eval_returns: collections.deque[float] = collections.deque(
-            maxlen=spec.budget.return_window
-        )
+        self.eval_returns = ReturnWindow(spec.budget.return_window)
+        #: Envs of the open streams (``spec.learner.maxTotalEnvs`` bounds it).
+        self.open_envs = 0
         self.last_metrics: dict[str, float] = {}
         #: Unix times of the first actions sent to an actor (its first env step follows) and
         #: of the stop; start-up and learner updates/s are measured between them.
@@ -252,13 +261,18 @@ class LearnerRuntime:
             ALREADY_EXISTS if ``actor_id`` has a live stream (its reconnect must wait for
             that stream to end, or it would silently take the old stream's envs).
         """
-        cap = self.experiment.spec.learner.max_envs_per_actor
+        learner = self.experiment.spec.learner
+        cap = stream_envs_limit(self.experiment.spec)
         if not 1 <= num_envs <= cap:
+            why = (
+                "spec.learner.maxEnvsPerActor"
+                if learner.max_envs_per_actor is not None
+                else "what one stream of this Experiment's actors steps: spec.actors."
+                "envsPerActor / streamsPerActor, unless spec.learner.maxEnvsPerActor says more"
+            )
             raise HandshakeError(
                 "INVALID_ARGUMENT",
-                f"hello.num_envs: must be in [1, {cap}] "
-                f"(spec.learner.maxEnvsPerActor), got "
-                f"{num_envs}",
+                f"hello.num_envs: must be in [1, {cap}] ({why}), got {num_envs}",
             )
         if self.agent is None:
             wanted = self.experiment.spec.env.id
@@ -300,13 +314,29 @@ class LearnerRuntime:
                     f"actor id {actor_id!r} already has an open stream; a "
                     f"reconnect is welcome once that one has ended",
                 )
-            # Reserved now, filled below: a concurrent hello with this id is refused.
+            if len(self._streams) >= learner.max_streams:
+                raise HandshakeError(
+                    "RESOURCE_EXHAUSTED",
+                    f"the learner serves {len(self._streams)} streams, its limit "
+                    f"(spec.learner.maxStreams); retry later",
+                )
+            if self.open_envs + num_envs > learner.max_total_envs:
+                raise HandshakeError(
+                    "RESOURCE_EXHAUSTED",
+                    f"hello.num_envs: {num_envs} more envs would pass the "
+                    f"{learner.max_total_envs} the learner serves at most "
+                    f"(spec.learner.maxTotalEnvs; {self.open_envs} open); retry later",
+                )
+            # Reserved now, filled below: a concurrent hello with this id is refused, and
+            # concurrent hellos cannot pass the caps together.
             self._streams[actor_id] = None
+            self.open_envs += num_envs
         try:
             stream = self._new_stream(actor_id, num_envs, env_spec, actor_index, first_env)
         except BaseException:
             with self._streams_lock:
                 del self._streams[actor_id]
+                self.open_envs -= num_envs
             raise
         with self._streams_lock:
             self._streams[actor_id] = stream
@@ -339,17 +369,38 @@ class LearnerRuntime:
             builder,
             agent.initial_state(num_envs, actor_index, first_env),
             actor_index,
-            agent.is_evaluation_actor(actor_index),
+            self.is_evaluation_index(actor_index),
             first_env,
         )
         # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in order.
+        # It counts in the lane's open envs from its first step (see submit).
         with self._streams_lock:
             stream.lane = self._streams_opened % len(self.batchers)
             self._streams_opened += 1
-            # The lane's batcher closes a batch early once every env it serves is waiting.
-            self.batchers[stream.lane].open_envs += num_envs
-            stream.counted = True
         return stream
+
+    def is_evaluation_index(self, actor_index: int) -> bool:
+        """Whether the actor holding ``actor_index`` only evaluates: the agent says so for
+        its evaluation indices, and only those of the Experiment's own actors count (an
+        index past ``spec.actors.replicas``, granted to an actor beyond them, trains)."""
+        return actor_index < self.experiment.spec.actors.replicas and bool(
+            self.agent.is_evaluation_actor(actor_index)
+        )
+
+    def sweep_idle(self, now: float | None = None) -> int:
+        """Stops counting, in their batchers' open envs, the streams that sent no step for
+        :data:`IDLE_STREAM_S`: a batch then stops waiting for their envs (a silent stream
+        held every batch to the full ``inferenceMaxWaitMs``). Returns how many it uncounted.
+        Called about every 0.1-0.25 s by the server."""
+        now = time.monotonic() if now is None else now
+        idle = 0
+        with self._streams_lock:
+            for stream in self._streams.values():
+                if stream is not None and stream.counted and now - stream.last_step > IDLE_STREAM_S:
+                    stream.counted = False
+                    self.batchers[stream.lane].open_envs -= stream.num_envs
+                    idle += 1
+        return idle
 
     def close_stream(self, stream: Stream) -> None:
         """Forgets a stream that ended (its partial unrolls are dropped)."""
@@ -360,6 +411,7 @@ class LearnerRuntime:
                 self.batchers[stream.lane].open_envs -= stream.num_envs
             if self._streams.get(stream.actor_id) is stream:
                 del self._streams[stream.actor_id]
+                self.open_envs -= stream.num_envs
 
     def note_refusal(self, actor_id: str, reason: str) -> None:
         """Records a stream refused at its hello or failed for a bad message (status)."""
@@ -407,19 +459,25 @@ class LearnerRuntime:
         """Queues one step of a stream for batched inference; the future resolves to its
         actions [K]: an asyncio future of ``loop`` (the caller's running loop) when given, else
         a ``concurrent.futures.Future``."""
-        self.env_steps += stream.num_envs
+        self.ledger.add(stream.actor_index, stream.num_envs, stream.evaluation)
         self.messages += 1
-        self._last_env_step = time.monotonic()
+        self._last_env_step = stream.last_step = time.monotonic()
         self._stepped = True
+        if not stream.counted and not stream.closed:
+            # The lane's batcher closes a batch early once every env it serves is waiting.
+            with self._streams_lock:
+                if not stream.closed:
+                    stream.counted = True
+                    self.batchers[stream.lane].open_envs += stream.num_envs
         for episode_return, length in episodes:
             if self.observer is not None:
                 self.observer.episode(episode_return, length, stream.evaluation)
             if stream.evaluation:
                 self.eval_episodes += 1
-                self.eval_returns.append(float(episode_return))
+                self.eval_returns.append(float(episode_return), stream.actor_index)
             else:
                 self.episodes += 1
-                self.returns.append(float(episode_return))
+                self.returns.append(float(episode_return), stream.actor_index)
         return self.batchers[stream.lane].submit((stream, step), stream.num_envs, loop)
 
     # -- inference (batcher thread) -----------------------------------------------------
@@ -676,9 +734,26 @@ class LearnerRuntime:
         return self.elapsed_before + time.monotonic() - self.started
 
     @property
+    def env_steps(self) -> int:
+        """Env steps that count toward ``spec.budget.maxEnvSteps``: those of earlier
+        learners of the run, and each actor index's own up to the busiest other index's
+        (see :mod:`seedrl.learner.progress`)."""
+        return self.ledger.counted
+
+    @env_steps.setter
+    def env_steps(self, steps: int) -> None:
+        # A resumed run's count so far (from its checkpoint).
+        self.ledger.before = steps - self.ledger.counted + self.ledger.before
+
+    @property
+    def uncounted_env_steps(self) -> int:
+        """Env steps received beyond their actor index's fair share (not counted)."""
+        return self.ledger.excess
+
+    @property
     def mean_return(self) -> float:
         """Mean return of the last ``returnWindow`` episodes (NaN before the first one)."""
-        return float(np.mean(self.returns)) if self.returns else math.nan
+        return float(np.mean(list(self.returns))) if self.returns else math.nan
 
     def check_budget(self) -> str | None:
         """The reason to stop now, or None."""
@@ -688,12 +763,13 @@ class LearnerRuntime:
         if budget.max_seconds and self.elapsed >= budget.max_seconds:
             return "max_seconds"
         # With evaluation actors (greedy, e.g. R2D2's) the target is judged on their returns:
-        # exploring actors' returns understate what the policy can do.
-        window = self.eval_returns if self.eval_episodes else self.returns
-        if (
-            budget.target_return is not None
-            and len(window) == window.maxlen
-            and float(np.mean(window)) >= budget.target_return
+        # exploring actors' returns understate what the policy can do. No one actor index
+        # decides it (see seedrl.learner.progress).
+        evaluation = bool(self.eval_episodes)
+        window = self.eval_returns if evaluation else self.returns
+        if budget.target_return is not None and window.reaches(
+            budget.target_return,
+            lambda index, since: self.ledger.streamed_since(index, since, evaluation),
         ):
             return "target_return"
         return None
@@ -748,6 +824,7 @@ class LearnerRuntime:
             skipped_updates=self.skipped_updates,
             invalid_actions=self.invalid_actions,
             unverified_episodes=self.unverified_episodes,
+            uncounted_env_steps=self.uncounted_env_steps,
             mean_inference_batch=(
                 sum(b.items for b in self.batchers) / max(1, sum(b.batches for b in self.batchers))
             ),
@@ -758,6 +835,6 @@ class LearnerRuntime:
             first_actions_time=self.first_actions_time,
             metrics=dict(self.last_metrics),
             eval_episodes=self.eval_episodes or None,
-            eval_mean_return=float(np.mean(self.eval_returns)) if self.eval_returns else None,
+            eval_mean_return=float(np.mean(list(self.eval_returns))) if self.eval_returns else None,
             stop_reason=self.stop_reason,
         )

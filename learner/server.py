@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import logging
 import math
+import re
 
 import grpc
 import numpy as np
@@ -41,6 +42,11 @@ log = logging.getLogger(__name__)
 
 #: Longest actor id accepted (ids appear in logs, status and metrics).
 MAX_ACTOR_ID = 256
+#: An actor's id (a pod name, a host name and an index...): no '/', which separates it from
+#: the number of one of its streams in a stream's id (``ACTOR/j``, see actors/main.py).
+ACTOR_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+#: Seconds between sweeps for streams that stopped sending (see LearnerRuntime.sweep_idle).
+SWEEP_EVERY_S = 0.25
 #: Relative tolerance between an episode's reported return and the learner's own sum of the
 #: rewards it received: the wire carries float32 rewards (relative rounding <= 2**-24 each),
 #: the actor sums the env's own (usually float64) ones.
@@ -245,8 +251,35 @@ class StepChecker:
         return out
 
 
+def stream_id_problem(stream_id: str, streams_per_actor: int) -> str | None:
+    """Why ``stream_id`` is not the id of an actor stream, or None: ``ACTOR`` or ``ACTOR/j``
+    with ACTOR matching :data:`ACTOR_ID` and j below ``spec.actors.streamsPerActor`` (the
+    learner keys indices by ACTOR: a made-up suffix must not pass for another actor's
+    stream)."""
+    if not 1 <= len(stream_id) <= MAX_ACTOR_ID:
+        return f"must be 1 to {MAX_ACTOR_ID} characters, got {len(stream_id)}"
+    actor, slash, number = stream_id.partition("/")
+    if not ACTOR_ID.fullmatch(actor):
+        return (
+            f"{stream_id[:100]!r} is not an actor id (letters, digits, '.', '_', ':' and '-', "
+            f"starting with a letter or digit), optionally followed by '/' and a stream number"
+        )
+    if slash and not (number.isdigit() and len(number) <= 5 and int(number) < streams_per_actor):
+        return (
+            f"{stream_id[:100]!r}: a stream number after '/' must be below "
+            f"spec.actors.streamsPerActor ({streams_per_actor})"
+        )
+    return None
+
+
 class LearnerService(seedrl_pb2_grpc.LearnerServicer):
-    """Serves the Stream and AssignIndex RPCs on top of a :class:`LearnerRuntime`."""
+    """Serves the Stream and AssignIndex RPCs on top of a :class:`LearnerRuntime`.
+
+    Streams are bounded in number and time: at most ``spec.learner.maxStreams`` wait for their
+    hello at once, each for ``helloTimeoutSeconds``, and a stream whose actor sends no step
+    for ``stepTimeoutSeconds`` after an answer is closed (DEADLINE_EXCEEDED); the runtime caps
+    the streams and envs it serves.
+    """
 
     def __init__(self, runtime: LearnerRuntime, indices: ActorIndices | None = None):
         self.runtime = runtime
@@ -254,6 +287,8 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         self.indices = indices or ActorIndices()
         # Hellos are registered off the event loop (a first one may build the agent).
         self._hellos = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="hello")
+        #: Streams open and waiting for their hello.
+        self.awaiting_hello = 0
 
     async def AssignIndex(self, request, context):  # noqa: N802 - gRPC method name
         name = self.runtime.experiment.metadata.name
@@ -265,6 +300,13 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
         if not request.actor_id:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "index_request.actor_id: must not be empty"
+            )
+        if len(request.actor_id) > MAX_ACTOR_ID or not ACTOR_ID.fullmatch(request.actor_id):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"index_request.actor_id: {request.actor_id[:100]!r} is not an actor id "
+                f"(letters, digits, '.', '_', ':' and '-', starting with a letter or digit, "
+                f"at most {MAX_ACTOR_ID})",
             )
         try:
             index = self.indices.assign(request.actor_id)
@@ -299,10 +341,31 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
 
     async def Stream(self, request_iterator, context):  # noqa: N802 - gRPC method name
         runtime = self.runtime
+        learner = runtime.experiment.spec.learner
+        if self.awaiting_hello >= learner.max_streams:
+            await self._refuse(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "",
+                f"{self.awaiting_hello} streams are waiting for their hello, the limit "
+                f"(spec.learner.maxStreams); retry later",
+            )
+        self.awaiting_hello += 1
         try:
-            first = await _next_message(request_iterator)
+            async with asyncio.timeout(learner.hello_timeout_seconds):
+                first = await _next_message(request_iterator)
         except WireError as exc:
             await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "", str(exc))
+        except TimeoutError:
+            await self._refuse(
+                context,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "",
+                f"no hello within {learner.hello_timeout_seconds:g} s of opening the stream "
+                f"(spec.learner.helloTimeoutSeconds)",
+            )
+        finally:
+            self.awaiting_hello -= 1
         if first is None:
             return
         if first.WhichOneof("kind") != "hello":
@@ -330,13 +393,12 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                 actor_id,
                 f"this learner serves experiment {name!r}, not {hello.experiment[:100]!r}",
             )
-        if not hello.actor_id or len(hello.actor_id) > MAX_ACTOR_ID:
+        problem = stream_id_problem(
+            hello.actor_id, runtime.experiment.spec.actors.streams_per_actor
+        )
+        if problem:
             await self._refuse(
-                context,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                actor_id,
-                f"hello.actor_id: must be 1 to {MAX_ACTOR_ID} characters, got "
-                f"{len(hello.actor_id)}",
+                context, grpc.StatusCode.INVALID_ARGUMENT, actor_id, f"hello.actor_id: {problem}"
             )
         index = self.indices.connect(actor_id, hello.actor_index)
         try:
@@ -372,8 +434,24 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
             # Per message: read, check, decode, queue for inference, answer. Everything else
             # is per batch or per stream (profiled: this loop is what a learner with many
             # streams spends its CPU on).
+            step_timeout = learner.step_timeout_seconds
             try:
-                async for msg in request_iterator:
+                while True:
+                    # Only the wait for the actor is timed: the learner's own answer may take
+                    # long (training holds inference back while the unroll queue is full).
+                    try:
+                        async with asyncio.timeout(step_timeout):
+                            msg = await request_iterator.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        await self._refuse(
+                            context,
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            actor_id,
+                            f"no step within {step_timeout:g} s of the learner's answer "
+                            f"(spec.learner.stepTimeoutSeconds)",
+                        )
                     if runtime.finished:
                         if runtime.experiment_finished:
                             yield seedrl_pb2.LearnerMessage(finished=True)
@@ -480,12 +558,30 @@ async def start_server(
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            # Connections that open no stream, or only finished ones, do not stay for ever:
+            # a TLS or HTTP/2 handshake must end within 10 s, an idle connection goes after
+            # a minute (an actor's open streams keep its own busy).
+            ("grpc.server_handshake_timeout_ms", 10_000),
+            ("grpc.max_connection_idle_ms", 60_000),
+            # An actor opens streamsPerActor (<= 64) streams and an index request at once.
+            ("grpc.max_concurrent_streams", 128),
         ]
     )
-    seedrl_pb2_grpc.add_LearnerServicer_to_server(LearnerService(runtime, indices), server)
+    service = LearnerService(runtime, indices)
+    seedrl_pb2_grpc.add_LearnerServicer_to_server(service, server)
     if credentials is not None:
         port = server.add_secure_port(address, credentials)
     else:
         port = server.add_insecure_port(address)
     await server.start()
+    # Held by the server object: a task only the loop references may be collected.
+    server.seedrl_service = service  # type: ignore[attr-defined]
+    server.seedrl_sweeper = asyncio.ensure_future(_sweep_idle_streams(runtime))  # type: ignore[attr-defined]
     return server, port
+
+
+async def _sweep_idle_streams(runtime: LearnerRuntime) -> None:
+    """Uncounts silent streams from the batchers' open envs until the runtime stops."""
+    while not runtime.finished:
+        runtime.sweep_idle()
+        await asyncio.sleep(SWEEP_EVERY_S)

@@ -8,6 +8,7 @@ import numpy as np
 from seedrl.common.config import parse_experiment
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import Agent
+from seedrl.learner.progress import ReturnWindow
 from seedrl.learner.runtime import LearnerRuntime, StepData
 
 SPEC = EnvSpec("Counting-v0", "float32", (1,), "int32", (), 2)
@@ -129,7 +130,8 @@ def test_budget_counts_env_steps_and_episode_returns():
                 "spec": {"budget": {"maxEnvSteps": 0, "targetReturn": 12, "returnWindow": 2}},
             }
         )
-        runtime.returns = type(runtime.returns)([10.0, 20.0], maxlen=2)
+        runtime.returns = ReturnWindow(2)
+        runtime.returns.extend([10.0, 20.0])
         assert runtime.check_budget() == "target_return"
     finally:
         runtime.shutdown()
