@@ -70,6 +70,12 @@ bench-throughput: $(STAMP) football
 bench-speed: $(STAMP)
 	$(PY) bench/speed.py --json bench-speed.json
 
+# The CartPole example beside 100 hellos of 4,096 envs and 3,000 silent streams: the real
+# actors' env steps/s alone and attacked, their ratio, the learner's RSS (~1 min).
+.PHONY: bench-hostile
+bench-hostile: $(STAMP)
+	$(PY) bench/hostile.py --json bench-hostile.json
+
 # Re-measures the packaged reference throughputs `seedrl cost plan` falls back on when the user
 # has no measurement of their own (service/cost/reference_throughput.yaml; ~2 min).
 .PHONY: reference-throughput

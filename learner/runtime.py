@@ -240,6 +240,15 @@ class LearnerRuntime:
                 env_spec.env_id,
                 env_spec.describe(),
             )
+            learner = self.experiment.spec.learner
+            log.info(
+                "actor streams: at most %d, %d envs, %.1f MiB of per-env buffers "
+                "(spec.learner.maxStreams, maxTotalEnvs x %d bytes)",
+                learner.max_streams,
+                learner.max_total_envs,
+                learner.max_total_envs * self.bytes_per_env() / 2**20,
+                self.bytes_per_env(),
+            )
             return agent
 
     # -- streams ------------------------------------------------------------------------
@@ -342,19 +351,33 @@ class LearnerRuntime:
             self._streams[actor_id] = stream
         return stream
 
-    def _new_stream(
-        self, actor_id: str, num_envs: int, env_spec: EnvSpec, actor_index: int, first_env: int = 0
-    ) -> Stream:
-        agent = self.agent
-        fields = {
+    def _step_fields(self, env_spec: EnvSpec) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Every per-step field a stream's unroll builder stores: name -> (shape, dtype)."""
+        return {
             "observation": (env_spec.observation_shape, np.dtype(env_spec.observation_dtype)),
             "reward": ((), np.dtype(np.float32)),
             "terminated": ((), np.dtype(bool)),
             "truncated": ((), np.dtype(bool)),
             "action": (env_spec.action_shape, np.dtype(env_spec.action_dtype)),
             "final_value": ((), np.dtype(np.float32)),
-            **agent.step_fields(),
+            **self.agent.step_fields(),
         }
+
+    def bytes_per_env(self) -> int:
+        """What one env of an open stream holds on the learner: its rows in the stream's unroll
+        builder, its recurrent state and the server's per-env episode tallies (3 float64s).
+        ``spec.learner.maxTotalEnvs`` times this bounds the streams' buffers."""
+        fields = self._step_fields(self.env_spec)
+        length, _ = self.agent.unroll_layout(self.experiment.spec.learner.unroll_length)
+        row = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in fields.values())
+        state = sum(s.nbytes for s in self.agent.initial_state(1))
+        return length * row + state + 3 * 8
+
+    def _new_stream(
+        self, actor_id: str, num_envs: int, env_spec: EnvSpec, actor_index: int, first_env: int = 0
+    ) -> Stream:
+        agent = self.agent
+        fields = self._step_fields(env_spec)
         length, period = agent.unroll_layout(self.experiment.spec.learner.unroll_length)
         builder = UnrollBuilder(
             self.experiment.spec.learner.unroll_length,

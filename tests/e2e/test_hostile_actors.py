@@ -283,6 +283,57 @@ def test_hellos_are_capped_before_any_allocation(learner, actors):  # noqa: F811
     training_goes_on(learner, actors)
 
 
+#: What the learner's RSS may grow by under a flood of streams (README, "A hostile or broken
+#: actor"): twice the per-env buffers maxTotalEnvs allow (Python's per-env lists and the
+#: allocator's slack), 64 KiB per open connection (gRPC's buffers; ~32 KiB measured) and
+#: 64 MiB for TensorFlow's and the allocator's own growth.
+PER_CONNECTION = 64 * 2**10
+SLACK = 64 * 2**20
+
+
+def test_a_flood_of_wide_hellos_and_silent_streams_stays_within_the_memory_bound(tmp_path):
+    exp = small_experiment(maxEnvsPerActor=4096, unrollLength=20, helloTimeoutSeconds=3600)
+    running = start_learner(f"unix:{tmp_path}/l.sock", experiment=exp)
+    actors = RealActors(running.address)
+    try:
+        training_goes_on(running, actors, steps=3)
+        runtime = running.runtime
+        before = _rss_mb() * 2**20
+        wide, codes = [], []
+        for i in range(100):
+            s = Stream(running.address)
+            s.send(hello(actor_id=f"wide-{i}", num_envs=4096))
+            try:
+                assert s.recv().WhichOneof("kind") == "welcome"
+            except grpc.RpcError as exc:
+                codes.append(exc.code())
+                continue
+            # Steps of every env, so that the stream's buffers are written, not just reserved.
+            for _ in range(25):
+                s.send(step(4096))
+                assert s.recv().WhichOneof("kind") == "actions"
+            wide.append(s)
+        silent = [Stream(running.address, own_connection=True) for _ in range(300)]
+        service = running.server.seedrl_service
+        wait_for(lambda: service.awaiting_hello == 300, 120, "300 streams waiting for hellos")
+        grown = _rss_mb() * 2**20 - before
+        bound = (
+            2 * exp.spec.learner.max_total_envs * runtime.bytes_per_env()
+            + PER_CONNECTION * (len(silent) + len(wide))
+            + SLACK
+        )
+        # 16,384 envs at most: three streams of 4,096 beside the real actors' 8; the rest wait.
+        assert len(wide) == 3 and codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 97
+        assert runtime.open_envs == 3 * 4096 + 8
+        assert grown <= bound, (grown / 2**20, bound / 2**20)
+        for s in wide + silent:
+            s.close()
+        training_goes_on(running, actors)
+    finally:
+        actors.stop()
+        stop_learner(running)
+
+
 def test_a_hello_whose_steps_could_not_fit_a_message_is_refused(tmp_path):
     wide = EnvSpec("Wide-v0", "float32", (16384,), "int32", (), 2)  # 64 KiB observations
     exp = small_experiment(env={"id": "Wide-v0"}, maxEnvsPerActor=65536)

@@ -81,10 +81,16 @@ def learner(tmp_path):
 
 
 class Stream:
-    """A synchronous client stream: send messages, read replies one by one."""
+    """A synchronous client stream: send messages, read replies one by one.
 
-    def __init__(self, address):
-        self.channel = grpc.insecure_channel(address)
+    Args:
+      own_connection: open a connection of its own (channels to one address share one by
+        default, and a connection carries at most the learner's max_concurrent_streams).
+    """
+
+    def __init__(self, address, own_connection=False):
+        options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
+        self.channel = grpc.insecure_channel(address, options=options)
         self._out = queue.Queue()
         self._replies = seedrl_pb2_grpc.LearnerStub(self.channel).Stream(
             iter(self._out.get, None), timeout=60
