@@ -173,6 +173,7 @@ class ActorClient:
             terminated=self._terminated.tolist(),
             truncated=self._truncated.tolist(),
             episodes=episodes,
+            env_restarts=getattr(self.envs, "restarts", 0),
         )
         if self._finals is not None and len(self._finals[0]):
             step.final_env_ids.extend(self._finals[0].tolist())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import traceback
 
 import gymnasium as gym
 import numpy as np
@@ -120,6 +121,41 @@ def probe_spec(config: EnvConfig) -> EnvSpec:
         env.close()
 
 
+#: Env restarts before an actor may give up on its envs (see :meth:`EnvBatch.check_failing`).
+ENV_FAILURES = 10
+
+
+class EnvsKeepFailing(RuntimeError):
+    """An actor's envs raise at least as often as they finish episodes: the env is broken.
+
+    Args:
+      restarts: envs recreated so far.
+      episodes: episodes the envs finished meanwhile.
+      last_error: the latest traceback, as ``traceback.format_exc()`` wrote it.
+    """
+
+    def __init__(self, restarts: int, episodes: int, last_error: str):
+        self.restarts = restarts
+        self.episodes = episodes
+        self.last_error = last_error
+        super().__init__(
+            f"the environments keep raising ({restarts} restarts, {episodes} episodes "
+            f"finished); the last error: {one_line(last_error)}"
+        )
+
+
+def one_line(trace: str) -> str:
+    """A traceback on one line: its frames as ``file:line in function``, then the error."""
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    frames = [
+        line.removeprefix("File ").replace('", line ', ":").replace('"', "")
+        for line in lines
+        if line.startswith('File "')
+    ]
+    error = lines[-1] if lines else "unknown error"
+    return (" <- ".join(reversed(frames[-3:])) + ": " if frames else "") + error
+
+
 class EnvBatch:
     """K environments stepped in turn, with automatic reset and episode bookkeeping.
 
@@ -146,7 +182,10 @@ class EnvBatch:
         self._starts = [self._action_start(env) for env in self.envs]
         self._returns = [0.0] * num_envs
         self._lengths = [0] * num_envs
+        #: Envs recreated after raising, the episodes that ended, and the latest traceback.
         self.restarts = 0
+        self.episodes = 0
+        self.last_error: str | None = None
 
     @staticmethod
     def _action_start(env) -> int:
@@ -186,9 +225,8 @@ class EnvBatch:
         for i, env in enumerate(self.envs):
             try:
                 o, r, term, trunc, info = env.step(acts[i])
-            except Exception:  # one broken env must not stop the others
-                log.exception("env %d raised; recreating it", i)
-                self._restart(i)
+            except Exception:  # noqa: BLE001 - one broken env must not stop the others
+                self._restart(i, "step")
                 env = self.envs[i]
                 o, r, term, trunc, info = None, 0.0, False, True, {}  # reset just below
             returns[i] += r
@@ -200,8 +238,20 @@ class EnvBatch:
                 if trunc and not term and o is not None:
                     final_ids.append(i)
                     finals.append(o)
-                o, _ = env.reset()
+                try:
+                    o, _ = env.reset()
+                except Exception:  # noqa: BLE001 - a reset that raises is as broken as a step
+                    self._restart(i, "reset")
+                    try:
+                        o, _ = self.envs[i].reset()
+                    except Exception:  # noqa: BLE001 - a new env that cannot reset is broken
+                        self.last_error = traceback.format_exc()
+                        raise EnvsKeepFailing(
+                            self.restarts, self.episodes, self.last_error
+                        ) from None
             obs[i], rewards[i], terminated[i], truncated[i] = o, r, term, trunc
+        self.episodes += len(episodes)
+        self.check_failing()
         final = (
             (np.asarray(final_ids, np.int64), np.asarray(finals, self._obs_dtype))
             if final_ids
@@ -216,7 +266,16 @@ class EnvBatch:
             final,
         )
 
-    def _restart(self, i: int) -> None:
+    def check_failing(self) -> None:
+        """Raises :class:`EnvsKeepFailing` once the envs have raised at least
+        :data:`ENV_FAILURES` times and at least as often as they finished episodes: an env
+        that raises now and then goes on; one that raises every episode ends its actor."""
+        if self.restarts >= ENV_FAILURES and self.restarts >= self.episodes:
+            raise EnvsKeepFailing(self.restarts, self.episodes, self.last_error or "")
+
+    def _restart(self, i: int, where: str) -> None:
+        self.last_error = traceback.format_exc()
+        log.error("env %d raised in %s; recreating it:\n%s", i, where, self.last_error.rstrip())
         self.restarts += 1
         try:
             self.envs[i].close()

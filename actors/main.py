@@ -223,6 +223,7 @@ def main(argv=None) -> int:
     if args.env_spec_out:
         return write_env_spec(exp, args.env_spec_out)
     from seedrl.actors.client import ActorClient, ActorRefused, request_index
+    from seedrl.actors.envs import EnvsKeepFailing
 
     credentials = None
     if args.tls_ca:
@@ -292,6 +293,11 @@ def main(argv=None) -> int:
     except ActorRefused as exc:
         log.error("the learner refused this actor: %s", exc)
         return ExitCode.REFUSED
+    except EnvsKeepFailing as exc:
+        # The whole traceback in the log, then one line last: what the launcher reports.
+        log.error("giving up on the environments; their last error:\n%s", exc.last_error.rstrip())
+        print(f"{exc}", file=sys.stderr, flush=True)
+        return ExitCode.ENV_FAILED
     finally:
         if http:
             http.stop()

@@ -156,7 +156,10 @@ class ProcessEnvBatch:
         self.spec = spec
         self.num_envs = num_envs
         self._seeds = list(seeds)
+        #: Workers restarted after dying, the episodes that ended, and the latest death.
         self.restarts = 0
+        self.episodes = 0
+        self.last_error: str | None = None
         self._ctx = mp.get_context("spawn")  # no inherited threads or locks from the parent
         self._shared = _SharedArrays(_layout(spec, num_envs))
         self._a = self._shared.arrays
@@ -221,13 +224,11 @@ class ProcessEnvBatch:
         return dead
 
     def _restart(self, w: _Worker) -> None:
-        log.warning(
-            "env worker %d (envs %d..%d) died with exit code %s; restarting it",
-            w.index,
-            w.lo,
-            w.hi - 1,
-            w.proc.exitcode if w.proc else None,
+        self.last_error = (
+            f"env worker {w.index} (envs {w.lo}..{w.hi - 1}) died with exit code "
+            f"{w.proc.exitcode if w.proc else None} (its traceback is in the actor's log)"
         )
+        log.warning("%s; restarting it", self.last_error)
         self.restarts += 1
         w.conn.close()
         if w.proc is not None:
@@ -264,6 +265,12 @@ class ProcessEnvBatch:
             (int(i), float(a["episode_return"][i]), int(a["episode_length"][i])) for i in ends
         ]
         final_ids = np.flatnonzero(a["has_final"]).astype(np.int64)
+        self.episodes += len(episodes)
+        if dead:
+            from seedrl.actors.envs import ENV_FAILURES, EnvsKeepFailing
+
+            if self.restarts >= ENV_FAILURES and self.restarts >= self.episodes:
+                raise EnvsKeepFailing(self.restarts, self.episodes, self.last_error or "")
         return (
             a["obs"].copy(),
             a["reward"].copy(),

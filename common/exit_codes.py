@@ -45,6 +45,10 @@ class ExitCode(enum.IntEnum):
     #: none: the image is not that accelerator's build, or the node lacks the device. Training
     #: on the host's CPU instead would bill the accelerator for nothing.
     NO_ACCELERATOR = 5
+    #: An actor's environments keep raising (at least ``ENV_FAILURES`` restarts, and at least as
+    #: many as the episodes they finished; see ``seedrl.actors.envs``): the env is broken, not
+    #: unlucky, and a restarted actor would make the same env. Its last traceback is logged.
+    ENV_FAILED = 6
     #: Stopped before the Experiment finished (SIGTERM or SIGINT), after writing the final
     #: checkpoint: run again to go on; never counted as a failure. 75 is EX_TEMPFAIL of
     #: sysexits.h, "a temporary failure; the user is invited to retry".
@@ -70,6 +74,7 @@ _REASONS = {
     ExitCode.REFUSED: "Refused",
     ExitCode.CHECKPOINT_LOCATION: "CheckpointLocationUnusable",
     ExitCode.NO_ACCELERATOR: "AcceleratorMissing",
+    ExitCode.ENV_FAILED: "EnvironmentFailing",
     ExitCode.STOPPED: "StoppedEarly",
     ExitCode.INTERRUPTED: "Interrupted",
 }
@@ -80,6 +85,7 @@ _DESCRIPTIONS = {
     ExitCode.REFUSED: "refused (by the learner, or the run directory is taken)",
     ExitCode.CHECKPOINT_LOCATION: "the checkpoint location cannot be used",
     ExitCode.NO_ACCELERATOR: "the accelerator the learner was scheduled for is missing",
+    ExitCode.ENV_FAILED: "the environments keep raising",
     ExitCode.STOPPED: "stopped before the budget, after its final checkpoint",
     ExitCode.INTERRUPTED: "interrupted",
 }
@@ -87,7 +93,13 @@ _DESCRIPTIONS = {
 #: Codes a restart would only repeat: the launchers do not restart a process that exits with
 #: one, and the learner Job's podFailurePolicy fails the Job at once (FailJob).
 PERMANENT = frozenset(
-    {ExitCode.BAD_CONFIG, ExitCode.REFUSED, ExitCode.CHECKPOINT_LOCATION, ExitCode.NO_ACCELERATOR}
+    {
+        ExitCode.BAD_CONFIG,
+        ExitCode.REFUSED,
+        ExitCode.CHECKPOINT_LOCATION,
+        ExitCode.NO_ACCELERATOR,
+        ExitCode.ENV_FAILED,
+    }
 )
 #: Codes that are no failure of the run: restarted without counting (podFailurePolicy Ignore).
 RETRY_FREELY = frozenset({ExitCode.STOPPED})

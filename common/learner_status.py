@@ -122,6 +122,11 @@ class LearnerStatus:
         "Episodes reported that began before their stream "
         "(not counted: nothing could verify them).",
     )
+    env_restarts: int = _field(
+        0,
+        "Envs the actors recreated after they raised (since this learner started): each cuts "
+        "an episode short. Actors give up when their envs keep raising (see actors/envs.py).",
+    )
     uncounted_env_steps: int = _field(
         0,
         "Env steps received beyond their actor's fair share: no actor counts toward "

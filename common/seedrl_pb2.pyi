@@ -89,7 +89,7 @@ class Episode(_message.Message):
     def __init__(self, env_id: _Optional[int] = ..., episode_return: _Optional[float] = ..., length: _Optional[int] = ...) -> None: ...
 
 class Step(_message.Message):
-    __slots__ = ("env_ids", "observations", "rewards", "terminated", "truncated", "episodes", "final_env_ids", "final_observations")
+    __slots__ = ("env_ids", "observations", "rewards", "terminated", "truncated", "episodes", "final_env_ids", "final_observations", "env_restarts")
     ENV_IDS_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     REWARDS_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class Step(_message.Message):
     EPISODES_FIELD_NUMBER: _ClassVar[int]
     FINAL_ENV_IDS_FIELD_NUMBER: _ClassVar[int]
     FINAL_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    ENV_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     env_ids: _containers.RepeatedScalarFieldContainer[int]
     observations: Tensor
     rewards: _containers.RepeatedScalarFieldContainer[float]
@@ -106,7 +107,8 @@ class Step(_message.Message):
     episodes: _containers.RepeatedCompositeFieldContainer[Episode]
     final_env_ids: _containers.RepeatedScalarFieldContainer[int]
     final_observations: Tensor
-    def __init__(self, env_ids: _Optional[_Iterable[int]] = ..., observations: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., episodes: _Optional[_Iterable[_Union[Episode, _Mapping]]] = ..., final_env_ids: _Optional[_Iterable[int]] = ..., final_observations: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    env_restarts: int
+    def __init__(self, env_ids: _Optional[_Iterable[int]] = ..., observations: _Optional[_Union[Tensor, _Mapping]] = ..., rewards: _Optional[_Iterable[float]] = ..., terminated: _Optional[_Iterable[bool]] = ..., truncated: _Optional[_Iterable[bool]] = ..., episodes: _Optional[_Iterable[_Union[Episode, _Mapping]]] = ..., final_env_ids: _Optional[_Iterable[int]] = ..., final_observations: _Optional[_Union[Tensor, _Mapping]] = ..., env_restarts: _Optional[int] = ...) -> None: ...
 
 class Actions(_message.Message):
     __slots__ = ("env_ids", "actions")

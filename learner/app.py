@@ -318,6 +318,7 @@ class LearnerApp:
             "stop_reason": runtime.stop_reason,
             "skipped_updates": runtime.skipped_updates,
             "refused_streams": runtime.refused_streams,
+            "env_restarts": runtime.env_restarts,
             "first_actions_time": runtime.first_actions_time,
             "stop_time": runtime.stop_time,
             "learner_steps_per_s": runtime.learner_steps / served if served else None,

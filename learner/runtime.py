@@ -183,6 +183,8 @@ class LearnerRuntime:
         self.invalid_actions = 0
         #: Episodes reported that began before their stream: not counted (see the server).
         self.unverified_episodes = 0
+        #: Envs the actors recreated after they raised, as their steps report it.
+        self.env_restarts = 0
         #: Streams refused or failed for what they sent, and the latest ("actor id: reason").
         self.refused_streams = 0
         self.last_refusal: str | None = None
@@ -848,6 +850,7 @@ class LearnerRuntime:
             invalid_actions=self.invalid_actions,
             unverified_episodes=self.unverified_episodes,
             uncounted_env_steps=self.uncounted_env_steps,
+            env_restarts=self.env_restarts,
             mean_inference_batch=(
                 sum(b.items for b in self.batchers) / max(1, sum(b.batches for b in self.batchers))
             ),

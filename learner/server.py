@@ -97,6 +97,9 @@ class StepChecker:
         self.ep_return = np.zeros(num_envs)
         self.ep_abs = np.zeros(num_envs)
         self.ep_length = np.zeros(num_envs, np.int64)
+        #: The stream's latest ``env_restarts``, and how much it grew with the latest step.
+        self.env_restarts = 0
+        self.new_restarts = 0
 
     def decode(self, msg: seedrl_pb2.Step) -> tuple[StepData, list[tuple[float, int]]]:
         """Checks a Step; returns its arrays in env-id order and its verified episodes.
@@ -166,6 +169,20 @@ class StepChecker:
             self.ep_return[done] = 0.0
             self.ep_abs[done] = 0.0
             self.ep_length[done] = 0
+        # A count since the actor made its envs: a stream's first step sets where it starts
+        # (restarts before a reconnect were counted on the stream they happened on).
+        restarts = msg.env_restarts
+        self.new_restarts = 0
+        if first:
+            self.env_restarts = restarts
+        elif restarts != self.env_restarts:
+            # An env restarts at most twice a step (its step, then its reset, raised).
+            if not self.env_restarts <= restarts <= self.env_restarts + 2 * k:
+                raise WireError(
+                    f"step.env_restarts: {restarts} after {self.env_restarts}; it counts "
+                    f"restarts of {k} envs and grows by at most {2 * k} a step"
+                )
+            self.new_restarts, self.env_restarts = restarts - self.env_restarts, restarts
         self.steps += 1
         step = StepData(obs, rewards, terminated, truncated)
         if msg.final_env_ids:
@@ -473,6 +490,8 @@ class LearnerService(seedrl_pb2_grpc.LearnerServicer):
                         )
                     if checker.unverified != unverified:
                         runtime.unverified_episodes += checker.unverified - unverified
+                    if checker.new_restarts:
+                        runtime.env_restarts += checker.new_restarts
                     try:
                         actions = await runtime.submit(stream, step, episodes, loop)
                     except BatcherStopped:

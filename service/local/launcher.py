@@ -482,6 +482,8 @@ class LocalRun:
         if status is None or (not status.env_steps and status.state != "running"):
             return f"actors could not start: {detail}"
         if hopeless:
+            if self.last_actor_failure and f"code {int(ExitCode.ENV_FAILED)}:" in detail:
+                return f"every actor gave up on its environments: {detail}"
             return f"every actor failed {MAX_ACTOR_RESTARTS + 1} times: {detail}"
         return f"no env steps for {idle:.0f} s: {detail}"
 
@@ -507,6 +509,11 @@ class LocalRun:
                     self.last_actor_failure = f"{actor.name} exited with code {code}" + (
                         f": {why}" if why else ""
                     )
+                if code == ExitCode.ENV_FAILED:
+                    # Its envs keep raising: a restarted actor would make the same envs.
+                    self._given_up.add(i)
+                    log.error("%s gave up on its environments: %s", actor.name, why)
+                    continue
                 if actor.restarts >= MAX_ACTOR_RESTARTS:
                     self._given_up.add(i)
                     log.error(

@@ -63,10 +63,12 @@ class Progress:
         ret = "-" if status.mean_return is None else f"{status.mean_return:.1f}"
         if status.eval_mean_return is not None:
             ret += f" | eval {status.eval_mean_return:.1f}"
+        # Shown once an env has raised: each restart cuts an episode short.
+        restarts = f" | env restarts {status.env_restarts:,}" if status.env_restarts else ""
         return (
             f"{self.name} {bar}{steps} steps | {rate:,.0f} steps/s | "
             f"{status.episodes:,} episodes | return({status.return_window}) {ret} | "
-            f"actors {status.actors} | {format_duration(status.elapsed)}"
+            f"actors {status.actors}{restarts} | {format_duration(status.elapsed)}"
         )
 
     def update(self, status: LearnerStatus) -> None:

@@ -107,8 +107,10 @@ SPOT_GRACE_SECONDS = 15
 DISRUPTION_TARGET = "DisruptionTarget"
 
 
-#: The permanent exit codes a learner can exit with (REFUSED is an actor's).
-LEARNER_PERMANENT = tuple(sorted(c for c in PERMANENT if c != ExitCode.REFUSED))
+#: The permanent exit codes a learner can exit with (REFUSED and ENV_FAILED are an actor's).
+LEARNER_PERMANENT = tuple(
+    sorted(c for c in PERMANENT if c not in (ExitCode.REFUSED, ExitCode.ENV_FAILED))
+)
 
 # --------------------------------------------------------------------------------------------
 # Names and labels

@@ -4,7 +4,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from seedrl.actors.envs import GAME_CONTINUES, EnvBatch, make_env, spec_of
+from support import seedrl_test_envs  # noqa: F401 - registers SeedrlTest/Crumbling-v0
+
+from seedrl.actors.envs import (
+    ENV_FAILURES,
+    GAME_CONTINUES,
+    EnvBatch,
+    EnvsKeepFailing,
+    make_env,
+    spec_of,
+)
 from seedrl.common.config import EnvConfig
 
 
@@ -80,6 +89,33 @@ def test_a_crashing_env_is_recreated_and_its_episode_truncated():
     np.testing.assert_allclose(obs[1], [0.3, 0.3])
     obs, *_ = envs.step(np.zeros(2, np.int32))
     np.testing.assert_allclose(obs[0], [0.1, 0.1])
+
+
+def test_envs_that_raise_every_episode_give_up_with_their_traceback():
+    envs = EnvBatch(EnvConfig(id="SeedrlTest/Crumbling-v0"), 2, seeds=[0, 1])
+    envs.reset()
+    steps = 0
+    with pytest.raises(EnvsKeepFailing) as failed:
+        while steps < 100:
+            envs.step(np.ones(2, np.int32))
+            steps += 1
+    assert failed.value.restarts == ENV_FAILURES and failed.value.episodes == ENV_FAILURES
+    assert steps == 3 * ENV_FAILURES // 2 - 1  # two envs, each failing on its third step
+    assert "RuntimeError: the floor gave way" in failed.value.last_error
+    assert "Traceback (most recent call last)" in failed.value.last_error
+    message = str(failed.value)
+    assert "10 restarts, 10 episodes finished" in message and "\n" not in message
+    assert "seedrl_test_envs/__init__.py:" in message and "in step" in message
+
+
+def test_an_env_that_raises_now_and_then_goes_on_and_counts_its_restarts():
+    envs = EnvBatch(EnvConfig(id="SeedrlTest/Crumbling-v0", options={"every": 5}), 2, [0, 1])
+    envs.reset()
+    for _ in range(3 * 5 * ENV_FAILURES):
+        envs.step(np.ones(2, np.int32))
+    # One episode in five raised: 2 envs x 50 episodes each, 10 of them cut short.
+    assert envs.restarts == 2 * ENV_FAILURES and envs.episodes == 2 * 5 * ENV_FAILURES
+    assert "the floor gave way" in envs.last_error
 
 
 def test_unknown_env_and_bad_imports_are_clear_errors():

@@ -42,8 +42,9 @@ def test_worker_processes_are_shared_out_between_streams():
 
 
 def test_two_streams_of_one_actor_are_served_side_by_side(tmp_path):
-    learner = start_learner(f"unix:{tmp_path}/learner.sock")
-    batches = make_env_batches(experiment(streamsPerActor=2), index=0)
+    exp = experiment(streamsPerActor=2)
+    learner = start_learner(f"unix:{tmp_path}/learner.sock", experiment=exp)
+    batches = make_env_batches(exp, index=0)
     clients = [
         ActorClient(b, "test-exp", f"actor/{j}", learner.address) for j, b in enumerate(batches)
     ]

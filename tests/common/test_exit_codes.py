@@ -4,15 +4,16 @@ from seedrl.common.exit_codes import PERMANENT, RETRY_FREELY, ExitCode, describe
 
 
 def test_values_are_the_documented_ones():
-    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 75, 130]
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 6, 75, 130]
 
 
-def test_only_configuration_refusal_checkpoint_location_and_no_accelerator_are_permanent():
+def test_only_configuration_refusal_checkpoint_location_accelerator_and_env_are_permanent():
     assert PERMANENT == {
         ExitCode.BAD_CONFIG,
         ExitCode.REFUSED,
         ExitCode.CHECKPOINT_LOCATION,
         ExitCode.NO_ACCELERATOR,
+        ExitCode.ENV_FAILED,
     }
     assert ExitCode.FAILED not in PERMANENT and ExitCode.OK not in PERMANENT
     assert RETRY_FREELY == {ExitCode.STOPPED} and not RETRY_FREELY & PERMANENT

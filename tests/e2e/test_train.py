@@ -247,6 +247,41 @@ def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reas
     assert (progressing["status"], progressing["reason"]) == ("False", "NoProgress")
 
 
+def test_an_env_that_raises_every_episode_fails_the_run_with_its_traceback(tmp_path):
+    support = str(ROOT / "tests" / "support")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [support, os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        train_cmd(
+            tmp_path,
+            "e2e-crumbling",
+            "spec.env.id=SeedrlTest/Crumbling-v0",
+            "spec.env.imports=[seedrl_test_envs]",
+            "spec.budget.targetReturn=null",
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "every actor gave up on its environments" in done.stderr, out
+    assert "the environments keep raising" in done.stderr, out
+    # The env's own error and where it was raised, not just that something failed.
+    assert "RuntimeError: the floor gave way at the end of the corridor" in done.stderr, out
+    assert "seedrl_test_envs/__init__.py" in done.stderr, out
+    summary = read_json(tmp_path / "e2e-crumbling" / "summary.json")
+    assert summary["stop_reason"] == "no_progress", summary
+    assert "the floor gave way" in summary["error"]
+    log = (tmp_path / "e2e-crumbling" / "actor-0.log").read_text()
+    assert "Traceback (most recent call last)" in log and "in step" in log
+    assert not processes_mentioning(str(tmp_path))
+
+
 def test_ctrl_c_checkpoints_and_resume_continues_without_overwriting(tmp_path):
     proc, run_dir = start_run(tmp_path, "e2e-resume", 10000000)
     try:

@@ -470,3 +470,29 @@ def test_the_tally_follows_env_ids_when_a_step_lists_them_permuted():
     assert episodes == [(6.0, 2)]
     assert step_data.terminated.tolist() == [False, False, True]  # back in env-id order
     np.testing.assert_array_equal(checker.ep_return, [2.0, 4.0, 0.0])
+
+
+def test_env_restarts_are_counted_from_each_streams_first_step(learner):
+    s = connect(learner, actor_id="a", num_envs=2)
+
+    def send(restarts):
+        msg = step(2)
+        msg.step.env_restarts = restarts
+        s.send(msg)
+        return s.recv()
+
+    send(7)  # restarts before this stream (a reconnect): counted on their own stream
+    assert learner.runtime.env_restarts == 0
+    send(8)
+    send(11)  # both envs raised in their step and their reset
+    assert learner.runtime.env_restarts == 4
+    assert learner.runtime.status().env_restarts == 4
+    with pytest.raises(grpc.RpcError) as err:
+        send(10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "step.env_restarts: 10 after 11" in err.value.details()
+    s = connect(learner, actor_id="b", num_envs=2)
+    send(0)
+    with pytest.raises(grpc.RpcError) as err:
+        send(5)
+    assert "grows by at most 4 a step" in err.value.details()

@@ -84,3 +84,31 @@ class BrokenReset(Corridor):
 
 if "SeedrlTest/BrokenReset-v0" not in gym.registry:
     gym.register("SeedrlTest/BrokenReset-v0", entry_point=BrokenReset)
+
+
+class Crumbling(Corridor):
+    """An env that raises where each of its episodes would end (its third step), or only on
+    every ``every``-th episode: a broken env, or a flaky one."""
+
+    def __init__(self, every: int = 1):
+        super().__init__()
+        self.every = every
+        self._episodes = 0
+        self._steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        self._steps = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self._steps += 1
+        if self._steps == 3:
+            self._episodes += 1
+            if self._episodes % self.every == 0:
+                raise RuntimeError("the floor gave way at the end of the corridor")
+            return self._obs(), 1.0, True, False, {}
+        return super().step(action)
+
+
+if "SeedrlTest/Crumbling-v0" not in gym.registry:
+    gym.register("SeedrlTest/Crumbling-v0", entry_point=Crumbling)
