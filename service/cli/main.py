@@ -5,6 +5,7 @@ seedrl validate FILE [--set path=value ...]
 seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cli/cost.py)
 seedrl submit FILE [--set path=value ...] [-n NAMESPACE] [--dry-run]
 seedrl status [-n NAMESPACE | -A]
+seedrl runs [--runs-dir DIR] | seedrl plot RUN [RUN ...] [-o curves.png]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from seedrl.common.config import GROUP, SINGULAR, ConfigError, dump_experiment, 
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.storage import tensorboard_uri
 from seedrl.service.cli import cost as cost_cli
+from seedrl.service.cli import runs as runs_cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         "the env's packages",
     )
     cost_cli.add_parser(sub)
+    runs_cli.add_parsers(sub)
 
     def with_cluster(sp):
         sp.add_argument(
@@ -319,6 +322,10 @@ def main(argv=None) -> int:
         return cmd_train(args)
     if args.command == "cost":
         return cost_cli.cmd_cost(args)
+    if args.command == "runs":
+        return runs_cli.cmd_runs(args)
+    if args.command == "plot":
+        return runs_cli.cmd_plot(args)
     if args.command == "submit":
         return cmd_submit(args)
     if args.command == "status":
