@@ -1,0 +1,114 @@
+"""Tiny real training runs, made once per test session: checkpoints for the policy tests.
+
+Each is ``seedrl train`` of an example for a few thousand env steps (a learner and two actors
+as real processes), one per kind of policy: discrete (V-trace on CartPole), continuous with
+asymmetric bounds (PPO on ``SeedrlTest/AsymmetricPendulum-v0``, torque in [-0.5, 3.0]) and
+recurrent (R2D2 with an LSTM core that reads the previous action and reward). The three train
+side by side, so the session pays for the slowest only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = ROOT / "tests" / "support"
+
+#: name -> (example, env steps, overrides)
+RUNS = {
+    "vtrace": (
+        "cartpole-vtrace.yaml",
+        3000,
+        ["spec.actors.envsPerActor=4", "spec.learner.batchSize=2", "spec.learner.unrollLength=20"],
+    ),
+    "ppo": (
+        "pendulum-ppo.yaml",
+        3000,
+        [
+            "spec.env.id=SeedrlTest/AsymmetricPendulum-v0",
+            "spec.env.imports=[seedrl_test_envs]",
+            "spec.learner.batchSize=4",
+            "spec.learner.unrollLength=32",
+            "spec.agent.ppo.epochs=2",
+            "spec.agent.ppo.minibatches=2",
+        ],
+    ),
+    "r2d2": (
+        "cartpole-r2d2.yaml",
+        3000,
+        [
+            "spec.actors.replicas=2",
+            "spec.actors.envsPerActor=4",
+            "spec.agent.network.lstmSize=16",
+            "spec.agent.network.actionRewardInputs=true",
+            "spec.agent.r2d2.sequenceLength=10",
+            "spec.agent.r2d2.burnIn=2",
+            "spec.agent.r2d2.nStep=2",
+            "spec.agent.r2d2.minReplaySize=20",
+            "spec.agent.r2d2.replayCapacity=500",
+            "spec.learner.batchSize=8",
+        ],
+    ),
+}
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child that may need the test env package."""
+    path = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+@pytest.fixture(scope="session")
+def trained_runs(tmp_path_factory) -> dict[str, Path]:
+    """The run directory of each tiny run, by agent."""
+    runs_dir = tmp_path_factory.mktemp("runs")
+    procs = {}
+    for name, (example, steps, overrides) in RUNS.items():
+        cmd = [
+            sys.executable,
+            "-m",
+            "seedrl.service.cli",
+            "train",
+            str(ROOT / "examples" / example),
+            "--quiet",
+            "--runs-dir",
+            str(runs_dir),
+            "--set",
+            f"metadata.name={name}",
+            "--set",
+            f"spec.budget.maxEnvSteps={steps}",
+            "--set",
+            "spec.budget.targetReturn=null",
+        ]
+        for o in overrides:
+            cmd += ["--set", o]
+        procs[name] = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    out = {}
+    for name, proc in procs.items():
+        log, _ = proc.communicate(timeout=600)
+        run_dir = runs_dir / name
+        assert proc.returncode == 0, log + _tail(run_dir / "learner.log")
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["env_steps"] >= RUNS[name][1], summary
+        out[name] = run_dir
+    return out
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text()[-3000:]
+    except OSError:
+        return ""
