@@ -22,25 +22,7 @@ from seedrl.common.storage import GCSStore, open_store
 from seedrl.learner.agents import build_agent
 from seedrl.learner.checkpoint import VARIABLES, fetch_checkpoint, trackables
 from seedrl.learner.policy import PolicyError
-
-ENVS = {"vtrace": "CartPole-v1", "ppo": "SeedrlTest/AsymmetricPendulum-v0", "r2d2": "CartPole-v1"}
-
-
-def rollout_observations(env_id: str, n: int, seed: int = 0) -> np.ndarray:
-    """``n`` observations of the real env under random actions, over several episodes."""
-    import support.seedrl_test_envs  # noqa: F401 - registers the asymmetric pendulum
-
-    env = gym.make(env_id)
-    env.action_space.seed(seed)
-    obs, _ = env.reset(seed=seed)
-    out = []
-    while len(out) < n:
-        out.append(np.asarray(obs, np.float32))
-        obs, _, term, trunc, _ = env.step(env.action_space.sample())
-        if term or trunc:
-            obs, _ = env.reset()
-    env.close()
-    return np.stack(out)
+from support.trained_runs import ENVS, rollout_observations
 
 
 def learner_agent(run_dir):

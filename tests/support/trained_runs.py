@@ -15,11 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = ROOT / "tests" / "support"
 
+#: The env each run trained on.
+ENVS = {"vtrace": "CartPole-v1", "ppo": "SeedrlTest/AsymmetricPendulum-v0", "r2d2": "CartPole-v1"}
 #: name -> (example, env steps, overrides)
 RUNS = {
     "vtrace": (
@@ -56,6 +60,23 @@ RUNS = {
         ],
     ),
 }
+
+
+def rollout_observations(env_id: str, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` observations of the real env under random actions, over several episodes."""
+    import support.seedrl_test_envs  # noqa: F401 - registers the asymmetric pendulum
+
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    out = []
+    while len(out) < n:
+        out.append(np.asarray(obs, np.float32))
+        obs, _, term, trunc, _ = env.step(env.action_space.sample())
+        if term or trunc:
+            obs, _ = env.reset()
+    env.close()
+    return np.stack(out)
 
 
 def child_env() -> dict[str, str]:
