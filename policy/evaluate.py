@@ -79,6 +79,10 @@ def env_config_for(policy: Policy, env_id: str | None, render: bool) -> EnvConfi
                 f"OpenGL on a display), which the actors' headless envs do not open; run "
                 f"without --video"
             )
+        # Off-screen: pygame (classic control) would otherwise look for a display and a
+        # sound card, and complain on a headless machine.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         config = dataclasses.replace(config, options={**config.options, "render_mode": "rgb_array"})
     return config
 
