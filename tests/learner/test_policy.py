@@ -8,7 +8,6 @@ by the learner's code, on observations of the real env."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import gymnasium as gym
@@ -18,11 +17,11 @@ import tensorflow as tf
 import yaml
 
 import seedrl.policy
-from seedrl.common.storage import GCSStore, open_store
+from seedrl.common.storage import open_store
 from seedrl.learner.agents import build_agent
 from seedrl.learner.checkpoint import VARIABLES, fetch_checkpoint, trackables
 from seedrl.learner.policy import PolicyError
-from support.trained_runs import ENVS, rollout_observations
+from support.trained_runs import ENVS, copy_store_to_gcs, rollout_observations
 
 
 def learner_agent(run_dir):
@@ -101,25 +100,13 @@ def test_the_recurrent_state_and_rewards_carry_as_in_the_learners_inference(trai
     assert np.abs(state[0]).sum() > 0
 
 
-def _copy_store_to_gcs(local_dir, bucket):
-    store = GCSStore(bucket, "exp/run")
-    for name in os.listdir(local_dir):
-        path = os.path.join(local_dir, name)
-        if os.path.isdir(path):
-            for f in os.listdir(path):
-                store.upload_file(f"{name}/{f}", os.path.join(path, f))
-        elif not name.startswith("."):
-            store.upload_file(name, path)
-    return f"gs://{bucket}/exp/run"
-
-
 def test_every_kind_of_location_loads_the_same_policy(trained_runs, gcs_bucket):
     run_dir = trained_runs["vtrace"]
     obs = rollout_observations("CartPole-v1", 100)
     reference = seedrl.policy.load(str(run_dir))
     checkpoints = run_dir / "checkpoints"
     newest = reference.source.checkpoint
-    gs = _copy_store_to_gcs(str(checkpoints), gcs_bucket)
+    gs = copy_store_to_gcs(str(checkpoints), gcs_bucket)
     for location in [
         str(checkpoints),
         f"file://{checkpoints}",

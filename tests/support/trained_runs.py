@@ -79,6 +79,22 @@ def rollout_observations(env_id: str, n: int, seed: int = 0) -> np.ndarray:
     return np.stack(out)
 
 
+def copy_store_to_gcs(local_dir, bucket: str) -> str:
+    """Uploads a local checkpoint store to ``gs://bucket/exp/run`` (the emulator's); returns
+    that URI."""
+    from seedrl.common.storage import GCSStore
+
+    store = GCSStore(bucket, "exp/run")
+    for name in os.listdir(local_dir):
+        path = os.path.join(local_dir, name)
+        if os.path.isdir(path):
+            for f in os.listdir(path):
+                store.upload_file(f"{name}/{f}", os.path.join(path, f))
+        elif not name.startswith("."):
+            store.upload_file(name, path)
+    return f"gs://{bucket}/exp/run"
+
+
 def child_env() -> dict[str, str]:
     """The environment of a child that may need the test env package."""
     path = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
