@@ -222,8 +222,9 @@ class PolicyModule(tf.Module):
         """
         try:
             status = tf.train.Checkpoint(**self.parts).read(prefix)
+            # Optimizer slots, counters and RNG are not needed here: not reading them is fine.
+            status.expect_partial()
             status.assert_existing_objects_matched()
-            status.expect_partial()  # optimizer slots, counters and RNG are not needed here
         except (AssertionError, ValueError, tf.errors.OpError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PolicyError(
