@@ -1,4 +1,5 @@
-"""Tiny real training runs, made once per test session: checkpoints for the policy tests.
+"""Tiny real training runs, made once per test session: checkpoints for the policy tests, and
+the helpers that read what is made of them (observations, a SavedModel in plain TensorFlow).
 
 Each is ``seedrl train`` of an example for a few thousand env steps (a learner and two actors
 as real processes), one per kind of policy: discrete (V-trace on CartPole), continuous with
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import gymnasium as gym
@@ -149,3 +151,63 @@ def _tail(path: Path) -> str:
         return path.read_text()[-3000:]
     except OSError:
         return ""
+
+
+#: Runs the SavedModel's serving signature over observations (.npy), writing its outputs.
+_PLAIN_TF = r"""
+import sys
+try:
+    import seedrl
+except ImportError:
+    pass
+else:
+    raise SystemExit("seedrl is importable: the check would prove nothing")
+import json
+import numpy as np
+import tensorflow as tf
+
+model_dir, obs_path, out_path, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+model = tf.saved_model.load(model_dir)
+serve = model.signatures["serving_default"]
+inputs = {s.name: s for s in tf.nest.flatten(serve.structured_input_signature)}
+obs = np.load(obs_path)
+batch = len(obs) // steps
+state = {name: np.zeros([batch, spec.shape[-1]], np.float32)
+         for name, spec in inputs.items() if name not in ("observation", "reward")}
+actions = []
+for t in range(steps):
+    feed = {"observation": tf.constant(obs[t * batch:(t + 1) * batch])}
+    if "reward" in inputs:
+        feed["reward"] = tf.zeros([batch])
+    feed.update({k: tf.constant(v) for k, v in state.items()})
+    out = serve(**feed)
+    state = {k: out[k].numpy() for k in state}
+    actions.append(out["action"].numpy())
+np.save(out_path, np.concatenate(actions))
+print(json.dumps({"signatures": sorted(model.signatures), "inputs": sorted(inputs),
+                  "outputs": sorted(serve.structured_outputs)}))
+"""
+
+
+def plain_tensorflow(model_dir: Path, obs: np.ndarray, steps: int, tmp_path: Path):
+    """Runs the SavedModel in a process with TensorFlow only; returns (actions, description)."""
+    np.save(tmp_path / "obs.npy", obs)
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.append({sysconfig.get_paths()['purelib']!r})\n"
+        f"sys.path.append({sysconfig.get_paths()['platlib']!r})\n" + _PLAIN_TF
+    )
+    outside = tmp_path / "elsewhere"
+    outside.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        # -I: no PYTHONPATH, no user site, no script dir; -S: no site, so no .pth hooks.
+        [sys.executable, "-I", "-S", str(script), str(model_dir), "obs.npy", "out.npy", str(steps)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2", "HOME": str(outside)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return np.load(tmp_path / "out.npy"), json.loads(proc.stdout.strip().splitlines()[-1])
