@@ -39,6 +39,7 @@ from seedrl.learner.checkpoint import (
     tracked,
 )
 from seedrl.learner.networks import make_actor_critic
+from seedrl.learner.normalizers import RunningMeanStd
 
 #: The agents a policy can be loaded for (``spec.agent.name``).
 AGENTS = ("vtrace", "ppo", "r2d2")
@@ -170,7 +171,8 @@ class PolicyModule(tf.Module):
         if self.agent_name not in AGENTS:
             raise PolicyError(f"unknown agent {self.agent_name!r}; known: {', '.join(AGENTS)}")
         self.env_spec = env_spec
-        self.normalizer = None
+        #: PPO's observation statistics where its inference normalises with them.
+        self.normalizer: RunningMeanStd | None = None
         self.epsilon = 0.0
         try:
             parts = self._build(experiment, env_spec)
@@ -191,18 +193,16 @@ class PolicyModule(tf.Module):
         if self.agent_name == "r2d2":
             from seedrl.learner.agents.r2d2.networks import make_network
 
-            cfg = spec.agent.r2d2
+            r2d2 = spec.agent.r2d2
             self.network = make_network(spec.agent.network, env_spec, "online_q")
-            self.value_rescale_eps = cfg.value_rescale_eps
+            self.value_rescale_eps = r2d2.value_rescale_eps
             # The calmest exploring actor's rate (Ape-X's schedule at its last env).
-            self.epsilon = float(cfg.epsilon_base ** (1.0 + cfg.epsilon_alpha))
+            self.epsilon = float(r2d2.epsilon_base ** (1.0 + r2d2.epsilon_alpha))
             return {"online": self.network}
         self.dist = distributions.for_env(env_spec)
         self.network = make_actor_critic(spec.agent.network, env_spec, self.dist)
         parts: dict[str, object] = {"network": self.network}
         if self.agent_name == "ppo":
-            from seedrl.learner.normalizers import RunningMeanStd
-
             cfg = spec.agent.ppo
             obs_rms = RunningMeanStd(
                 list(env_spec.observation_shape), clip=cfg.observation_clip, name="obs_rms"

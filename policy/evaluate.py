@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import gymnasium as gym
 import numpy as np
 
 from seedrl.actors.envs import GAME_CONTINUES, make_env, spec_of
@@ -51,7 +52,7 @@ class EvalError(RuntimeError):
 class _Slot:
     """One parallel env and the episode it is playing (None: done, nothing left to start)."""
 
-    env: object
+    env: gym.Env
     episode: int | None = None
     ret: float = 0.0
     length: int = 0
