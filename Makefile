@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/seedrl
-	for d in common learner actors service; do ln -s ../../../$$d $(LINT_TREE)/seedrl/$$d; done
+	for d in common learner actors service policy; do ln -s ../../../$$d $(LINT_TREE)/seedrl/$$d; done
 	MYPYPATH=$(LINT_TREE) $(VENV)/bin/mypy -p seedrl
 
 bench: football bench-throughput bench-streams
@@ -292,7 +292,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PIP) install --quiet -c constraints.txt -e ".[test,dev]"
+	$(PIP) install --quiet -c constraints.txt -e ".[test,dev,video]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

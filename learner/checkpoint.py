@@ -98,9 +98,16 @@ class _VariablesInOrder(tf.Module):
 
 def trackables(agent: Agent) -> dict[str, object]:
     """The agent's checkpointables, with Keras layers replaced by all their variables."""
+    return tracked(agent.checkpointables())
+
+
+def tracked(objects: dict[str, object]) -> dict[str, object]:
+    """Checkpointables by name as a checkpoint holds them: Keras layers replaced by all their
+    variables. A reader that builds only some of an agent's parts (a policy: its networks)
+    restores them from a checkpoint under the same names."""
     return {
         name: _VariablesInOrder(obj) if isinstance(obj, tf.keras.layers.Layer) else obj
-        for name, obj in agent.checkpointables().items()
+        for name, obj in objects.items()
     }
 
 
@@ -234,6 +241,45 @@ def _download_verified(store: ObjectStore, entry: dict) -> _Downloaded:
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
+
+
+def fetch_checkpoint(store: ObjectStore, name: str | None = None) -> _Downloaded:
+    """Downloads and verifies one checkpoint of a store, for a reader that is not a learner
+    (evaluation, export): the named one, or else the newest listed one that verifies (older
+    ones are tried when a newer one fails its checks, as a resuming learner does). The caller
+    removes the copy with ``cleanup()``.
+
+    Raises:
+      CheckpointError: no manifest, an unreadable one, no such name, or nothing verifies.
+    """
+    manifest, _ = read_manifest(store)
+    entries = (manifest or {}).get("checkpoints", [])
+    if not entries:
+        raise CheckpointError(f"{store.uri} holds no checkpoints (no {MANIFEST} listing any)")
+    if name is not None:
+        named = [e for e in entries if e.get("name") == name]
+        if not named:
+            raise CheckpointError(
+                f"{store.uri} lists no checkpoint {name} (it lists "
+                f"{', '.join(str(e.get('name')) for e in entries[-3:])}"
+                f"{' and older' if len(entries) > 3 else ''})"
+            )
+        return _download_verified(store, named[0])
+    problems = []
+    for entry in reversed(entries):
+        try:
+            return _download_verified(store, entry)
+        except CheckpointError as exc:
+            log.warning("skipping checkpoint %s: %s", entry.get("name"), exc)
+            problems.append(str(exc))
+    raise CheckpointError(
+        f"none of the {len(entries)} checkpoints listed in {store.uri}/{MANIFEST} verifies "
+        f"({problems[0]})"
+    )
+
+
+#: How checkpoint directories are named (``ckpt-<learner step>-<tag>``).
+CHECKPOINT_NAME = _NAME
 
 
 class Checkpointer:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from support.gcs import gcs_bucket, gcs_emulator  # noqa: F401 - fixtures
+from support.trained_runs import trained_runs  # noqa: F401 - fixture
 
 
 E2E = Path(__file__).resolve().parent / "e2e"

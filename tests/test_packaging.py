@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("common", "learner", "actors", "service")
+FOLDERS = ("common", "learner", "actors", "service", "policy")
 
 
 def _declared() -> list[str]:

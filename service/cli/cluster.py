@@ -187,3 +187,37 @@ def format_table(rows: list[list[str]]) -> str:
         )
         + "\n"
     )
+
+
+def get_experiment(
+    client: kubernetes.client.ApiClient, namespace: str, name: str
+) -> dict[str, Any]:
+    """One Experiment as the cluster stores it (status included)."""
+    api = kubernetes.client.CustomObjectsApi(client)
+    response = api.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+    )
+    return json.loads(cast(Any, response).data)
+
+
+def checkpoint_location(obj: Mapping[str, Any]) -> str:
+    """Where ``seedrl eval`` and ``seedrl export`` find an Experiment's policy from outside the
+    cluster: the checkpoint its status reports (``lastCheckpoint``), else the newest in
+    ``spec.checkpoint.uri`` before the learner has reported one.
+
+    Raises:
+      ValueError: the checkpoints are on the learner's PersistentVolumeClaim (no
+        ``spec.checkpoint.uri``), which only pods in the cluster can read.
+    """
+    name = obj["metadata"]["name"]
+    uri = ((obj.get("spec") or {}).get("checkpoint") or {}).get("uri") or ""
+    if not uri:
+        claim = names(name).run_volume
+        raise ValueError(
+            f"experiment {name} checkpoints onto its PersistentVolumeClaim {claim}, which only "
+            f"the cluster can read; set spec.checkpoint.uri to gs://bucket/prefix to evaluate "
+            f"or export it from here"
+        )
+    learner = LearnerStatus.from_experiment_status(obj.get("status") or {})
+    last = learner.last_checkpoint if learner else None
+    return last if last and "://" in last else uri

@@ -6,6 +6,8 @@ seedrl cost NAME | seedrl cost plan FILE --frames N   (see service/cli/cost.py)
 seedrl submit FILE [--set path=value ...] [-n NAMESPACE] [--dry-run]
 seedrl status [-n NAMESPACE | -A]
 seedrl runs [--runs-dir DIR] | seedrl plot RUN [RUN ...] [-o curves.png]
+seedrl eval LOCATION | --experiment NAME [-n NAMESPACE] [--episodes N] [--video out.mp4] ...
+seedrl export LOCATION | --experiment NAME [-n NAMESPACE]  OUT
 """
 
 from __future__ import annotations
@@ -91,6 +93,49 @@ def _parser() -> argparse.ArgumentParser:
     )
     with_cluster(status)
     status.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+
+    def with_location(sp):
+        sp.add_argument(
+            "location",
+            nargs="?",
+            help="a run directory (runs/<name>), a checkpoint directory, a file:// or gs:// URI "
+            "of either, or of one checkpoint (.../ckpt-...): the newest verified one by default",
+        )
+        sp.add_argument(
+            "--experiment",
+            metavar="NAME",
+            help="instead of LOCATION: the checkpoint an Experiment in the cluster reports",
+        )
+        with_cluster(sp)
+
+    evaluate = sub.add_parser(
+        "eval", help="play episodes with a trained policy: return, length, a video"
+    )
+    with_location(evaluate)
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes (default 10)")
+    evaluate.add_argument("--env", help="another env id with the same spaces")
+    mode = evaluate.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="the most likely (R2D2: greedy) action (the default)",
+    )
+    mode.add_argument("--stochastic", action="store_true", help="sample actions as in training")
+    evaluate.add_argument("--seed", type=int, default=0, help="episode j resets with seed + j")
+    evaluate.add_argument("--envs", type=int, default=8, help="envs stepped together (default 8)")
+    evaluate.add_argument("--output", default="eval.json", help="results file (default eval.json)")
+    evaluate.add_argument("--video", help="record the first episode(s) to this .mp4 or .gif")
+    evaluate.add_argument("--video-episodes", type=int, default=1, help="episodes recorded")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress display")
+
+    export = sub.add_parser(
+        "export", help="write a trained policy as a TensorFlow SavedModel for serving"
+    )
+    with_location(export)
+    export.add_argument("out", nargs="?", help="model directory: written as OUT/<version>/")
+    export.add_argument(
+        "--version", type=int, help="version subdirectory (default: the checkpoint's step)"
+    )
     return p
 
 
@@ -301,6 +346,94 @@ def cmd_status(args) -> int:
     return ExitCode.OK
 
 
+def _policy_location(args) -> str | None:
+    """LOCATION, or the checkpoint URI the Experiment named by --experiment reports; None
+    after saying why there is none."""
+    if args.experiment:
+        if args.location and args.command == "eval":
+            print("error: give LOCATION or --experiment, not both", file=sys.stderr)
+            return None
+        from seedrl.service import kube
+        from seedrl.service.cli import cluster
+
+        namespace = args.namespace or kube.default_namespace(args.kubeconfig, args.context)
+        try:
+            client = kube.api_client(args.kubeconfig, args.context)
+            obj = cluster.get_experiment(client, namespace, args.experiment)
+        except Exception as exc:  # noqa: BLE001 - any client or API failure is reported plainly
+            print(
+                f"error: could not read experiment {args.experiment} in namespace {namespace}: "
+                f"{_api_error(exc)}",
+                file=sys.stderr,
+            )
+            return None
+        try:
+            uri = cluster.checkpoint_location(obj)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return None
+        print(f"experiment {args.experiment} in {namespace}: {uri}", file=sys.stderr, flush=True)
+        return uri
+    if not args.location:
+        print(
+            "error: give LOCATION (a run, checkpoint directory or URI) or --experiment NAME",
+            file=sys.stderr,
+        )
+        return None
+    import os
+
+    if "://" not in args.location and not os.path.exists(args.location):
+        # Said before a child spends seconds importing TensorFlow.
+        print(f"error: {args.location}: no such run, checkpoint directory or file", file=sys.stderr)
+        return None
+    return args.location
+
+
+def _run_policy_tool(module: str, argv: list[str]) -> int:
+    """Runs a learner-side tool as its own process (the CLI imports neither the learner nor
+    the actors); its output is the user's, its exit code ours."""
+    import subprocess
+
+    from seedrl.service.local.processes import child_env, python_module
+
+    try:
+        return subprocess.run(python_module(module, *argv), env=child_env(), check=False).returncode
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+
+
+def cmd_eval(args) -> int:
+    """Evaluates a policy (python -m seedrl.policy.evaluate)."""
+    location = _policy_location(args)
+    if location is None:
+        return ExitCode.FAILED
+    argv = [location, "--episodes", str(args.episodes), "--seed", str(args.seed)]
+    argv += ["--envs", str(args.envs), "--output", args.output]
+    argv += ["--video-episodes", str(args.video_episodes)]
+    argv += ["--stochastic"] if args.stochastic else ["--deterministic"]
+    for flag, value in (("--env", args.env), ("--video", args.video)):
+        if value:
+            argv += [flag, value]
+    if args.quiet:
+        argv.append("--quiet")
+    return _run_policy_tool("seedrl.policy.evaluate", argv)
+
+
+def cmd_export(args) -> int:
+    """Exports a policy as a SavedModel (python -m seedrl.learner.export)."""
+    if args.experiment and args.location and not args.out:
+        # `seedrl export --experiment NAME OUT`: the one positional given is OUT.
+        args.location, args.out = None, args.location
+    if not args.out:
+        print("error: give OUT, the model directory to write", file=sys.stderr)
+        return ExitCode.FAILED
+    location = _policy_location(args)
+    if location is None:
+        return ExitCode.FAILED
+    argv = [location, args.out] + (["--version", str(args.version)] if args.version else [])
+    return _run_policy_tool("seedrl.learner.export", argv)
+
+
 def _api_error(exc: Exception) -> str:
     """The API server's message for a failed request, else the exception itself."""
     import json
@@ -330,6 +463,10 @@ def main(argv=None) -> int:
         return cmd_submit(args)
     if args.command == "status":
         return cmd_status(args)
+    if args.command == "eval":
+        return cmd_eval(args)
+    if args.command == "export":
+        return cmd_export(args)
     return cmd_validate(args)
 
 

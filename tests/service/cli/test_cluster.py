@@ -4,6 +4,7 @@ The CLI finds the cluster through a real kubeconfig file, as it would anywhere e
 from __future__ import annotations
 
 import datetime
+import json
 from pathlib import Path
 
 import kubernetes
@@ -330,3 +331,72 @@ def test_table_formatting():
     ]
     table = cluster.format_table(rows)
     assert table.splitlines()[0].startswith("NAME   PHASE     AGENT")
+
+
+def test_eval_of_an_experiment_uses_the_checkpoint_its_status_reports(
+    harness, kubeconfig, trained_runs, gcs_bucket, gcs_emulator, tmp_path, monkeypatch, capsys
+):
+    from support.trained_runs import copy_store_to_gcs
+
+    store = copy_store_to_gcs(str(trained_runs["vtrace"] / "checkpoints"), gcs_bucket)
+    newest = json.loads((trained_runs["vtrace"] / "checkpoints" / "MANIFEST.json").read_text())
+    last = f"{store}/{newest['checkpoints'][-1]['name']}"
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(EXAMPLE),
+                "--kubeconfig",
+                kubeconfig,
+                "--set",
+                "metadata.name=cli-eval",
+                "--set",
+                f"spec.checkpoint.uri={store}",
+            ]
+        )
+        == ExitCode.OK
+    )
+    wait_for(lambda: get(harness, "ml", "cli-eval").get("status", {}).get("phase"), what="phase")
+    batch = kubernetes.client.BatchV1Api(harness.api)
+    batch.patch_namespaced_job_status(
+        "cli-eval-learner", "ml", {"status": {"active": 1, "ready": 1}}
+    )
+    harness.learners.statuses[("ml", "cli-eval")] = {
+        "state": "running",
+        "env_steps": 3000,
+        "learner_steps": 90,
+        "episodes": 20,
+        "actors": 2,
+        "last_checkpoint": last,
+    }
+    wait_for(
+        lambda: get(harness, "ml", "cli-eval").get("status", {}).get("lastCheckpoint") == last,
+        what="the learner's last checkpoint in the status",
+    )
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    code = cli.main(
+        [
+            "eval",
+            "--experiment",
+            "cli-eval",
+            "--kubeconfig",
+            kubeconfig,
+            "--episodes",
+            "2",
+            "--quiet",
+        ]
+    )
+    assert code == ExitCode.OK
+    assert f"experiment cli-eval in ml: {last}" in capsys.readouterr().err
+    assert json.loads((tmp_path / "eval.json").read_text())["checkpoint"] == last
+
+
+def test_an_experiment_checkpointing_on_its_volume_cannot_be_evaluated_from_outside():
+    obj = {"metadata": {"name": "pvc-run"}, "spec": {"checkpoint": {}}, "status": {}}
+    with pytest.raises(ValueError, match="PersistentVolumeClaim pvc-run-learner-run, which only"):
+        cluster.checkpoint_location(obj)
+    # Before the learner reports a checkpoint: the newest in spec.checkpoint.uri.
+    obj["spec"]["checkpoint"]["uri"] = "gs://b/exp"
+    assert cluster.checkpoint_location(obj) == "gs://b/exp"

@@ -1,6 +1,7 @@
 """`seedrl validate` as a user runs it: YAML bombs refused in one line, the env id checked by
 making one env (issue 19, findings 6 and 7)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -93,3 +94,52 @@ def test_validate_makes_one_env_to_check_its_id(tmp_path):
         "spec.env.id: SeedrlTest/Corridor-v0 is registered: float32[8] observations, "
         "2 discrete actions"
     ) in found.stderr
+
+
+def policy_command(*args, env=None, cwd=ROOT):
+    """Runs `seedrl eval` or `seedrl export` as a user does."""
+    from support.trained_runs import child_env
+
+    return subprocess.run(
+        [sys.executable, "-m", "seedrl.service.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**child_env(), **(env or {})},
+    )
+
+
+def test_eval_and_export_take_a_gs_checkpoint_uri(trained_runs, gcs_bucket, gcs_emulator, tmp_path):
+    from support.trained_runs import copy_store_to_gcs
+
+    uri = copy_store_to_gcs(str(trained_runs["vtrace"] / "checkpoints"), gcs_bucket)
+    emulator = {"STORAGE_EMULATOR_HOST": gcs_emulator.url}
+    proc = policy_command("eval", uri, "--episodes", "3", "--quiet", env=emulator, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "eval.json").read_text())  # the default output, in cwd
+    assert report["checkpoint"].startswith(uri + "/ckpt-") and len(report["returns"]) == 3
+    assert "return: mean" in proc.stdout
+    proc = policy_command("export", report["checkpoint"], str(tmp_path / "m"), env=emulator)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(list((tmp_path / "m").glob("*/saved_model.pb"))) == 1
+
+
+def test_eval_and_export_refuse_what_they_cannot_load_in_one_line(tmp_path):
+    for args in (
+        ["eval", str(tmp_path / "missing")],
+        ["export", str(tmp_path / "missing"), str(tmp_path / "m")],
+        ["eval"],
+        ["export", str(tmp_path)],
+    ):
+        proc = policy_command(*args)
+        assert proc.returncode == 1, args
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (args, proc.stderr)
+    # An empty directory is found only by loading it (TensorFlow's start-up noise comes first).
+    proc = policy_command("eval", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: cannot load a policy from {tmp_path}: {tmp_path} holds no checkpoints "
+        f"(no MANIFEST.json listing any)"
+    )

@@ -1,6 +1,7 @@
 """A user's own environment package, as a test stands it in: importing it registers
-``SeedrlTest/Corridor-v0`` (and ``SeedrlTest/BrokenReset-v0``, which no actor can reset) with
-gymnasium (what ``spec.env.imports`` is for)."""
+``SeedrlTest/Corridor-v0`` (and ``SeedrlTest/BrokenReset-v0``, which no actor can reset, and
+``SeedrlTest/AsymmetricPendulum-v0``, whose action bounds are [-0.5, 3.0]) with gymnasium (what
+``spec.env.imports`` is for)."""
 
 import gymnasium as gym
 import numpy as np
@@ -112,3 +113,16 @@ class Crumbling(Corridor):
 
 if "SeedrlTest/Crumbling-v0" not in gym.registry:
     gym.register("SeedrlTest/Crumbling-v0", entry_point=Crumbling)
+
+
+def _asymmetric_pendulum(**kwargs):
+    """Pendulum-v1 (its 200-step limit included) whose torque is asked for in [-0.5, 3.0]:
+    bounds neither +-1 nor symmetric, so a policy that forgot to map its [-1, 1] onto them
+    would act visibly wrong."""
+    env = gym.make("Pendulum-v1", **kwargs)
+    low, high = np.array([-0.5], np.float32), np.array([3.0], np.float32)
+    return gym.wrappers.RescaleAction(env, min_action=low, max_action=high)
+
+
+if "SeedrlTest/AsymmetricPendulum-v0" not in gym.registry:
+    gym.register("SeedrlTest/AsymmetricPendulum-v0", entry_point=_asymmetric_pendulum)
