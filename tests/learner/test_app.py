@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from seedrl.common.config import parse_experiment
+from seedrl.common.config import INT64_MAX, parse_experiment
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.learner.app import SetupError, build
@@ -22,11 +22,12 @@ from support.learner_harness import CARTPOLE, Stream, hello, step
 from support.pods import free_port
 
 
-def experiment(max_env_steps=300):
+def experiment(max_env_steps=300, **spec):
     return parse_experiment(
         {
             "metadata": {"name": "test-exp"},
             "spec": {
+                **spec,
                 "learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
                 "agent": {"network": {"hiddenSizes": [8]}},
                 "budget": {"maxEnvSteps": max_env_steps},
@@ -212,3 +213,25 @@ def test_stop_ends_the_run_early_with_a_final_checkpoint(tmp_path):
     assert codes == [ExitCode.STOPPED]  # not finished: run it again
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stop_reason"] == "terminated" and summary["last_checkpoint"]
+
+
+def test_it_trains_with_the_largest_seed_the_experiment_accepts(tmp_path):
+    # spec.seed goes up to 2^63-1 (an int64, as the CRD stores it): the agent's generators
+    # take it whole, and sampling and training run.
+    app = build(experiment(max_env_steps=0, seed=INT64_MAX), arguments(tmp_path))
+    runner, codes = started(app)
+    stream = Stream(f"unix:{tmp_path}/l.sock")
+    try:
+        stream.send(hello(num_envs=2))
+        assert stream.recv().WhichOneof("kind") == "welcome"
+        deadline = time.monotonic() + 120
+        while app.runtime.learner_steps < 1 and time.monotonic() < deadline:
+            stream.send(step(2))
+            stream.recv()
+        assert app.runtime.learner_steps >= 1 and app.runtime.train_error is None
+    finally:
+        app.stop("terminated")
+        stream.close()
+        runner.join(120)
+        app.close()
+    assert codes == [ExitCode.STOPPED]
