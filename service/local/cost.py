@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from seedrl.common import finite_json
+from seedrl.common.storage import replace_file
 from seedrl.service import cost
 
 COST_FILE = "cost.json"
@@ -88,9 +89,7 @@ class LocalCost:
             "cost": status,
             "records": [r.to_dict() for r in records],
         }
-        path = os.path.join(self.run_dir, COST_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            finite_json.dump(data, fh, indent=1)
-        os.replace(tmp, path)
+        replace_file(
+            os.path.join(self.run_dir, COST_FILE), finite_json.dumps(data, indent=1).encode()
+        )
         return status
