@@ -158,6 +158,9 @@ def cmd_train(args) -> int:
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.REFUSED
+    except OSError as exc:  # a full disk, say
+        print(f"error: cannot write the run directory: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
     run_dir = held.path
     progress = None if args.quiet else Progress(exp.metadata.name, exp.spec.budget)
     run = LocalRun(

@@ -535,8 +535,10 @@ class LocalRun:
         if self.failure:
             summary = {**summary, "stop_reason": NO_PROGRESS, "error": self.failure}
         if self.failure or summary.get("stop_reason") == "learner_failed":
-            with open(summary_path, "w", encoding="utf-8") as fh:
-                finite_json.dump(summary, fh, indent=1)
+            try:
+                replace_file(summary_path, finite_json.dumps(summary, indent=1).encode())
+            except OSError as exc:  # the console still says why the run ended
+                log.error("could not write %s: %s", summary_path, exc)
         if self.cost:
             self.cost_status = self.cost.update(
                 [self.learner, *self.actors], summary.get("env_steps", env_steps), running=False
