@@ -205,10 +205,9 @@ def write_env_spec(exp, path: str) -> int:
     if path == "-":
         sys.stdout.write(text)
     else:
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        from seedrl.common.storage import replace_file
+
+        replace_file(path, text.encode())
     return ExitCode.OK
 
 

@@ -254,7 +254,7 @@ def main(argv=None) -> int:
         flush=True,
     )
     try:
-        run_dir = prepare_run_dir(exp, args.runs_dir, resume=args.resume)
+        held = prepare_run_dir(exp, args.runs_dir, resume=args.resume)
     except RunDirError as exc:
         print(f"learning_curve: {exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
@@ -268,7 +268,7 @@ def main(argv=None) -> int:
         "cores": cores,
         "load_average": list(os.getloadavg()),
     }
-    summary = LocalRun(exp, run_dir).run()
+    summary = LocalRun(exp, run_dir, run_lock=held).run()
     session.update(
         {"stop_reason": summary.get("stop_reason"), "env_steps": summary.get("env_steps")}
     )

@@ -137,7 +137,7 @@ def end_to_end_steps_per_second(
         ],
     )
     with tempfile.TemporaryDirectory() as runs:
-        run_dir = prepare_run_dir(exp, runs, resume=False)
+        run_dir = prepare_run_dir(exp, runs, resume=False).path
         summary = LocalRun(exp, run_dir, learner_args=() if train else ("--no-train",)).run()
         if summary.get("stop_reason") != "max_seconds":
             with open(os.path.join(run_dir, "learner.log"), encoding="utf-8") as fh:

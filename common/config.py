@@ -40,6 +40,19 @@ AGENTS = ("vtrace", "r2d2", "ppo")
 #: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
 NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
 PRECISIONS = ("float32", "bfloat16")
+#: Integers are int64, as the CRD and the learner's counters store them: any integer field
+#: outside this range is refused, whatever its own bounds.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Network sizes (``spec.agent.network``): well above any published RL network's, low enough
+#: that a typo cannot make the learner allocate absurd memory. An 8192-wide dense layer after
+#: another is 256 MiB of float32 weights (three times that with Adam's slots); a 4096-unit LSTM
+#: after one, 770 MiB; a 512-channel residual stack, 45 MiB of weights but 84x84x512
+#: activations per frame.
+MAX_LAYER_WIDTH = 8192
+MAX_HIDDEN_LAYERS = 16
+MAX_LSTM_SIZE = 4096
+MAX_CONV_CHANNELS = 512
+MAX_CONV_STACKS = 8
 
 # DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -162,6 +175,7 @@ def param(
     choices: Sequence[Any] | None = None,
     pattern: str | None = None,
     min_items: int | None = None,
+    max_items: int | None = None,
     max_len: int | None = None,
     pattern_hint: str | None = None,
 ) -> Any:
@@ -172,10 +186,11 @@ def param(
       doc: what the field means, for humans and for the generated schemas.
       factory: a zero-argument callable giving the default (for lists, dicts, sections).
       key: the document key when it is not the camelCase form of the attribute name.
-      ge, gt, le: numeric bounds (also applied to each item of a list of numbers).
+      ge, gt, le: numeric bounds (also applied to each item of a list of numbers); an integer
+        is always within int64 (:data:`INT64_MIN`, :data:`INT64_MAX`) besides.
       choices: the allowed values.
       pattern: a regular expression the whole string must match.
-      min_items: the fewest items a list may have.
+      min_items, max_items: the fewest and the most items a list may have.
       max_len: the longest a string may be.
       pattern_hint: what ``pattern`` asks for, in words, for the error message (default: the
         DNS-label wording).
@@ -189,6 +204,7 @@ def param(
         "choices": choices,
         "pattern": pattern,
         "min_items": min_items,
+        "max_items": max_items,
         "max_len": max_len,
         "pattern_hint": pattern_hint,
     }
@@ -322,30 +338,39 @@ class NetworkConfig:
         "mlp", "Network architecture, one of: " + ", ".join(NETWORKS) + ".", choices=NETWORKS
     )
     hidden_sizes: list[int] = param(
-        doc="Widths of the hidden layers of the MLP torso, input side first.",
+        doc=f"Widths of the hidden layers of the MLP torso, input side first: 1 to "
+        f"{MAX_HIDDEN_LAYERS} layers of at most {MAX_LAYER_WIDTH} units.",
         factory=lambda: [64, 64],
         ge=1,
+        le=MAX_LAYER_WIDTH,
         min_items=1,
+        max_items=MAX_HIDDEN_LAYERS,
     )
     activation: str = param(
         "tanh", "Activation of the hidden layers of the MLP.", choices=("relu", "tanh")
     )
     dense_size: int = param(
         256,
-        "Width of the dense layer after a conv torso (the Nature DQN used 512, IMPALA 256).",
+        f"Width of the dense layer after a conv torso (the Nature DQN used 512, IMPALA 256), "
+        f"at most {MAX_LAYER_WIDTH}.",
         ge=1,
+        le=MAX_LAYER_WIDTH,
     )
     resnet_channels: list[int] = param(
-        doc="Channels of each residual stack of impala_resnet / football_smm; empty keeps the "
-        "network's own ([16, 32, 32] and [16, 32, 32, 32]).",
+        doc=f"Channels of each residual stack of impala_resnet / football_smm; empty keeps the "
+        f"network's own ([16, 32, 32] and [16, 32, 32, 32]). At most {MAX_CONV_STACKS} stacks "
+        f"of at most {MAX_CONV_CHANNELS} channels.",
         factory=list,
         ge=1,
+        le=MAX_CONV_CHANNELS,
+        max_items=MAX_CONV_STACKS,
     )
     lstm_size: int = param(
         0,
-        "Units of an LSTM core after the torso; 0 for a feed-forward "
-        "network. The learner keeps each environment's LSTM state.",
+        f"Units of an LSTM core after the torso, at most {MAX_LSTM_SIZE}; 0 for a feed-forward "
+        f"network. The learner keeps each environment's LSTM state.",
         ge=0,
+        le=MAX_LSTM_SIZE,
     )
     action_reward_inputs: bool = param(
         True,
@@ -1120,7 +1145,13 @@ class BudgetConfig:
 class Spec:
     """What to train and with which resources (``spec``)."""
 
-    seed: int = param(0, "Seed of the environments and the learner's sampling.", ge=0)
+    seed: int = param(
+        0,
+        "Seed of the environments and the learner's sampling: 0 to 2^63-1 (an int64, as the "
+        "CRD stores it; the learner's and the actors' generators take any of them).",
+        ge=0,
+        le=INT64_MAX,
+    )
     env: EnvConfig = param(doc="The environment.", factory=EnvConfig)
     agent: AgentConfig = param(doc="The agent and its network.", factory=AgentConfig)
     learner: LearnerConfig = param(doc="The learner.", factory=LearnerConfig)
@@ -1226,6 +1257,10 @@ def _check_constraints(
             problems.append(
                 (path, f"must have at least {meta['min_items']} item(s), got {len(value)}")
             )
+        if meta.get("max_items") is not None and len(value) > meta["max_items"]:
+            problems.append(
+                (path, f"must have at most {meta['max_items']} item(s), got {len(value)}")
+            )
         for i, item in enumerate(value):
             _check_scalar(item, meta, f"{path}[{i}]", problems)
         return
@@ -1287,12 +1322,18 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
         problems.append((path, f"must be true or false, got {_describe(value)}"))
         return _INVALID
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        problems.append((path, f"must be an integer, got {_describe(value)}"))
-        return _INVALID
+        if isinstance(value, bool) or not (
+            isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        ):
+            problems.append((path, f"must be an integer, got {_describe(value)}"))
+            return _INVALID
+        if not INT64_MIN <= value <= INT64_MAX:
+            # The learner's counters and the CRD are int64: a larger value would overflow them.
+            problems.append(
+                (path, f"must be an integer within int64 (-2^63 to 2^63-1), got {_fmt(value)}")
+            )
+            return _INVALID
+        return int(value)
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

@@ -157,6 +157,12 @@ class LearnerStatus:
     checkpoint_failures: Optional[int] = _field(
         None, "Checkpoints that failed (None: the run keeps no checkpoints)."
     )
+    write_failures: int = _field(
+        0,
+        "Writes of the learner's own files (status.json, metrics.jsonl, summary.json, "
+        "TensorBoard's event files) that failed, a full disk say: each is logged and training "
+        "goes on.",
+    )
     time: Optional[float] = _field(None, "Unix time the snapshot was written to a file.")
 
     def to_json(self) -> dict[str, Any]:

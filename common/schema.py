@@ -50,10 +50,12 @@ def _type_schema(tp: Any, meta: dict[str, Any]) -> dict[str, Any]:
         _scalar_constraints(out, meta)
         return out
     if origin is list:
-        item = _type_schema(args[0], {k: v for k, v in meta.items() if k not in ("min_items",)})
-        out = {"type": "array", "items": item}
+        item_meta = {k: v for k, v in meta.items() if k not in ("min_items", "max_items")}
+        out = {"type": "array", "items": _type_schema(args[0], item_meta)}
         if meta.get("min_items") is not None:
             out["minItems"] = meta["min_items"]
+        if meta.get("max_items") is not None:
+            out["maxItems"] = meta["max_items"]
         return out
     if origin is dict:
         if args[1] is Any:
@@ -73,6 +75,10 @@ def _scalar_constraints(out: dict[str, Any], meta: dict[str, Any]) -> None:
             out["exclusiveMinimum"] = True
         if meta.get("le") is not None:
             out["maximum"] = meta["le"]
+    if out["type"] == "integer":
+        # Every integer is an int64 (see seedrl.common.config.INT64_MAX), whatever else bounds it.
+        out.setdefault("minimum", config.INT64_MIN)
+        out.setdefault("maximum", config.INT64_MAX)
     if out["type"] == "string":
         if meta.get("pattern"):
             # parse_experiment matches the whole string; JSON Schema patterns search.

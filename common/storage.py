@@ -23,9 +23,10 @@ import fcntl
 import logging
 import os
 import random
+import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,55 @@ T = TypeVar("T")
 #: The object that lists a checkpoint location's published checkpoints (see
 #: ``learner/checkpoint.py``); its presence means the location holds a run.
 CHECKPOINT_MANIFEST = "MANIFEST.json"
+#: What marks a temporary file: ``<final name>.tmp.<writer's pid>.<random>``.
+TEMPORARY_MARK = ".tmp."
+
+
+def _writer_gone(pid: int) -> bool:
+    """Whether the process that wrote a temporary file is gone (this one counts as gone: its
+    caller says it writes nothing now)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
+def temporary_path(path: str) -> str:
+    """A name for a temporary file to be renamed to ``path``, unique to this call: two writers
+    of one file (two processes, or two threads) never share a temporary. It carries the
+    writer's pid, so that what a dead writer left can be told from what a live one writes."""
+    return f"{path}{TEMPORARY_MARK}{os.getpid()}.{secrets.token_hex(4)}"
+
+
+def replace_file(path: str, data: bytes, durable: bool = False) -> None:
+    """Writes a local file whole: through a temporary beside it (:func:`temporary_path`) and a
+    rename, so that a reader sees the old or the new content, never part of one. A failed write
+    (a full disk, say) leaves the old content and no temporary behind.
+
+    Args:
+      durable: also flush the data to the disk before the rename (for what must survive a
+        machine crash: checkpoints and their manifest).
+
+    Raises:
+      OSError: the file could not be written; it is as it was.
+    """
+    tmp = temporary_path(path)
+    try:
+        with open(tmp, "xb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 class StorageError(Exception):
@@ -127,6 +177,15 @@ class ObjectStore(abc.ABC):
     def delete(self, name: str) -> None:
         """Deletes an object; a missing one is not an error."""
 
+    def delete_temporaries(self, prefix: str = "") -> Sequence[str]:
+        """Deletes what interrupted writes of objects named ``prefix...`` left behind; returns
+        the paths deleted. Call it while this process writes nothing to the store.
+
+        A GCS upload is never visible before it completes, so only a local store has any
+        (see :meth:`LocalStore.delete_temporaries`).
+        """
+        return []
+
 
 # --------------------------------------------------------------------------------------------
 # Local directory
@@ -180,12 +239,7 @@ class LocalStore(ObjectStore):
     @staticmethod
     def _replace(path: str, data: bytes) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        replace_file(path, data, durable=True)
 
     def read(self, name):
         with self._locked():
@@ -210,11 +264,18 @@ class LocalStore(ObjectStore):
     def upload_file(self, name, path):
         target = self._path(name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = f"{target}.tmp.{os.getpid()}"
-        shutil.copyfile(path, tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+        tmp = temporary_path(target)
+        try:
+            shutil.copyfile(path, tmp)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            # A full disk, say: the partial copy goes now. One whose process died with it is
+            # left for delete_temporaries.
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
 
     def download_file(self, name, path):
         try:
@@ -229,13 +290,40 @@ class LocalStore(ObjectStore):
         for dirpath, _, files in os.walk(self.root):
             rel = os.path.relpath(dirpath, self.root)
             for f in files:
-                # Hidden files are the store's own bookkeeping and in-flight temporaries.
-                if f.startswith(".") or ".tmp." in f:
+                # Hidden files are the store's own bookkeeping, and temporaries are in flight
+                # (or left by a writer that died: see delete_temporaries).
+                if f.startswith(".") or TEMPORARY_MARK in f:
                     continue
                 name = f if rel == "." else f"{rel.replace(os.sep, '/')}/{f}"
                 if name.startswith(prefix):
                     names.append(name)
         return sorted(names)
+
+    def delete_temporaries(self, prefix=""):
+        """Deletes the temporary files (``<file>.tmp.<pid>...``) of objects named ``prefix...``
+        (their generation files included) whose writer is gone: this process, which writes
+        nothing now, or a process that no longer exists. A live process's are left alone (pids
+        are only known on this machine: two machines sharing the directory are two writers,
+        which the checkpoint manifest refuses anyway)."""
+        deleted: list[str] = []
+        if not os.path.isdir(self.root):
+            return deleted
+        for dirpath, _, files in os.walk(self.root):
+            rel = os.path.relpath(dirpath, self.root)
+            for f in files:
+                base, mark, tail = f.partition(TEMPORARY_MARK)
+                pid = tail.split(".", 1)[0]
+                if not mark or not pid.isdigit() or not _writer_gone(int(pid)):
+                    continue
+                if base.startswith(".") and base.endswith(".generation"):
+                    base = base[1 : -len(".generation")]
+                name = base if rel == "." else f"{rel.replace(os.sep, '/')}/{base}"
+                if name.startswith(prefix):
+                    path = os.path.join(dirpath, f)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(path)
+                        deleted.append(path)
+        return deleted
 
     def delete(self, name):
         for path in (self._path(name), self._generation_path(name)):

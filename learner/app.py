@@ -46,7 +46,7 @@ from seedrl.learner.health import HealthWatch, probe_url
 from seedrl.learner.devices import setup as setup_devices
 from seedrl.learner.main import SIGNAL_REASONS, exit_code, write_termination_log
 from seedrl.learner.metrics import LearnerMetrics
-from seedrl.learner.run_files import RunFiles
+from seedrl.learner.run_files import RunFiles, WriteFailures
 from seedrl.learner.runtime import LearnerRuntime
 from seedrl.learner.server import server_credentials, start_server
 from seedrl.learner.tensorboard import Summaries
@@ -126,6 +126,8 @@ class LearnerApp:
         #: Probes the learner's own /healthz as its liveness probe does.
         self.health: HealthWatch | None = None
         self.summaries: Summaries | None = None
+        #: Failed writes of the run files and TensorBoard (a full disk must not crash it).
+        self.write_failures = WriteFailures()
         #: The final checkpoint could not be published.
         self.final_checkpoint_failed = False
         #: Set once the gRPC server listens (for whoever runs the app in a thread).
@@ -160,6 +162,7 @@ class LearnerApp:
         )
         self.runtime.add_train_hook(_freeze_after_first_call())
         self.metrics = LearnerMetrics(self.runtime)
+        self.metrics.write_failures = self.write_failures
         self.runtime.observer = self.metrics
         try:
             self.http = self._serve_metrics()
@@ -168,7 +171,7 @@ class LearnerApp:
         except SetupError:
             self.close()
             raise
-        self.files = RunFiles(args.run_dir) if args.run_dir else None
+        self.files = RunFiles(args.run_dir, self.write_failures) if args.run_dir else None
         self.summaries = self._open_summaries()
 
     # -- wiring ---------------------------------------------------------------------------------
@@ -281,7 +284,7 @@ class LearnerApp:
         if not uri or self.args.no_train:
             return None
         try:
-            summaries = Summaries(uri)
+            summaries = Summaries(uri, failures=self.write_failures)
         except (StorageError, OSError, ValueError) as exc:
             log.error("no TensorBoard summaries: %s", exc)
             return None
@@ -291,8 +294,11 @@ class LearnerApp:
     # -- what it reports ------------------------------------------------------------------------
 
     def status(self) -> LearnerStatus:
-        """The run's progress, with the checkpointer's fields when it keeps checkpoints."""
-        status = self.runtime.status()
+        """The run's progress, with the checkpointer's fields when it keeps checkpoints, and
+        the failed writes of its files."""
+        status = dataclasses.replace(
+            self.runtime.status(), write_failures=self.write_failures.total
+        )
         if self.checkpointer is not None:
             status = dataclasses.replace(status, **self.checkpointer.status())
         return status
@@ -322,6 +328,7 @@ class LearnerApp:
             "first_actions_time": runtime.first_actions_time,
             "stop_time": runtime.stop_time,
             "learner_steps_per_s": runtime.learner_steps / served if served else None,
+            "write_failures": self.write_failures.total,
             **(self.checkpointer.status() if self.checkpointer else {"last_checkpoint": None}),
             **(
                 {

@@ -20,8 +20,9 @@ with the new entry, *conditional on the generation this learner last saw* (GCS's
   failing its checks is skipped with a warning and never loaded;
 - two learners of one experiment cannot both publish: the second manifest write finds the
   generation moved and is refused (:class:`CheckpointConflict`);
-- a crash between the uploads and the manifest leaves orphan files that nothing loads; the next
-  successful publication deletes them, with the checkpoints retention dropped.
+- a crash between the uploads and the manifest leaves orphan files that nothing loads (and, on
+  local disk, the temporary file of an upload cut short); the next successful publication
+  deletes them, with the checkpoints retention dropped.
 
 No pickle anywhere: TensorFlow's format, ``np.load(allow_pickle=False)``, YAML and JSON.
 """
@@ -582,7 +583,15 @@ class Checkpointer:
         return [e for e in old if e not in kept]
 
     def _delete_unlisted(self, dropped: list[dict]) -> None:
-        """Removes dropped checkpoints and orphans of interrupted uploads (best effort)."""
+        """Removes dropped checkpoints and orphans of interrupted uploads: the files of
+        checkpoints no manifest lists, and the temporary files of uploads whose process died
+        (best effort)."""
+        for prefix in ("ckpt-", MANIFEST):
+            try:
+                for path in self.store.delete_temporaries(prefix):
+                    log.info("deleted %s, left by an interrupted upload", path)
+            except OSError as exc:
+                log.warning("could not delete temporaries in %s: %s", self.store.uri, exc)
         listed = {e["name"] for e in (self._manifest or {}).get("checkpoints", [])}
         try:
             names = self.store.list("ckpt-")

@@ -52,11 +52,20 @@ class LearnerMetrics:
       runtime: the :class:`seedrl.learner.runtime.LearnerRuntime` to report on.
       checkpointer: its checkpointer, if any (checkpoint age, duration, failures).
       registry: where to register (a fresh one by default).
+      write_failures: the failed writes of its files, if any
+        (:class:`seedrl.learner.run_files.WriteFailures`).
     """
 
-    def __init__(self, runtime, checkpointer=None, registry: CollectorRegistry | None = None):
+    def __init__(
+        self,
+        runtime,
+        checkpointer=None,
+        registry: CollectorRegistry | None = None,
+        write_failures=None,
+    ):
         self.runtime = runtime
         self.checkpointer = checkpointer
+        self.write_failures = write_failures
         self.registry = registry or CollectorRegistry()
         exp = runtime.experiment
         self.experiment = exp.metadata.name
@@ -232,6 +241,16 @@ class _ScrapeTimeCollector:
         yield gauge(
             "seedrl_learner_finished", "1 once the run has stopped.", 1.0 if r.finished else 0.0
         )
+        if m.write_failures is not None:
+            writes = CounterMetricFamily(
+                "seedrl_learner_write_failures",
+                "Writes of the learner's own files (status, metrics log, summary, TensorBoard) "
+                "that failed; training goes on.",
+                labels=["experiment", "file"],
+            )
+            for what, count in sorted(m.write_failures.counts.items()):
+                writes.add_metric(exp + [what], count)
+            yield writes
         c = m.checkpointer
         if c is not None:
             status = c.status()

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from support.full_disk import full_volume  # noqa: F401 - a fixture
 from support.gcs import gcs_bucket, gcs_emulator  # noqa: F401 - fixtures
 from support.trained_runs import trained_runs  # noqa: F401 - fixture
 

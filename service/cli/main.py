@@ -201,16 +201,22 @@ def cmd_train(args) -> int:
         return ExitCode.BAD_CONFIG
     try:
         check_checkpoint_location(exp, args.resume)
-        run_dir = prepare_run_dir(exp, args.runs_dir, args.resume)
+        # Held until this process ends (and by the learner until it ends).
+        held = prepare_run_dir(exp, args.runs_dir, args.resume)
     except RunDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.REFUSED
+    except OSError as exc:  # a full disk, say
+        print(f"error: cannot write the run directory: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    run_dir = held.path
     progress = None if args.quiet else Progress(exp.metadata.name, exp.spec.budget)
     run = LocalRun(
         exp,
         run_dir,
         on_status=progress.update if progress else None,
         cost=cost_cli.train_cost(exp, run_dir),
+        run_lock=held,
     )
     interrupted = []
 

@@ -11,13 +11,17 @@ A resumed run keeps the records of its earlier sessions: its cost is the whole r
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from seedrl.common import finite_json
+from seedrl.common.storage import replace_file
 from seedrl.service import cost
+
+log = logging.getLogger(__name__)
 
 COST_FILE = "cost.json"
 
@@ -69,7 +73,8 @@ class LocalCost:
         return [*self.previous, *cost.local_records(self.exp, processes)]
 
     def update(self, children: Sequence[Any], env_steps: int, running: bool) -> dict:
-        """Prices the run so far, writes ``cost.json`` atomically, returns the report mapping."""
+        """Prices the run so far, writes ``cost.json`` atomically, returns the report mapping.
+        A ``cost.json`` that cannot be written (a full disk) is logged and the run goes on."""
         now = time.time()
         records = self.records(children, now)
         frames = int(env_steps or 0) * self.exp.spec.env.frames_per_step
@@ -89,8 +94,8 @@ class LocalCost:
             "records": [r.to_dict() for r in records],
         }
         path = os.path.join(self.run_dir, COST_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            finite_json.dump(data, fh, indent=1)
-        os.replace(tmp, path)
+        try:
+            replace_file(path, finite_json.dumps(data, indent=1).encode())
+        except OSError as exc:
+            log.warning("could not write %s: %s", path, exc)
         return status

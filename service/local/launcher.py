@@ -16,10 +16,17 @@ it stops the learner first (it writes a final checkpoint and the summary), then 
 leaving no process behind. A run with no env step for ``spec.budget.noProgressSeconds`` cannot
 make progress: it is stopped and reported as failed with the reason (stop_reason
 ``no_progress``).
+
+A run directory is used by one launcher at a time: :func:`prepare_run_dir` takes an exclusive
+``flock`` on its ``launcher.lock`` before it changes anything, and a second ``seedrl train`` (or
+``--resume``) of the same run is refused. The kernel drops the lock when the process ends,
+however it ends; the learner inherits it, so that a launcher killed outright leaves the run
+locked until its learner has written its final checkpoint and gone.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -40,6 +47,7 @@ from seedrl.common.storage import (
     NotFound,
     StorageError,
     open_store,
+    replace_file,
     with_retries,
 )
 from seedrl.common.metrics_http import MetricsServer
@@ -76,21 +84,97 @@ class RunDirError(RuntimeError):
     """The run directory cannot be used as asked (exists without --resume, or mismatched)."""
 
 
-def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
-    """Creates ``runs_dir/<name>`` or checks it for a resume; writes the resolved config.
+class RunInUse(RunDirError):
+    """Another launcher (or the learner it left running) holds the run directory."""
+
+
+#: The file in a run directory that its launcher holds an exclusive ``flock`` on.
+LOCK_FILE = "launcher.lock"
+
+
+class RunDir:
+    """A run directory that this process holds: :attr:`path`, locked until :meth:`release` (or
+    until this object is collected, or the process ends).
+
+    Keep it while the run goes on, and hand :meth:`fileno` to the processes that should hold
+    the lock with it (the learner: see :class:`LocalRun`).
+
+    Raises:
+      RunInUse: another process holds the lock.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        lock = open(os.path.join(path, LOCK_FILE), "a+b")  # noqa: SIM115 - held while it lives
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read(32).decode("ascii", "replace").strip()
+            lock.close()
+            raise RunInUse(
+                f"{path} is in use by another seedrl train"
+                + (f" (started as pid {holder})" if holder.isdigit() else "")
+                + ": wait for it to end, or stop it (Ctrl-C) first; nothing was changed"
+            ) from None
+        try:  # for the message above only: the lock, not this number, says who holds it
+            lock.truncate(0)
+            lock.write(f"{os.getpid()}\n".encode())
+            lock.flush()
+        except OSError:
+            pass
+        self._lock = lock
+
+    def fileno(self) -> int:
+        """The locked file's descriptor (a process that inherits it holds the lock too)."""
+        return self._lock.fileno()
+
+    def release(self) -> None:
+        """Drops the lock (a process that inherited it still holds it)."""
+        self._lock.close()
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> RunDir:
+    """Creates ``runs_dir/<name>`` or checks it for a resume, locks it (:class:`RunDir`), and
+    writes the resolved config.
 
     Raises:
       RunDirError: if the run exists and ``resume`` is false (nothing is overwritten), or a
         resume changes a field that the checkpoint depends on.
+      RunInUse: another launcher uses the run directory (nothing is changed).
     """
     run_dir = os.path.abspath(os.path.join(runs_dir, exp.metadata.name))
     config_path = os.path.join(run_dir, "config.yaml")
-    if os.path.exists(run_dir):
+    exists = (
+        "{run_dir} already exists: pass --resume to continue that run, or pick another name "
+        "with --set metadata.name=NEW-NAME"
+    )
+    if os.path.exists(run_dir) and not resume:
+        raise RunDirError(exists.format(run_dir=run_dir))
+    os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+    try:
+        os.mkdir(run_dir)  # of two new runs of one name, only one creates it
+    except FileExistsError:
         if not resume:
-            raise RunDirError(
-                f"{run_dir} already exists: pass --resume to continue that run, or pick "
-                f"another name with --set metadata.name=NEW-NAME"
-            )
+            raise RunDirError(exists.format(run_dir=run_dir)) from None
+    held = RunDir(run_dir)
+    try:
+        _check_and_write(exp, run_dir, config_path, resume)
+    except BaseException:
+        held.release()
+        raise
+    return held
+
+
+def _check_and_write(exp: Experiment, run_dir: str, config_path: str, resume: bool) -> None:
+    """What :func:`prepare_run_dir` does once it holds the run directory."""
+    if resume:
         if os.path.exists(config_path):
             with open(config_path, encoding="utf-8") as fh:
                 old = yaml.safe_load(fh) or {}
@@ -105,12 +189,7 @@ def prepare_run_dir(exp: Experiment, runs_dir: str, resume: bool) -> str:
             path = os.path.join(run_dir, stale)
             if os.path.exists(path):
                 os.replace(path, path + ".previous")
-    os.makedirs(run_dir, exist_ok=True)
-    tmp = config_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(dump_experiment(exp))
-    os.replace(tmp, config_path)
-    return run_dir
+    replace_file(config_path, dump_experiment(exp).encode())
 
 
 def check_checkpoint_location(exp: Experiment, resume: bool) -> None:
@@ -272,10 +351,7 @@ def write_prometheus_targets(run_dir: str, experiment: str, ports: list[int]) ->
         }
     )
     path = os.path.join(run_dir, PROMETHEUS_TARGETS)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        finite_json.dump(groups, fh, indent=1)
-    os.replace(tmp, path)
+    replace_file(path, finite_json.dumps(groups, indent=1).encode())
     return path
 
 
@@ -289,6 +365,9 @@ class LocalRun:
       learner_args: extra learner flags, e.g. ``--no-train`` for throughput measurements.
       cost: prices the run's processes into ``cost.json`` (see :mod:`seedrl.service.local.cost`);
         the final report is left in ``cost_status``.
+      run_lock: the run directory's lock (:func:`prepare_run_dir`): the learner inherits it, so
+        that the directory stays locked until the learner is gone, even if this process is
+        killed before it.
     """
 
     def __init__(
@@ -298,6 +377,7 @@ class LocalRun:
         on_status: Callable[[LearnerStatus], None] | None = None,
         learner_args: tuple[str, ...] = (),
         cost=None,
+        run_lock: RunDir | None = None,
     ):
         self.exp = exp
         self.cost = cost
@@ -346,6 +426,7 @@ class LocalRun:
             ),
             os.path.join(run_dir, "learner.log"),
             env,
+            pass_fds=(run_lock.fileno(),) if run_lock is not None else (),
         )
         self.actors = [
             Child(
@@ -454,8 +535,10 @@ class LocalRun:
         if self.failure:
             summary = {**summary, "stop_reason": NO_PROGRESS, "error": self.failure}
         if self.failure or summary.get("stop_reason") == "learner_failed":
-            with open(summary_path, "w", encoding="utf-8") as fh:
-                finite_json.dump(summary, fh, indent=1)
+            try:
+                replace_file(summary_path, finite_json.dumps(summary, indent=1).encode())
+            except OSError as exc:  # the console still says why the run ended
+                log.error("could not write %s: %s", summary_path, exc)
         if self.cost:
             self.cost_status = self.cost.update(
                 [self.learner, *self.actors], summary.get("env_steps", env_steps), running=False

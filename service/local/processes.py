@@ -26,12 +26,19 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 class Child:
-    """One child process with its command line, log file and restart count."""
+    """One child process with its command line, log file and restart count; ``pass_fds`` are
+    file descriptors it inherits (every other one is closed in it)."""
 
     def __init__(
-        self, name: str, argv: Sequence[str], log_path: str, env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: str,
+        env: dict[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
     ):
         self.name = name
+        self.pass_fds = tuple(pass_fds)
         self.argv = list(argv)
         self.log_path = log_path
         self.env = env
@@ -57,6 +64,7 @@ class Child:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=self.env,
+                pass_fds=self.pass_fds,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         finally:

@@ -76,3 +76,22 @@ def test_index_flag_takes_a_number_or_auto():
     assert parse_args(["--config", "c", "--learner", "l", "--index", "3"]).index == 3
     with pytest.raises(SystemExit):
         parse_args(["--config", "c", "--learner", "l", "--index", "-1"])
+
+
+def test_the_largest_seed_the_experiment_accepts_seeds_every_env():
+    # spec.seed goes up to 2^63-1 (an int64, as the CRD stores it): the actors' seeds are
+    # derived from it whole, reproducibly.
+    from seedrl.common.config import INT64_MAX
+
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "test-exp"},
+            "spec": {"seed": INT64_MAX, "actors": {"envsPerActor": 2}},
+        }
+    )
+    first, again = make_env_batches(exp, index=7), make_env_batches(exp, index=7)
+    try:
+        assert (first[0].reset() == again[0].reset()).all()
+    finally:
+        for b in first + again:
+            b.close()

@@ -124,6 +124,72 @@ def test_values_on_the_bound_are_accepted(path, value, attr, expected):
     assert type(node) is type(expected)
 
 
+@pytest.mark.parametrize(
+    "override, path, reason",
+    [
+        (
+            "spec.budget.maxEnvSteps=1e30",
+            "spec.budget.maxEnvSteps",
+            "must be an integer within int64 (-2^63 to 2^63-1), got 1e+30",
+        ),
+        (f"spec.seed={2**64}", "spec.seed", f"within int64 (-2^63 to 2^63-1), got {2**64}"),
+        (f"spec.seed={2**63}", "spec.seed", f"within int64 (-2^63 to 2^63-1), got {2**63}"),
+        (
+            f"spec.learner.terminationGracePeriodSeconds={-(2**63) - 1}",
+            "spec.learner.terminationGracePeriodSeconds",
+            "within int64",
+        ),
+        (
+            "spec.agent.network.hiddenSizes=[100000000]",
+            "spec.agent.network.hiddenSizes[0]",
+            "must be <= 8192, got 100000000",
+        ),
+        (
+            "spec.agent.network.hiddenSizes=[" + ", ".join(["8"] * 17) + "]",
+            "spec.agent.network.hiddenSizes",
+            "must have at most 16 item(s), got 17",
+        ),
+        ("spec.agent.network.denseSize=8193", "spec.agent.network.denseSize", "<= 8192"),
+        ("spec.agent.network.lstmSize=4097", "spec.agent.network.lstmSize", "<= 4096, got 4097"),
+        (
+            "spec.agent.network.resnetChannels=[16, 513]",
+            "spec.agent.network.resnetChannels[1]",
+            "must be <= 512, got 513",
+        ),
+        (
+            "spec.agent.network.resnetChannels=[" + ", ".join(["16"] * 9) + "]",
+            "spec.agent.network.resnetChannels",
+            "must have at most 8 item(s), got 9",
+        ),
+    ],
+)
+def test_integers_past_int64_and_absurd_network_sizes_are_refused(override, path, reason):
+    # Issue 27, item 8: each was accepted, then overflowed the CRD's int64 or the learner's
+    # memory.
+    got_path, got_reason = only_problem(apply_overrides(doc(), [override]))
+    assert got_path == path and reason in got_reason, got_reason
+
+
+@pytest.mark.parametrize(
+    "path, value, attr",
+    [
+        ("spec.seed", 2**63 - 1, ("seed",)),
+        ("spec.budget.maxEnvSteps", 2**63 - 1, ("budget", "max_env_steps")),
+        ("spec.budget.maxEnvSteps", 1e18, ("budget", "max_env_steps")),
+        ("spec.agent.network.hiddenSizes", [8192] * 16, ("agent", "network", "hidden_sizes")),
+        ("spec.agent.network.lstmSize", 4096, ("agent", "network", "lstm_size")),
+        ("spec.agent.network.denseSize", 8192, ("agent", "network", "dense_size")),
+        ("spec.agent.network.resnetChannels", [512] * 8, ("agent", "network", "resnet_channels")),
+    ],
+)
+def test_the_largest_integers_and_network_sizes_are_accepted(path, value, attr):
+    node = parse_experiment(with_path(path, value)).spec
+    for a in attr:
+        node = getattr(node, a)
+    expected = int(value) if isinstance(value, float) else value  # 1e18 is an integer
+    assert node == expected and type(node) is type(expected)
+
+
 # --------------------------------------------------------------------------------------------
 # Types
 # --------------------------------------------------------------------------------------------

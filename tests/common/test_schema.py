@@ -159,3 +159,38 @@ def test_a_section_default_carries_what_differs_from_its_class():
     learner = spec_schema()["properties"]["learner"]["properties"]
     assert learner["resources"]["default"] == {"cpu": "4", "memory": "16Gi"}
     assert spec_schema()["properties"]["actors"]["properties"]["resources"]["default"] == {}
+
+
+def test_integers_are_int64_and_network_sizes_bounded_in_the_schemas():
+    # Issue 27, item 8: what parse_experiment refuses, the CRD and the chart refuse too.
+    spec = spec_schema()["properties"]
+    assert spec["seed"]["maximum"] == 2**63 - 1
+    assert spec["budget"]["properties"]["maxEnvSteps"]["maximum"] == 2**63 - 1
+    net = spec["agent"]["properties"]["network"]["properties"]
+    assert net["hiddenSizes"]["items"]["maximum"] == config.MAX_LAYER_WIDTH
+    assert net["hiddenSizes"]["maxItems"] == config.MAX_HIDDEN_LAYERS
+    assert net["denseSize"]["maximum"] == config.MAX_LAYER_WIDTH
+    assert net["lstmSize"]["maximum"] == config.MAX_LSTM_SIZE
+    assert net["resnetChannels"]["items"]["maximum"] == config.MAX_CONV_CHANNELS
+    assert net["resnetChannels"]["maxItems"] == config.MAX_CONV_STACKS
+    for path, node in _walk(spec_schema()):
+        if node.get("type") == "integer":
+            assert node["minimum"] >= -(2**63) and node["maximum"] <= 2**63 - 1, path
+
+
+@pytest.mark.parametrize(
+    "dotted, value",
+    [
+        ("spec.budget.maxEnvSteps", 10**30),
+        ("spec.seed", 2**64),
+        ("spec.agent.network.hiddenSizes", [100_000_000]),
+        ("spec.agent.network.hiddenSizes", [8] * 17),
+        ("spec.agent.network.lstmSize", 4097),
+    ],
+)
+def test_values_parse_experiment_refuses_for_size_the_schema_refuses(dotted, value):
+    doc = {"apiVersion": config.API_VERSION, "kind": config.KIND, "metadata": {"name": "x"}}
+    config.set_path(doc, dotted, value)
+    assert list(_validator().iter_errors(doc))
+    with pytest.raises(config.ConfigError):
+        config.parse_experiment(doc)

@@ -1,14 +1,19 @@
 """Both object stores behave alike: local directories and GCS (the real fake-gcs-server)."""
 
+import os
+
 import pytest
 
 from seedrl.common.storage import (
+    TEMPORARY_MARK,
     GCSStore,
     LocalStore,
     NotFound,
     PreconditionFailed,
     TransientStorageError,
     open_store,
+    replace_file,
+    temporary_path,
     with_retries,
 )
 
@@ -125,3 +130,21 @@ def test_gcs_outage_is_transient(tmp_path):
             with_retries(lambda: store.read("MANIFEST.json"), what="t", attempts=1)
     finally:
         os.environ.pop("STORAGE_EMULATOR_HOST")
+
+
+def test_temporary_names_are_unique_to_each_write_and_carry_the_writers_pid(tmp_path):
+    path = str(tmp_path / "status.json")
+    names = {temporary_path(path) for _ in range(1000)}
+    assert len(names) == 1000
+    assert all(n.startswith(f"{path}{TEMPORARY_MARK}{os.getpid()}.") for n in names)
+
+
+def test_a_failed_replace_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    (tmp_path / "a.json").write_text("old")
+    replace_file(str(tmp_path / "a.json"), b"new")
+    assert (tmp_path / "a.json").read_text() == "new"
+    (tmp_path / "d").mkdir()  # os.replace cannot put a file over a directory
+    with pytest.raises(OSError):
+        replace_file(str(tmp_path / "d"), b"data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "d"]
+    assert list((tmp_path / "d").iterdir()) == []

@@ -238,6 +238,12 @@ def test_metadata_namespace_must_be_the_release_namespace(tmp_path):
         ("metadata.name=" + "a" * 56, "at '/metadata/name': maxLength: got 56, want 55"),
         ("metadata.namespace=Bad_NS", "at '/metadata/namespace'"),
         ("metadata.uid=1234", "at '/metadata': additional properties 'uid'"),
+        # Issue 27, item 8: network sizes no learner should try to allocate.
+        ("spec.agent.network.lstmSize=4097", "at '/spec/agent/network/lstmSize': maximum"),
+        (
+            "spec.agent.network.hiddenSizes={100000000}",
+            "at '/spec/agent/network/hiddenSizes/0': maximum",
+        ),
     ],
 )
 def test_bad_values_are_rejected_naming_the_field(setting, message):

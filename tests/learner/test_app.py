@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from seedrl.common.config import parse_experiment
+from seedrl.common.config import INT64_MAX, parse_experiment
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.learner.app import SetupError, build
@@ -22,11 +22,12 @@ from support.learner_harness import CARTPOLE, Stream, hello, step
 from support.pods import free_port
 
 
-def experiment(max_env_steps=300):
+def experiment(max_env_steps=300, **spec):
     return parse_experiment(
         {
             "metadata": {"name": "test-exp"},
             "spec": {
+                **spec,
                 "learner": {"unrollLength": 5, "batchSize": 2, "inferenceMaxWaitMs": 1},
                 "agent": {"network": {"hiddenSizes": [8]}},
                 "budget": {"maxEnvSteps": max_env_steps},
@@ -212,3 +213,133 @@ def test_stop_ends_the_run_early_with_a_final_checkpoint(tmp_path):
     assert codes == [ExitCode.STOPPED]  # not finished: run it again
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stop_reason"] == "terminated" and summary["last_checkpoint"]
+
+
+def test_it_trains_with_the_largest_seed_the_experiment_accepts(tmp_path):
+    # spec.seed goes up to 2^63-1 (an int64, as the CRD stores it): the agent's generators
+    # take it whole, and sampling and training run.
+    app = build(experiment(max_env_steps=0, seed=INT64_MAX), arguments(tmp_path))
+    runner, codes = started(app)
+    stream = Stream(f"unix:{tmp_path}/l.sock")
+    try:
+        stream.send(hello(num_envs=2))
+        assert stream.recv().WhichOneof("kind") == "welcome"
+        deadline = time.monotonic() + 120
+        while app.runtime.learner_steps < 1 and time.monotonic() < deadline:
+            stream.send(step(2))
+            stream.recv()
+        assert app.runtime.learner_steps >= 1 and app.runtime.train_error is None
+    finally:
+        app.stop("terminated")
+        stream.close()
+        runner.join(120)
+        app.close()
+    assert codes == [ExitCode.STOPPED]
+
+
+#: The learner as its pod runs it, in a process of its own: with ``rlimit`` every file it
+#: writes fails past 0 bytes (EFBIG, the kernel's RLIMIT_FSIZE; SIGXFSZ stays ignored, as
+#: Python leaves it), which needs no privilege; its logs go to a pipe, which is not limited.
+#: The limit comes once TensorFlow is imported (its import probes the temporary directory by
+#: writing to it), as a disk fills up under a running learner.
+_LEARNER = """
+import resource, sys, tempfile
+import tensorflow
+if sys.argv[1] == "rlimit":
+    tempfile.gettempdir()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+from seedrl.learner.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _get_json(url):
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - http only
+        return json.loads(response.read())
+
+
+@pytest.mark.parametrize("full", ["tmpfs", "rlimit"])
+def test_a_full_disk_neither_stops_training_nor_ends_the_learner(tmp_path, request, full):
+    # Issue 27, item 6: TensorBoard's writer raised ResourceExhaustedError uncaught (exit 1,
+    # and again at each restart). Now every write that fails is counted and training goes on.
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    run_dir = tmp_path / "run"
+    if full == "tmpfs":  # a real full disk (ENOSPC), where this machine lets us mount one
+        run_dir = request.getfixturevalue("full_volume").path + "/run"
+    config = tmp_path / "exp.yaml"
+    config.write_text(
+        "metadata: {name: test-exp}\n"
+        "spec:\n"
+        "  learner: {unrollLength: 5, batchSize: 2, inferenceMaxWaitMs: 1}\n"
+        "  agent: {network: {hiddenSizes: [8]}}\n"
+        "  checkpoint: {intervalSteps: 1}\n"
+        "  budget: {maxEnvSteps: 0}\n"
+    )
+    env_spec = tmp_path / "env_spec.json"
+    env_spec.write_text(json.dumps(CARTPOLE.to_json()))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LEARNER, full, "--config", str(config), "--run-dir"]
+        + [str(run_dir), "--listen", f"unix:{tmp_path}/l.sock", "--env-spec", str(env_spec)]
+        + ["--metrics-address", f"127.0.0.1:{port}", "--grace-seconds", "30"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = []
+    reader = threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True)
+    reader.start()
+    stream = None
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, "the learner exited:\n" + "".join(log[-40:])
+            assert time.monotonic() < deadline, "the learner never served"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                break
+            except OSError:
+                time.sleep(0.2)
+        stream = Stream(f"unix:{tmp_path}/l.sock")
+        stream.send(hello(num_envs=2))
+        assert stream.recv().WhichOneof("kind") == "welcome"
+        # Long enough for checkpoints, status.json, metrics.jsonl and TensorBoard (every 2 s)
+        # to have been tried, each failing.
+        status = {}
+        deadline = time.monotonic() + 180
+        while not (
+            status.get("learner_steps", 0) >= 3
+            and status.get("checkpoint_failures", 0) >= 1
+            and status.get("write_failures", 0) >= 3
+        ):
+            assert proc.poll() is None, "the learner exited:\n" + "".join(log[-40:])
+            assert time.monotonic() < deadline, f"no failures counted: {status}"
+            for _ in range(10):
+                stream.send(step(2))
+                stream.recv()
+            status = _get_json(f"http://127.0.0.1:{port}/status")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        for what in ("status.json", "metrics.jsonl", "tensorboard"):
+            assert (
+                f'seedrl_learner_write_failures_total{{experiment="test-exp",file="{what}"}}'
+                in metrics
+            )
+    finally:
+        if stream is not None:
+            stream.close()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(120)
+        reader.join(10)
+    # It stopped when told, by its own exit path: a final checkpoint it could not write makes
+    # that a failure, so that the restart is counted.
+    assert code == ExitCode.FAILED, "".join(log[-40:])
+    text = "".join(log)
+    assert "exiting with" in text and "final checkpoint failed" in text
+    assert "could not write tensorboard" in text

@@ -459,3 +459,70 @@ def test_the_env_spec_is_recorded_and_binds_the_resume(tmp_path, learner):
     other.env_spec = EnvSpec("Toy", "float32", (5,), "int32", (), 2)
     with pytest.raises(CheckpointError, match="observation_shape: checkpoint has"):
         saver3.attach(agent3)
+
+
+#: An upload cut short by its process's death: the kernel kills it (SIGXFSZ, restored to its
+#: default) in the middle of writing a file larger than its RLIMIT_FSIZE. A GCS upload is not
+#: limited so: that child uploads the file whole and dies before any manifest lists it.
+_DIES_UPLOADING = """
+import os, resource, signal, sys
+from seedrl.common.storage import open_store
+
+store = open_store(sys.argv[1])
+with open(sys.argv[2], "wb") as fh:
+    fh.write(os.urandom(1 << 20))
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
+store.upload_file("ckpt-000000000015-0badc0de/variables.data-00000-of-00001", sys.argv[2])
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_what_an_upload_cut_short_leaves_is_deleted_after_the_next_publication(
+    store_uri, learner, tmp_path
+):
+    import os
+    import subprocess
+    import sys
+
+    exp = _ppo()
+    store = open_store(store_uri)
+    runtime, agent, saver = learner(exp, store)
+    saver.open()
+    saver.attach(agent)
+    runtime.learner_steps = 10
+    first = saver.save()
+    died = subprocess.run(
+        [sys.executable, "-c", _DIES_UPLOADING, store_uri, str(tmp_path / "big")], timeout=120
+    )
+    assert died.returncode < 0  # killed mid-upload, as a preempted learner is
+    # A live writer's temporary file is another learner's upload in flight: left alone.
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    in_flight = None
+    if isinstance(store, LocalStore):
+        in_flight = (
+            tmp_path
+            / "checkpoints"
+            / "ckpt-000000000016-5eed5eed"
+            / (f"variables.index.tmp.{live.pid}.00000000")
+        )
+        in_flight.parent.mkdir()
+        in_flight.write_bytes(b"in flight")
+        left = [p for p in (tmp_path / "checkpoints").rglob("*.tmp.*") if p != in_flight]
+        assert left, "the interrupted upload left no temporary file"
+    try:
+        runtime.learner_steps = 20
+        second = saver.save()
+        listed = {u.rsplit("/", 1)[1] for u in (first, second)}
+        assert {n.split("/")[0] for n in store.list()} == listed | {MANIFEST}
+        if in_flight is not None:
+            on_disk = [
+                p.relative_to(tmp_path / "checkpoints")
+                for p in (tmp_path / "checkpoints").rglob("*")
+                if p.is_file() and ".tmp." in p.name
+            ]
+            assert on_disk == [in_flight.relative_to(tmp_path / "checkpoints")]
+            assert os.path.getsize(in_flight) == len(b"in flight")
+    finally:
+        live.kill()
+        live.wait()

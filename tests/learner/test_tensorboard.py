@@ -1,4 +1,5 @@
-"""TensorBoard summaries land, readable, in a local directory or a gs:// prefix."""
+"""TensorBoard summaries land, readable, in a local directory or a gs:// prefix; a full disk is
+counted, never raised, and summaries resume once there is room."""
 
 import os
 
@@ -6,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from seedrl.common.storage import open_store, tensorboard_uri
+from seedrl.learner.run_files import WriteFailures
 from seedrl.learner.tensorboard import Summaries
 
 
@@ -61,3 +63,63 @@ def test_summaries_live_beside_the_checkpoints_or_in_the_run_directory(
     checkpoint_uri, run_dir, expected
 ):
     assert tensorboard_uri(checkpoint_uri, run_dir) == expected
+
+
+def test_a_writer_that_cannot_be_created_on_a_full_disk_is_retried_later(full_volume):
+    # Issue 27, item 6: CreateSummaryFileWriter raised ResourceExhaustedError, uncaught: the
+    # learner exited, and so did each restart on the same volume.
+    now = [0.0]
+    failures = WriteFailures()
+    directory = os.path.join(full_volume.path, "tb")
+    summaries = Summaries(directory, failures=failures, retry_seconds=30, clock=lambda: now[0])
+    assert failures.counts == {"tensorboard": 1}
+    summaries.write(100, {"return/mean": 1.0})  # not tried again before retry_seconds
+    assert failures.counts == {"tensorboard": 1}
+    now[0] = 30.0
+    summaries.write(200, {"return/mean": 2.0})
+    assert failures.counts == {"tensorboard": 2}
+    full_volume.free()
+    now[0] = 60.0
+    summaries.write(300, {"return/mean": 3.0})
+    summaries.close()
+    assert failures.counts == {"tensorboard": 2}
+    assert _read_scalars(directory)["return/mean"] == [(300, 3.0)]
+    # The failed tries left no empty event file each.
+    assert len(os.listdir(directory)) == 1
+
+
+def test_a_writer_failing_mid_run_is_replaced_and_what_it_wrote_stays(full_volume):
+    now = [0.0]
+    failures = WriteFailures()
+    directory = os.path.join(full_volume.path, "tb")
+    full_volume.free()
+    summaries = Summaries(directory, failures=failures, retry_seconds=30, clock=lambda: now[0])
+    summaries.write(100, {"return/mean": 1.0})
+    summaries.sync()
+    full_volume.fill()
+    # More than the event file's last page holds: the flush needs a page the disk lacks.
+    summaries.write(200, {f"loss/term_{i}": float(i) for i in range(400)})
+    summaries.sync()
+    assert failures.counts["tensorboard"] >= 1
+    full_volume.free()
+    now[0] = 30.0
+    summaries.write(300, {"return/mean": 3.0})
+    summaries.close()
+    returns = sorted(_read_scalars_tolerant(directory)["return/mean"])
+    assert returns[0] == (100, 1.0) and returns[-1] == (300, 3.0)
+
+
+def _read_scalars_tolerant(directory):
+    """Like _read_scalars, but an event file cut short by the full disk ends where it was cut
+    (as TensorBoard reads it)."""
+    found = {}
+    for name in sorted(os.listdir(directory)):
+        try:
+            for record in tf.data.TFRecordDataset(os.path.join(directory, name)):
+                event = tf.compat.v1.Event.FromString(record.numpy())
+                for value in event.summary.value:
+                    number = tf.make_ndarray(value.tensor).item()
+                    found.setdefault(value.tag, []).append((event.step, number))
+        except tf.errors.DataLossError:
+            pass
+    return found

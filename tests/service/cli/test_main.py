@@ -143,3 +143,27 @@ def test_eval_and_export_refuse_what_they_cannot_load_in_one_line(tmp_path):
         f"error: cannot load a policy from {tmp_path}: {tmp_path} holds no checkpoints "
         f"(no MANIFEST.json listing any)"
     )
+
+
+def test_values_past_int64_or_absurd_networks_are_refused_naming_each_field():
+    # Issue 27, item 8: each of these was accepted and then overflowed the CRD's int64 or
+    # the learner's memory.
+    result = validate(
+        ROOT / "examples" / "cartpole-vtrace.yaml",
+        "--set",
+        "spec.budget.maxEnvSteps=1e30",
+        "--set",
+        f"spec.seed={2**64}",
+        "--set",
+        "spec.agent.network.hiddenSizes=[100000000]",
+        "--no-env-check",
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    problems = result.stderr.strip().splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in problems] == [
+        "spec.seed",
+        "spec.agent.network.hiddenSizes[0]",
+        "spec.budget.maxEnvSteps",
+    ], result.stderr
+    assert "within int64" in problems[0] and "<= 8192" in problems[1]
