@@ -369,10 +369,11 @@ class LearnerRuntime:
         """What one env of an open stream holds on the learner: its rows in the stream's unroll
         builder, its recurrent state and the server's per-env episode tallies (3 float64s).
         ``spec.learner.maxTotalEnvs`` times this bounds the streams' buffers."""
+        assert self.env_spec is not None and self.agent is not None, "built first"
         fields = self._step_fields(self.env_spec)
         length, _ = self.agent.unroll_layout(self.experiment.spec.learner.unroll_length)
         row = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in fields.values())
-        state = sum(s.nbytes for s in self.agent.initial_state(1))
+        state = sum(int(s.nbytes) for s in self.agent.initial_state(1))
         return length * row + state + 3 * 8
 
     def _new_stream(

@@ -20,6 +20,7 @@ import concurrent.futures
 import logging
 import math
 import re
+from typing import Any
 
 import grpc
 import numpy as np
@@ -108,7 +109,7 @@ class StepChecker:
           WireError: naming the offending field.
         """
         k = self.num_envs
-        ids = msg.env_ids
+        ids: Any = msg.env_ids
         # Lengths first: a repeated field is only copied once its size is known to be K.
         if len(ids) != k:
             raise WireError(f"step.env_ids: expected {k} ids (one per env), got {len(ids)}")
@@ -128,7 +129,10 @@ class StepChecker:
             finite = self._obs_check is None or bool(np.isfinite(obs).all())
         if not finite:
             raise WireError("step.observations: must be finite (found NaN or infinity)")
-        rewards, terminated, truncated = msg.rewards, msg.terminated, msg.truncated
+        # Repeated fields now, arrays below (one name each keeps the hot loop's locals few).
+        rewards: Any = msg.rewards
+        terminated: Any = msg.terminated
+        truncated: Any = msg.truncated
         for name, values in (
             ("rewards", rewards),
             ("terminated", terminated),
@@ -594,8 +598,8 @@ async def start_server(
         port = server.add_insecure_port(address)
     await server.start()
     # Held by the server object: a task only the loop references may be collected.
-    server.seedrl_service = service  # type: ignore[attr-defined]
-    server.seedrl_sweeper = asyncio.ensure_future(_sweep_idle_streams(runtime))  # type: ignore[attr-defined]
+    server.seedrl_service = service
+    server.seedrl_sweeper = asyncio.ensure_future(_sweep_idle_streams(runtime))
     return server, port
 
 

@@ -13,6 +13,7 @@ seedrl export LOCATION | --experiment NAME [-n NAMESPACE]  OUT
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import signal
 import sys
@@ -234,11 +235,17 @@ def cmd_train(args) -> int:
     )
     ports = run.metrics_ports
     logdir = tensorboard_uri(exp.spec.checkpoint.uri, run_dir)
+    # The hint names a command that runs here, or what to install for it.
+    viewer = (
+        f"tensorboard --logdir {logdir}"
+        if importlib.util.find_spec("tensorboard") is not None
+        else f"pip install 'seedrl[local]', then tensorboard --logdir {logdir}"
+    )
     print(
         f"metrics: learner http://127.0.0.1:{ports[0]}/metrics (status on /status), actors "
         f"on ports {', '.join(map(str, ports[1:-1]))}, phase and cost on port {ports[-1]}; "
         f"Prometheus targets in "
-        f"{run.targets_path} (file_sd_configs); TensorBoard: tensorboard --logdir {logdir}",
+        f"{run.targets_path} (file_sd_configs); TensorBoard: {viewer}",
         flush=True,
     )
     summary = run.run()

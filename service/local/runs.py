@@ -18,8 +18,7 @@ from collections.abc import Iterator
 
 import yaml
 
-#: The lock file of a run directory (service/local/launcher.py holds it while it runs).
-LOCK_FILE = "launcher.lock"
+from seedrl.service.local.launcher import LOCK_FILE
 
 
 @dataclasses.dataclass(frozen=True)
