@@ -17,7 +17,7 @@ import dataclasses
 import difflib
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Optional, TypeVar
 
 import yaml
@@ -164,6 +164,7 @@ def param(
     min_items: int | None = None,
     max_len: int | None = None,
     pattern_hint: str | None = None,
+    default_by: tuple[str, Mapping[Any, Any]] | None = None,
 ) -> Any:
     """Declares one Experiment field: its default, docstring and constraints.
 
@@ -179,6 +180,12 @@ def param(
       max_len: the longest a string may be.
       pattern_hint: what ``pattern`` asks for, in words, for the error message (default: the
         DNS-label wording).
+      default_by: ``(path, table)``: a default that depends on another field of the
+        Experiment, at document ``path`` (``spec.agent.name``). Where the document leaves this
+        field out or null, :func:`parse_experiment` gives it ``table[value of path]``, or
+        ``default`` for a value the table lacks. The schemas declare no default for it (the
+        API server would otherwise fill in ``default``), and a parsed Experiment always holds
+        the value, so a dumped one states it.
     """
     meta = {
         "doc": doc,
@@ -191,6 +198,7 @@ def param(
         "min_items": min_items,
         "max_len": max_len,
         "pattern_hint": pattern_hint,
+        "default_by": default_by,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
@@ -343,9 +351,12 @@ class NetworkConfig:
     )
     lstm_size: int = param(
         0,
-        "Units of an LSTM core after the torso; 0 for a feed-forward "
-        "network. The learner keeps each environment's LSTM state.",
+        "Units of an LSTM core after the torso; 0 for a feed-forward network. The learner "
+        "keeps each environment's LSTM state. Left out (or null): 512 for r2d2, the paper's "
+        "recurrent core (without one, burn-in does nothing and R2D2 is an n-step double "
+        "DQN), 0 for vtrace and ppo.",
         ge=0,
+        default_by=("spec.agent.name", {"r2d2": 512}),
     )
     action_reward_inputs: bool = param(
         True,
@@ -615,8 +626,20 @@ class OptimizerConfig:
     name: str = param(
         "adam", "Optimizer, one of: adam, rmsprop, sgd.", choices=("adam", "rmsprop", "sgd")
     )
-    learning_rate: float = param(1e-3, "Step size.", gt=0.0)
-    epsilon: float = param(1e-7, "Numerical-stability epsilon of adam and rmsprop.", gt=0.0)
+    learning_rate: float = param(
+        1e-3,
+        "Step size. Left out (or null): 1e-4 for r2d2 (the R2D2 paper's Adam), 1e-3 for "
+        "vtrace and ppo.",
+        gt=0.0,
+        default_by=("spec.agent.name", {"r2d2": 1e-4}),
+    )
+    epsilon: float = param(
+        1e-7,
+        "Numerical-stability epsilon of adam and rmsprop. Left out (or null): 1e-3 for r2d2 "
+        "(the R2D2 paper's Adam epsilon), 1e-7 (Keras') for vtrace and ppo.",
+        gt=0.0,
+        default_by=("spec.agent.name", {"r2d2": 1e-3}),
+    )
     momentum: float = param(0.0, "Momentum of rmsprop and sgd.", ge=0.0, le=0.999)
     rho: float = param(
         0.9,
@@ -1319,7 +1342,8 @@ def _parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str,
     ok = True
     for key, f in fields.items():
         fpath = f"{prefix}{key}"
-        if key not in value:
+        # A dependent default's null means "the default" (parse_experiment resolves it).
+        if key not in value or (value[key] is None and f.metadata.get("default_by")):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 problems.append((fpath, "required field is missing"))
                 ok = False
@@ -1534,13 +1558,74 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
         )
 
 
+def dependent_default_fields(
+    cls: type, prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], dataclasses.Field]]:
+    """The document paths (as keys) and fields of every field under ``cls`` declared with
+    ``default_by``."""
+    out = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = (*prefix, field_key(f))
+        if f.metadata.get("default_by"):
+            out.append((path, f))
+        elif isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name]):
+            out.extend(dependent_default_fields(hints[f.name], path))
+    return out
+
+
+def _declared_default(cls: type, path: Sequence[str]) -> Any:
+    """The declared default of the field at document ``path`` under ``cls``."""
+    hints = typing.get_type_hints(cls)
+    f = next(f for f in dataclasses.fields(cls) if field_key(f) == path[0])
+    if len(path) > 1:
+        return _declared_default(hints[f.name], path[1:])
+    return f.default
+
+
+def _fill_dependent_defaults(document: Any) -> Any:
+    """``document`` with each ``default_by`` field that it leaves out (or null) set to the
+    default for the value of the field it depends on. Mappings along a changed path are
+    copied, never changed; a path through something other than a mapping is left alone
+    (parsing reports it)."""
+    if not isinstance(document, dict):
+        return document
+    for path, f in dependent_default_fields(Experiment):
+        source, table = f.metadata["default_by"]
+        nodes = [document]
+        for key in path[:-1]:
+            child = nodes[-1].get(key)
+            if child is not None and not isinstance(child, dict):
+                break
+            nodes.append(child or {})
+        else:
+            if nodes[-1].get(path[-1]) is not None:
+                continue
+            decider: Any = document
+            for key in source.split("."):
+                decider = decider.get(key) if isinstance(decider, dict) else None
+            if decider is None:
+                decider = _declared_default(Experiment, source.split("."))
+            value = table.get(decider, f.default) if isinstance(decider, Hashable) else f.default
+            # Rebuild the path bottom-up from copies, so that the caller's document stays as
+            # it was.
+            for node, key in zip(reversed(nodes), reversed(path)):
+                value = {**node, key: value}
+            document = value
+    return document
+
+
 def parse_experiment(document: Any) -> Experiment:
     """Validates a parsed YAML/JSON document and returns the typed Experiment.
+
+    Fields whose default depends on another field (``default_by``: R2D2's LSTM and
+    optimizer) get it here when the document leaves them out.
 
     Raises:
       ConfigError: listing every problem as ``field.path: reason``.
     """
     problems: list[tuple[str, str]] = []
+    document = _fill_dependent_defaults(document)
     exp = _parse_dataclass(Experiment, document, "", problems)
     if not problems and exp is not _INVALID:
         _check_cross_fields(exp, problems)

@@ -945,6 +945,52 @@ def test_r2d2_sequence_rules():
     assert "unknown field" in problems["spec.agent.r2d2.sequencePeriod"]
 
 
+def test_r2d2_alone_is_recurrent_with_the_papers_optimizer():
+    exp = parse_experiment(doc(agent={"name": "r2d2"}))
+    assert exp.spec.agent.network.lstm_size == 512
+    optimizer = exp.spec.learner.optimizer
+    assert (optimizer.name, optimizer.learning_rate, optimizer.epsilon) == ("adam", 1e-4, 1e-3)
+    # The other agents keep theirs.
+    for name in ("vtrace", "ppo"):
+        exp = parse_experiment(doc(agent={"name": name}))
+        assert exp.spec.agent.network.lstm_size == 0
+        assert (exp.spec.learner.optimizer.learning_rate, exp.spec.learner.optimizer.epsilon) == (
+            1e-3,
+            1e-7,
+        )
+
+
+def test_agent_dependent_defaults_yield_to_what_the_document_says():
+    document = doc(
+        agent={"name": "r2d2", "network": {"lstmSize": 0}},
+        learner={"optimizer": {"name": "rmsprop", "learningRate": 3e-4}},
+    )
+    before = copy.deepcopy(document)
+    exp = parse_experiment(document)
+    assert document == before  # resolving defaults changes nothing of the caller's
+    assert exp.spec.agent.network.lstm_size == 0
+    optimizer = exp.spec.learner.optimizer
+    assert (optimizer.name, optimizer.learning_rate, optimizer.epsilon) == ("rmsprop", 3e-4, 1e-3)
+    # null stands for the agent's default, as leaving the field out does.
+    exp = parse_experiment(
+        doc(agent={"name": "r2d2", "network": {"lstmSize": None}}, learner={"optimizer": None})
+    )
+    assert exp.spec.agent.network.lstm_size == 512
+    assert exp.spec.learner.optimizer.learning_rate == 1e-4
+    # A dumped Experiment states the resolved values, so it reads back the same whatever the
+    # agent's defaults become.
+    dumped = load_yaml(dump_experiment(exp))
+    assert dumped["spec"]["agent"]["network"]["lstmSize"] == 512
+    assert parse_experiment(dumped) == exp
+
+
+def test_agent_dependent_defaults_leave_bad_documents_to_the_parser():
+    problems = dict(problems_of(doc(agent={"name": "r2d2", "network": 5})))
+    assert problems["spec.agent.network"].startswith("must be a mapping")
+    problems = dict(problems_of(doc(agent={"name": ["r2d2"]})))
+    assert problems["spec.agent.name"].startswith("must be a string")
+
+
 def test_atari_and_football_sections():
     exp = parse_experiment(
         doc(env={"id": "ALE/Breakout-v5", "atari": {"frameStack": 1, "fullActionSpace": True}})

@@ -22,7 +22,8 @@ GAMMA = 0.9
 CONVEYOR = EnvConfig(
     id="SeedrlTest/Conveyor-v0", imports=["support.seedrl_test_envs"], max_episode_steps=2
 )
-MLP = {"hiddenSizes": [32], "activation": "relu", "denseSize": 32}
+# Feed-forward for every agent, r2d2 included (whose default is recurrent).
+MLP = {"hiddenSizes": [32], "activation": "relu", "denseSize": 32, "lstmSize": 0}
 #: name -> (agent section, learner section, training steps the 24,000 env steps allow).
 AGENTS = {
     "vtrace": (
@@ -65,7 +66,7 @@ def _experiment(name):
                 "learner": {
                     "inferenceMaxWaitMs": 0,
                     "queueCapacity": 256,
-                    "optimizer": {"learningRate": 0.003},
+                    "optimizer": {"learningRate": 0.003, "epsilon": 1e-7},
                     **learner,
                 },
                 "actors": {"replicas": 1, "envsPerActor": 16},

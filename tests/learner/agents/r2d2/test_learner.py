@@ -87,6 +87,16 @@ def _loss(agent, seqs, obs=None, weights=None):
     )
 
 
+def test_a_default_r2d2_is_recurrent_with_the_papers_adam():
+    exp = parse_experiment({"metadata": {"name": "t"}, "spec": {"agent": {"name": "r2d2"}}})
+    agent = build(exp, SPEC)
+    assert agent.online.recurrent and agent.online.lstm_size == 512
+    assert agent.target.lstm_size == 512
+    assert type(agent.optimizer).__name__ == "Adam"
+    assert agent.optimizer.learning_rate.numpy() == np.float32(1e-4)
+    assert agent.optimizer.epsilon == 1e-3
+
+
 def test_epsilons_follow_seeds_schedule_over_every_env_of_every_actor():
     agent = _agent(evaluationActors=1)
     assert [agent.is_evaluation_actor(i) for i in range(4)] == [False, False, False, True]
@@ -191,7 +201,10 @@ def test_every_step_of_a_stream_is_trained_in_exactly_one_sequence():
     # observation is non-zero exactly when Q(x_t, a_t) of that row is in the loss. SEED's
     # defaults at a small scale: burn-in 8, n = 5; the loss's last transitions look ahead less.
     agent = _agent(
-        network={"hiddenSizes": [16], "denseSize": 16}, sequenceLength=16, burnIn=8, nStep=5
+        network={"hiddenSizes": [16], "denseSize": 16, "lstmSize": 0},
+        sequenceLength=16,
+        burnIn=8,
+        nStep=5,
     )
     length, period = agent.unroll_layout(0)
     fields = {
@@ -263,7 +276,7 @@ def test_the_sequence_loss_is_seeds_half_sum_over_time():
 
 def test_a_truncation_bootstraps_from_the_final_observations_value():
     # No LSTM and n = 1, so a target is r + gamma * h^-1(Q_target(next)) unless cut.
-    agent = _agent(network={"hiddenSizes": [16], "denseSize": 16}, nStep=1)
+    agent = _agent(network={"hiddenSizes": [16], "denseSize": 16, "lstmSize": 0}, nStep=1)
     rng = np.random.default_rng(7)
     seq = _sequence(rng, 1)
     seq["initial_state"] = []
