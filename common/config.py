@@ -1511,6 +1511,15 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                     f"got {r2.sequence_length}",
                 )
             )
+        if r2.min_replay_size > r2.replay_capacity:
+            problems.append(
+                (
+                    "spec.agent.r2d2.minReplaySize",
+                    f"must be at most spec.agent.r2d2.replayCapacity ({r2.replay_capacity}): "
+                    f"the replay never holds more, so learning would never start, got "
+                    f"{r2.min_replay_size}",
+                )
+            )
         if r2.evaluation_actors >= exp.spec.actors.replicas:
             problems.append(
                 (

@@ -960,6 +960,17 @@ def test_r2d2_alone_is_recurrent_with_the_papers_optimizer():
         )
 
 
+def test_a_replay_that_cannot_reach_its_minimum_is_refused():
+    # The learner would wait for minReplaySize sequences forever while the actors ran on.
+    r2d2 = {"replayCapacity": 500, "minReplaySize": 1000}
+    path, reason = only_problem(doc(agent={"name": "r2d2", "r2d2": r2d2}))
+    assert path == "spec.agent.r2d2.minReplaySize"
+    assert "spec.agent.r2d2.replayCapacity (500)" in reason and "got 1000" in reason
+    parse_experiment(doc(agent={"name": "r2d2", "r2d2": {"replayCapacity": 1000}}))
+    # Another agent ignores the section.
+    parse_experiment(doc(agent={"name": "vtrace", "r2d2": r2d2}))
+
+
 def test_agent_dependent_defaults_yield_to_what_the_document_says():
     document = doc(
         agent={"name": "r2d2", "network": {"lstmSize": 0}},
