@@ -440,10 +440,19 @@ class VTraceConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class R2D2Config:
-    """R2D2 hyperparameters (``spec.agent.r2d2``): the paper's (Kapturowski et al. 2019) for the
-    sequences and the target, SEED RL's for how much is learned from each sample (its
-    ``agents/r2d2/learner.py``). ``spec.learner.batchSize`` counts sequences;
-    ``spec.learner.unrollLength`` is not used (sequences are ``sequenceLength`` long)."""
+    """R2D2 hyperparameters (``spec.agent.r2d2``), after Kapturowski et al. 2019 and SEED RL's
+    ``agents/r2d2/learner.py``. The paper's: the sequence shape (80 trained steps after a
+    40-step burn-in prefix, every 40 steps), the 5-step double-Q target with value rescaling,
+    gamma 0.997, priorities and their exponents, the target period, the per-env epsilons, and,
+    where the Experiment leaves them out, the LSTM of 512 units and Adam (1e-4, epsilon 1e-3).
+    Where it differs: SEED's replay ratio (``samplesPerInsert``), initial priorities and
+    summed sequence loss are the defaults; gradients are clipped to
+    ``spec.learner.optimizer.gradClipNorm`` (40, as SEED); the replay holds 10,000 sequences,
+    not the paper's 100,000, and a batch is ``spec.learner.batchSize`` sequences (16, not 64);
+    sequences run across episode ends (the LSTM state is reset at each episode start, as in
+    SEED), where the paper's never cross one; and each stream's first sequences begin with a
+    zero-padded burn-in, as SEED's, so that its first steps are trained too.
+    ``spec.learner.unrollLength`` is not used."""
 
     discount: float = param(0.997, "Discount factor gamma per environment step.", gt=0.0, le=1.0)
     n_step: int = param(
@@ -452,24 +461,35 @@ class R2D2Config:
         "use as many as the sequence still has (as SEED).",
         ge=1,
     )
-    sequence_length: int = param(
+    train_length: int = param(
         80,
-        "Steps per replayed sequence: burnIn steps that only warm up the LSTM, then "
-        "sequenceLength - burnIn steps trained on. An env's sequences start "
-        "sequenceLength - burnIn steps apart, so each step is trained on in exactly one "
-        "sequence; each also stores the step after its last, to bootstrap from.",
-        ge=2,
+        "Steps of a replayed sequence that are trained on (the paper's sequence length m = "
+        "80), after its burnIn prefix; each sequence also stores the step after its last, to "
+        "bootstrap from, so it holds burnIn + trainLength + 1 steps.",
+        ge=1,
     )
     burn_in: int = param(
         40,
-        "Leading steps of a sequence that only warm up the LSTM state (no gradient, no loss).",
+        "Steps before the trained ones that only warm up the LSTM state from the one stored "
+        "with the sequence (no gradient, no loss): the paper's burn-in prefix of 40. A "
+        "stream's first sequences begin with zero steps in place of the burn-in it has not "
+        "got (SEED's padding), and the LSTM starts its first real step from the initial "
+        "state, exactly as acting did.",
         ge=0,
+    )
+    sequence_period: int = param(
+        40,
+        "Steps between the starts of an env's consecutive sequences (at most trainLength): "
+        "the paper's 40, so that with trainLength 80 each step is trained on in two "
+        "sequences (a stream's first 40 in one); trainLength makes it once (SEED's "
+        "layout).",
+        ge=1,
     )
     replay_capacity: int = param(
         10_000,
         "Sequences the replay holds; the oldest are dropped first. Memory: capacity x "
-        "(sequenceLength + 1) x observation bytes (an Atari sequence of 81 is "
-        "2.3 MB).",
+        "(burnIn + trainLength + 1) x observation bytes (an Atari sequence of 121 steps is "
+        "3.4 MB).",
         ge=1,
     )
     min_replay_size: int = param(1_000, "Sequences in the replay before learning starts.", ge=1)
@@ -478,14 +498,17 @@ class R2D2Config:
         "Replay ratio (SEED's 1.5): once learning has started, the learner samples this "
         "many sequences per sequence inserted, on average. Both sides wait for the "
         "other: the learner for new data, the actors (through the queue of sequences) "
-        "for training to catch up. 0 lets each run freely.",
+        "for training to catch up. 0 lets each run freely. A step is in trainLength / "
+        "sequencePeriod sequences, so it is trained on that many times this on average: "
+        "3 with the paper's overlapping sequences, SEED's 1.5 with its layout "
+        "(sequencePeriod = trainLength).",
         ge=0.0,
     )
     sequence_loss: str = param(
         "sum",
         "How a sequence's squared TD errors make its loss: 'sum' is 0.5 x their sum "
         "over the trained steps (SEED), 'mean' 0.5 x their mean (gradients "
-        "sequenceLength - burnIn times smaller). The batch loss is the importance-"
+        "trainLength times smaller). The batch loss is the importance-"
         "weighted mean over sequences.",
         choices=("sum", "mean"),
     )
@@ -1186,6 +1209,17 @@ class Experiment:
 # --------------------------------------------------------------------------------------------
 
 
+#: Fields an earlier release had, by (section class, key): what to write instead. Each is
+#: refused (its meaning changed, so reading it silently would train something else), with this.
+_RETIRED = {
+    ("R2D2Config", "sequenceLength"): (
+        "; it counted the burn-in: now trainLength counts the trained steps and burnIn "
+        "precedes them, so sequenceLength S with burnIn B is trainLength S - B and "
+        "sequencePeriod S - B"
+    ),
+}
+
+
 class _Invalid:
     """Marks a value that failed parsing, so that parsing can go on and report everything."""
 
@@ -1337,6 +1371,7 @@ def _parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str,
             hint = (
                 f"; did you mean {close[0]}?" if close else f"; known fields: {', '.join(fields)}"
             )
+            hint = _RETIRED.get((cls.__name__, key), hint)
             problems.append((f"{prefix}{key}", "unknown field" + hint))
     kwargs = {}
     ok = True
@@ -1503,12 +1538,13 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
             )
     if exp.spec.agent.name == "r2d2":
         r2 = exp.spec.agent.r2d2
-        if r2.burn_in >= r2.sequence_length:
+        if r2.sequence_period > r2.train_length:
             problems.append(
                 (
-                    "spec.agent.r2d2.sequenceLength",
-                    f"must exceed burnIn ({r2.burn_in}) to leave steps to train on, "
-                    f"got {r2.sequence_length}",
+                    "spec.agent.r2d2.sequencePeriod",
+                    f"must be at most spec.agent.r2d2.trainLength ({r2.train_length}), or the "
+                    f"steps between sequences would never be trained on, got "
+                    f"{r2.sequence_period}",
                 )
             )
         if r2.min_replay_size > r2.replay_capacity:

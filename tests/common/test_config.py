@@ -932,17 +932,27 @@ def test_vtrace_minibatches_must_divide_the_batch():
     ) == ("spec.agent.vtrace.minibatches", "must divide spec.learner.batchSize (16), got 3")
 
 
+def test_r2d2_sequences_are_the_papers_trained_steps_after_a_burn_in_prefix():
+    r2 = parse_experiment(doc(agent={"name": "r2d2"})).spec.agent.r2d2
+    assert (r2.train_length, r2.burn_in, r2.sequence_period) == (80, 40, 40)
+
+
 def test_r2d2_sequence_rules():
     problems = dict(
-        problems_of(doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 40, "burnIn": 40}}))
+        problems_of(doc(agent={"name": "r2d2", "r2d2": {"trainLength": 20, "sequencePeriod": 21}}))
     )
-    assert problems["spec.agent.r2d2.sequenceLength"].startswith("must exceed burnIn (40)")
-    # A sequence may be shorter than burn-in + n: its last steps use shorter returns.
-    parse_experiment(
-        doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 12, "burnIn": 10, "nStep": 5}})
+    assert problems["spec.agent.r2d2.sequencePeriod"].startswith(
+        "must be at most spec.agent.r2d2.trainLength (20)"
     )
-    problems = dict(problems_of(doc(agent={"name": "r2d2", "r2d2": {"sequencePeriod": 10}})))
-    assert "unknown field" in problems["spec.agent.r2d2.sequencePeriod"]
+    # A burn-in may be longer than the trained steps, and those fewer than n: the last
+    # steps of a sequence use shorter returns.
+    r2d2 = {"trainLength": 2, "burnIn": 10, "nStep": 5, "sequencePeriod": 1}
+    parse_experiment(doc(agent={"name": "r2d2", "r2d2": r2d2}))
+    # The old sequenceLength counted the burn-in: read as the trained steps it would train
+    # another shape, so it is refused with what replaces it.
+    path, reason = only_problem(doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 80}}))
+    assert path == "spec.agent.r2d2.sequenceLength"
+    assert reason.startswith("unknown field") and "trainLength S - B" in reason
 
 
 def test_r2d2_alone_is_recurrent_with_the_papers_optimizer():

@@ -41,8 +41,9 @@ AGENTS = {
         {
             "r2d2": {
                 "discount": GAMMA,
-                "sequenceLength": 6,
+                "trainLength": 6,
                 "burnIn": 0,
+                "sequencePeriod": 6,
                 "nStep": 1,
                 "minReplaySize": 16,
                 "targetUpdatePeriod": 20,
