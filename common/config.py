@@ -1556,6 +1556,20 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                     f"{r2.min_replay_size}",
                 )
             )
+        # A sequence needs sequencePeriod new steps of its env (the first, more), so the
+        # budget's env steps make at most maxEnvSteps / sequencePeriod of them, and the run
+        # would end before it learned anything.
+        budget = exp.spec.budget.max_env_steps
+        if budget and budget // r2.sequence_period < r2.min_replay_size:
+            problems.append(
+                (
+                    "spec.agent.r2d2.minReplaySize",
+                    f"must be at most the {budget // r2.sequence_period} sequences that "
+                    f"spec.budget.maxEnvSteps ({budget}) env steps make at one every "
+                    f"spec.agent.r2d2.sequencePeriod ({r2.sequence_period}) steps, or the "
+                    f"budget would end before learning starts, got {r2.min_replay_size}",
+                )
+            )
         if r2.evaluation_actors >= exp.spec.actors.replicas:
             problems.append(
                 (

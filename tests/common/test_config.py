@@ -955,6 +955,16 @@ def test_r2d2_sequence_rules():
     assert reason.startswith("unknown field") and "trainLength S - B" in reason
 
 
+def test_a_budget_that_ends_before_the_replay_fills_is_refused():
+    # 39,999 env steps make at most 999 sequences of one every 40 steps; learning needs 1,000.
+    path, reason = only_problem(doc(agent={"name": "r2d2"}, budget={"maxEnvSteps": 39_999}))
+    assert path == "spec.agent.r2d2.minReplaySize"
+    assert "999 sequences" in reason and "spec.budget.maxEnvSteps (39999)" in reason
+    assert "spec.agent.r2d2.sequencePeriod (40)" in reason and "got 1000" in reason
+    parse_experiment(doc(agent={"name": "r2d2"}, budget={"maxEnvSteps": 40_000}))
+    parse_experiment(doc(agent={"name": "r2d2"}, budget={"maxEnvSteps": 0}))  # no limit
+
+
 def test_r2d2_alone_is_recurrent_with_the_papers_optimizer():
     exp = parse_experiment(doc(agent={"name": "r2d2"}))
     assert exp.spec.agent.network.lstm_size == 512
