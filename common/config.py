@@ -612,14 +612,25 @@ class PPOConfig:
     normalize_observations: bool = param(
         True,
         "Streaming mean/variance normalization of observations (clipped to "
-        "observationClip), the same at inference and training; kept in checkpoints.",
+        "observationClip), the same at inference and training; kept in checkpoints. The "
+        "statistics move after each update (BatchPPO's moved with every step acted). "
+        "'clip' divides by sqrt(population variance + 1e-8); 'batchppo' by BatchPPO's "
+        "sqrt(sample variance + 1e-4) + 1e-8, which leaves a near-constant feature 100x "
+        "smaller, and, like BatchPPO, only centres until it has seen two observations.",
     )
-    observation_clip: float = param(10.0, "Clip of normalized observations.", gt=0.0)
+    observation_clip: float = param(
+        10.0,
+        "Clip of normalized observations. Left out (or null): the preset's, 10 for 'clip', "
+        "BatchPPO's 5 for 'batchppo'.",
+        gt=0.0,
+        default_by=("spec.agent.ppo.preset", {"batchppo": 5.0}),
+    )
     normalize_rewards: bool = param(
         True,
         "Scale rewards by a streaming standard deviation, clipped to rewardClip, kept in "
         "checkpoints: that of discounted returns accumulated along unrolls with the "
-        "'clip' preset, that of the rewards themselves with 'batchppo'.",
+        "'clip' preset, that of the rewards themselves with 'batchppo' (with BatchPPO's "
+        "formula, as for observations).",
     )
     reward_clip: float = param(10.0, "Clip of normalized rewards.", gt=0.0)
     normalize_advantages: bool = param(True, "Advantages to zero mean, unit variance per batch.")
@@ -1678,7 +1689,8 @@ def parse_experiment(document: Any) -> Experiment:
     """Validates a parsed YAML/JSON document and returns the typed Experiment.
 
     Fields whose default depends on another field (``default_by``: R2D2's LSTM and
-    optimizer) get it here when the document leaves them out.
+    optimizer, the PPO preset's observation clip) get it here when the document leaves them
+    out.
 
     Raises:
       ConfigError: listing every problem as ``field.path: reason``.

@@ -1015,6 +1015,18 @@ def test_agent_dependent_defaults_yield_to_what_the_document_says():
     assert parse_experiment(dumped) == exp
 
 
+def test_the_batchppo_preset_clips_observations_at_batchppos_5():
+    def clip_of(**ppo):
+        return parse_experiment(
+            doc(agent={"name": "ppo", "ppo": ppo})
+        ).spec.agent.ppo.observation_clip
+
+    assert clip_of() == 10.0 and clip_of(preset="clip") == 10.0
+    assert clip_of(preset="batchppo") == 5.0
+    assert clip_of(preset="batchppo", observationClip=8) == 8.0
+    assert clip_of(preset="batchppo", observationClip=None) == 5.0
+
+
 def test_agent_dependent_defaults_leave_bad_documents_to_the_parser():
     problems = dict(problems_of(doc(agent={"name": "r2d2", "network": 5})))
     assert problems["spec.agent.network"].startswith("must be a mapping")
