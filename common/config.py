@@ -17,7 +17,7 @@ import dataclasses
 import difflib
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Optional, TypeVar
 
 import yaml
@@ -178,6 +178,7 @@ def param(
     max_items: int | None = None,
     max_len: int | None = None,
     pattern_hint: str | None = None,
+    default_by: tuple[str, Mapping[Any, Any]] | None = None,
 ) -> Any:
     """Declares one Experiment field: its default, docstring and constraints.
 
@@ -194,6 +195,12 @@ def param(
       max_len: the longest a string may be.
       pattern_hint: what ``pattern`` asks for, in words, for the error message (default: the
         DNS-label wording).
+      default_by: ``(path, table)``: a default that depends on another field of the
+        Experiment, at document ``path`` (``spec.agent.name``). Where the document leaves this
+        field out or null, :func:`parse_experiment` gives it ``table[value of path]``, or
+        ``default`` for a value the table lacks. The schemas declare no default for it (the
+        API server would otherwise fill in ``default``), and a parsed Experiment always holds
+        the value, so a dumped one states it.
     """
     meta = {
         "doc": doc,
@@ -207,6 +214,7 @@ def param(
         "max_items": max_items,
         "max_len": max_len,
         "pattern_hint": pattern_hint,
+        "default_by": default_by,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
@@ -368,9 +376,12 @@ class NetworkConfig:
     lstm_size: int = param(
         0,
         f"Units of an LSTM core after the torso, at most {MAX_LSTM_SIZE}; 0 for a feed-forward "
-        f"network. The learner keeps each environment's LSTM state.",
+        f"network. The learner keeps each environment's LSTM state. Left out (or null): 512 "
+        f"for r2d2, the paper's recurrent core (without one, burn-in does nothing and R2D2 is "
+        f"an n-step double DQN), 0 for vtrace and ppo.",
         ge=0,
         le=MAX_LSTM_SIZE,
+        default_by=("spec.agent.name", {"r2d2": 512}),
     )
     action_reward_inputs: bool = param(
         True,
@@ -454,10 +465,19 @@ class VTraceConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class R2D2Config:
-    """R2D2 hyperparameters (``spec.agent.r2d2``): the paper's (Kapturowski et al. 2019) for the
-    sequences and the target, SEED RL's for how much is learned from each sample (its
-    ``agents/r2d2/learner.py``). ``spec.learner.batchSize`` counts sequences;
-    ``spec.learner.unrollLength`` is not used (sequences are ``sequenceLength`` long)."""
+    """R2D2 hyperparameters (``spec.agent.r2d2``), after Kapturowski et al. 2019 and SEED RL's
+    ``agents/r2d2/learner.py``. The paper's: the sequence shape (80 trained steps after a
+    40-step burn-in prefix, every 40 steps), the 5-step double-Q target with value rescaling,
+    gamma 0.997, priorities and their exponents, the target period, the per-env epsilons, and,
+    where the Experiment leaves them out, the LSTM of 512 units and Adam (1e-4, epsilon 1e-3).
+    Where it differs: SEED's replay ratio (``samplesPerInsert``), initial priorities and
+    summed sequence loss are the defaults; gradients are clipped to
+    ``spec.learner.optimizer.gradClipNorm`` (40, as SEED); the replay holds 10,000 sequences,
+    not the paper's 100,000, and a batch is ``spec.learner.batchSize`` sequences (16, not 64);
+    sequences run across episode ends (the LSTM state is reset at each episode start, as in
+    SEED), where the paper's never cross one; and each stream's first sequences begin with a
+    zero-padded burn-in, as SEED's, so that its first steps are trained too.
+    ``spec.learner.unrollLength`` is not used."""
 
     discount: float = param(0.997, "Discount factor gamma per environment step.", gt=0.0, le=1.0)
     n_step: int = param(
@@ -466,24 +486,35 @@ class R2D2Config:
         "use as many as the sequence still has (as SEED).",
         ge=1,
     )
-    sequence_length: int = param(
+    train_length: int = param(
         80,
-        "Steps per replayed sequence: burnIn steps that only warm up the LSTM, then "
-        "sequenceLength - burnIn steps trained on. An env's sequences start "
-        "sequenceLength - burnIn steps apart, so each step is trained on in exactly one "
-        "sequence; each also stores the step after its last, to bootstrap from.",
-        ge=2,
+        "Steps of a replayed sequence that are trained on (the paper's sequence length m = "
+        "80), after its burnIn prefix; each sequence also stores the step after its last, to "
+        "bootstrap from, so it holds burnIn + trainLength + 1 steps.",
+        ge=1,
     )
     burn_in: int = param(
         40,
-        "Leading steps of a sequence that only warm up the LSTM state (no gradient, no loss).",
+        "Steps before the trained ones that only warm up the LSTM state from the one stored "
+        "with the sequence (no gradient, no loss): the paper's burn-in prefix of 40. A "
+        "stream's first sequences begin with zero steps in place of the burn-in it has not "
+        "got (SEED's padding), and the LSTM starts its first real step from the initial "
+        "state, exactly as acting did.",
         ge=0,
+    )
+    sequence_period: int = param(
+        40,
+        "Steps between the starts of an env's consecutive sequences (at most trainLength): "
+        "the paper's 40, so that with trainLength 80 each step is trained on in two "
+        "sequences (a stream's first 40 in one); trainLength makes it once (SEED's "
+        "layout).",
+        ge=1,
     )
     replay_capacity: int = param(
         10_000,
         "Sequences the replay holds; the oldest are dropped first. Memory: capacity x "
-        "(sequenceLength + 1) x observation bytes (an Atari sequence of 81 is "
-        "2.3 MB).",
+        "(burnIn + trainLength + 1) x observation bytes (an Atari sequence of 121 steps is "
+        "3.4 MB).",
         ge=1,
     )
     min_replay_size: int = param(1_000, "Sequences in the replay before learning starts.", ge=1)
@@ -492,14 +523,17 @@ class R2D2Config:
         "Replay ratio (SEED's 1.5): once learning has started, the learner samples this "
         "many sequences per sequence inserted, on average. Both sides wait for the "
         "other: the learner for new data, the actors (through the queue of sequences) "
-        "for training to catch up. 0 lets each run freely.",
+        "for training to catch up. 0 lets each run freely. A step is in trainLength / "
+        "sequencePeriod sequences, so it is trained on that many times this on average: "
+        "3 with the paper's overlapping sequences, SEED's 1.5 with its layout "
+        "(sequencePeriod = trainLength).",
         ge=0.0,
     )
     sequence_loss: str = param(
         "sum",
         "How a sequence's squared TD errors make its loss: 'sum' is 0.5 x their sum "
         "over the trained steps (SEED), 'mean' 0.5 x their mean (gradients "
-        "sequenceLength - burnIn times smaller). The batch loss is the importance-"
+        "trainLength times smaller). The batch loss is the importance-"
         "weighted mean over sequences.",
         choices=("sum", "mean"),
     )
@@ -603,14 +637,25 @@ class PPOConfig:
     normalize_observations: bool = param(
         True,
         "Streaming mean/variance normalization of observations (clipped to "
-        "observationClip), the same at inference and training; kept in checkpoints.",
+        "observationClip), the same at inference and training; kept in checkpoints. The "
+        "statistics move after each update (BatchPPO's moved with every step acted). "
+        "'clip' divides by sqrt(population variance + 1e-8); 'batchppo' by BatchPPO's "
+        "sqrt(sample variance + 1e-4) + 1e-8, which leaves a near-constant feature 100x "
+        "smaller, and, like BatchPPO, only centres until it has seen two observations.",
     )
-    observation_clip: float = param(10.0, "Clip of normalized observations.", gt=0.0)
+    observation_clip: float = param(
+        10.0,
+        "Clip of normalized observations. Left out (or null): the preset's, 10 for 'clip', "
+        "BatchPPO's 5 for 'batchppo'.",
+        gt=0.0,
+        default_by=("spec.agent.ppo.preset", {"batchppo": 5.0}),
+    )
     normalize_rewards: bool = param(
         True,
         "Scale rewards by a streaming standard deviation, clipped to rewardClip, kept in "
         "checkpoints: that of discounted returns accumulated along unrolls with the "
-        "'clip' preset, that of the rewards themselves with 'batchppo'.",
+        "'clip' preset, that of the rewards themselves with 'batchppo' (with BatchPPO's "
+        "formula, as for observations).",
     )
     reward_clip: float = param(10.0, "Clip of normalized rewards.", gt=0.0)
     normalize_advantages: bool = param(True, "Advantages to zero mean, unit variance per batch.")
@@ -640,8 +685,20 @@ class OptimizerConfig:
     name: str = param(
         "adam", "Optimizer, one of: adam, rmsprop, sgd.", choices=("adam", "rmsprop", "sgd")
     )
-    learning_rate: float = param(1e-3, "Step size.", gt=0.0)
-    epsilon: float = param(1e-7, "Numerical-stability epsilon of adam and rmsprop.", gt=0.0)
+    learning_rate: float = param(
+        1e-3,
+        "Step size. Left out (or null): 1e-4 for r2d2 (the R2D2 paper's Adam), 1e-3 for "
+        "vtrace and ppo.",
+        gt=0.0,
+        default_by=("spec.agent.name", {"r2d2": 1e-4}),
+    )
+    epsilon: float = param(
+        1e-7,
+        "Numerical-stability epsilon of adam and rmsprop. Left out (or null): 1e-3 for r2d2 "
+        "(the R2D2 paper's Adam epsilon), 1e-7 (Keras') for vtrace and ppo.",
+        gt=0.0,
+        default_by=("spec.agent.name", {"r2d2": 1e-3}),
+    )
     momentum: float = param(0.0, "Momentum of rmsprop and sgd.", ge=0.0, le=0.999)
     rho: float = param(
         0.9,
@@ -1231,6 +1288,17 @@ class Experiment:
 # --------------------------------------------------------------------------------------------
 
 
+#: Fields an earlier release had, by (section class, key): what to write instead. Each is
+#: refused (its meaning changed, so reading it silently would train something else), with this.
+_RETIRED = {
+    ("R2D2Config", "sequenceLength"): (
+        "; it counted the burn-in: now trainLength counts the trained steps and burnIn "
+        "precedes them, so sequenceLength S with burnIn B is trainLength S - B and "
+        "sequencePeriod S - B"
+    ),
+}
+
+
 class _Invalid:
     """Marks a value that failed parsing, so that parsing can go on and report everything."""
 
@@ -1392,12 +1460,14 @@ def _parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str,
             hint = (
                 f"; did you mean {close[0]}?" if close else f"; known fields: {', '.join(fields)}"
             )
+            hint = _RETIRED.get((cls.__name__, key), hint)
             problems.append((f"{prefix}{key}", "unknown field" + hint))
     kwargs = {}
     ok = True
     for key, f in fields.items():
         fpath = f"{prefix}{key}"
-        if key not in value:
+        # A dependent default's null means "the default" (parse_experiment resolves it).
+        if key not in value or (value[key] is None and f.metadata.get("default_by")):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 problems.append((fpath, "required field is missing"))
                 ok = False
@@ -1570,12 +1640,36 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
             )
     if exp.spec.agent.name == "r2d2":
         r2 = exp.spec.agent.r2d2
-        if r2.burn_in >= r2.sequence_length:
+        if r2.sequence_period > r2.train_length:
             problems.append(
                 (
-                    "spec.agent.r2d2.sequenceLength",
-                    f"must exceed burnIn ({r2.burn_in}) to leave steps to train on, "
-                    f"got {r2.sequence_length}",
+                    "spec.agent.r2d2.sequencePeriod",
+                    f"must be at most spec.agent.r2d2.trainLength ({r2.train_length}), or the "
+                    f"steps between sequences would never be trained on, got "
+                    f"{r2.sequence_period}",
+                )
+            )
+        if r2.min_replay_size > r2.replay_capacity:
+            problems.append(
+                (
+                    "spec.agent.r2d2.minReplaySize",
+                    f"must be at most spec.agent.r2d2.replayCapacity ({r2.replay_capacity}): "
+                    f"the replay never holds more, so learning would never start, got "
+                    f"{r2.min_replay_size}",
+                )
+            )
+        # A sequence needs sequencePeriod new steps of its env (the first, more), so the
+        # budget's env steps make at most maxEnvSteps / sequencePeriod of them, and the run
+        # would end before it learned anything.
+        budget = exp.spec.budget.max_env_steps
+        if budget and budget // r2.sequence_period < r2.min_replay_size:
+            problems.append(
+                (
+                    "spec.agent.r2d2.minReplaySize",
+                    f"must be at most the {budget // r2.sequence_period} sequences that "
+                    f"spec.budget.maxEnvSteps ({budget}) env steps make at one every "
+                    f"spec.agent.r2d2.sequencePeriod ({r2.sequence_period}) steps, or the "
+                    f"budget would end before learning starts, got {r2.min_replay_size}",
                 )
             )
         if r2.evaluation_actors >= exp.spec.actors.replicas:
@@ -1641,13 +1735,75 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
         )
 
 
+def dependent_default_fields(
+    cls: type, prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], dataclasses.Field]]:
+    """The document paths (as keys) and fields of every field under ``cls`` declared with
+    ``default_by``."""
+    out = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = (*prefix, field_key(f))
+        if f.metadata.get("default_by"):
+            out.append((path, f))
+        elif isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name]):
+            out.extend(dependent_default_fields(hints[f.name], path))
+    return out
+
+
+def _declared_default(cls: type, path: Sequence[str]) -> Any:
+    """The declared default of the field at document ``path`` under ``cls``."""
+    hints = typing.get_type_hints(cls)
+    f = next(f for f in dataclasses.fields(cls) if field_key(f) == path[0])
+    if len(path) > 1:
+        return _declared_default(hints[f.name], path[1:])
+    return f.default
+
+
+def _fill_dependent_defaults(document: Any) -> Any:
+    """``document`` with each ``default_by`` field that it leaves out (or null) set to the
+    default for the value of the field it depends on. Mappings along a changed path are
+    copied, never changed; a path through something other than a mapping is left alone
+    (parsing reports it)."""
+    if not isinstance(document, dict):
+        return document
+    for path, f in dependent_default_fields(Experiment):
+        source, table = f.metadata["default_by"]
+        nodes = [document]
+        for key in path[:-1]:
+            child = nodes[-1].get(key)
+            if child is not None and not isinstance(child, dict):
+                break
+            nodes.append(child or {})
+        else:
+            if nodes[-1].get(path[-1]) is not None:
+                continue
+            decider: Any = document
+            for key in source.split("."):
+                decider = decider.get(key) if isinstance(decider, dict) else None
+            if decider is None:
+                decider = _declared_default(Experiment, source.split("."))
+            value = table.get(decider, f.default) if isinstance(decider, Hashable) else f.default
+            # Rebuild the path bottom-up from copies, so that the caller's document stays as
+            # it was.
+            for node, key in zip(reversed(nodes), reversed(path)):
+                value = {**node, key: value}
+            document = value
+    return document
+
+
 def parse_experiment(document: Any) -> Experiment:
     """Validates a parsed YAML/JSON document and returns the typed Experiment.
+
+    Fields whose default depends on another field (``default_by``: R2D2's LSTM and
+    optimizer, the PPO preset's observation clip) get it here when the document leaves them
+    out.
 
     Raises:
       ConfigError: listing every problem as ``field.path: reason``.
     """
     problems: list[tuple[str, str]] = []
+    document = _fill_dependent_defaults(document)
     exp = _parse_dataclass(Experiment, document, "", problems)
     if not problems and exp is not _INVALID:
         _check_cross_fields(exp, problems)

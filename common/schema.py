@@ -88,7 +88,11 @@ def _scalar_constraints(out: dict[str, Any], meta: dict[str, Any]) -> None:
 
 
 def _default(f: dataclasses.Field) -> Any:
-    """The field's default as plain document data, or MISSING when it has none to declare."""
+    """The field's default as plain document data, or MISSING when it has none to declare
+    (None for one that depends on another field: the API server must leave it out, for the
+    operator's parse to fill in)."""
+    if f.metadata.get("default_by"):
+        return None
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
@@ -124,6 +128,8 @@ def dataclass_schema(cls: type) -> dict[str, Any]:
     for f in dataclasses.fields(cls):
         key = config.field_key(f)
         prop = _type_schema(hints[f.name], dict(f.metadata))
+        if f.metadata.get("default_by"):
+            prop["nullable"] = True  # null, as left out: the default for the other field
         doc = f.metadata.get("doc", "")
         if dataclasses.is_dataclass(hints[f.name]):
             # A section: its own docstring says more than the one line on the field.

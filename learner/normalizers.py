@@ -13,25 +13,56 @@ import tensorflow as tf
 class RunningMeanStd(tf.Module):
     """Running mean and variance of vectors of a fixed shape.
 
+    Values are normalized as ``(x - mean) / (sqrt(variance + epsilon) + std_epsilon)``, where
+    the variance divides the sum of squared deviations by ``count - ddof``; until more than
+    ``ddof`` samples were seen they are only centred (the standard deviation is taken as 1).
+    The defaults give the population variance plus 1e-8; BatchPPO's ``StreamingNormalize`` is
+    ``ddof=1, epsilon=1e-4, std_epsilon=1e-8``.
+
     Args:
       shape: the shape of one sample.
       clip: normalized values are clipped to [-clip, clip]; 0 disables clipping.
       epsilon: added to the variance before the square root.
+      ddof: delta degrees of freedom of the variance: 0 for the population's, 1 for the
+        sample's.
+      std_epsilon: added to the standard deviation.
     """
 
-    def __init__(self, shape, clip: float = 10.0, epsilon: float = 1e-8, name: str = "rms"):
+    def __init__(
+        self,
+        shape,
+        clip: float = 10.0,
+        epsilon: float = 1e-8,
+        name: str = "rms",
+        ddof: int = 0,
+        std_epsilon: float = 0.0,
+    ):
         super().__init__(name=name)
         self.clip = clip
         self.epsilon = epsilon
+        self.ddof = ddof
+        self.std_epsilon = std_epsilon
         self.count = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="count")
         self.mean = tf.Variable(tf.zeros(shape, tf.float64), trainable=False, name="mean")
         self.m2 = tf.Variable(tf.zeros(shape, tf.float64), trainable=False, name="m2")
 
     @property
     def variance(self) -> tf.Tensor:
-        """The population variance so far (1 before any data, so normalizing is a no-op)."""
+        """The variance so far, with ``ddof`` (1 until more than ``ddof`` samples were seen)."""
         return tf.where(
-            self.count > 0, self.m2 / tf.maximum(self.count, 1.0), tf.ones_like(self.m2)
+            self.count > self.ddof,
+            self.m2 / tf.maximum(self.count - self.ddof, 1.0),
+            tf.ones_like(self.m2),
+        )
+
+    @property
+    def std(self) -> tf.Tensor:
+        """What values are divided by: ``sqrt(variance + epsilon) + std_epsilon``, or exactly 1
+        until more than ``ddof`` samples were seen (normalizing then only centres)."""
+        return tf.where(
+            self.count > self.ddof,
+            tf.sqrt(self.variance + self.epsilon) + self.std_epsilon,
+            tf.ones_like(self.m2),
         )
 
     def update(self, batch) -> bool:
@@ -60,6 +91,6 @@ class RunningMeanStd(tf.Module):
     def normalize(self, x, center: bool = True) -> tf.Tensor:
         """(x - mean) / std, or x / std with ``center=False``, clipped; float32."""
         mean = tf.cast(self.mean, tf.float32) if center else 0.0
-        std = tf.cast(tf.sqrt(self.variance + self.epsilon), tf.float32)
+        std = tf.cast(self.std, tf.float32)
         out = (tf.cast(x, tf.float32) - mean) / std
         return tf.clip_by_value(out, -self.clip, self.clip) if self.clip else out

@@ -388,6 +388,7 @@ class LearnerRuntime:
             fields,
             length=length,
             period=period,
+            prefix=agent.unroll_prefix(),
         )
         stream = Stream(
             actor_id,

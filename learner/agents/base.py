@@ -78,6 +78,11 @@ class Agent(abc.ABC):
         consecutive unrolls share the row to bootstrap from."""
         return unroll_length + 1, unroll_length
 
+    def unroll_prefix(self) -> int:
+        """Zero rows before a stream's first step (see
+        :class:`seedrl.learner.trajectories.UnrollBuilder`); by default none."""
+        return 0
+
     def is_evaluation_actor(self, actor_index: int) -> bool:
         """Whether an actor only evaluates: its episodes are reported apart and its
         trajectories are not trained on."""

@@ -161,8 +161,9 @@ def _section(cls: type, value: Any, indent: str, path: tuple[str, ...] = ()) -> 
         if dataclasses.is_dataclass(hints[f.name]):
             lines.append(f"{indent}{key}:")
             lines += _section(hints[f.name], current, indent + "  ", (*path, key))
-        elif current is None:
-            # helm drops null values when merging, and null is the field's absence anyway.
+        elif current is None or f.metadata.get("default_by"):
+            # helm drops null values when merging, and null is the field's absence anyway (a
+            # default that depends on another field must stay absent to be filled in).
             lines.append(f"{indent}# {key}: null")
         else:
             lines.append(f"{indent}{key}: {_scalar(config.to_document(current))}")

@@ -998,17 +998,106 @@ def test_vtrace_minibatches_must_divide_the_batch():
     ) == ("spec.agent.vtrace.minibatches", "must divide spec.learner.batchSize (16), got 3")
 
 
+def test_r2d2_sequences_are_the_papers_trained_steps_after_a_burn_in_prefix():
+    r2 = parse_experiment(doc(agent={"name": "r2d2"})).spec.agent.r2d2
+    assert (r2.train_length, r2.burn_in, r2.sequence_period) == (80, 40, 40)
+
+
 def test_r2d2_sequence_rules():
     problems = dict(
-        problems_of(doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 40, "burnIn": 40}}))
+        problems_of(doc(agent={"name": "r2d2", "r2d2": {"trainLength": 20, "sequencePeriod": 21}}))
     )
-    assert problems["spec.agent.r2d2.sequenceLength"].startswith("must exceed burnIn (40)")
-    # A sequence may be shorter than burn-in + n: its last steps use shorter returns.
-    parse_experiment(
-        doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 12, "burnIn": 10, "nStep": 5}})
+    assert problems["spec.agent.r2d2.sequencePeriod"].startswith(
+        "must be at most spec.agent.r2d2.trainLength (20)"
     )
-    problems = dict(problems_of(doc(agent={"name": "r2d2", "r2d2": {"sequencePeriod": 10}})))
-    assert "unknown field" in problems["spec.agent.r2d2.sequencePeriod"]
+    # A burn-in may be longer than the trained steps, and those fewer than n: the last
+    # steps of a sequence use shorter returns.
+    r2d2 = {"trainLength": 2, "burnIn": 10, "nStep": 5, "sequencePeriod": 1}
+    parse_experiment(doc(agent={"name": "r2d2", "r2d2": r2d2}))
+    # The old sequenceLength counted the burn-in: read as the trained steps it would train
+    # another shape, so it is refused with what replaces it.
+    path, reason = only_problem(doc(agent={"name": "r2d2", "r2d2": {"sequenceLength": 80}}))
+    assert path == "spec.agent.r2d2.sequenceLength"
+    assert reason.startswith("unknown field") and "trainLength S - B" in reason
+
+
+def test_a_budget_that_ends_before_the_replay_fills_is_refused():
+    # 39,999 env steps make at most 999 sequences of one every 40 steps; learning needs 1,000.
+    path, reason = only_problem(doc(agent={"name": "r2d2"}, budget={"maxEnvSteps": 39_999}))
+    assert path == "spec.agent.r2d2.minReplaySize"
+    assert "999 sequences" in reason and "spec.budget.maxEnvSteps (39999)" in reason
+    assert "spec.agent.r2d2.sequencePeriod (40)" in reason and "got 1000" in reason
+    parse_experiment(doc(agent={"name": "r2d2"}, budget={"maxEnvSteps": 40_000}))
+    parse_experiment(doc(agent={"name": "r2d2"}, budget={"maxEnvSteps": 0}))  # no limit
+
+
+def test_r2d2_alone_is_recurrent_with_the_papers_optimizer():
+    exp = parse_experiment(doc(agent={"name": "r2d2"}))
+    assert exp.spec.agent.network.lstm_size == 512
+    optimizer = exp.spec.learner.optimizer
+    assert (optimizer.name, optimizer.learning_rate, optimizer.epsilon) == ("adam", 1e-4, 1e-3)
+    # The other agents keep theirs.
+    for name in ("vtrace", "ppo"):
+        exp = parse_experiment(doc(agent={"name": name}))
+        assert exp.spec.agent.network.lstm_size == 0
+        assert (exp.spec.learner.optimizer.learning_rate, exp.spec.learner.optimizer.epsilon) == (
+            1e-3,
+            1e-7,
+        )
+
+
+def test_a_replay_that_cannot_reach_its_minimum_is_refused():
+    # The learner would wait for minReplaySize sequences forever while the actors ran on.
+    r2d2 = {"replayCapacity": 500, "minReplaySize": 1000}
+    path, reason = only_problem(doc(agent={"name": "r2d2", "r2d2": r2d2}))
+    assert path == "spec.agent.r2d2.minReplaySize"
+    assert "spec.agent.r2d2.replayCapacity (500)" in reason and "got 1000" in reason
+    parse_experiment(doc(agent={"name": "r2d2", "r2d2": {"replayCapacity": 1000}}))
+    # Another agent ignores the section.
+    parse_experiment(doc(agent={"name": "vtrace", "r2d2": r2d2}))
+
+
+def test_agent_dependent_defaults_yield_to_what_the_document_says():
+    document = doc(
+        agent={"name": "r2d2", "network": {"lstmSize": 0}},
+        learner={"optimizer": {"name": "rmsprop", "learningRate": 3e-4}},
+    )
+    before = copy.deepcopy(document)
+    exp = parse_experiment(document)
+    assert document == before  # resolving defaults changes nothing of the caller's
+    assert exp.spec.agent.network.lstm_size == 0
+    optimizer = exp.spec.learner.optimizer
+    assert (optimizer.name, optimizer.learning_rate, optimizer.epsilon) == ("rmsprop", 3e-4, 1e-3)
+    # null stands for the agent's default, as leaving the field out does.
+    exp = parse_experiment(
+        doc(agent={"name": "r2d2", "network": {"lstmSize": None}}, learner={"optimizer": None})
+    )
+    assert exp.spec.agent.network.lstm_size == 512
+    assert exp.spec.learner.optimizer.learning_rate == 1e-4
+    # A dumped Experiment states the resolved values, so it reads back the same whatever the
+    # agent's defaults become.
+    dumped = load_yaml(dump_experiment(exp))
+    assert dumped["spec"]["agent"]["network"]["lstmSize"] == 512
+    assert parse_experiment(dumped) == exp
+
+
+def test_the_batchppo_preset_clips_observations_at_batchppos_5():
+    def clip_of(**ppo):
+        return parse_experiment(
+            doc(agent={"name": "ppo", "ppo": ppo})
+        ).spec.agent.ppo.observation_clip
+
+    assert clip_of() == 10.0 and clip_of(preset="clip") == 10.0
+    assert clip_of(preset="batchppo") == 5.0
+    assert clip_of(preset="batchppo", observationClip=8) == 8.0
+    assert clip_of(preset="batchppo", observationClip=None) == 5.0
+
+
+def test_agent_dependent_defaults_leave_bad_documents_to_the_parser():
+    problems = dict(problems_of(doc(agent={"name": "r2d2", "network": 5})))
+    assert problems["spec.agent.network"].startswith("must be a mapping")
+    problems = dict(problems_of(doc(agent={"name": ["r2d2"]})))
+    assert problems["spec.agent.name"].startswith("must be a string")
 
 
 def test_atari_and_football_sections():

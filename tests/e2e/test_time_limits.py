@@ -22,7 +22,8 @@ GAMMA = 0.9
 CONVEYOR = EnvConfig(
     id="SeedrlTest/Conveyor-v0", imports=["support.seedrl_test_envs"], max_episode_steps=2
 )
-MLP = {"hiddenSizes": [32], "activation": "relu", "denseSize": 32}
+# Feed-forward for every agent, r2d2 included (whose default is recurrent).
+MLP = {"hiddenSizes": [32], "activation": "relu", "denseSize": 32, "lstmSize": 0}
 #: name -> (agent section, learner section, training steps the 24,000 env steps allow).
 AGENTS = {
     "vtrace": (
@@ -40,8 +41,9 @@ AGENTS = {
         {
             "r2d2": {
                 "discount": GAMMA,
-                "sequenceLength": 6,
+                "trainLength": 6,
                 "burnIn": 0,
+                "sequencePeriod": 6,
                 "nStep": 1,
                 "minReplaySize": 16,
                 "targetUpdatePeriod": 20,
@@ -65,7 +67,7 @@ def _experiment(name):
                 "learner": {
                     "inferenceMaxWaitMs": 0,
                     "queueCapacity": 256,
-                    "optimizer": {"learningRate": 0.003},
+                    "optimizer": {"learningRate": 0.003, "epsilon": 1e-7},
                     **learner,
                 },
                 "actors": {"replicas": 1, "envsPerActor": 16},

@@ -165,7 +165,7 @@ def _run_ppo(agent, env_spec, steps=STEPS):
 
 def _run_r2d2(agent, env_spec, steps=STEPS):
     rng = np.random.default_rng(0)
-    length = agent.config.sequence_length + 1
+    length = agent.config.burn_in + agent.config.train_length + 1
     unrolls = []
     for _ in range(24):
         one = _batch(rng, length, 1, env_spec, 1, _state_sizes(agent.online))
@@ -198,9 +198,10 @@ AGENTS = {
         lambda: experiment(
             "r2d2",
             r2d2={
-                # Stored sequences hold sequenceLength + 1 rows: SEQUENCE_LENGTH.
-                "sequenceLength": SEQUENCE_LENGTH - 1,
+                # Stored sequences hold burnIn + trainLength + 1 rows: SEQUENCE_LENGTH.
+                "trainLength": SEQUENCE_LENGTH - 3,
                 "burnIn": 2,
+                "sequencePeriod": SEQUENCE_LENGTH - 3,
                 "nStep": 2,
                 "minReplaySize": 4,
                 "replayCapacity": 64,
@@ -405,7 +406,7 @@ def skip(replicas: int) -> dict:
         before = [np.array(_numpy(v)) for v in floating]
         steps_before = int(_numpy(agent.optimizer.iterations))
         if name == "r2d2":
-            length = agent.config.sequence_length + 1
+            length = agent.config.burn_in + agent.config.train_length + 1
             unrolls = []
             for _ in range(8):
                 one = _batch(rng, length, 1, env_spec, 1, _state_sizes(agent.online))

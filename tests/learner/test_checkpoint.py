@@ -33,8 +33,9 @@ def _r2d2(max_gb=4.0, env="Toy"):
                     "name": "r2d2",
                     "network": {"hiddenSizes": [8], "lstmSize": 4, "denseSize": 8},
                     "r2d2": {
-                        "sequenceLength": 6,
+                        "trainLength": 4,
                         "burnIn": 2,
+                        "sequencePeriod": 4,
                         "nStep": 2,
                         "minReplaySize": 2,
                         "replayCheckpointMaxGb": max_gb,
@@ -77,7 +78,7 @@ def _vtrace():
 
 def _fill(agent, n, seed):
     rng = np.random.default_rng(seed)
-    rows = 7  # sequenceLength 6 + the row to bootstrap from
+    rows = 7  # burnIn 2 + trainLength 4 + the row to bootstrap from
     agent.add_unrolls(
         [
             {

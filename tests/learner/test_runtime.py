@@ -198,6 +198,35 @@ def test_replay_agents_get_overlapping_sequences_and_evaluation_actors_report_ap
         runtime.shutdown()
 
 
+class PaddedReplayAgent(ReplayAgent):
+    """A replay agent whose streams open with 2 zero rows (as R2D2's burn-in)."""
+
+    def unroll_prefix(self):
+        return 2
+
+
+def test_a_replay_agents_prefix_opens_each_stream_with_zero_rows():
+    agent = PaddedReplayAgent(min_size=1)
+    runtime = make_runtime(agent)
+    try:
+        stream = runtime.open_stream("explore", 1, SPEC, actor_index=0)
+        for _ in range(4):
+            runtime.submit(stream, step(1), []).result(10)
+        deadline = time.monotonic() + 10
+        while len(agent.stored) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # 4 steps after 2 zero rows make sequences starting at padded rows 0 and 2; both
+        # begin from the state of the stream's first step.
+        assert [u["state_seen"].tolist() for u in agent.stored] == [[0, 0, 0, 1], [0, 1, 2, 3]]
+        assert [u["padding"].tolist() for u in agent.stored] == [
+            [True, True, False, False],
+            [False, False, False, False],
+        ]
+        assert [u["initial_state"][0].tolist() for u in agent.stored] == [[0], [0]]
+    finally:
+        runtime.shutdown()
+
+
 class ValueAgent(CountingAgent):
     """Values each observation at 10 x its first element; records what inference was given;
     acts with the observation's second element (a continuous action in [-1, 1] space)."""

@@ -96,3 +96,68 @@ def test_disjoint_sequences_and_bad_periods():
     for period in (0, 7):
         with pytest.raises(ValueError, match="period"):
             UnrollBuilder(0, 1, {"x": ((), np.dtype(np.int64))}, length=6, period=period)
+
+
+def _padded_stream(steps, length, period, prefix, k=1):
+    """Unrolls of a stream whose step t holds x = t + 1 (0 is the padding's) and state t."""
+    builder = UnrollBuilder(0, k, {"x": ((), np.dtype(np.int64))}, length, period, prefix)
+    out = []
+    for t in range(steps):
+        state = [np.full((k, 1), float(t), np.float32)]
+        unroll = builder.append({"x": np.full(k, t + 1)}, state)
+        if unroll is not None:
+            out.append(unroll)
+    return builder, out
+
+
+def test_a_prefix_of_zero_rows_opens_a_stream_as_seeds_r2d2_pads_its_burn_in():
+    # Burn-in 4, 3 trained steps and the bootstrap row: 8 rows every 3, after 4 zero rows.
+    # The first sequences begin before the stream's first step, so that its first steps are
+    # trained as every other: each sequence's trained rows (4..6) follow on from the last's.
+    _, out = _padded_stream(16, length=8, period=3, prefix=4)
+    assert [u["x"][:, 0].tolist() for u in out] == [
+        [0, 0, 0, 0, 1, 2, 3, 4],
+        [0, 1, 2, 3, 4, 5, 6, 7],
+        [3, 4, 5, 6, 7, 8, 9, 10],
+        [6, 7, 8, 9, 10, 11, 12, 13],
+        [9, 10, 11, 12, 13, 14, 15, 16],
+    ]
+    trained = [x for u in out for x in u["x"][4:7, 0].tolist()]
+    assert trained == list(range(1, 16))
+    assert [u["padding"][:, 0].tolist().count(True) for u in out] == [4, 1, 0, 0, 0]
+    assert all(u["padding"][:, 0].tolist() == [x == 0 for x in u["x"][:, 0]] for u in out)
+    # A sequence that begins in the padding starts from the state of the stream's first step.
+    assert [u["initial_state"][0][0, 0] for u in out] == [0.0, 0.0, 2.0, 5.0, 8.0]
+
+
+def test_a_prefix_longer_than_the_period_pads_several_sequences():
+    _, out = _padded_stream(9, length=8, period=2, prefix=5, k=2)
+    assert [u["x"][:, 1].tolist() for u in out] == [
+        [0, 0, 0, 0, 0, 1, 2, 3],
+        [0, 0, 0, 1, 2, 3, 4, 5],
+        [0, 1, 2, 3, 4, 5, 6, 7],
+        [2, 3, 4, 5, 6, 7, 8, 9],
+    ]
+    assert [u["padding"].sum(axis=0).tolist() for u in out] == [[5, 5], [3, 3], [1, 1], [0, 0]]
+    assert [u["initial_state"][0][:, 0].tolist() for u in out] == [[0, 0], [0, 0], [0, 0], [1, 1]]
+
+
+def test_a_reset_pads_the_restarted_stream_again():
+    builder, _ = _padded_stream(6, length=4, period=2, prefix=2)
+    builder.reset()
+    out = [builder.append({"x": np.array([t])}, [np.array([[t]], np.float32)]) for t in (7, 8)]
+    assert out[-1]["x"][:, 0].tolist() == [0, 0, 7, 8]
+    assert out[-1]["padding"][:, 0].tolist() == [True, True, False, False]
+    assert out[-1]["initial_state"][0][0, 0] == 7.0
+
+
+def test_bad_prefixes():
+    fields = {"x": ((), np.dtype(np.int64))}
+    for prefix in (-1, 6):
+        with pytest.raises(ValueError, match="prefix"):
+            UnrollBuilder(0, 1, fields, length=6, period=2, prefix=prefix)
+    with pytest.raises(ValueError, match="padding"):
+        UnrollBuilder(0, 1, {"padding": ((), np.dtype(bool))}, length=6, period=2, prefix=1)
+    # Without a prefix, unrolls carry no padding field.
+    _, out = _padded_stream(4, length=4, period=2, prefix=0)
+    assert "padding" not in out[0] and out[0]["x"][:, 0].tolist() == [1, 2, 3, 4]

@@ -15,9 +15,11 @@ with a per-sample cutoff. ``batchppo`` reproduces BatchPPO's ``ppo.py``: the unc
 surrogate with the KL penalty, whose coefficient is multiplied or divided by 1.5 when the KL
 from the policy at the start of the update leaves [0.7, 1.3] x target, a cutoff on each
 unroll's mean KL, rewards divided by the streaming std of the rewards (updated with the batch
-first), and value targets the discounted returns. BatchPPO trained on whole episodes of a
-policy that had not moved since; here the penalty's reference is the policy at the start of
-the update, which the behaviour policy equals when the lag is 0.
+first), value targets the discounted returns, and BatchPPO's normalizer formula,
+``sqrt(var_sum / (n - 1) + 1e-4) + 1e-8``, with observations clipped to 5 by default.
+BatchPPO trained on whole episodes of a policy that had not moved since; here the penalty's
+reference is the policy at the start of the update, which the behaviour policy equals when the
+lag is 0.
 """
 
 from __future__ import annotations
@@ -89,13 +91,17 @@ class PPOAgent(Agent):
         obs_dtype = tf.as_dtype(env_spec.observation_dtype)
         # Frames are already scaled by the network; normalizing pixels would only add noise.
         self._normalize_obs = config.normalize_observations and obs_dtype != tf.uint8
-        self.obs_rms = RunningMeanStd(obs_shape, clip=config.observation_clip, name="obs_rms")
-        self.reward_rms = RunningMeanStd([], clip=config.reward_clip, name="reward_rms")
+        self._batchppo = config.preset == "batchppo"
+        # BatchPPO's StreamingNormalize: sqrt(var_sum / (n - 1) + 1e-4) + 1e-8.
+        formula = dict(ddof=1, epsilon=1e-4, std_epsilon=1e-8) if self._batchppo else {}
+        self.obs_rms = RunningMeanStd(
+            obs_shape, clip=config.observation_clip, name="obs_rms", **formula
+        )
+        self.reward_rms = RunningMeanStd([], clip=config.reward_clip, name="reward_rms", **formula)
         self.kl_coefficient = tf.Variable(
             config.kl_init_coefficient, dtype=tf.float64, trainable=False, name="kl_coefficient"
         )
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
-        self._batchppo = config.preset == "batchppo"
         objective = config.objective or ("kl_penalty" if self._batchppo else "clip")
         self._uses_clip = objective in ("clip", "both")
         self._uses_kl = objective in ("kl_penalty", "both")

@@ -5,11 +5,14 @@ Every env's LSTM state lives on the learner (the runtime keeps it per stream); i
 rate rides along as the last entry of that per-env state, fixed per env by the Ape-X schedule
 over every exploring env of every actor, so one batched inference call serves envs with
 different epsilons. The runtime cuts each env's trajectory into sequences of
-``sequenceLength + 1`` steps every ``sequenceLength - burnIn`` steps, each with the LSTM state
-at its first step: after its burn-in a sequence trains on exactly the steps the next one burns
-in with, plus one step to bootstrap from, so every step is trained on once. New sequences get
-their priority from the Q-values seen when acting (SEED RL), and the learner keeps SEED's
-replay ratio, waiting for data or making the actors wait.
+``burnIn + trainLength + 1`` steps every ``sequencePeriod`` steps, each with the LSTM state at
+its first step: a burn-in, the ``trainLength`` steps trained on, and one step to bootstrap
+from. Every step is trained on in ``trainLength / sequencePeriod`` sequences (the paper's 80
+every 40: two), its stream's first ones too: a stream's first sequences begin with zero rows in
+place of the burn-in it has not got (SEED's padding), and the LSTM state is reset at its first
+real step, so that step is replayed from the state that acted on it. New sequences get their
+priority from the Q-values seen when acting (SEED RL), and the learner keeps SEED's replay
+ratio, waiting for data or making the actors wait.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from seedrl.learner.devices import Placement, default_placement
 from seedrl.learner.networks import DuelingQNetwork
 from seedrl.learner.optimizers import apply_gradients
 from seedrl.learner.replay import PrioritizedReplay
-from seedrl.learner.trajectories import final_values
+from seedrl.learner.trajectories import PADDING, final_values
 
 
 def _time_major(x):
@@ -38,6 +41,12 @@ def _time_major(x):
 
 #: Names of the replay fields that hold a sequence's initial recurrent state, in state order.
 STATE_FIELDS = ("h", "c", "prev_action")
+
+
+def _padding_rows(unroll: Mapping[str, object]) -> int:
+    """The zero rows at the head of a single-env unroll (none when it has no ``padding``)."""
+    padding = unroll.get(PADDING)
+    return 0 if padding is None else int(np.count_nonzero(padding))
 
 
 class R2D2Agent(ReplayAgent):
@@ -89,7 +98,7 @@ class R2D2Agent(ReplayAgent):
         # Sequences inserted when learning began: the replay ratio counts from there.
         self._start_added: int | None = None
         self._acting_priorities = config.initial_priority == "acting"
-        rows = config.sequence_length + 1
+        rows = config.burn_in + config.train_length + 1
         obs_shape = tuple(env_spec.observation_shape)
         obs_dtype = np.dtype(env_spec.observation_dtype)
         fields = {
@@ -99,6 +108,8 @@ class R2D2Agent(ReplayAgent):
             "terminated": ((rows,), np.dtype(bool)),
             "truncated": ((rows,), np.dtype(bool)),
             "final_value": ((rows,), np.dtype(np.float32)),
+            # The zero rows at the head of a stream's first sequences (0 for the others).
+            PADDING: ((), np.dtype(np.int32)),
         }
         initial = online.initial_state(1)
         self._state_fields = STATE_FIELDS[: len(initial)]
@@ -115,8 +126,8 @@ class R2D2Agent(ReplayAgent):
             tf.TensorSpec([None, rows], tf.float32),  # reward
             tf.TensorSpec([None, rows], tf.bool),  # terminated
             tf.TensorSpec([None, rows], tf.bool),  # truncated
-            tf.TensorSpec([None, rows], tf.float32),
-        ]  # final value
+            tf.TensorSpec([None, rows], tf.float32),  # final value
+        ]
         self._infer = Compiled(
             self._infer_impl,
             [
@@ -134,6 +145,7 @@ class R2D2Agent(ReplayAgent):
                 *seq,
                 state_specs,
                 tf.TensorSpec([None], tf.float32),
+                tf.TensorSpec([None], tf.int32),  # padding
             ],
             concrete=not self.placement.distributed,
         )
@@ -215,7 +227,11 @@ class R2D2Agent(ReplayAgent):
     # -- replay ---------------------------------------------------------------------------
 
     def unroll_layout(self, unroll_length: int) -> tuple[int, int]:
-        return (self.config.sequence_length + 1, self.config.sequence_length - self.config.burn_in)
+        cfg = self.config
+        return cfg.burn_in + cfg.train_length + 1, cfg.sequence_period
+
+    def unroll_prefix(self) -> int:
+        return self.config.burn_in
 
     def add_unrolls(self, unrolls: list[Mapping[str, object]]) -> None:
         items = {
@@ -223,6 +239,7 @@ class R2D2Agent(ReplayAgent):
             for name in ("observation", "action", "reward", "terminated", "truncated")
         }
         items["final_value"] = np.stack([final_values(u) for u in unrolls])
+        items[PADDING] = np.array([_padding_rows(u) for u in unrolls], np.int32)
         for i, name in enumerate(self._state_fields):
             items[name] = np.stack([u["initial_state"][i] for u in unrolls])
         priorities = None
@@ -275,6 +292,7 @@ class R2D2Agent(ReplayAgent):
             items["final_value"],
             state,
             weights,
+            items[PADDING],
         )
         priorities = np.asarray(priorities)
         # A sequence whose TD errors are not finite holds data the network cannot digest
@@ -288,7 +306,7 @@ class R2D2Agent(ReplayAgent):
         return out
 
     def train(self, batch: Mapping[str, object]) -> dict[str, float]:
-        """One update on given sequences (time-major [L + 1, B, ...], as the runtime stacks
+        """One update on given sequences (time-major [L, B, ...], as the runtime stacks
         them), with uniform weights and no replay: for offline data and tests."""
 
         def major(array):
@@ -296,6 +314,7 @@ class R2D2Agent(ReplayAgent):
 
         state = list(batch.get("initial_state", []))[: len(self._state_fields)]
         b = np.asarray(batch["action"]).shape[1]
+        padding = np.asarray(batch.get(PADDING, np.zeros((1, b), bool))).sum(0, dtype=np.int32)
         metrics, _ = self._train_step(
             major(batch["observation"]),
             major(batch["action"]).astype(np.int32),
@@ -305,19 +324,47 @@ class R2D2Agent(ReplayAgent):
             major(final_values(batch)),
             state,
             np.ones(b, np.float32),
+            padding,
         )
         return {k: float(v) for k, v in metrics.items()}
 
     def _train_step(
-        self, observation, action, reward, terminated, truncated, final_value, state, weights
+        self,
+        observation,
+        action,
+        reward,
+        terminated,
+        truncated,
+        final_value,
+        state,
+        weights,
+        padding,
     ):
-        """One update on sequences [B, L + 1, ...]: split over the training replicas when
-        there are several, else the one-device step; returns metrics and priorities [B]."""
+        """One update on sequences [B, L, ...]: split over the training replicas when there
+        are several, else the one-device step; returns metrics and priorities [B]."""
         if not self.placement.can_shard(len(weights)):
             return self._train(
-                observation, action, reward, terminated, truncated, final_value, state, weights
+                observation,
+                action,
+                reward,
+                terminated,
+                truncated,
+                final_value,
+                state,
+                weights,
+                padding,
             )
-        args = (observation, action, reward, terminated, truncated, final_value, weights, *state)
+        args = (
+            observation,
+            action,
+            reward,
+            terminated,
+            truncated,
+            final_value,
+            weights,
+            padding,
+            *state,
+        )
         metrics, (priorities,) = self._replicated(args, (0,) * len(args))
         self.train_steps.assign_add(1)
         return metrics, priorities
@@ -359,13 +406,29 @@ class R2D2Agent(ReplayAgent):
         return tf.constant(True)
 
     def _train_impl(
-        self, observation, action, reward, terminated, truncated, final_value, state, weights
+        self,
+        observation,
+        action,
+        reward,
+        terminated,
+        truncated,
+        final_value,
+        state,
+        weights,
+        padding,
     ):
-        """One gradient step on sequences [B, L + 1, ...]; returns metrics and new priorities
-        [B]."""
+        """One gradient step on sequences [B, L, ...]; returns metrics and new priorities [B]."""
         with tf.GradientTape() as tape:
             loss, td, q_taken = self.loss(
-                observation, action, reward, terminated, truncated, final_value, state, weights
+                observation,
+                action,
+                reward,
+                terminated,
+                truncated,
+                final_value,
+                state,
+                weights,
+                padding,
             )
         grad_norm = apply_gradients(
             self.optimizer, tape, loss, self.online.trainable_variables, self._grad_clip_norm
@@ -381,12 +444,29 @@ class R2D2Agent(ReplayAgent):
         return metrics, priorities
 
     def _replica_loss(
-        self, observation, action, reward, terminated, truncated, final_value, weights, *state
+        self,
+        observation,
+        action,
+        reward,
+        terminated,
+        truncated,
+        final_value,
+        weights,
+        padding,
+        *state,
     ):
         """The loss of one training replica's shard of sequences (see ReplicatedStep), with
         the shard's priorities."""
         loss, td, q_taken = self.loss(
-            observation, action, reward, terminated, truncated, final_value, list(state), weights
+            observation,
+            action,
+            reward,
+            terminated,
+            truncated,
+            final_value,
+            list(state),
+            weights,
+            padding,
         )
         metrics = {
             "loss/q": loss,
@@ -415,7 +495,7 @@ class R2D2Agent(ReplayAgent):
     def _initial_priorities_impl(
         self, q_values, action, reward, terminated, truncated, final_value
     ):
-        """SEED's initial priorities: the TD errors of sequences [B, L + 1, ...] computed from
+        """SEED's initial priorities: the TD errors of sequences [B, L, ...] computed from
         the Q-values seen when acting, which stand in for both networks."""
         cfg = self.config
         q = _time_major(q_values)[cfg.burn_in :]
@@ -428,20 +508,32 @@ class R2D2Agent(ReplayAgent):
         td = targets - tf.gather(q[:-1], actions[:-1], axis=-1, batch_dims=2)
         return losses.sequence_priorities(td, cfg.priority_eta)
 
-    def loss(self, observation, action, reward, terminated, truncated, final_value, state, weights):
-        """The importance-weighted loss on sequences [B, L + 1, ...]: burn-in, then rescaled
-        n-step double-Q.
+    def loss(
+        self,
+        observation,
+        action,
+        reward,
+        terminated,
+        truncated,
+        final_value,
+        state,
+        weights,
+        padding=None,
+    ):
+        """The importance-weighted loss on sequences [B, L, ...] (L = burnIn + trainLength +
+        1): burn-in, then rescaled n-step double-Q.
 
         Row t holds x_t, the reward and done flags that led to x_t, a_t, and where row t is
         truncated the value of the final observation of the episode that ended. The first
         ``burn_in`` rows only advance both networks' LSTM states from the stored one, under
-        ``stop_gradient``; the loss covers every transition of the next ``L - burn_in`` rows
+        ``stop_gradient``; the loss covers every transition of the next ``trainLength`` rows
         (the last row only bootstraps), the last ones with shorter returns. Any episode end cuts
         the n-step return; a truncation (time limit) bootstraps from the final observation's
-        value.
+        value. ``padding`` [B] (int, default none) counts zero rows at a sequence's head, before
+        its stream's first step: the LSTM state is reset at that step, as it was when acting.
 
         Returns:
-          the scalar loss, TD errors [L - burn_in, B] and the Q-values of the taken actions
+          the scalar loss, TD errors [trainLength, B] and the Q-values of the taken actions
           (same shape).
         """
         cfg = self.config
@@ -449,6 +541,12 @@ class R2D2Agent(ReplayAgent):
         all_actions = _time_major(action)
         all_rewards = _time_major(reward)
         first = tf.logical_or(_time_major(terminated), _time_major(truncated))
+        if padding is not None:
+            # A stream's first step begins its first episode: the state that acted on it was
+            # the initial one, whatever the burn-in over the zero rows before it made.
+            padding = tf.cast(padding, tf.int32)[None, :]
+            rows = tf.range(tf.shape(first)[0])[:, None]
+            first = tf.logical_or(first, tf.logical_and(rows == padding, padding > 0))
         burn = cfg.burn_in
         online_state, target_state = state, state
         if self.online.recurrent and burn > 0:

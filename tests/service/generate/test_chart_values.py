@@ -40,10 +40,23 @@ def test_a_stale_file_is_reported_and_rewritten_under_the_root_given(tmp_path, c
 def test_values_hold_every_spec_default_with_its_doc():
     text = chart_values.values_yaml()
     values = yaml.safe_load(text)
-    assert values["name"] == "" and values["labels"] == {} and values["annotations"] == {}
-    # Null defaults are comments (helm would drop the key anyway); everything else is there.
-    assert values["spec"] == _drop_nulls(config.to_document(config.Spec()))
     lines = text.splitlines()
+    assert values["name"] == "" and values["labels"] == {} and values["annotations"] == {}
+    # Null defaults are comments (helm would drop the key anyway), as are the defaults that
+    # depend on another field (the agent's LSTM and optimizer): a value there would pin the
+    # default of one agent for all. Everything else is there, and reads back as the defaults.
+    expected = _drop_nulls(config.to_document(config.Spec()))
+    for path, _ in config.dependent_default_fields(config.Experiment):
+        section = expected
+        for key in path[1:-1]:
+            section = section[key]
+        del section[path[-1]]
+    assert values["spec"] == expected
+    assert (
+        config.parse_experiment({"metadata": {"name": "x"}, "spec": values["spec"]}).spec
+        == config.Spec()
+    )
+    assert "      # lstmSize: null" in lines and "      # learningRate: null" in lines
     replicas = lines.index("    replicas: 2")
     assert lines[replicas - 1] == "    # Actor processes (pods in a cluster), one gRPC stream each."
     assert "# maxEpisodeSteps: null" in text

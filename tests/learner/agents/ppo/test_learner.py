@@ -140,6 +140,37 @@ def test_batchppo_scales_rewards_by_the_std_of_the_rewards_themselves():
     assert float(clipped.reward_rms.mean.numpy()) > 1.5 * rewards.mean()
 
 
+def test_batchppo_normalises_with_batchppos_formula_and_clip():
+    # BatchPPO's StreamingNormalize: (x - mean) / (sqrt(var_sum / (n - 1) + 1e-4) + 1e-8),
+    # observations clipped to 5 and rewards to 10; the clip preset keeps the population
+    # variance + 1e-8 and its clip of 10.
+    agent = _agent(DISCRETE, preset="batchppo")
+    assert (agent.obs_rms.clip, agent.reward_rms.clip) == (5.0, 10.0)
+    batch = _batch(agent, lambda a: (a + 1).astype(np.float32) * 3)
+    agent.train(batch)
+    u = float(np.finfo(np.float32).eps) / 2  # normalize() computes in float32
+    obs = batch["observation"][:-1].reshape(-1, 3).astype(np.float64)
+    x = np.array([[3.0, -1.0, 40.0]])
+    mean, std = obs.mean(0), np.sqrt(obs.var(0, ddof=1) + 1e-4) + 1e-8
+    want = np.clip((x - mean) / std, -5.0, 5.0)
+    # The float32 casts of x, mean and std and the operations each round once.
+    tol = 2 * u * (np.abs(x) + np.abs(mean)) / std + 4 * u * np.abs(want)
+    np.testing.assert_array_less(np.abs(agent.obs_rms.normalize(x).numpy() - want), tol)
+    assert agent.obs_rms.normalize(x).numpy()[0, 2] == 5.0
+    rewards = batch["reward"][1:].reshape(-1).astype(np.float64)
+    r = np.array([2.0, 100.0])
+    want = np.clip(r / (np.sqrt(rewards.var(ddof=1) + 1e-4) + 1e-8), -10.0, 10.0)
+    got = agent.reward_rms.normalize(r, center=False).numpy()
+    np.testing.assert_allclose(got, want, rtol=6 * u)
+    clip = _agent(DISCRETE)
+    clip.train(batch)
+    assert clip.obs_rms.clip == 10.0
+    mean, std = obs.mean(0), np.sqrt(obs.var(0) + 1e-8)
+    want = np.clip((x - mean) / std, -10.0, 10.0)
+    tol = 2 * u * (np.abs(x) + np.abs(mean)) / std + 4 * u * np.abs(want)
+    np.testing.assert_array_less(np.abs(clip.obs_rms.normalize(x).numpy() - want), tol)
+
+
 def test_batchppo_measures_the_kl_from_the_policy_at_the_start_of_the_update():
     # A batch acted by a policy far from the current one (an actor lagging behind): the
     # clip preset's KL is measured from that behaviour policy, BatchPPO's from the policy

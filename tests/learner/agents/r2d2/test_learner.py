@@ -11,7 +11,7 @@ from seedrl.learner.agents.r2d2.builder import build
 from seedrl.learner.trajectories import UnrollBuilder, split_unroll
 
 SPEC = EnvSpec("Toy", "float32", (3,), "int32", (), 2)
-ROWS = 11  # sequenceLength 10 + the row to bootstrap from
+ROWS = 11  # burnIn 4 + trainLength 6 + the row to bootstrap from
 
 
 def _agent(network=None, **r2d2):
@@ -25,8 +25,9 @@ def _agent(network=None, **r2d2):
                     "name": "r2d2",
                     "network": network or {"hiddenSizes": [16], "lstmSize": 8, "denseSize": 16},
                     "r2d2": {
-                        "sequenceLength": 10,
+                        "trainLength": 6,
                         "burnIn": 4,
+                        "sequencePeriod": 6,
                         "nStep": 2,
                         "minReplaySize": 4,
                         "targetUpdatePeriod": 5,
@@ -66,7 +67,7 @@ def _sequence(rng, good_action, length=ROWS, q_values=None):
     return seq
 
 
-def _loss(agent, seqs, obs=None, weights=None):
+def _loss(agent, seqs, obs=None, weights=None, padding=None):
     stack = {
         k: np.stack([s[k] for s in seqs])
         for k in ("action", "reward", "terminated", "truncated", "final_value")
@@ -84,7 +85,18 @@ def _loss(agent, seqs, obs=None, weights=None):
         stack["final_value"],
         state,
         weights,
+        padding,
     )
+
+
+def test_a_default_r2d2_is_recurrent_with_the_papers_adam():
+    exp = parse_experiment({"metadata": {"name": "t"}, "spec": {"agent": {"name": "r2d2"}}})
+    agent = build(exp, SPEC)
+    assert agent.online.recurrent and agent.online.lstm_size == 512
+    assert agent.target.lstm_size == 512
+    assert type(agent.optimizer).__name__ == "Adam"
+    assert agent.optimizer.learning_rate.numpy() == np.float32(1e-4)
+    assert agent.optimizer.epsilon == 1e-3
 
 
 def test_epsilons_follow_seeds_schedule_over_every_env_of_every_actor():
@@ -186,23 +198,36 @@ def test_seeds_replay_ratio_is_the_default():
     assert agent.insert_limit() == 6  # ceil(8 / 1.5)
 
 
-def test_every_step_of_a_stream_is_trained_in_exactly_one_sequence():
-    # A feed-forward Q-network, so the gradient of the loss with respect to a row's
-    # observation is non-zero exactly when Q(x_t, a_t) of that row is in the loss. SEED's
-    # defaults at a small scale: burn-in 8, n = 5; the loss's last transitions look ahead less.
-    agent = _agent(
-        network={"hiddenSizes": [16], "denseSize": 16}, sequenceLength=16, burnIn=8, nStep=5
-    )
+FIELDS = {
+    "observation": ((3,), np.dtype(np.float32)),
+    "action": ((), np.dtype(np.int32)),
+    "reward": ((), np.dtype(np.float32)),
+    "terminated": ((), np.dtype(bool)),
+    "truncated": ((), np.dtype(bool)),
+    "final_value": ((), np.dtype(np.float32)),
+}
+
+
+def _builder(agent, fields=FIELDS):
+    """The unroll builder the runtime gives a one-env stream of ``agent``."""
     length, period = agent.unroll_layout(0)
-    fields = {
-        "observation": ((3,), np.dtype(np.float32)),
-        "action": ((), np.dtype(np.int32)),
-        "reward": ((), np.dtype(np.float32)),
-        "terminated": ((), np.dtype(bool)),
-        "truncated": ((), np.dtype(bool)),
-        "final_value": ((), np.dtype(np.float32)),
-    }
-    builder = UnrollBuilder(0, 1, fields, length=length, period=period)
+    return UnrollBuilder(0, 1, fields, length=length, period=period, prefix=agent.unroll_prefix())
+
+
+def test_every_step_of_a_stream_is_trained_in_train_length_over_period_sequences():
+    # A feed-forward Q-network, so the gradient of the loss with respect to a row's
+    # observation is non-zero exactly when Q(x_t, a_t) of that row is in the loss. The
+    # paper's layout at a small scale: 8 trained steps after a burn-in of 8, a sequence every
+    # 4 steps, n = 5; the loss's last transitions look ahead less.
+    agent = _agent(
+        network={"hiddenSizes": [16], "denseSize": 16, "lstmSize": 0},
+        trainLength=8,
+        burnIn=8,
+        sequencePeriod=4,
+        nStep=5,
+    )
+    assert agent.unroll_layout(0) == (17, 4) and agent.unroll_prefix() == 8
+    builder = _builder(agent)
     rng = np.random.default_rng(4)
     stream_rows = 100
     sequences = []
@@ -214,12 +239,13 @@ def test_every_step_of_a_stream_is_trained_in_exactly_one_sequence():
             "terminated": np.array([t == 37]),
             "truncated": np.array([False]),
             "final_value": np.zeros(1, np.float32),
-            "step": np.array([t]),
         }
         unroll = builder.append(row, [])
         if unroll is not None:
-            sequences.append((len(sequences) * period, split_unroll(unroll)[0]))
-    assert len(sequences) >= 8
+            # Sequence k begins k periods after the padding's first row, burn-in steps
+            # before the stream's first step.
+            sequences.append((len(sequences) * 4 - 8, split_unroll(unroll)[0]))
+    assert len(sequences) >= 20
     trained = np.zeros(stream_rows, int)
     for start, seq in sequences:
         seq["initial_state"] = []
@@ -227,11 +253,54 @@ def test_every_step_of_a_stream_is_trained_in_exactly_one_sequence():
         with tf.GradientTape() as tape:
             loss, td, _ = _loss(agent, [seq], obs=obs)
         grad = np.abs(tape.gradient(loss, obs).numpy()[0]).sum(-1)
-        assert td.shape == (length - 1 - 8, 1)
-        trained[start + np.flatnonzero(grad > 0)] += 1
-    covered = sequences[-1][0] + length - 1
-    assert np.all(trained[8:covered] == 1)  # every step once, episode end included
-    assert np.all(trained[:8] == 0) and np.all(trained[covered:] == 0)
+        assert td.shape == (8, 1)
+        rows = np.flatnonzero(grad > 0)
+        assert np.all(rows >= seq["padding"].sum())  # never a zero row
+        trained[start + rows] += 1
+    covered = sequences[-1][0] + 16
+    # Twice each (episode end included), from the stream's first step on; the first period's
+    # steps are in the first sequence only, and none before a zero-padded burn-in is missed.
+    assert np.all(trained[4 : covered - 4] == 2)
+    assert np.all(trained[:4] == 1) and np.all(trained[covered - 4 : covered] == 1)
+    assert np.all(trained[covered:] == 0)
+
+
+def test_a_streams_first_steps_are_replayed_from_the_state_that_acted_on_them():
+    # A stream's first sequence burns in over zero rows, yet its first step must see the
+    # initial LSTM state, as acting did: Q-values in training equal those seen when acting.
+    agent = _agent()  # LSTM of 8 that reads the previous action and reward; burn-in 4
+    builder = _builder(agent, {**FIELDS, **agent.step_fields()})
+    rng = np.random.default_rng(5)
+    state = agent.initial_state(1)
+    acted = []
+    unroll = None
+    while unroll is None:
+        observation = rng.normal(size=(1, 3)).astype(np.float32)
+        # The first step of a stream carries no reward (the actors send 0).
+        reward = np.zeros(1, np.float32) if not acted else rng.normal(size=1).astype(np.float32)
+        outputs, new_state = agent.inference(observation, state, reward)
+        acted.append(outputs["q_values"][0, outputs["action"][0]])
+        row = {
+            "observation": observation,
+            "action": outputs["action"],
+            "reward": reward,
+            "terminated": np.zeros(1, bool),
+            "truncated": np.zeros(1, bool),
+            "final_value": np.zeros(1, np.float32),
+            "q_values": outputs["q_values"],
+        }
+        unroll = builder.append(row, state)
+        state = new_state
+    seq = split_unroll(unroll)[0]
+    assert seq["padding"].tolist() == [True] * 4 + [False] * 7
+    _, _, q_taken = _loss(agent, [seq], padding=np.array([4], np.int32))
+    # The same float32 operations, batched differently (one step at a time when acting, a
+    # [T * B] batch when training): they agree to float32 rounding, ~1e-7 relative per
+    # operation over a few dozen sequential ones.
+    np.testing.assert_allclose(q_taken.numpy()[:, 0], acted[:6], rtol=1e-5, atol=1e-6)
+    # Without the reset at the first step the burn-in over zeros would have moved the state.
+    _, _, drifted = _loss(agent, [seq])
+    assert not np.allclose(drifted.numpy()[:, 0], acted[:6], rtol=1e-3, atol=1e-4)
 
 
 def test_burn_in_steps_get_no_gradient():
@@ -263,7 +332,7 @@ def test_the_sequence_loss_is_seeds_half_sum_over_time():
 
 def test_a_truncation_bootstraps_from_the_final_observations_value():
     # No LSTM and n = 1, so a target is r + gamma * h^-1(Q_target(next)) unless cut.
-    agent = _agent(network={"hiddenSizes": [16], "denseSize": 16}, nStep=1)
+    agent = _agent(network={"hiddenSizes": [16], "denseSize": 16, "lstmSize": 0}, nStep=1)
     rng = np.random.default_rng(7)
     seq = _sequence(rng, 1)
     seq["initial_state"] = []
