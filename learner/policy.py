@@ -39,6 +39,7 @@ from seedrl.learner.checkpoint import (
     tracked,
 )
 from seedrl.learner.networks import make_actor_critic
+from seedrl.learner.agents.ppo.learner import normalizer_formula
 from seedrl.learner.normalizers import RunningMeanStd
 
 #: The agents a policy can be loaded for (``spec.agent.name``).
@@ -205,7 +206,10 @@ class PolicyModule(tf.Module):
         if self.agent_name == "ppo":
             cfg = spec.agent.ppo
             obs_rms = RunningMeanStd(
-                list(env_spec.observation_shape), clip=cfg.observation_clip, name="obs_rms"
+                list(env_spec.observation_shape),
+                clip=cfg.observation_clip,
+                name="obs_rms",
+                **normalizer_formula(cfg),
             )
             parts["obs_rms"] = obs_rms
             # As PPOAgent: frames are scaled by the network, never normalised.

@@ -166,6 +166,8 @@ def test_missing_corrupt_and_other_agent_checkpoints_are_refused_in_one_line(
             path = other / entry["name"] / "experiment.yaml"
             doc = yaml.safe_load(path.read_text())
             doc["spec"]["agent"]["name"] = "r2d2"
+            # A replay the run's budget can fill: the Experiment must be valid, only wrong.
+            doc["spec"]["agent"]["r2d2"] = {"minReplaySize": 10, "replayCapacity": 100}
             path.write_text(yaml.safe_dump(doc))
             entry["files"]["experiment.yaml"] = _file_digest(str(path))
 

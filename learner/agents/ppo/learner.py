@@ -55,6 +55,16 @@ def discounted_returns(rewards: np.ndarray, done: np.ndarray, discount: float) -
     return out
 
 
+def normalizer_formula(config: PPOConfig) -> dict[str, float]:
+    """The keyword arguments of :class:`RunningMeanStd` that make ``spec.agent.ppo``'s
+    normalisers: BatchPPO's StreamingNormalize (``sqrt(var_sum / (n - 1) + 1e-4) + 1e-8``)
+    for the ``batchppo`` preset, the population variance plus 1e-8 otherwise. Whatever
+    rebuilds the agent's normalisers (a policy loaded from a checkpoint) uses it too."""
+    if config.preset == "batchppo":
+        return {"ddof": 1, "epsilon": 1e-4, "std_epsilon": 1e-8}
+    return {}
+
+
 class PPOAgent(Agent):
     """Proximal policy optimization with clipping and/or an adaptive KL penalty.
 
@@ -92,8 +102,7 @@ class PPOAgent(Agent):
         # Frames are already scaled by the network; normalizing pixels would only add noise.
         self._normalize_obs = config.normalize_observations and obs_dtype != tf.uint8
         self._batchppo = config.preset == "batchppo"
-        # BatchPPO's StreamingNormalize: sqrt(var_sum / (n - 1) + 1e-4) + 1e-8.
-        formula = dict(ddof=1, epsilon=1e-4, std_epsilon=1e-8) if self._batchppo else {}
+        formula = normalizer_formula(config)
         self.obs_rms = RunningMeanStd(
             obs_shape, clip=config.observation_clip, name="obs_rms", **formula
         )
