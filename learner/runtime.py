@@ -243,13 +243,14 @@ class LearnerRuntime:
                 env_spec.describe(),
             )
             learner = self.experiment.spec.learner
+            per_env = self.bytes_per_env()
             log.info(
                 "actor streams: at most %d, %d envs, %.1f MiB of per-env buffers "
                 "(spec.learner.maxStreams, maxTotalEnvs x %d bytes)",
                 learner.max_streams,
                 learner.max_total_envs,
-                learner.max_total_envs * self.bytes_per_env() / 2**20,
-                self.bytes_per_env(),
+                learner.max_total_envs * per_env / 2**20,
+                per_env,
             )
             return agent
 
