@@ -1165,6 +1165,7 @@ def test_crd_schema_follows_the_structural_rules():
                 "pattern",
                 "maxLength",
                 "minItems",
+                "maxItems",
                 "format",
                 "x-kubernetes-preserve-unknown-fields",
                 "x-kubernetes-list-type",
