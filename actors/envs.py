@@ -121,7 +121,8 @@ def probe_spec(config: EnvConfig) -> EnvSpec:
         env.close()
 
 
-#: Env restarts before an actor may give up on its envs (see :meth:`EnvBatch.check_failing`).
+#: The fewest env restarts after which an actor may give up on its envs (see
+#: :meth:`EnvBatch.check_failing`).
 ENV_FAILURES = 10
 
 
@@ -268,9 +269,10 @@ class EnvBatch:
 
     def check_failing(self) -> None:
         """Raises :class:`EnvsKeepFailing` once the envs have raised at least
-        :data:`ENV_FAILURES` times and at least as often as they finished episodes: an env
-        that raises now and then goes on; one that raises every episode ends its actor."""
-        if self.restarts >= ENV_FAILURES and self.restarts >= self.episodes:
+        :data:`ENV_FAILURES` times, three times per env, and at least as often as they
+        finished episodes: an env that raises now and then goes on (so do envs that all
+        raise once together); one that raises every episode ends its actor."""
+        if self.restarts >= max(ENV_FAILURES, 3 * self.num_envs) and self.restarts >= self.episodes:
             raise EnvsKeepFailing(self.restarts, self.episodes, self.last_error or "")
 
     def _restart(self, i: int, where: str) -> None:

@@ -269,6 +269,7 @@ class ProcessEnvBatch:
         if dead:
             from seedrl.actors.envs import ENV_FAILURES, EnvsKeepFailing
 
+            # Workers, not envs, restart here: ENV_FAILURES deaths of them.
             if self.restarts >= ENV_FAILURES and self.restarts >= self.episodes:
                 raise EnvsKeepFailing(self.restarts, self.episodes, self.last_error or "")
         return (

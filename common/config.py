@@ -461,6 +461,13 @@ class VTraceConfig:
         "every pass (must divide spec.learner.batchSize).",
         ge=1,
     )
+    evaluation_actors: int = param(
+        0,
+        "The last this-many actors act deterministically (the policy's mode) and only "
+        "evaluate: their episodes are reported apart (eval_mean_return), judge "
+        "spec.budget.targetReturn, and are not trained on.",
+        ge=0,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -663,6 +670,13 @@ class PPOConfig:
         2,
         "Unrolls acted by a policy more than this many updates old are dropped, not "
         "trained on; the lag measured is reported as policy_lag.",
+        ge=0,
+    )
+    evaluation_actors: int = param(
+        0,
+        "The last this-many actors act deterministically (the policy's mode) and only "
+        "evaluate: their episodes are reported apart (eval_mean_return), judge "
+        "spec.budget.targetReturn, and are not trained on.",
         ge=0,
     )
 
@@ -1672,14 +1686,17 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                     f"budget would end before learning starts, got {r2.min_replay_size}",
                 )
             )
-        if r2.evaluation_actors >= exp.spec.actors.replicas:
-            problems.append(
-                (
-                    "spec.agent.r2d2.evaluationActors",
-                    f"must be below spec.actors.replicas ({exp.spec.actors.replicas})"
-                    f", got {r2.evaluation_actors}",
-                )
+    agent_name = exp.spec.agent.name
+    section = getattr(exp.spec.agent, agent_name, None)
+    evaluators = getattr(section, "evaluation_actors", 0)
+    if evaluators >= exp.spec.actors.replicas:
+        problems.append(
+            (
+                f"spec.agent.{agent_name}.evaluationActors",
+                f"must be below spec.actors.replicas ({exp.spec.actors.replicas}): some "
+                f"actors must explore and train, got {evaluators}",
             )
+        )
     devices = exp.spec.learner.devices
     if devices.inference_devices > 1 and not float(devices.inference_devices).is_integer():
         problems.append(

@@ -333,7 +333,7 @@ class LearnerApp:
             **(
                 {
                     "eval_episodes": runtime.eval_episodes,
-                    "eval_mean_return_100": float(np.mean(list(runtime.eval_returns))),
+                    "eval_mean_return": float(np.mean(list(runtime.eval_returns))),
                 }
                 if runtime.eval_returns
                 else {}

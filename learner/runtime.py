@@ -408,9 +408,10 @@ class LearnerRuntime:
         return stream
 
     def is_evaluation_index(self, actor_index: int) -> bool:
-        """Whether the actor holding ``actor_index`` only evaluates: the agent says so for
-        its evaluation indices, and only those of the Experiment's own actors count (an
-        index past ``spec.actors.replicas``, granted to an actor beyond them, trains)."""
+        """Whether the actor holding ``actor_index`` only evaluates (acting greedily, its
+        episodes apart, its steps not trained on): the agent says so for the last
+        ``evaluationActors`` of the Experiment's own actors; an index past
+        ``spec.actors.replicas``, granted to an actor beyond them, trains."""
         return actor_index < self.experiment.spec.actors.replicas and bool(
             self.agent.is_evaluation_actor(actor_index)
         )
@@ -560,6 +561,8 @@ class LearnerRuntime:
             if "value" in outputs
             else np.zeros(len(outputs["action"]), np.float32)
         )
+        if any(stream.evaluation for stream, _ in items):
+            self._act_greedily(items, outputs)
         # Before the unrolls store them: a stored action outside the space would fail the
         # training step that reads it, as surely as a sent one would fail the actor's env.
         outputs["action"] = self._legal_actions(outputs["action"])
@@ -593,6 +596,20 @@ class LearnerRuntime:
             self.first_actions_time = time.time()
             self._first_actions.set()
         return results
+
+    def _act_greedily(self, items: list[tuple[Stream, StepData]], outputs: dict) -> None:
+        """Gives the evaluation streams' rows of a batch the agent's greedy actions (the
+        policy's mode), where the agent does not act greedily for them already."""
+        greedy = self.agent.greedy_actions(outputs)
+        if greedy is None:
+            return
+        rows = np.zeros(len(outputs["action"]), bool)
+        offset = 0
+        for stream, _ in items:
+            rows[offset : offset + stream.num_envs] = stream.evaluation
+            offset += stream.num_envs
+        shape = (-1,) + (1,) * (greedy.ndim - 1)
+        outputs["action"] = np.where(rows.reshape(shape), greedy, outputs["action"])
 
     @staticmethod
     def _final_values(

@@ -83,10 +83,22 @@ class Agent(abc.ABC):
         :class:`seedrl.learner.trajectories.UnrollBuilder`); by default none."""
         return 0
 
+    #: The Experiment's actors (``spec.actors.replicas``) and how many of the last of them
+    #: only evaluate (the agent section's ``evaluationActors``); set by the builder.
+    num_actors: int = 0
+    evaluation_actors: int = 0
+
     def is_evaluation_actor(self, actor_index: int) -> bool:
         """Whether an actor only evaluates: its episodes are reported apart and its
-        trajectories are not trained on."""
-        return False
+        trajectories are not trained on. The last ``evaluation_actors`` of the Experiment's
+        ``num_actors``; an index past them (an actor beyond ``spec.actors.replicas``) trains."""
+        return self.num_actors - self.evaluation_actors <= actor_index < self.num_actors
+
+    def greedy_actions(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """The actions an evaluation actor takes for these inference outputs (the rows of
+        ``inference``'s ``outputs``), or None where the agent's own actions already are
+        its evaluation actors' (R2D2's act with epsilon 0)."""
+        return None
 
     def extra_state(self) -> dict[str, np.ndarray] | None:
         """Agent state that is not TensorFlow variables (e.g. a replay), as plain arrays to

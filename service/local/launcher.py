@@ -562,11 +562,11 @@ class LocalRun:
             if refusal
             else f"no actor sent an env step (see {self.run_dir}/actor-*.log)"
         )
+        if hopeless and f"code {int(ExitCode.ENV_FAILED)}:" in detail:
+            return f"every actor gave up on its environments: {detail}"
         if status is None or (not status.env_steps and status.state != "running"):
             return f"actors could not start: {detail}"
         if hopeless:
-            if self.last_actor_failure and f"code {int(ExitCode.ENV_FAILED)}:" in detail:
-                return f"every actor gave up on its environments: {detail}"
             return f"every actor failed {MAX_ACTOR_RESTARTS + 1} times: {detail}"
         return f"no env steps for {idle:.0f} s: {detail}"
 

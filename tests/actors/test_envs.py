@@ -108,6 +108,19 @@ def test_envs_that_raise_every_episode_give_up_with_their_traceback():
     assert "seedrl_test_envs/__init__.py:" in message and "in step" in message
 
 
+def test_many_envs_raising_once_together_go_on():
+    # 16 envs raise at their first episode's end, together (a glitch they share): 16
+    # restarts, 16 episodes, but each env raised once; only a third failure each gives up.
+    envs = EnvBatch(EnvConfig(id="SeedrlTest/Crumbling-v0"), 16, seeds=list(range(16)))
+    envs.reset()
+    for _ in range(6):
+        envs.step(np.ones(16, np.int32))
+    assert envs.restarts == 32
+    with pytest.raises(EnvsKeepFailing):
+        for _ in range(3):
+            envs.step(np.ones(16, np.int32))
+
+
 def test_an_env_that_raises_now_and_then_goes_on_and_counts_its_restarts():
     envs = EnvBatch(EnvConfig(id="SeedrlTest/Crumbling-v0", options={"every": 5}), 2, [0, 1])
     envs.reset()

@@ -342,3 +342,55 @@ def test_a_bad_experiment_is_rejected_with_the_field_path(tmp_path):
     assert "spec.learner.unrollLength: must be >= 2, got 0" in result.stderr
     assert "spec.actors.replicas: must be an integer" in result.stderr
     assert not (tmp_path / "e2e-bad").exists()
+
+
+def test_a_vtrace_run_with_an_evaluation_actor_reports_its_returns_apart(tmp_path):
+    import re
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    proc = start(
+        train_cmd(
+            tmp_path,
+            "e2e-eval",
+            "spec.actors.replicas=3",
+            "spec.agent.vtrace.evaluationActors=1",
+            "spec.budget.maxEnvSteps=40000",
+            "spec.budget.targetReturn=null",
+        )
+    )
+    run_dir = tmp_path / "e2e-eval"
+    try:
+        port = None
+        for line in proc.stdout:
+            found = re.search(r"metrics: learner http://127\.0\.0\.1:(\d+)/metrics", line)
+            if found:
+                port = int(found.group(1))
+                break
+        assert port, "no metrics line on the console"
+
+        def eval_episodes_scraped():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                return 0
+            return sum(
+                s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+                if s.name == "seedrl_learner_episode_return_count" and s.labels["kind"] == "eval"
+            )
+
+        assert wait_for(eval_episodes_scraped, 300, "evaluation episodes on /metrics") > 0
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    summary = read_json(run_dir / "summary.json")
+    status = read_json(run_dir / "status.json")
+    assert summary["eval_episodes"] > 0 and summary["episodes"] > 0
+    assert 0 < summary["eval_mean_return"] <= 500
+    assert status["eval_episodes"] == summary["eval_episodes"]
+    assert status["eval_mean_return"] == summary["eval_mean_return"]

@@ -349,3 +349,57 @@ def test_a_step_that_trained_on_nothing_keeps_the_last_updates_metrics():
         "dropped_unrolls": 4.0,
     }
     assert runtime.learner_steps == 2
+
+
+class SamplingAgent(CountingAgent):
+    """Samples action 0 for every row; its greedy (mode) action is 1. Actor 2 of 3 only
+    evaluates, as spec.agent.vtrace.evaluationActors = 1 makes it."""
+
+    num_actors = 3
+    evaluation_actors = 1
+
+    def greedy_actions(self, outputs):
+        return np.ones_like(outputs["action"])
+
+
+def test_evaluation_streams_act_greedily_and_are_not_trained_on():
+    agent = SamplingAgent()
+    runtime = make_runtime(agent)  # replicas 2 by default: index 2 would be past them
+    runtime.experiment = parse_experiment(
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "env": {"id": SPEC.env_id},
+                "learner": {"unrollLength": 3, "batchSize": 1, "inferenceMaxWaitMs": 0},
+                "actors": {"replicas": 3},
+            },
+        }
+    )
+    try:
+        explorer = runtime.open_stream("explore", 2, SPEC, actor_index=0)
+        evaluator = runtime.open_stream("eval", 3, SPEC, actor_index=2)
+        beyond = runtime.open_stream("beyond", 1, SPEC, actor_index=3)
+        assert (explorer.evaluation, evaluator.evaluation, beyond.evaluation) == (
+            False,
+            True,
+            False,
+        )
+        for t in range(4):
+            # Batched together or not, each kind of stream gets its own kind of action.
+            sent = [
+                runtime.submit(s, step(s.num_envs), [(7.0, 4)] if t == 3 else [])
+                for s in (explorer, evaluator, beyond)
+            ]
+            acts = [f.result(10).tolist() for f in sent]
+            assert acts == [[0, 0], [1, 1, 1], [0]]
+        assert agent.trained.wait(10)
+        deadline = time.monotonic() + 10
+        while len(agent.batches) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Unrolls of 3 rows every 3: one per env of the training streams, none of the other's.
+        assert sorted(b["observation"].shape[1] for b in agent.batches) == [1, 1, 1]
+        status = runtime.status()
+        assert status.episodes == 2 and status.eval_episodes == 1
+        assert status.eval_mean_return == 7.0
+    finally:
+        runtime.shutdown()

@@ -89,6 +89,7 @@ class R2D2Agent(ReplayAgent):
         self.env_spec = env_spec
         self.batch_size = batch_size
         self.num_actors = num_actors
+        self.evaluation_actors = config.evaluation_actors
         self.envs_per_actor = envs_per_actor
         self._grad_clip_norm = float(grad_clip_norm)
         self._rng = tf.random.Generator.from_seed(seed)
@@ -164,9 +165,6 @@ class R2D2Agent(ReplayAgent):
             )
 
     # -- acting ---------------------------------------------------------------------------
-
-    def is_evaluation_actor(self, actor_index: int) -> bool:
-        return actor_index >= self.num_actors - self.config.evaluation_actors
 
     def epsilons(self, batch_size: int, actor_index: int = 0, first_env: int = 0) -> np.ndarray:
         """The exploration rates of envs ``first_env .. first_env + batch_size - 1`` of an

@@ -25,7 +25,7 @@ def build(
         optimizer = make_optimizer(
             spec.learner.optimizer, network.trainable_variables, pre_reduced=placement.distributed
         )
-        return VTraceAgent(
+        agent = VTraceAgent(
             network,
             optimizer,
             spec.agent.vtrace,
@@ -34,3 +34,6 @@ def build(
             seed=spec.seed,
             placement=placement,
         )
+    agent.num_actors = spec.actors.replicas
+    agent.evaluation_actors = spec.agent.vtrace.evaluation_actors
+    return agent

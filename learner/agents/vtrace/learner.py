@@ -110,6 +110,12 @@ class VTraceAgent(Agent):
     ) -> list[np.ndarray]:
         return [s.numpy() for s in self.network.initial_state(batch_size)]
 
+    def greedy_actions(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The policy's mode for each row (what evaluation actors take): the likeliest
+        action, or the Gaussian's mean."""
+        mode = np.asarray(self.dist.mode(outputs["policy_params"]))
+        return mode.astype(outputs["action"].dtype, copy=False)
+
     def inference(self, observations, state, rewards=None):
         if rewards is None:
             rewards = np.zeros(len(observations), np.float32)
