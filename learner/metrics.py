@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import time
 
+import numpy as np
+
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -215,6 +217,23 @@ class _ScrapeTimeCollector:
                 "Mean return of the last returnWindow training episodes.",
                 mean,
             )
+        if r.eval_returns:
+            yield gauge(
+                "seedrl_learner_eval_mean_return",
+                "Mean return of the evaluation actors' last returnWindow episodes.",
+                float(np.mean(list(r.eval_returns))),
+            )
+        yield gauge(
+            "seedrl_learner_uncounted_env_steps",
+            "Env steps received beyond their actor's fair share (not counted toward "
+            "spec.budget.maxEnvSteps; see seedrl.learner.progress).",
+            r.uncounted_env_steps,
+        )
+        yield counter(
+            "seedrl_learner_env_restarts",
+            "Envs the actors recreated after they raised.",
+            r.env_restarts,
+        )
         losses = GaugeMetricFamily(
             "seedrl_learner_loss",
             "Loss terms of the last training step.",

@@ -192,6 +192,10 @@ def experiment_rows() -> list[Row]:
                     [
                         (f"max(seedrl_learner_mean_return{{{EXP}}})", "last returnWindow episodes"),
                         (
+                            f"max(seedrl_learner_eval_mean_return{{{EXP}}})",
+                            "evaluation actors, last returnWindow episodes",
+                        ),
+                        (
                             _quantile(0.5, "seedrl_learner_episode_return", "kind"),
                             "median, {{kind}}",
                         ),
