@@ -24,20 +24,38 @@ PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.strea
 .PHONY: run test test-all bench bench-throughput bench-streams bench-speed bench-atari bench-atari-ppo \
 	bench-football bench-mujoco bench-pendulum bench-cartpole-r2d2 install proto crd clean
 
-run: $(STAMP)
+# `make help`: the targets by group, from the `## description` after each target's
+# prerequisites and the group table below (one declaration of what each target is for).
+HELP_GROUPS := Start:run,install,clean Test:test,test-all,test-unit,test-images,lint \
+	Generated:generate,check-generated \
+	Benchmarks:bench-speed,bench-hostile,bench-throughput,bench-streams,bench-devices \
+	Curves:bench-atari,bench-atari-ppo,bench-mujoco,bench-pendulum,bench-football,bench-cartpole-r2d2 \
+	Tools:images,image-tools,football,helm,kubectl,prometheus
+
+.PHONY: help
+help: ## list the targets by group
+	@for group in $(HELP_GROUPS); do \
+	  echo "$${group%%:*}:"; \
+	  for t in $$(echo "$${group#*:}" | tr , ' '); do \
+	    grep -E "^$$t:[^=].*## " $(MAKEFILE_LIST) | head -1 | \
+	      sed -E "s/^([^:]+):.*## (.*)/\1|\2/" | awk -F'|' '{printf "  %-22s %s\n", $$1, $$2}'; \
+	  done; \
+	done
+
+run: $(STAMP) ## set up .venv and train the default experiment (CartPole V-trace)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
 
-test: $(STAMP) football helm kubectl prometheus
+test: $(STAMP) football helm kubectl prometheus ## the test suite CI runs (not slow, no image builds)
 	$(PY) -m pytest -m "not slow and not images" $(PYTEST_ARGS)
 
 # Everything but the image builds, which have their own target (make test-images).
-test-all: $(STAMP) football helm kubectl prometheus
+test-all: $(STAMP) football helm kubectl prometheus ## every test but the image builds, the slow suites too
 	$(PY) -m pytest -m "not images" $(PYTEST_ARGS)
 
 # The inner loop: no system packages (no gfootball build, no helm, no Prometheus) and no
 # end-to-end runs; the tests that need one of those carry its marker (pyproject.toml).
 .PHONY: test-unit
-test-unit: $(STAMP)
+test-unit: $(STAMP) ## the inner loop: no system packages, no end-to-end runs
 	$(PY) -m pytest -m "not slow and not e2e and not football and not helm and not prometheus and not images" \
 	  $(PYTEST_ARGS)
 
@@ -47,7 +65,7 @@ test-unit: $(STAMP)
 LINT_TREE := build/lint
 
 .PHONY: lint
-lint: $(STAMP)
+lint: $(STAMP) ## ruff (lint, format) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/seedrl
@@ -57,7 +75,7 @@ lint: $(STAMP)
 bench: football bench-throughput bench-streams
 
 # End-to-end against raw env steps and naive baselines, in one run (JSON beside the table).
-bench-throughput: $(STAMP) football
+bench-throughput: $(STAMP) football ## end to end against raw env steps
 	$(PY) bench/throughput.py --config examples/cartpole-throughput.yaml --json bench-throughput.json
 	$(PY) bench/throughput.py --config examples/pong-vtrace.yaml $(PONG_THROUGHPUT) \
 	  --json bench-throughput-pong.json
@@ -67,13 +85,13 @@ bench-throughput: $(STAMP) football
 # Every speed figure in one run (~6 min): CartPole V-trace time to 475 over 3 seeds (wall from
 # the command, env steps, learner updates/s, start-up to the first env step), Pong end to end
 # against raw stepping, and the 1,000-stream p50/p99 with the learner's CPU per message.
-bench-speed: $(STAMP)
+bench-speed: $(STAMP) ## every speed figure side by side (~6 min)
 	$(PY) bench/speed.py --json bench-speed.json
 
 # The CartPole example beside 100 hellos of 4,096 envs and 3,000 silent streams: the real
 # actors' env steps/s alone and attacked, their ratio, the learner's RSS (~1 min).
 .PHONY: bench-hostile
-bench-hostile: $(STAMP)
+bench-hostile: $(STAMP) ## a run beside a flood of hostile streams (~1 min)
 	$(PY) bench/hostile.py --json bench-hostile.json
 
 # Re-measures the packaged reference throughputs `seedrl cost plan` falls back on when the user
@@ -83,25 +101,25 @@ reference-throughput: $(STAMP) football
 	$(PY) bench/reference.py --write service/cost/reference_throughput.yaml
 
 # PPO on HalfCheetah-v5 to 1M env steps (target 2,000).
-bench-mujoco: $(STAMP)
+bench-mujoco: $(STAMP) ## PPO on HalfCheetah to 1M env steps
 	$(CURVE) --config examples/halfcheetah-ppo.yaml --name bench-halfcheetah --target 2000 \
 	  --json $(CURVES)/halfcheetah-ppo.json
 
 # PPO on Pendulum-v1 (torque bounds +-2) to 500k env steps, against rl-baselines3-zoo's PPO
 # (-172 after 100k steps): the curve goes on past the target.
-bench-pendulum: $(STAMP)
+bench-pendulum: $(STAMP) ## PPO on Pendulum to 500k env steps
 	$(CURVE) --config examples/pendulum-ppo.yaml --name bench-pendulum \
 	  --set spec.budget.targetReturn=null --target -200 \
 	  --json $(CURVES)/pendulum-ppo.json
 
 # V-trace on Pong to 10M frames (2.5M agent steps of 4 frames); the goal is a mean return >= 0.
-bench-atari: $(STAMP)
+bench-atari: $(STAMP) ## V-trace on Pong to 10M frames (resumable sessions)
 	$(CURVE) --config examples/pong-vtrace.yaml --name bench-pong \
 	  --set spec.budget.maxEnvSteps=2500000 --set spec.budget.targetReturn=null --target 0 \
 	  --json $(CURVES)/pong-vtrace.json
 
 # PPO on Pong to 10M frames, the same pixels and network as bench-atari.
-bench-atari-ppo: $(STAMP)
+bench-atari-ppo: $(STAMP) ## PPO on Pong to 10M frames
 	$(CURVE) --config examples/pong-ppo.yaml --name bench-pong-ppo \
 	  --set spec.budget.targetReturn=null --target 0 \
 	  --json $(CURVES)/pong-ppo.json
@@ -113,7 +131,7 @@ bench-atari-ppo: $(STAMP)
 FOOTBALL_SMM ?= 0
 FOOTBALL_115 := --set spec.env.football.representation=simple115v2 \
 	--set spec.env.football.stacked=false --set spec.agent.network.name=mlp
-bench-football: $(STAMP) football
+bench-football: $(STAMP) football ## V-trace on Football academy_empty_goal_close
 	$(CURVE) --config examples/football-vtrace.yaml --name bench-football \
 	  $(if $(filter 1,$(FOOTBALL_SMM)),,$(FOOTBALL_115)) \
 	  --set spec.env.football.rewards=scoring --set spec.budget.targetReturn=0.9 \
@@ -122,17 +140,17 @@ bench-football: $(STAMP) football
 
 # R2D2 on CartPole-v1 up to 400k env steps; stops once the greedy evaluation actor's mean
 # return of 100 episodes reaches 475.
-bench-cartpole-r2d2: $(STAMP)
+bench-cartpole-r2d2: $(STAMP) ## R2D2 on CartPole to a greedy 475
 	$(CURVE) --config examples/cartpole-r2d2.yaml --name bench-cartpole-r2d2 \
 	  --set spec.budget.maxEnvSteps=400000 \
 	  --json $(CURVES)/cartpole-r2d2.json
 
 # Scaling over 1..32 actor streams, then the 1,000-stream scale simulation.
-bench-streams: $(STAMP) football
+bench-streams: $(STAMP) football ## scaling over actor streams, then 1,000 streams
 	$(PY) bench/streams.py --json bench-streams.json
 	$(PY) bench/streams.py --streams 1000 --envs-per-stream 1 --seconds 20 --json bench-streams-1000.json
 
-install: $(STAMP)
+install: $(STAMP) ## set up .venv with every extra (test, dev, video, local)
 
 # Google Research Football (env ids Football/<scenario>). PyPI has no wheel for gfootball 2.10.2
 # and building its C++ engine takes 6-16 minutes on 2 cores, so the wheel is built once into
@@ -153,7 +171,7 @@ FOOTBALL_APT := build-essential cmake python3.11-dev libgl1-mesa-dev libegl-dev 
 	libboost-python-dev libboost-thread-dev libboost-system-dev libboost-filesystem-dev
 
 .PHONY: football
-football: $(STAMP)
+football: $(STAMP) ## build or install Google Research Football
 	@if $(PY) -c "import gfootball" 2>/dev/null; then exit 0; fi; \
 	set -ex; \
 	if ! ls $(WHEEL_CACHE)/gfootball-2.10.2-*.whl >/dev/null 2>&1; then \
@@ -180,7 +198,7 @@ HELM_SHA256 := 210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
 HELM := $(VENV)/bin/helm
 
 .PHONY: helm
-helm:
+helm: ## install helm into .venv/bin
 	@if [ -x $(HELM) ] && $(HELM) version --short 2>/dev/null | grep -q '^$(HELM_VERSION)+'; then \
 	  exit 0; fi; \
 	set -e; \
@@ -208,7 +226,7 @@ KUBECTL_SHA256 := 924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e2
 KUBECTL := $(VENV)/bin/kubectl
 
 .PHONY: kubectl
-kubectl:
+kubectl: ## install kubectl into .venv/bin
 	@if [ -x $(KUBECTL) ] && $(KUBECTL) version --client 2>/dev/null | grep -q 'Client Version: $(KUBECTL_VERSION)$$'; then \
 	  exit 0; fi; \
 	set -e; \
@@ -249,7 +267,7 @@ BUILD_IMAGE := $(IMAGE_BUILDER) buildx build --load
 endif
 
 .PHONY: images
-images: $(if $(filter 1,$(FOOTBALL)),football)
+images: $(if $(filter 1,$(FOOTBALL)),football) ## build the learner, actor and operator images
 	@if [ "$(IMAGE_BUILDER)" = buildah ]; then \
 	  command -v buildah >/dev/null || { echo "make images: no buildah; make image-tools installs it" >&2; exit 1; }; \
 	elif ! $(IMAGE_BUILDER) info >/dev/null 2>&1; then \
@@ -269,7 +287,7 @@ images: $(if $(filter 1,$(FOOTBALL)),football)
 IMAGE_APT := buildah mmdebstrap uidmap crun
 
 .PHONY: image-tools
-image-tools:
+image-tools: ## install buildah and mmdebstrap (Debian)
 	@if command -v buildah >/dev/null && command -v mmdebstrap >/dev/null; then exit 0; fi; \
 	set -ex; \
 	SUDO=; if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi; \
@@ -285,7 +303,7 @@ image-tools:
 # downloaded wheels are kept in SEEDRL_IMAGE_CACHE (default ~/.cache/seedrl/images), so a
 # second run rebuilds only what changed. Needs root (buildah's chroot isolation) and ~20 GB.
 .PHONY: test-images
-test-images: $(STAMP) image-tools
+test-images: $(STAMP) image-tools ## build the images with buildah and run them as their pods
 	nice -n 10 $(PY) -m pytest -m images tests/images $(PYTEST_ARGS)
 
 $(PY):
@@ -298,13 +316,13 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 
 # Learner steps/s against 1, 2, 4 logical training devices (MirroredStrategy), ratios to 1.
 .PHONY: bench-devices
-bench-devices: $(STAMP)
+bench-devices: $(STAMP) ## learner steps/s on 1, 2, 4 training devices
 	$(PY) bench/devices.py --devices 1 2 4 --json bench-devices.json
 
 # Prometheus and promtool (Debian's package): the observability tests run a real Prometheus
 # against real runs and unit-test the alert rules with promtool. Installed only if missing.
 .PHONY: prometheus
-prometheus:
+prometheus: ## install Debian's prometheus and promtool
 	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then exit 0; fi; \
 	set -ex; \
 	SUDO=; if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi; \
@@ -321,10 +339,10 @@ prometheus:
 GENERATE := $(PY) -m seedrl.service.generate
 
 .PHONY: generate check-generated crd chart-values dashboards
-generate: $(STAMP)
+generate: $(STAMP) ## rewrite the CRD, chart values, dashboards and gRPC stubs
 	$(GENERATE) --write
 
-check-generated: $(STAMP)
+check-generated: $(STAMP) ## fail naming any generated file out of date
 	$(GENERATE) --check
 
 crd: $(STAMP)
@@ -339,5 +357,5 @@ dashboards: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m seedrl.service.generate.proto --write
 
-clean:
+clean: ## remove .venv and build outputs
 	rm -rf $(VENV) build *.egg-info .pytest_cache
