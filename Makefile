@@ -292,7 +292,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PIP) install --quiet -c constraints.txt -e ".[test,dev]"
+	$(PIP) install --quiet -c constraints.txt -e ".[test,dev,envpool]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
