@@ -70,6 +70,31 @@ bench-throughput: $(STAMP) football
 bench-speed: $(STAMP)
 	$(PY) bench/speed.py --json bench-speed.json
 
+# Pong frames/s side by side in one run (~12 min): raw stepping of both Atari backends
+# (spec.env.backend gymnasium and envpool), seedrl end to end with each (inference only,
+# training on with one gradient step per batch, and the example's 4 epochs x 4 minibatches),
+# and Sample Factory 2.1.1 APPO with its Atari defaults, each over the same seconds.
+.PHONY: bench-atari-speed
+bench-atari-speed: $(STAMP) sample-factory
+	$(PY) bench/atari_speed.py --json bench-atari-speed.json
+
+# Sample Factory 2.1.1 in its own virtualenv (bench/.sf-venv, gitignored): it needs gymnasium
+# < 1.0 and numpy < 2, which seedrl's pins exclude. Every package is pinned in
+# bench/sample-factory.txt; torch is its CPU-only build. ale-py 0.9 registers its envs only when
+# imported, which Sample Factory's Atari example never does (its env workers are spawned
+# processes): a .pth file imports it in every process of that virtualenv.
+SF_VENV := bench/.sf-venv
+.PHONY: sample-factory
+sample-factory:
+	@if $(SF_VENV)/bin/python -c "import sf_examples.atari.train_atari, gymnasium as g; g.make('PongNoFrameskip-v4')" \
+	  >/dev/null 2>&1; then exit 0; fi; \
+	set -ex; \
+	rm -rf $(SF_VENV); \
+	$(PYTHON) -m venv $(SF_VENV); \
+	$(SF_VENV)/bin/pip install --quiet -r bench/sample-factory.txt; \
+	echo "import ale_py" > "$$($(SF_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/seedrl_bench_ale.pth"; \
+	$(SF_VENV)/bin/python -c "import gymnasium as g; g.make('PongNoFrameskip-v4')"
+
 # The CartPole example beside 100 hellos of 4,096 envs and 3,000 silent streams: the real
 # actors' env steps/s alone and attacked, their ratio, the learner's RSS (~1 min).
 .PHONY: bench-hostile
