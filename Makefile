@@ -95,6 +95,28 @@ sample-factory:
 	echo "import ale_py" > "$$($(SF_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/seedrl_bench_ale.pth"; \
 	$(SF_VENV)/bin/python -c "import gymnasium as g; g.make('PongNoFrameskip-v4')"
 
+# The Pong V-trace example with 16 actors against the learner on the GPU, then on the CPU:
+# end-to-end frames/s, inference batch and latency, learner updates/s, GPU utilisation, as JSON
+# on stdout and in bench-gpu.json. Where nvidia-smi lists a GPU, the learner runs in GPU_VENV, the
+# project with TensorFlow's CUDA build (images/learner-gpu.txt) installed over the CPU one, made
+# once; elsewhere the GPU mode is skipped with its reason and the CPU one runs (tests/e2e/
+# test_gpu_bench.py runs it that way, for a few seconds with 2 actors).
+GPU_VENV ?= .venv-gpu
+.PHONY: bench-gpu
+bench-gpu: $(STAMP)
+	@if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then \
+	  set -ex; \
+	  if ! $(GPU_VENV)/bin/python -c "import tensorflow as tf, sys; sys.exit(not tf.config.list_physical_devices('GPU'))" \
+	    2>/dev/null; then \
+	    $(PYTHON) -m venv $(GPU_VENV); \
+	    $(GPU_VENV)/bin/pip install --quiet -c constraints.txt -e ".[envpool]"; \
+	    $(GPU_VENV)/bin/pip install --quiet -c constraints.txt -r images/learner-gpu.txt; \
+	  fi; \
+	  $(GPU_VENV)/bin/python bench/gpu.py --json bench-gpu.json; \
+	else \
+	  $(PY) bench/gpu.py --json bench-gpu.json; \
+	fi
+
 # The CartPole example beside 100 hellos of 4,096 envs and 3,000 silent streams: the real
 # actors' env steps/s alone and attacked, their ratio, the learner's RSS (~1 min).
 .PHONY: bench-hostile
