@@ -88,6 +88,53 @@ bench-throughput: $(STAMP) football ## end to end against raw env steps
 bench-speed: $(STAMP) ## every speed figure side by side (~6 min)
 	$(PY) bench/speed.py --json bench-speed.json
 
+# Pong frames/s side by side in one run (~12 min): raw stepping of both Atari backends
+# (spec.env.backend gymnasium and envpool), seedrl end to end with each (inference only,
+# training on with one gradient step per batch, and the example's 4 epochs x 4 minibatches),
+# and Sample Factory 2.1.1 APPO with its Atari defaults, each over the same seconds.
+.PHONY: bench-atari-speed
+bench-atari-speed: $(STAMP) sample-factory
+	$(PY) bench/atari_speed.py --json bench-atari-speed.json
+
+# Sample Factory 2.1.1 in its own virtualenv (bench/.sf-venv, gitignored): it needs gymnasium
+# < 1.0 and numpy < 2, which seedrl's pins exclude. Every package is pinned in
+# bench/sample-factory.txt; torch is its CPU-only build. ale-py 0.9 registers its envs only when
+# imported, which Sample Factory's Atari example never does (its env workers are spawned
+# processes): a .pth file imports it in every process of that virtualenv.
+SF_VENV := bench/.sf-venv
+.PHONY: sample-factory
+sample-factory:
+	@if $(SF_VENV)/bin/python -c "import sf_examples.atari.train_atari, gymnasium as g; g.make('PongNoFrameskip-v4')" \
+	  >/dev/null 2>&1; then exit 0; fi; \
+	set -ex; \
+	rm -rf $(SF_VENV); \
+	$(PYTHON) -m venv $(SF_VENV); \
+	$(SF_VENV)/bin/pip install --quiet -r bench/sample-factory.txt; \
+	echo "import ale_py" > "$$($(SF_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/seedrl_bench_ale.pth"; \
+	$(SF_VENV)/bin/python -c "import gymnasium as g; g.make('PongNoFrameskip-v4')"
+
+# The Pong V-trace example with 16 actors against the learner on the GPU, then on the CPU:
+# end-to-end frames/s, inference batch and latency, learner updates/s, GPU utilisation, as JSON
+# on stdout and in bench-gpu.json. Where nvidia-smi lists a GPU, the learner runs in GPU_VENV, the
+# project with TensorFlow's CUDA build (images/learner-gpu.txt) installed over the CPU one, made
+# once; elsewhere the GPU mode is skipped with its reason and the CPU one runs (tests/e2e/
+# test_gpu_bench.py runs it that way, for a few seconds with 2 actors).
+GPU_VENV ?= .venv-gpu
+.PHONY: bench-gpu
+bench-gpu: $(STAMP)
+	@if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then \
+	  set -ex; \
+	  if ! $(GPU_VENV)/bin/python -c "import tensorflow as tf, sys; sys.exit(not tf.config.list_physical_devices('GPU'))" \
+	    2>/dev/null; then \
+	    $(PYTHON) -m venv $(GPU_VENV); \
+	    $(GPU_VENV)/bin/pip install --quiet -c constraints.txt -e ".[envpool]"; \
+	    $(GPU_VENV)/bin/pip install --quiet -c constraints.txt -r images/learner-gpu.txt; \
+	  fi; \
+	  $(GPU_VENV)/bin/python bench/gpu.py --json bench-gpu.json; \
+	else \
+	  $(PY) bench/gpu.py --json bench-gpu.json; \
+	fi
+
 # The CartPole example beside 100 hellos of 4,096 envs and 3,000 silent streams: the real
 # actors' env steps/s alone and attacked, their ratio, the learner's RSS (~1 min).
 .PHONY: bench-hostile
@@ -150,7 +197,7 @@ bench-streams: $(STAMP) football ## scaling over actor streams, then 1,000 strea
 	$(PY) bench/streams.py --json bench-streams.json
 	$(PY) bench/streams.py --streams 1000 --envs-per-stream 1 --seconds 20 --json bench-streams-1000.json
 
-install: $(STAMP) ## set up .venv with every extra (test, dev, video, local)
+install: $(STAMP) ## set up .venv with every extra (test, dev, video, local, envpool)
 
 # Google Research Football (env ids Football/<scenario>). PyPI has no wheel for gfootball 2.10.2
 # and building its C++ engine takes 6-16 minutes on 2 cores, so the wheel is built once into
@@ -310,7 +357,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PIP) install --quiet -c constraints.txt -e ".[test,dev,video,local]"
+	$(PIP) install --quiet -c constraints.txt -e ".[test,dev,video,local,envpool]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

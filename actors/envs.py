@@ -112,8 +112,14 @@ def probe_spec(config: EnvConfig) -> EnvSpec:
     launcher (and ``seedrl validate``) derive from the Experiment the spec the learner serves.
 
     Raises:
-      ValueError: the environment cannot be made, or its spaces cannot travel on the wire.
+      ValueError: the environment cannot be made, its spaces cannot travel on the wire, or
+        ``spec.env.backend`` asks for a backend that cannot step it.
     """
+    from seedrl.actors.envpool_envs import resolve_backend
+
+    # The batches' backend gives the same spec as one gymnasium env (tested); resolving it
+    # here fails `seedrl validate` and the launcher's probe where the actors would fail.
+    resolve_backend(config)
     env = make_env(config)
     try:
         return spec_of(env, config.id)

@@ -116,6 +116,7 @@ def make_env_batches(exp, index: int) -> list:
     Raises:
       ValueError: if the environments cannot be made.
     """
+    from seedrl.actors.envpool_envs import EnvpoolBatch, resolve_backend, usable_cores
     from seedrl.actors.envs import EnvBatch
     from seedrl.actors.process_envs import ProcessEnvBatch
 
@@ -124,11 +125,20 @@ def make_env_batches(exp, index: int) -> list:
     seeds = env_seeds(exp.spec.seed, index, k)
     n = max(1, min(actors.streams_per_actor, k))
     bounds = np.linspace(0, k, n + 1).round().astype(int)
+    envpool = resolve_backend(exp.spec.env) == "envpool"
     batches = []
     try:
         for j in range(n):
             lo, hi = int(bounds[j]), int(bounds[j + 1])
-            if actors.processes_per_actor:
+            if envpool:
+                # envpool steps its envs in threads of its own, outside the GIL: worker
+                # processes would add nothing. processesPerActor, when set, sizes the threads;
+                # otherwise the streams share the cores (while one waits for the learner,
+                # another steps).
+                share = actors.processes_per_actor or usable_cores()
+                threads = max(1, round(share * (hi - lo) / k))
+                batches.append(EnvpoolBatch(exp.spec.env, hi - lo, seeds[lo:hi], threads))
+            elif actors.processes_per_actor:
                 procs = max(1, round(actors.processes_per_actor * (hi - lo) / k))
                 batches.append(ProcessEnvBatch(exp.spec.env, hi - lo, seeds[lo:hi], procs))
             else:

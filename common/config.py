@@ -62,6 +62,10 @@ _QUANTITY = f"[+]?{QUANTITY}"
 _QUANTITY_HINT = "a Kubernetes quantity such as 500m, 4 or 16Gi, written as a string"
 #: Environment ids of Atari games (ale-py's), whose agent steps skip emulator frames.
 ATARI_PREFIX = "ALE/"
+#: What steps the actors' Atari envs (``spec.env.backend``).
+ENV_BACKENDS = ("auto", "gymnasium", "envpool")
+#: The ``spec.env.options`` envpool's Atari envs take (ale-py's game mode and difficulty).
+ENVPOOL_OPTIONS = ("mode", "difficulty")
 # A container image reference: [registry/]path[:tag][@digest], no spaces.
 _IMAGE = r"[a-z0-9][A-Za-z0-9._\-/:@]*"
 #: What happens to the learner's run volume when its Experiment is deleted
@@ -316,6 +320,16 @@ class EnvConfig:
     atari: AtariConfig = param(doc="Atari preprocessing, for ALE/ ids.", factory=AtariConfig)
     football: FootballConfig = param(
         doc="Google Research Football settings, for Football/ ids.", factory=FootballConfig
+    )
+    backend: str = param(
+        "auto",
+        "What steps an actor's batch of Atari envs: 'gymnasium' (ale-py with gymnasium's "
+        "AtariPreprocessing, one env at a time in Python), 'envpool' (envpool's C++ thread "
+        "pool: the same emulator and preprocessing, a whole batch per call, no Python per "
+        "env), or 'auto': envpool where it is installed and gives the same observations "
+        "(an ALE/ id with noopMax >= 1, frameSkip >= 2 and no options but mode and "
+        "difficulty), gymnasium otherwise. Other envs always step through gymnasium.",
+        choices=ENV_BACKENDS,
     )
     max_abs_reward: float = param(
         1e6,
@@ -1626,6 +1640,37 @@ def stream_envs_limit(spec: Spec) -> int:
     return envs_per_stream(spec.actors) if cap is None else cap
 
 
+def envpool_problems(env: EnvConfig) -> list[tuple[str, str]]:
+    """Why envpool cannot step ``spec.env`` with the same observations as gymnasium, as
+    (field path, reason) pairs; empty when it can (as far as the document tells: whether
+    envpool is installed and knows the game is for the actor to find out)."""
+    problems = []
+    if not env.is_atari:
+        problems.append(
+            (
+                "spec.env.backend",
+                f"envpool steps only Atari games ({ATARI_PREFIX}...), not {env.id}",
+            )
+        )
+        return problems
+    if env.atari.noop_max < 1:
+        # envpool always plays at least one no-op after a reset.
+        problems.append(("spec.env.atari.noopMax", "envpool needs noopMax >= 1, got 0"))
+    if env.atari.frame_skip < 2:
+        # envpool max-pools the last two frames even of a single-frame step (the older one
+        # left over from the step before), where gymnasium pools nothing.
+        problems.append(("spec.env.atari.frameSkip", "envpool needs frameSkip >= 2, got 1"))
+    others = sorted(set(env.options) - set(ENVPOOL_OPTIONS))
+    if others:
+        problems.append(
+            (
+                "spec.env.options",
+                f"envpool takes only {', '.join(ENVPOOL_OPTIONS)}, not {', '.join(others)}",
+            )
+        )
+    return problems
+
+
 def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> None:
     """Rules that involve more than one field."""
     learner = exp.spec.learner
@@ -1642,6 +1687,8 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
                 "choose one of lifeLossTerminal and terminalOnLifeLoss",
             )
         )
+    if exp.spec.env.backend == "envpool":
+        problems.extend(envpool_problems(exp.spec.env))
     if exp.spec.agent.name in ("ppo", "vtrace"):
         minibatches = getattr(exp.spec.agent, exp.spec.agent.name).minibatches
         if exp.spec.learner.batch_size % minibatches:

@@ -1119,6 +1119,34 @@ def test_atari_and_football_sections():
     }
 
 
+def test_env_backend_envpool_must_be_able_to_step_the_env():
+    assert parse_experiment(doc(env={"id": "ALE/Pong-v5"})).spec.env.backend == "auto"
+    parse_experiment(doc(env={"id": "ALE/Pong-v5", "backend": "envpool", "options": {"mode": 1}}))
+    assert dict(problems_of(doc(env={"id": "CartPole-v1", "backend": "envpool"}))) == {
+        "spec.env.backend": "envpool steps only Atari games (ALE/...), not CartPole-v1"
+    }
+    problems = problems_of(
+        doc(
+            env={
+                "id": "ALE/Pong-v5",
+                "backend": "envpool",
+                "atari": {"noopMax": 0, "frameSkip": 1},
+                "options": {"render_mode": "rgb_array"},
+            }
+        )
+    )
+    assert dict(problems) == {
+        "spec.env.atari.noopMax": "envpool needs noopMax >= 1, got 0",
+        "spec.env.atari.frameSkip": "envpool needs frameSkip >= 2, got 1",
+        "spec.env.options": "envpool takes only mode, difficulty, not render_mode",
+    }
+    # auto falls back to gymnasium where envpool cannot serve: no problem to report.
+    parse_experiment(doc(env={"id": "ALE/Pong-v5", "atari": {"noopMax": 0}}))
+    assert dict(problems_of(doc(env={"backend": "cpp"})))["spec.env.backend"].startswith(
+        "must be one of auto, gymnasium, envpool"
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Declarations: docs and defaults
 # --------------------------------------------------------------------------------------------

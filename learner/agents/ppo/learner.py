@@ -25,6 +25,7 @@ lag is 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -55,7 +56,7 @@ def discounted_returns(rewards: np.ndarray, done: np.ndarray, discount: float) -
     return out
 
 
-def normalizer_formula(config: PPOConfig) -> dict[str, float]:
+def normalizer_formula(config: PPOConfig) -> dict[str, Any]:
     """The keyword arguments of :class:`RunningMeanStd` that make ``spec.agent.ppo``'s
     normalisers: BatchPPO's StreamingNormalize (``sqrt(var_sum / (n - 1) + 1e-4) + 1e-8``)
     for the ``batchppo`` preset, the population variance plus 1e-8 otherwise. Whatever
