@@ -202,13 +202,14 @@ def run_mode(mode: str, args) -> dict:
     load = os.getloadavg()[0]
     try:
         with tempfile.TemporaryDirectory() as runs:
-            run_dir = prepare_run_dir(exp, runs, resume=False)
+            held = prepare_run_dir(exp, runs, resume=False)
+            run_dir = held.path
             scraper = Scraper(run_dir)
             scraper.start()
             if sampler:
                 sampler.start()
             try:
-                summary = LocalRun(exp, run_dir).run()
+                summary = LocalRun(exp, run_dir, run_lock=held).run()
             finally:
                 scraper.done.set()
                 scraper.join(10)
