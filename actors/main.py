@@ -215,7 +215,7 @@ def write_env_spec(exp, path: str) -> int:
     if path == "-":
         sys.stdout.write(text)
     else:
-        from seedrl.common.storage import replace_file
+        from seedrl.common.files import replace_file
 
         replace_file(path, text.encode())
     return ExitCode.OK

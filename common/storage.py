@@ -23,11 +23,12 @@ import fcntl
 import logging
 import os
 import random
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
+
+from seedrl.common.files import TEMPORARY_MARK, replace_file, temporary_path
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,6 @@ T = TypeVar("T")
 #: The object that lists a checkpoint location's published checkpoints (see
 #: ``learner/checkpoint.py``); its presence means the location holds a run.
 CHECKPOINT_MANIFEST = "MANIFEST.json"
-#: What marks a temporary file: ``<final name>.tmp.<writer's pid>.<random>``.
-TEMPORARY_MARK = ".tmp."
 
 
 def _writer_gone(pid: int) -> bool:
@@ -52,39 +51,6 @@ def _writer_gone(pid: int) -> bool:
     except PermissionError:
         return False  # alive, another user's
     return False
-
-
-def temporary_path(path: str) -> str:
-    """A name for a temporary file to be renamed to ``path``, unique to this call: two writers
-    of one file (two processes, or two threads) never share a temporary. It carries the
-    writer's pid, so that what a dead writer left can be told from what a live one writes."""
-    return f"{path}{TEMPORARY_MARK}{os.getpid()}.{secrets.token_hex(4)}"
-
-
-def replace_file(path: str, data: bytes, durable: bool = False) -> None:
-    """Writes a local file whole: through a temporary beside it (:func:`temporary_path`) and a
-    rename, so that a reader sees the old or the new content, never part of one. A failed write
-    (a full disk, say) leaves the old content and no temporary behind.
-
-    Args:
-      durable: also flush the data to the disk before the rename (for what must survive a
-        machine crash: checkpoints and their manifest).
-
-    Raises:
-      OSError: the file could not be written; it is as it was.
-    """
-    tmp = temporary_path(path)
-    try:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
 
 
 class StorageError(Exception):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from seedrl.common import finite_json
 from seedrl.common.learner_status import LearnerStatus
-from seedrl.common.storage import replace_file
+from seedrl.common.files import replace_file
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from seedrl.common import finite_json
-from seedrl.common.storage import replace_file
+from seedrl.common.files import replace_file
 from seedrl.service import cost
 
 log = logging.getLogger(__name__)
