@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Iterator
 
 #: What marks a temporary file: ``<final name>.tmp.<writer's pid>.<random>``.
 TEMPORARY_MARK = ".tmp."
@@ -33,13 +34,23 @@ def replace_file(path: str, data: bytes, durable: bool = False) -> None:
     Raises:
       OSError: the file could not be written; it is as it was.
     """
-    tmp = temporary_path(path)
-    try:
+    with written_whole(path) as tmp:
         with open(tmp, "xb") as fh:
             fh.write(data)
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
+
+
+@contextlib.contextmanager
+def written_whole(path: str) -> Iterator[str]:
+    """Yields a temporary name (:func:`temporary_path`) to write ``path``'s new content to,
+    then renames it over ``path``; if the block raises, the temporary goes and ``path`` is as
+    it was. What a writer killed meanwhile leaves carries its pid (see
+    ``ObjectStore.delete_temporaries``)."""
+    tmp = temporary_path(path)
+    try:
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from seedrl.common.files import TEMPORARY_MARK, replace_file, temporary_path
+from seedrl.common.files import TEMPORARY_MARK, replace_file, written_whole
 
 log = logging.getLogger(__name__)
 
@@ -230,18 +230,12 @@ class LocalStore(ObjectStore):
     def upload_file(self, name, path):
         target = self._path(name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = temporary_path(target)
-        try:
+        # A full disk, say: the partial copy goes at once; one whose process died with it is
+        # left for delete_temporaries.
+        with written_whole(target) as tmp:
             shutil.copyfile(path, tmp)
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            # A full disk, say: the partial copy goes now. One whose process died with it is
-            # left for delete_temporaries.
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
 
     def download_file(self, name, path):
         try:

@@ -4,16 +4,14 @@ import os
 
 import pytest
 
+from seedrl.common.files import TEMPORARY_MARK, replace_file, temporary_path
 from seedrl.common.storage import (
-    TEMPORARY_MARK,
     GCSStore,
     LocalStore,
     NotFound,
     PreconditionFailed,
     TransientStorageError,
     open_store,
-    replace_file,
-    temporary_path,
     with_retries,
 )
 
