@@ -47,11 +47,14 @@ class StepLedger:
         # index -> (when it last sent steps, whether it is an evaluation actor)
         self._last: dict[int, tuple[float, bool]] = {}
 
-    def add(self, index: int, steps: int, evaluation: bool = False) -> None:
-        """Records ``steps`` env steps of the actor holding ``index``."""
+    def add(
+        self, index: int, steps: int, evaluation: bool = False, now: float | None = None
+    ) -> None:
+        """Records ``steps`` env steps of the actor holding ``index`` (at monotonic time
+        ``now``, read from the clock when not given)."""
         self.total += steps
         self._by_index[index] = self._by_index.get(index, 0) + steps
-        self._last[index] = (self._clock(), evaluation)
+        self._last[index] = (self._clock() if now is None else now, evaluation)
 
     def streamed_since(self, index: int, since: float, evaluation: bool) -> bool:
         """Whether an actor index other than ``index``, of the kind ``evaluation`` says, sent

@@ -397,7 +397,7 @@ class LearnerRuntime:
             builder,
             agent.initial_state(num_envs, actor_index, first_env),
             actor_index,
-            self.is_evaluation_index(actor_index),
+            bool(agent.is_evaluation_actor(actor_index)),
             first_env,
         )
         # Streams take the lanes in turn; a stream keeps its lane, so its steps stay in order.
@@ -406,15 +406,6 @@ class LearnerRuntime:
             stream.lane = self._streams_opened % len(self.batchers)
             self._streams_opened += 1
         return stream
-
-    def is_evaluation_index(self, actor_index: int) -> bool:
-        """Whether the actor holding ``actor_index`` only evaluates (acting greedily, its
-        episodes apart, its steps not trained on): the agent says so for the last
-        ``evaluationActors`` of the Experiment's own actors; an index past
-        ``spec.actors.replicas``, granted to an actor beyond them, trains."""
-        return actor_index < self.experiment.spec.actors.replicas and bool(
-            self.agent.is_evaluation_actor(actor_index)
-        )
 
     def sweep_idle(self, now: float | None = None) -> int:
         """Stops counting, in their batchers' open envs, the streams that sent no step for
@@ -488,9 +479,9 @@ class LearnerRuntime:
         """Queues one step of a stream for batched inference; the future resolves to its
         actions [K]: an asyncio future of ``loop`` (the caller's running loop) when given, else
         a ``concurrent.futures.Future``."""
-        self.ledger.add(stream.actor_index, stream.num_envs, stream.evaluation)
+        now = self._last_env_step = stream.last_step = time.monotonic()
+        self.ledger.add(stream.actor_index, stream.num_envs, stream.evaluation, now)
         self.messages += 1
-        self._last_env_step = stream.last_step = time.monotonic()
         self._stepped = True
         if not stream.counted and not stream.closed:
             # The lane's batcher closes a batch early once every env it serves is waiting.
