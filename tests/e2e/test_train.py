@@ -38,6 +38,15 @@ def start(cmd):
     )
 
 
+def with_test_envs():
+    """The environment of a run whose Experiment imports seedrl_test_envs (tests/support)."""
+    support = str(ROOT / "tests" / "support")
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [support, os.environ.get("PYTHONPATH")])),
+    }
+
+
 def read_json(path):
     try:
         return json.loads(Path(path).read_text())
@@ -181,11 +190,7 @@ def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reas
     from seedrl.common.learner_status import LearnerStatus
     from seedrl.service.operator import reconcile
 
-    support = str(ROOT / "tests" / "support")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [support, os.environ.get("PYTHONPATH")])),
-    }
+    env = with_test_envs()
     proc = subprocess.Popen(
         train_cmd(
             tmp_path,
@@ -248,11 +253,7 @@ def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reas
 
 
 def test_an_env_that_raises_every_episode_fails_the_run_with_its_traceback(tmp_path):
-    support = str(ROOT / "tests" / "support")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [support, os.environ.get("PYTHONPATH")])),
-    }
+    env = with_test_envs()
     done = subprocess.run(
         train_cmd(
             tmp_path,
