@@ -6,7 +6,14 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # Reinstall when the dependency list changes.
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+DEPS   := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+# The editable install is strict: seedrl.* is a tree of links to our files under build/
+# (found through a .pth entry, which mypy and IDEs follow as they follow site-packages). A link
+# tree does not see files added later, so it is relinked whenever the set of files changes.
+PACKAGE_DIRS := common learner actors service policy
+STAMP  := $(VENV)/.linked-$(shell find $(PACKAGE_DIRS) -type f -not -path '*/__pycache__/*' \
+	| sort | cksum | cut -d' ' -f1)
+STRICT := --config-settings editable_mode=strict
 RUN_NAME ?= cartpole-vtrace-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 # Minutes of one session of a learning-curve benchmark (bench-atari, bench-football,
@@ -60,17 +67,13 @@ test-unit: $(STAMP) ## the inner loop: no system packages, no end-to-end runs
 	  $(PYTEST_ARGS)
 
 # ruff (lint and format, the whole tree) and mypy, configured in pyproject.toml. mypy reads
-# the package as it installs (seedrl.common, ...): the editable install maps those names with an
-# import hook mypy cannot follow, so a tree of links in build/lint mirrors the installed layout.
-LINT_TREE := build/lint
-
+# the packages where they are installed (each folder ships py.typed); seedrl itself is a
+# namespace holding them, so each is named.
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint, format) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/seedrl
-	for d in common learner actors service policy; do ln -s ../../../$$d $(LINT_TREE)/seedrl/$$d; done
-	MYPYPATH=$(LINT_TREE) $(VENV)/bin/mypy -p seedrl
+	$(PY) -m mypy $(foreach d,$(PACKAGE_DIRS),-p seedrl.$(d))
 
 bench: football bench-throughput bench-streams
 
@@ -356,9 +359,14 @@ test-images: $(STAMP) image-tools ## build the images with buildah and run them 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PIP) install --quiet -c constraints.txt -e ".[test,dev,video,local,envpool]"
-	rm -f $(VENV)/.installed-*
+$(DEPS): pyproject.toml constraints.txt | $(PY)
+	$(PIP) install --quiet -c constraints.txt $(STRICT) -e ".[test,dev,video,local,envpool]"
+	rm -f $(VENV)/.installed-* $(VENV)/.linked-*
+	touch $@
+
+$(STAMP): $(DEPS)
+	$(PIP) install --quiet --no-deps $(STRICT) -e .
+	rm -f $(VENV)/.linked-*
 	touch $@
 
 # Learner steps/s against 1, 2, 4 logical training devices (MirroredStrategy), ratios to 1.

@@ -78,6 +78,8 @@ def test_a_clean_venv_gets_only_seedrl_in_site_packages(tmp_path):
     assert sorted(p.name for p in (site / "seedrl").iterdir()) == sorted(FOLDERS)
     assert (site / "seedrl" / "service" / "cost" / "prices.yaml").exists()
     assert (site / "seedrl" / "common" / "seedrl.proto").exists()
+    # PEP 561: type checkers use our annotations where seedrl is installed.
+    assert all((site / "seedrl" / d / "py.typed").exists() for d in FOLDERS)
 
 
 def test_no_module_imports_our_folders_by_their_top_level_names():
