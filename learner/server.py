@@ -37,7 +37,8 @@ from seedrl.common.wire import (
 )
 from seedrl.learner.actor_indices import ActorIndices, NotYet
 from seedrl.learner.batcher import BatcherStopped
-from seedrl.learner.runtime import HandshakeError, LearnerRuntime, StepData
+from seedrl.learner.runtime import LearnerRuntime
+from seedrl.learner.streams import HandshakeError, StepData
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ import pytest
 from seedrl.actors.envs import EnvBatch
 from seedrl.common.config import EnvConfig, parse_experiment
 from seedrl.learner.agents import build_agent
-from seedrl.learner.runtime import LearnerRuntime, StepData
+from seedrl.learner.runtime import LearnerRuntime
+from seedrl.learner.streams import StepData
 
 GAMMA = 0.9
 CONVEYOR = EnvConfig(

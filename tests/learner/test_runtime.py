@@ -9,7 +9,8 @@ from seedrl.common.config import parse_experiment
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.agents.base import Agent
 from seedrl.learner.progress import ReturnWindow
-from seedrl.learner.runtime import LearnerRuntime, StepData
+from seedrl.learner.runtime import LearnerRuntime
+from seedrl.learner.streams import StepData
 
 SPEC = EnvSpec("Counting-v0", "float32", (1,), "int32", (), 2)
 
