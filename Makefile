@@ -33,7 +33,7 @@ PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.strea
 
 # `make help`: the targets by group, from the `## description` after each target's
 # prerequisites and the group table below (one declaration of what each target is for).
-HELP_GROUPS := Start:run,install,clean Test:test,test-all,test-unit,test-images,lint \
+HELP_GROUPS := Start:run,install,clean Test:test,test-all,test-unit,test-images,lint,docs \
 	Generated:generate,check-generated \
 	Benchmarks:bench-speed,bench-hostile,bench-throughput,bench-streams,bench-devices \
 	Curves:bench-atari,bench-atari-ppo,bench-mujoco,bench-pendulum,bench-football,bench-cartpole-r2d2 \
@@ -70,10 +70,16 @@ test-unit: $(STAMP) ## the inner loop: no system packages, no end-to-end runs
 # the packages where they are installed (each folder ships py.typed); seedrl itself is a
 # namespace holding them, so each is named.
 .PHONY: lint
-lint: $(STAMP) ## ruff (lint, format) and mypy
+lint: $(STAMP) docs ## ruff (lint, format), mypy and the docs build
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m mypy $(foreach d,$(PACKAGE_DIRS),-p seedrl.$(d))
+
+# The documentation site: mkdocs.yml at the root, the pages in docs/, the site in build/site.
+# --strict fails on a broken internal link and on a page left out of the nav.
+.PHONY: docs
+docs: $(STAMP) ## build the docs site with strict link checking
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: football bench-throughput bench-streams
 

@@ -283,8 +283,8 @@ def test_hellos_are_capped_before_any_allocation(learner, actors):  # noqa: F811
     training_goes_on(learner, actors)
 
 
-#: What the learner's RSS may grow by under a flood of streams (README, "A hostile or broken
-#: actor"): twice the per-env buffers maxTotalEnvs allow (Python's per-env lists and the
+#: What the learner's RSS may grow by under a flood of streams (docs/guides/hostile-actors.md,
+#: "Memory"): twice the per-env buffers maxTotalEnvs allow (Python's per-env lists and the
 #: allocator's slack), 64 KiB per open connection (gRPC's buffers; ~32 KiB measured) and
 #: 64 MiB for TensorFlow's and the allocator's own growth.
 PER_CONNECTION = 64 * 2**10

@@ -116,8 +116,8 @@ def _check_least_privilege(role):
     # The operator reads and patches Experiments; users create and delete them.
     assert rules[("seedrl.dev", "experiments")] == {"get", "list", "watch", "patch"}
     assert rules[("seedrl.dev", "experiments/status")] == {"get", "patch"}
-    # Exactly what service/operator/handlers.py does with the children (k8s/README.md, "The
-    # operator"): the Jobs and Deployments are watched as well.
+    # Exactly what service/operator/handlers.py does with the children: the Jobs and
+    # Deployments are watched as well.
     for child in [("batch", "jobs"), ("apps", "deployments")]:
         assert rules[child] == {"get", "list", "watch", "create", "patch", "delete"}, child
     for child in [
