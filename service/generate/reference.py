@@ -1,5 +1,6 @@
-"""The generated Reference pages under ``docs/reference/``: the Experiment's fields and its status,
-each written from the one declaration of what it documents.
+"""The generated Reference pages under ``docs/reference/``: the Experiment's fields, its status,
+the exit codes, the metrics and the command line, each written from the one declaration of what
+it documents.
 
     python -m seedrl.service.generate.reference --write  # every page in docs/reference/
     python -m seedrl.service.generate.reference --check  # exit 1 naming any page out of date
@@ -15,7 +16,12 @@ import sys
 from seedrl.service import generate as generated
 
 #: The modules that write the pages, each with ``outputs()``.
-PAGES = ("seedrl.service.generate.reference_fields",)
+PAGES = (
+    "seedrl.service.generate.reference_fields",
+    "seedrl.service.generate.reference_exit_codes",
+    "seedrl.service.generate.reference_metrics",
+    "seedrl.service.generate.reference_cli",
+)
 
 
 def outputs() -> dict[str, str]:

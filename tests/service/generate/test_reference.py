@@ -9,6 +9,9 @@ from seedrl.service.generate import reference
 PAGES = {
     "docs/reference/experiment.md",
     "docs/reference/status.md",
+    "docs/reference/exit-codes.md",
+    "docs/reference/metrics.md",
+    "docs/reference/cli.md",
 }
 
 
