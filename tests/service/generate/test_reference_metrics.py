@@ -43,3 +43,15 @@ def test_every_declared_and_served_family_has_a_row_with_type_and_labels():
         labels = ", ".join(f"`{label}`" for label in metric.labels)
         assert f"| `{series}`" in page and f" | {metric.kind} | {labels} | " in page, metric.name
     assert "| `seedrl_experiment_cost_usd` | gauge | `experiment`, `namespace`, `role` |" in page
+
+
+def test_every_series_the_dashboards_and_alerts_query_is_on_the_page():
+    page = reference_metrics.page()
+    queried = set()
+    for path in ("service/generate/dashboards.py", "helm/seedrl-operator/rules/seedrl-alerts.yaml"):
+        text = (ROOT / path).read_text()
+        queried |= set(re.findall(r"seedrl_(?:learner|actor|operator|experiment)_[a-z_]+", text))
+    assert "seedrl_learner_env_frames_total" in queried
+    # A histogram's row names its family; its _bucket, _sum and _count series go with it.
+    families = {re.sub(r"_(bucket|sum|count)$", "", name) for name in queried}
+    assert [f for f in families if f"`{f}`" not in page and f"`{f}_total`" not in page] == []
