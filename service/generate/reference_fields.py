@@ -180,6 +180,8 @@ def section_markdown(
         description = md.text(child.get("description", ""))
         if "properties" in child or "properties" in child.get("items", {}):
             description += " (fields below)" if description else "Fields below."
+        if not defaults and key in required:
+            description += " Always present."  # said in the Default column elsewhere
         row = [md.code(path), type_name(child), allowed(child), description]
         if defaults:
             row.insert(2, _default_cell(path, child, default, key in required, dependent))
@@ -187,17 +189,6 @@ def section_markdown(
     if rows:
         out.append(md.table(_HEADER if defaults else _HEADER[:2] + _HEADER[3:], rows))
     return "\n".join(out)
-
-
-def field_paths(node: dict[str, Any], path: str) -> list[str]:
-    """Every property's dotted path under ``node``, as the pages and their tests name them."""
-    out = []
-    for key, child in node.get("properties", {}).items():
-        out.append(_join(path, key))
-        out.extend(field_paths(child, _join(path, key)))
-        if child.get("type") == "array":
-            out.extend(field_paths(child.get("items", {}), _join(path, key) + "[]"))
-    return out
 
 
 def _sections_markdown(node: dict[str, Any], path: str, defaults: bool = True) -> str:
