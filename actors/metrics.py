@@ -10,6 +10,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from seedrl.common import metrics as declared
+
 STEP_BUCKETS = (0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 ROUND_TRIP_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3, 1.0)
 
@@ -30,18 +32,17 @@ class ActorMetrics:
         self.registry = registry or CollectorRegistry()
         self.labels = [experiment, str(actor_index)]
         self.clients = list(clients)
-        names = ["experiment", "actor"]
         self._step = Histogram(
-            "seedrl_actor_env_step_seconds",
-            "Time to step one batch of envs.",
-            names,
+            declared.ACTOR_ENV_STEP_TIME.name,
+            declared.ACTOR_ENV_STEP_TIME.help,
+            list(declared.ACTOR_ENV_STEP_TIME.labels),
             buckets=STEP_BUCKETS,
             registry=self.registry,
         ).labels(*self.labels)
         self._round_trip = Histogram(
-            "seedrl_actor_round_trip_seconds",
-            "From sending a step to receiving its actions.",
-            names,
+            declared.ACTOR_ROUND_TRIP.name,
+            declared.ACTOR_ROUND_TRIP.help,
+            list(declared.ACTOR_ROUND_TRIP.labels),
             buckets=ROUND_TRIP_BUCKETS,
             registry=self.registry,
         ).labels(*self.labels)
@@ -67,41 +68,19 @@ class _Counts:
 
     def collect(self):
         m = self.m
-        labels = ["experiment", "actor"]
 
-        def family(kind, name, doc, value):
-            f = kind(name, doc, labels=labels)
+        def family(metric, value):
+            kind = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+            f = kind(metric.name, metric.help, labels=list(metric.labels))
             f.add_metric(m.labels, value)
             return f
 
-        yield family(
-            CounterMetricFamily,
-            "seedrl_actor_env_steps",
-            "Env steps this actor stepped.",
-            sum(c.env_steps for c in m.clients),
-        )
-        yield family(
-            GaugeMetricFamily,
-            "seedrl_actor_batch_size",
-            "Envs stepped together per message, summed over the actor's streams.",
-            sum(c.envs.num_envs for c in m.clients),
-        )
-        yield family(
-            GaugeMetricFamily,
-            "seedrl_actor_connected_streams",
-            "Streams connected to the learner now.",
-            sum(1 for c in m.clients if c.connected),
-        )
+        yield family(declared.ACTOR_ENV_STEPS, sum(c.env_steps for c in m.clients))
+        yield family(declared.ACTOR_BATCH_SIZE, sum(c.envs.num_envs for c in m.clients))
+        yield family(declared.ACTOR_CONNECTED_STREAMS, sum(1 for c in m.clients if c.connected))
         # The first connection of each stream is not a reconnect.
+        yield family(declared.ACTOR_RECONNECTS, sum(max(0, c.connections - 1) for c in m.clients))
         yield family(
-            CounterMetricFamily,
-            "seedrl_actor_reconnects",
-            "Connections to the learner after a stream's first one.",
-            sum(max(0, c.connections - 1) for c in m.clients),
-        )
-        yield family(
-            CounterMetricFamily,
-            "seedrl_actor_env_restarts",
-            "Environments (or env worker processes) restarted after a crash.",
+            declared.ACTOR_ENV_RESTARTS,
             sum(getattr(c.envs, "restarts", 0) for c in m.clients),
         )

@@ -16,6 +16,9 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from seedrl.common import metrics as declared
+from seedrl.common.metrics import RATE_WINDOW_S
+
 #: Inference batches are counted in env steps.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
@@ -43,8 +46,6 @@ RETURN_BUCKETS = (
     10000,
 )
 LENGTH_BUCKETS = (10, 30, 100, 200, 300, 500, 1000, 3000, 10000, 30000, 100000)
-#: Seconds of history the frames/s gauge averages over.
-RATE_WINDOW_S = 10.0
 
 
 class LearnerMetrics:
@@ -71,35 +72,14 @@ class LearnerMetrics:
         self.registry = registry or CollectorRegistry()
         exp = runtime.experiment
         self.experiment = exp.metadata.name
-        labels = ["experiment"]
-        self._batch = Histogram(
-            "seedrl_learner_inference_batch_size",
-            "Env steps evaluated per inference call.",
-            labels,
-            buckets=BATCH_BUCKETS,
-            registry=self.registry,
+        self._batch = _histogram(
+            declared.INFERENCE_BATCH_SIZE, BATCH_BUCKETS, self.registry
         ).labels(self.experiment)
-        self._latency = Histogram(
-            "seedrl_learner_inference_latency_seconds",
-            "Time of one batched inference call.",
-            labels,
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+        self._latency = _histogram(
+            declared.INFERENCE_LATENCY, LATENCY_BUCKETS, self.registry
         ).labels(self.experiment)
-        returns = Histogram(
-            "seedrl_learner_episode_return",
-            "Undiscounted return of finished episodes.",
-            labels + ["kind"],
-            buckets=RETURN_BUCKETS,
-            registry=self.registry,
-        )
-        lengths = Histogram(
-            "seedrl_learner_episode_length_steps",
-            "Agent steps of finished episodes.",
-            labels + ["kind"],
-            buckets=LENGTH_BUCKETS,
-            registry=self.registry,
-        )
+        returns = _histogram(declared.EPISODE_RETURN, RETURN_BUCKETS, self.registry)
+        lengths = _histogram(declared.EPISODE_LENGTH, LENGTH_BUCKETS, self.registry)
         self._returns = {k: returns.labels(self.experiment, k) for k in ("train", "eval")}
         self._lengths = {k: lengths.labels(self.experiment, k) for k in ("train", "eval")}
         self._samples: collections.deque[tuple[float, int]] = collections.deque()
@@ -152,152 +132,66 @@ class _ScrapeTimeCollector:
     def collect(self):
         m, r = self.m, self.m.runtime
         exp = [m.experiment]
+        d = declared
 
-        def counter(name, doc, value):
-            family = CounterMetricFamily(name, doc, labels=["experiment"])
-            family.add_metric(exp, value)
-            return family
+        def family(metric, values):
+            kind = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+            out = kind(metric.name, metric.help, labels=list(metric.labels))
+            for extra, value in values:
+                out.add_metric(exp + extra, value)
+            return out
 
-        def gauge(name, doc, value, extra=None):
-            family = GaugeMetricFamily(name, doc, labels=["experiment"] + list(extra or {}))
-            family.add_metric(exp + list((extra or {}).values()), value)
-            return family
+        def one(metric, value):
+            return family(metric, [([], value)])
 
-        yield counter("seedrl_learner_env_steps", "Agent steps of all actors.", r.env_steps)
-        yield counter(
-            "seedrl_learner_env_frames",
-            "Environment frames of all actors (steps x Atari frame skip).",
-            m.env_frames,
-        )
-        yield counter("seedrl_learner_steps", "Training steps of the learner.", r.learner_steps)
-        yield counter(
-            "seedrl_learner_skipped_updates",
-            "Training steps skipped because their gradients were not finite.",
-            r.skipped_updates,
-        )
-        yield counter(
-            "seedrl_learner_refused_streams",
-            "Actor streams refused or failed for what they sent.",
-            r.refused_streams,
-        )
-        yield counter(
-            "seedrl_learner_invalid_actions",
-            "Actions inference produced outside the action space (replaced).",
-            r.invalid_actions,
-        )
-        yield gauge(
-            "seedrl_learner_seconds_without_env_steps",
-            "Seconds since the last env step arrived.",
-            r.seconds_without_env_steps,
-        )
-        episodes = CounterMetricFamily(
-            "seedrl_learner_episodes", "Finished episodes.", labels=["experiment", "kind"]
-        )
-        episodes.add_metric(exp + ["train"], r.episodes)
-        episodes.add_metric(exp + ["eval"], r.eval_episodes)
-        yield episodes
-        yield gauge(
-            "seedrl_learner_env_frames_per_second",
-            f"Frames per second over the last {RATE_WINDOW_S:.0f} s.",
-            m.frames_per_second(),
-        )
-        yield gauge(
-            "seedrl_learner_connected_actors", "Actor streams connected now.", r.connected_actors
-        )
-        yield gauge(
-            "seedrl_learner_queued_unrolls", "Unrolls waiting for training.", r.queued_unrolls
-        )
+        yield one(d.ENV_STEPS, r.env_steps)
+        yield one(d.ENV_FRAMES, m.env_frames)
+        yield one(d.LEARNER_STEPS, r.learner_steps)
+        yield one(d.SKIPPED_UPDATES, r.skipped_updates)
+        yield one(d.REFUSED_STREAMS, r.refused_streams)
+        yield one(d.INVALID_ACTIONS, r.invalid_actions)
+        yield one(d.SECONDS_WITHOUT_ENV_STEPS, r.seconds_without_env_steps)
+        yield family(d.EPISODES, [(["train"], r.episodes), (["eval"], r.eval_episodes)])
+        yield one(d.FRAMES_PER_SECOND, m.frames_per_second())
+        yield one(d.CONNECTED_ACTORS, r.connected_actors)
+        yield one(d.QUEUED_UNROLLS, r.queued_unrolls)
         replay = r.replay_size
         if replay is not None:
-            yield gauge("seedrl_learner_replay_sequences", "Sequences held in the replay.", replay)
+            yield one(d.REPLAY_SEQUENCES, replay)
         mean = r.mean_return
         if mean == mean:  # not NaN: there are episodes
-            yield gauge(
-                "seedrl_learner_mean_return",
-                "Mean return of the last returnWindow training episodes.",
-                mean,
-            )
+            yield one(d.MEAN_RETURN, mean)
         if r.eval_returns:
-            yield gauge(
-                "seedrl_learner_eval_mean_return",
-                "Mean return of the evaluation actors' last returnWindow episodes.",
-                float(np.mean(list(r.eval_returns))),
-            )
-        yield gauge(
-            "seedrl_learner_uncounted_env_steps",
-            "Env steps received beyond their actor's fair share (not counted toward "
-            "spec.budget.maxEnvSteps; see seedrl.learner.progress).",
-            r.uncounted_env_steps,
-        )
-        yield counter(
-            "seedrl_learner_env_restarts",
-            "Envs the actors recreated after they raised.",
-            r.env_restarts,
-        )
-        losses = GaugeMetricFamily(
-            "seedrl_learner_loss",
-            "Loss terms of the last training step.",
-            labels=["experiment", "term"],
-        )
-        stats = GaugeMetricFamily(
-            "seedrl_learner_train_stat",
-            "Other statistics of the last training step (entropy, gradient norm, ...).",
-            labels=["experiment", "stat"],
-        )
+            yield one(d.EVAL_MEAN_RETURN, float(np.mean(list(r.eval_returns))))
+        yield one(d.UNCOUNTED_ENV_STEPS, r.uncounted_env_steps)
+        yield one(d.ENV_RESTARTS, r.env_restarts)
+        losses, stats = [], []
         for key, value in sorted(r.last_metrics.items()):
             if key.startswith("loss/"):
-                losses.add_metric(exp + [key[len("loss/") :]], value)
+                losses.append(([key[len("loss/") :]], value))
             elif key == "policy_lag":
-                yield gauge(
-                    "seedrl_learner_policy_lag_updates",
-                    "Mean policy lag of the last training batch, in updates.",
-                    value,
-                )
+                yield one(d.POLICY_LAG, value)
             else:
-                stats.add_metric(exp + [key], value)
-        yield losses
-        yield stats
-        yield gauge(
-            "seedrl_learner_finished", "1 once the run has stopped.", 1.0 if r.finished else 0.0
-        )
+                stats.append(([key], value))
+        yield family(d.LOSS, losses)
+        yield family(d.TRAIN_STAT, stats)
+        yield one(d.FINISHED, 1.0 if r.finished else 0.0)
         if m.write_failures is not None:
-            writes = CounterMetricFamily(
-                "seedrl_learner_write_failures",
-                "Writes of the learner's own files (status, metrics log, summary, TensorBoard) "
-                "that failed; training goes on.",
-                labels=["experiment", "file"],
-            )
-            for what, count in sorted(m.write_failures.counts.items()):
-                writes.add_metric(exp + [what], count)
-            yield writes
+            counts = sorted(m.write_failures.counts.items())
+            yield family(d.WRITE_FAILURES, [([what], count) for what, count in counts])
         c = m.checkpointer
         if c is not None:
             status = c.status()
-            interval = c.interval_seconds or 0.0
-            yield gauge(
-                "seedrl_learner_checkpoint_interval_seconds",
-                "Configured time between checkpoints (0: by steps only).",
-                interval,
-            )
-            yield counter(
-                "seedrl_learner_checkpoint_failures",
-                "Checkpoint publications that failed.",
-                status["checkpoint_failures"],
-            )
-            yield gauge(
-                "seedrl_learner_checkpoint_age_seconds",
-                "Seconds since the last published checkpoint (or since the learner "
-                "started, before its first).",
-                status["checkpoint_age_s"],
-            )
+            yield one(d.CHECKPOINT_INTERVAL, c.interval_seconds or 0.0)
+            yield one(d.CHECKPOINT_FAILURES, status["checkpoint_failures"])
+            yield one(d.CHECKPOINT_AGE, status["checkpoint_age_s"])
             if status["last_checkpoint_time"] is not None:
-                yield gauge(
-                    "seedrl_learner_checkpoint_duration_seconds",
-                    "How long the last checkpoint took to publish.",
-                    status["checkpoint_seconds"],
-                )
-                yield gauge(
-                    "seedrl_learner_last_checkpoint_timestamp_seconds",
-                    "When the last checkpoint was published.",
-                    status["last_checkpoint_time"],
-                )
+                yield one(d.CHECKPOINT_DURATION, status["checkpoint_seconds"])
+                yield one(d.LAST_CHECKPOINT_TIME, status["last_checkpoint_time"])
+
+
+def _histogram(metric: declared.Metric, buckets, registry: CollectorRegistry) -> Histogram:
+    """A histogram registered as ``metric`` declares it."""
+    return Histogram(
+        metric.name, metric.help, list(metric.labels), buckets=buckets, registry=registry
+    )

@@ -25,7 +25,9 @@ from seedrl.service.cli import cost as cost_cli
 from seedrl.service.cli import runs as runs_cli
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The ``seedrl`` command line: every command and option (also what docs/reference/cli.md is
+    generated from)."""
     p = argparse.ArgumentParser(prog="seedrl", description="Scalable deep RL, SEED-style.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -462,7 +464,7 @@ def _api_error(exc: Exception) -> str:
 
 def main(argv=None) -> int:
     """Entry point of the `seedrl` console script."""
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s seedrl %(levelname)s %(message)s")
     if args.command == "train":
         return cmd_train(args)

@@ -1,5 +1,6 @@
 """The files generated from code: the Experiment CRD, the experiment chart's values and schema,
-the Grafana dashboards and the gRPC stubs. One command line covers them all,
+the Grafana dashboards, the gRPC stubs and the Reference pages of the docs (``docs/reference/``).
+One command line covers them all,
 
     python -m seedrl.service.generate [--write | --check] [--root DIR]
 
@@ -24,6 +25,7 @@ GENERATORS = (
     "seedrl.service.generate.chart_values",
     "seedrl.service.generate.dashboards",
     "seedrl.service.generate.proto",
+    "seedrl.service.generate.reference",
 )
 
 

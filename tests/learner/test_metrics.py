@@ -129,3 +129,18 @@ def test_metrics_addresses_from_the_flag():
     assert bind_address("127.0.0.1:5000", 9090) == ("127.0.0.1", 5000)
     assert bind_address("[::1]:5001", 9090) == ("::1", 5001)
     assert bind_address(":5002", 9090) == ("0.0.0.0", 5002)
+
+
+def test_every_family_served_is_declared_in_common(learner):
+    from seedrl.common import metrics as declared
+
+    metrics = LearnerMetrics(learner.runtime)
+    learner.runtime.last_metrics = {"loss/total": 1.5, "grad_norm": 3.0, "policy_lag": 0.75}
+    by_name = {m.name: m for m in declared.LEARNER}
+    served = list(metrics.registry.collect())
+    assert len(served) > 20
+    for family in served:
+        m = by_name[family.name]  # docs/reference/metrics.md is written from these
+        assert (family.type, family.documentation) == (m.kind, m.help)
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} == set(m.labels), family.name
