@@ -4,10 +4,10 @@ One Experiment document drives every way of running seedrl: `seedrl train FILE` 
 and, later, `kubectl apply` through the operator. It is Kubernetes-shaped (``apiVersion``,
 ``kind``, ``metadata``, ``spec`` and camelCase keys) so the same file works in both places.
 
-Every field is declared once, here, with its default, its docstring and its constraints (the
-``param`` helper stores them in the dataclass field metadata). Parsing and validation happen in
-exactly one place, :func:`parse_experiment`, which collects every problem it finds and raises one
-:class:`ConfigError` naming each field path and the reason, e.g.
+Every field is declared once, in this package, with its default, its docstring and its
+constraints (the ``param`` helper stores them in the dataclass field metadata). Parsing and
+validation happen in exactly one place, :func:`parse_experiment`, which collects every problem it
+finds and raises one :class:`ConfigError` naming each field path and the reason, e.g.
 ``spec.learner.unrollLength: must be >= 2, got 0``. Unknown keys are rejected.
 """
 
@@ -22,27 +22,137 @@ from typing import Any, Optional, TypeVar
 
 import yaml
 
-from seedrl.common.quantity import QUANTITY
+from seedrl.common.config.fields import (
+    _DNS_LABEL,
+    _IMAGE,
+    _QUANTITY,
+    _QUANTITY_HINT,
+    INT64_MAX,
+    INT64_MIN,
+    ConfigError,
+    field_key,
+    param,
+)
+from seedrl.common.config.cluster import (
+    ACTOR_IMAGE,
+    API_VERSION,
+    GROUP,
+    IMAGE_REGISTRY,
+    KIND,
+    LEARNER_IMAGES,
+    PLURAL,
+    RELEASE,
+    RELEASE_IMAGES,
+    SINGULAR,
+    VERSION,
+    ImageDefaults,
+)
+from seedrl.common.config.tpu import (
+    TPU_GENERATIONS,
+    tpu_cel_rules,
+    tpu_chips,
+    tpu_problems,
+    TPUConfig,
+    TPUGeneration,
+)
+from seedrl.common.config.accelerator import (
+    ACCELERATORS,
+    AcceleratorConfig,
+    GPUConfig,
+)
 
 T = TypeVar("T")
 
-#: The Experiment custom resource's coordinates in the Kubernetes API: the CRD, the operator's
-#: watches, ``seedrl submit``/``status``/``cost`` and the documents' ``apiVersion`` use these.
-GROUP = "seedrl.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "Experiment"
-PLURAL = "experiments"
-SINGULAR = "experiment"
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "ConfigError",
+    "field_key",
+    "param",
+    "ACTOR_IMAGE",
+    "API_VERSION",
+    "GROUP",
+    "IMAGE_REGISTRY",
+    "KIND",
+    "LEARNER_IMAGES",
+    "PLURAL",
+    "RELEASE",
+    "RELEASE_IMAGES",
+    "SINGULAR",
+    "VERSION",
+    "ImageDefaults",
+    "TPU_GENERATIONS",
+    "tpu_cel_rules",
+    "tpu_chips",
+    "tpu_problems",
+    "TPUConfig",
+    "TPUGeneration",
+    "ACCELERATORS",
+    "AcceleratorConfig",
+    "GPUConfig",
+    "ATARI_PREFIX",
+    "ENV_BACKENDS",
+    "ENVPOOL_OPTIONS",
+    "AtariConfig",
+    "EnvConfig",
+    "envpool_problems",
+    "FootballConfig",
+    "MAX_CONV_CHANNELS",
+    "MAX_CONV_STACKS",
+    "MAX_HIDDEN_LAYERS",
+    "MAX_LAYER_WIDTH",
+    "MAX_LSTM_SIZE",
+    "NETWORKS",
+    "PRECISIONS",
+    "NetworkConfig",
+    "VTraceConfig",
+    "R2D2Config",
+    "PPOConfig",
+    "AGENTS",
+    "AgentConfig",
+    "AFFINITY_KEYS",
+    "placement_problems",
+    "PlacementConfig",
+    "ResourcesConfig",
+    "TolerationConfig",
+    "DevicesConfig",
+    "learner_image",
+    "LearnerConfig",
+    "OptimizerConfig",
+    "TLSConfig",
+    "actor_image",
+    "ActorsConfig",
+    "envs_per_stream",
+    "VOLUME_RETENTION",
+    "CheckpointConfig",
+    "BudgetConfig",
+    "Experiment",
+    "Metadata",
+    "Spec",
+    "stream_envs_limit",
+    "parse_document",
+    "parse_section",
+    "cel_rules",
+    "dependent_default_fields",
+    "parse_experiment",
+    "MAX_YAML_BYTES",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_VALUES",
+    "load_yaml",
+    "read_yaml_file",
+    "apply_overrides",
+    "dump_experiment",
+    "load_experiment",
+    "set_path",
+    "to_document",
+]
+
 
 #: Agents the learner knows how to build; ``spec.agent.name`` must be one of these.
 AGENTS = ("vtrace", "r2d2", "ppo")
 #: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
 NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
 PRECISIONS = ("float32", "bfloat16")
-#: Integers are int64, as the CRD and the learner's counters store them: any integer field
-#: outside this range is refused, whatever its own bounds.
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: Network sizes (``spec.agent.network``): well above any published RL network's, low enough
 #: that a typo cannot make the learner allocate absurd memory. An 8192-wide dense layer after
 #: another is 256 MiB of float32 weights (three times that with Adam's slots); a 4096-unit LSTM
@@ -54,183 +164,16 @@ MAX_LSTM_SIZE = 4096
 MAX_CONV_CHANNELS = 512
 MAX_CONV_STACKS = 8
 
-# DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_REQUIRED = dataclasses.MISSING
-# A request is a non-negative Kubernetes resource quantity, e.g. 500m, 4, 16Gi, 1.5.
-_QUANTITY = f"[+]?{QUANTITY}"
-_QUANTITY_HINT = "a Kubernetes quantity such as 500m, 4 or 16Gi, written as a string"
 #: Environment ids of Atari games (ale-py's), whose agent steps skip emulator frames.
 ATARI_PREFIX = "ALE/"
 #: What steps the actors' Atari envs (``spec.env.backend``).
 ENV_BACKENDS = ("auto", "gymnasium", "envpool")
 #: The ``spec.env.options`` envpool's Atari envs take (ale-py's game mode and difficulty).
 ENVPOOL_OPTIONS = ("mode", "difficulty")
-# A container image reference: [registry/]path[:tag][@digest], no spaces.
-_IMAGE = r"[a-z0-9][A-Za-z0-9._\-/:@]*"
 #: What happens to the learner's run volume when its Experiment is deleted
 #: (``spec.checkpoint.volumeRetention``), in the words of a StatefulSet's
 #: persistentVolumeClaimRetentionPolicy.
 VOLUME_RETENTION = ("Retain", "Delete")
-#: Accelerators the learner can ask for (``spec.learner.accelerator.kind``).
-ACCELERATORS = ("cpu", "gpu", "tpu")
-#: Where seedrl's images are published, and the release whose images an Experiment runs unless
-#: it names its own (the Makefile's IMAGE_REGISTRY and pyproject.toml's version; a test checks
-#: that they agree).
-IMAGE_REGISTRY = "ghcr.io/seedrl"
-RELEASE = "0.1.0"
-#: The learner image of this release for each accelerator kind: Dockerfile.learner built with
-#: ACCELERATOR=cpu, gpu or tpu (TensorFlow for the CPU, with CUDA, with libtpu).
-LEARNER_IMAGES = {
-    "cpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}",
-    "gpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}-gpu",
-    "tpu": f"{IMAGE_REGISTRY}/learner:{RELEASE}-tpu",
-}
-#: The actor image of this release (Dockerfile.actor).
-ACTOR_IMAGE = f"{IMAGE_REGISTRY}/actors:{RELEASE}"
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageDefaults:
-    """Where the images of an Experiment that names none come from: a registry and a
-    release, both roles alike, so that learner and actors always run the same version.
-
-    The operator resolves them (its own release; ``--image-registry`` for a mirror) and
-    records them in the Experiment's status at its first reconcile, so that an operator
-    upgrade changes no running Experiment's images, not even those of a learner replaced
-    later.
-
-    Attributes:
-      registry: e.g. ``ghcr.io/seedrl`` or a private mirror.
-      release: the image tag's version, e.g. ``0.1.0``.
-    """
-
-    registry: str = IMAGE_REGISTRY
-    release: str = RELEASE
-
-    def learner(self, kind: str) -> str:
-        """The learner image for an accelerator kind (cpu, gpu, tpu)."""
-        return f"{self.registry}/learner:{self.release}{'' if kind == 'cpu' else '-' + kind}"
-
-    def actors(self) -> str:
-        """The actor image."""
-        return f"{self.registry}/actors:{self.release}"
-
-
-#: This release's images from the default registry.
-RELEASE_IMAGES = ImageDefaults()
-
-
-@dataclasses.dataclass(frozen=True)
-class TPUGeneration:
-    """One Cloud TPU generation as GKE schedules it.
-
-    Attributes:
-      name: the generation, e.g. ``v5e``.
-      chips_per_host: the most chips one TPU VM (one Kubernetes node) has.
-      single_host_topologies: the topologies of a slice that is one VM, hence one pod: the
-        only ones a single learner pod can be scheduled on.
-    """
-
-    name: str
-    chips_per_host: int
-    single_host_topologies: tuple[str, ...]
-
-
-#: The TPU generations a learner can run on, by GKE accelerator (the node label
-#: cloud.google.com/gke-tpu-accelerator, ``spec.learner.accelerator.tpu.type``), with their
-#: single-host topologies. From GKE's "Plan TPUs in GKE", the table of TPU versions, machine
-#: types and topologies (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus):
-#: v4 (ct4p-hightpu-4t) and v5p (ct5p-hightpu-4t) VMs hold 4 chips, so 2x2x1 is their one
-#: single-host topology and 2x2x2 already spans 2 VMs; v5e (ct5lp-hightpu-1t/4t/8t) and v6e
-#: (ct6e-standard-1t/4t/8t) VMs hold 1, 4 or 8 chips: 1x1, 2x2 and 2x4 are single-host, 4x4
-#: and larger span several. (v5e's serving-only tpu-v5-lite-device is left out.) A larger,
-#: multi-host slice is several pods, which one learner is not.
-TPU_GENERATIONS: dict[str, TPUGeneration] = {
-    "tpu-v4-podslice": TPUGeneration("v4", 4, ("2x2x1",)),
-    "tpu-v5-lite-podslice": TPUGeneration("v5e", 8, ("1x1", "2x2", "2x4")),
-    "tpu-v5p-slice": TPUGeneration("v5p", 4, ("2x2x1",)),
-    "tpu-v6e-slice": TPUGeneration("v6e", 8, ("1x1", "2x2", "2x4")),
-}
-
-
-class ConfigError(ValueError):
-    """A rejected Experiment document.
-
-    Attributes:
-      problems: list of ``(field_path, reason)`` pairs, section by section: within a section,
-        unknown keys first, then the known fields in the order they are declared.
-    """
-
-    def __init__(self, problems: Sequence[tuple[str, str]]):
-        self.problems = list(problems)
-        super().__init__("\n".join(f"{path}: {reason}" for path, reason in self.problems))
-
-
-def param(
-    default: Any = _REQUIRED,
-    doc: str = "",
-    *,
-    factory: Any = None,
-    key: str | None = None,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    choices: Sequence[Any] | None = None,
-    pattern: str | None = None,
-    min_items: int | None = None,
-    max_items: int | None = None,
-    max_len: int | None = None,
-    pattern_hint: str | None = None,
-    default_by: tuple[str, Mapping[Any, Any]] | None = None,
-) -> Any:
-    """Declares one Experiment field: its default, docstring and constraints.
-
-    Args:
-      default: the value used when the document omits the field; omit for a required field.
-      doc: what the field means, for humans and for the generated schemas.
-      factory: a zero-argument callable giving the default (for lists, dicts, sections).
-      key: the document key when it is not the camelCase form of the attribute name.
-      ge, gt, le: numeric bounds (also applied to each item of a list of numbers); an integer
-        is always within int64 (:data:`INT64_MIN`, :data:`INT64_MAX`) besides.
-      choices: the allowed values.
-      pattern: a regular expression the whole string must match.
-      min_items, max_items: the fewest and the most items a list may have.
-      max_len: the longest a string may be.
-      pattern_hint: what ``pattern`` asks for, in words, for the error message (default: the
-        DNS-label wording).
-      default_by: ``(path, table)``: a default that depends on another field of the
-        Experiment, at document ``path`` (``spec.agent.name``). Where the document leaves this
-        field out or null, :func:`parse_experiment` gives it ``table[value of path]``, or
-        ``default`` for a value the table lacks. The schemas declare no default for it (the
-        API server would otherwise fill in ``default``), and a parsed Experiment always holds
-        the value, so a dumped one states it.
-    """
-    meta = {
-        "doc": doc,
-        "key": key,
-        "ge": ge,
-        "gt": gt,
-        "le": le,
-        "choices": choices,
-        "pattern": pattern,
-        "min_items": min_items,
-        "max_items": max_items,
-        "max_len": max_len,
-        "pattern_hint": pattern_hint,
-        "default_by": default_by,
-    }
-    if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
-
-
-def field_key(f: dataclasses.Field) -> str:
-    """The document key of a dataclass field: its explicit key or its camelCase name."""
-    if f.metadata.get("key"):
-        return f.metadata["key"]
-    head, *rest = f.name.rstrip("_").split("_")
-    return head + "".join(part.capitalize() for part in rest)
 
 
 # --------------------------------------------------------------------------------------------
@@ -813,62 +756,6 @@ class ResourcesConfig:
         pattern_hint=_QUANTITY_HINT,
         max_len=32,
     )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TPUConfig:
-    """A Cloud TPU slice on GKE for the learner (``spec.learner.accelerator.tpu``): a single
-    TPU VM host, selected by the node labels cloud.google.com/gke-tpu-accelerator and
-    cloud.google.com/gke-tpu-topology."""
-
-    type: str = param(
-        "tpu-v5-lite-podslice",
-        "GKE TPU accelerator, one of: "
-        + ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items())
-        + ".",
-        pattern=r"tpu-[a-z0-9-]+",
-        pattern_hint="a GKE TPU accelerator name such as tpu-v5-lite-podslice",
-        max_len=63,
-    )
-    topology: str = param(
-        "2x2",
-        "Slice topology: one host's, since the learner is one pod: "
-        + "; ".join(
-            f"{g.name} " + ", ".join(g.single_host_topologies) for g in TPU_GENERATIONS.values()
-        )
-        + ". The learner requests its product in google.com/tpu chips.",
-        pattern=r"[1-9][0-9]*(x[1-9][0-9]*){1,2}",
-        pattern_hint="dimensions joined by x, e.g. 2x4",
-        max_len=32,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class GPUConfig:
-    """NVIDIA GPUs on GKE for the learner (``spec.learner.accelerator.gpu``)."""
-
-    type: str = param(
-        "nvidia-l4",
-        "GKE accelerator (node label cloud.google.com/gke-"
-        "accelerator), e.g. nvidia-l4, nvidia-tesla-a100.",
-        pattern=r"[a-z0-9]([-a-z0-9]*[a-z0-9])?",
-        max_len=63,
-    )
-    count: int = param(1, "GPUs requested as nvidia.com/gpu.", ge=1, le=16)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class AcceleratorConfig:
-    """What the learner's inference and training run on in a cluster
-    (``spec.learner.accelerator``); the local launcher uses whatever the machine has."""
-
-    kind: str = param(
-        "cpu",
-        "One of: " + ", ".join(ACCELERATORS) + "; the tpu or gpu section below then applies.",
-        choices=ACCELERATORS,
-    )
-    tpu: TPUConfig = param(doc="The TPU slice, when kind is tpu.", factory=TPUConfig)
-    gpu: GPUConfig = param(doc="The GPUs, when kind is gpu.", factory=GPUConfig)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -1520,89 +1407,11 @@ def actor_image(actors: ActorsConfig, defaults: ImageDefaults = RELEASE_IMAGES) 
     return actors.image or defaults.actors()
 
 
-def tpu_problems(tpu: TPUConfig) -> list[tuple[str, str]]:
-    """Why a learner's TPU slice cannot be scheduled as one pod (empty if it can): an unknown
-    TPU accelerator, or a topology that is not single-host for its generation (see
-    :data:`TPU_GENERATIONS`). Each message lists the valid choices."""
-    generation = TPU_GENERATIONS.get(tpu.type)
-    if generation is None:
-        known = ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items())
-        return [
-            (
-                "spec.learner.accelerator.tpu.type",
-                f"unknown TPU accelerator {tpu.type!r}; one of: {known}",
-            )
-        ]
-    if tpu.topology in generation.single_host_topologies:
-        return []
-    valid = ", ".join(generation.single_host_topologies)
-    dims = len(generation.single_host_topologies[0].split("x"))
-    chips = tpu_chips(tpu.topology)
-    if len(tpu.topology.split("x")) != dims:
-        why = f"is not a {generation.name} slice shape ({dims} dimensions)"
-    elif chips > generation.chips_per_host:
-        hosts = -(-chips // generation.chips_per_host)
-        why = f"spans {hosts} hosts"
-    else:
-        why = "is not a single-host slice"
-    return [
-        (
-            "spec.learner.accelerator.tpu.topology",
-            f"{generation.name} {tpu.topology} {why}; single-host {generation.name} "
-            f"topologies: {valid}",
-        )
-    ]
-
-
-def tpu_cel_rules() -> list[dict[str, str]]:
-    """The rules of :func:`tpu_problems` as CEL, for the CRD's ``x-kubernetes-validations`` on
-    ``spec.learner.accelerator``, so that the API server refuses what ``seedrl validate``
-    refuses (``kubectl apply`` included). One rule per generation: a CRD rule's message is
-    fixed text, and each lists that generation's valid topologies."""
-
-    def quoted(items):
-        return "[" + ", ".join(f"'{item}'" for item in items) + "]"
-
-    guard = "!has(self.kind) || self.kind != 'tpu' || !has(self.tpu) || !has(self.tpu.type)"
-    known = ", ".join(f"{name} ({g.name})" for name, g in TPU_GENERATIONS.items())
-    rules = [
-        {
-            "rule": f"{guard} || self.tpu.type in {quoted(TPU_GENERATIONS)}",
-            "message": f"unknown TPU accelerator in tpu.type; one of: {known}",
-            "fieldPath": ".tpu.type",
-            "reason": "FieldValueInvalid",
-        }
-    ]
-    for name, generation in TPU_GENERATIONS.items():
-        valid = generation.single_host_topologies
-        rules.append(
-            {
-                "rule": f"{guard} || self.tpu.type != '{name}' || !has(self.tpu.topology) || "
-                f"self.tpu.topology in {quoted(valid)}",
-                "message": f"tpu.topology: a {name} learner must fit one {generation.name} host "
-                f"({generation.chips_per_host} chips; larger slices span several "
-                f"hosts); single-host {generation.name} topologies: "
-                f"{', '.join(valid)}",
-                "fieldPath": ".tpu.topology",
-                "reason": "FieldValueInvalid",
-            }
-        )
-    return rules
-
-
 def cel_rules(cls: type) -> list[dict[str, str]]:
     """The CEL rules (``x-kubernetes-validations``) the CRD carries on the section that
     dataclass ``cls`` declares: the cross-field rules of :func:`parse_experiment` that the API
     server can check too."""
     return tpu_cel_rules() if cls is AcceleratorConfig else []
-
-
-def tpu_chips(topology: str) -> int:
-    """The number of chips in a TPU topology such as ``2x4`` (the product of its dimensions)."""
-    chips = 1
-    for dim in topology.split("x"):
-        chips *= int(dim)
-    return chips
 
 
 def placement_problems(placement: PlacementConfig, path: str) -> list[tuple[str, str]]:
