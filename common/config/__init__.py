@@ -60,6 +60,38 @@ from seedrl.common.config.accelerator import (
     AcceleratorConfig,
     GPUConfig,
 )
+from seedrl.common.config.env import (
+    ATARI_PREFIX,
+    ENV_BACKENDS,
+    ENVPOOL_OPTIONS,
+    AtariConfig,
+    EnvConfig,
+    envpool_problems,
+    FootballConfig,
+)
+from seedrl.common.config.network import (
+    MAX_CONV_CHANNELS,
+    MAX_CONV_STACKS,
+    MAX_HIDDEN_LAYERS,
+    MAX_LAYER_WIDTH,
+    MAX_LSTM_SIZE,
+    NETWORKS,
+    PRECISIONS,
+    NetworkConfig,
+)
+from seedrl.common.config.vtrace import (
+    VTraceConfig,
+)
+from seedrl.common.config.r2d2 import (
+    R2D2Config,
+)
+from seedrl.common.config.ppo import (
+    PPOConfig,
+)
+from seedrl.common.config.agent import (
+    AGENTS,
+    AgentConfig,
+)
 
 T = TypeVar("T")
 
@@ -148,28 +180,6 @@ __all__ = [
 ]
 
 
-#: Agents the learner knows how to build; ``spec.agent.name`` must be one of these.
-AGENTS = ("vtrace", "r2d2", "ppo")
-#: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
-NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
-PRECISIONS = ("float32", "bfloat16")
-#: Network sizes (``spec.agent.network``): well above any published RL network's, low enough
-#: that a typo cannot make the learner allocate absurd memory. An 8192-wide dense layer after
-#: another is 256 MiB of float32 weights (three times that with Adam's slots); a 4096-unit LSTM
-#: after one, 770 MiB; a 512-channel residual stack, 45 MiB of weights but 84x84x512
-#: activations per frame.
-MAX_LAYER_WIDTH = 8192
-MAX_HIDDEN_LAYERS = 16
-MAX_LSTM_SIZE = 4096
-MAX_CONV_CHANNELS = 512
-MAX_CONV_STACKS = 8
-
-#: Environment ids of Atari games (ale-py's), whose agent steps skip emulator frames.
-ATARI_PREFIX = "ALE/"
-#: What steps the actors' Atari envs (``spec.env.backend``).
-ENV_BACKENDS = ("auto", "gymnasium", "envpool")
-#: The ``spec.env.options`` envpool's Atari envs take (ale-py's game mode and difficulty).
-ENVPOOL_OPTIONS = ("mode", "difficulty")
 #: What happens to the learner's run volume when its Experiment is deleted
 #: (``spec.checkpoint.volumeRetention``), in the words of a StatefulSet's
 #: persistentVolumeClaimRetentionPolicy.
@@ -179,474 +189,6 @@ VOLUME_RETENTION = ("Retain", "Delete")
 # --------------------------------------------------------------------------------------------
 # The document
 # --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class AtariConfig:
-    """Preprocessing of Atari games (``spec.env.atari``), used for ids of the form ``ALE/Game-v5``.
-
-    The defaults are the standard ones: Mnih et al. (2015) for frames, Machado et al. (2018) for
-    sticky actions and for not ending episodes on a lost life.
-    """
-
-    noop_max: int = param(30, "Up to this many no-op actions after each reset (0 disables).", ge=0)
-    frame_skip: int = param(
-        4,
-        "Emulator frames per agent step; the observation is the max over the last two of them.",
-        ge=1,
-    )
-    screen_size: int = param(84, "Frames are resized to screenSize x screenSize.", ge=16)
-    grayscale: bool = param(True, "Grayscale frames (one channel) instead of RGB.")
-    frame_stack: int = param(
-        4, "Observations stack this many consecutive frames (1 disables).", ge=1
-    )
-    sticky_action_probability: float = param(
-        0.25,
-        "Probability that the emulator repeats the previous action instead of the new "
-        "one, per frame.",
-        ge=0.0,
-        le=1.0,
-    )
-    full_action_space: bool = param(False, "All 18 actions instead of the game's minimal set.")
-    terminal_on_life_loss: bool = param(
-        False,
-        "gymnasium's terminal_on_life_loss: a lost life ends the episode and resets the "
-        "whole game, so episodes, their returns and targetReturn become per life, not "
-        "per game. lifeLossTerminal is usually what is meant.",
-    )
-    life_loss_terminal: bool = param(
-        False,
-        "A lost life is a terminal state for the learner (no bootstrap across it, the "
-        "recurrent state restarts) while the game goes on from where it was: episodes "
-        "and their returns stay whole games. The usual DQN-paper setting.",
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FootballConfig:
-    """Google Research Football settings (``spec.env.football``), used for ids of the form
-    ``Football/<scenario>``, e.g. ``Football/academy_empty_goal_close``."""
-
-    representation: str = param(
-        "simple115v2",
-        "Observation: 'simple115v2' (a 115-float vector) or 'extracted' (the "
-        "super-minimap, 72x96 uint8 planes).",
-        choices=("simple115v2", "extracted"),
-    )
-    rewards: str = param(
-        "scoring",
-        "Reward: 'scoring' (goals) or 'scoring,checkpoints' (also "
-        "for carrying the ball towards the goal).",
-        choices=("scoring", "scoring,checkpoints"),
-    )
-    stacked: bool = param(False, "Stack the last 4 observations along the last axis.")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class EnvConfig:
-    """Which environment the actors step (``spec.env``)."""
-
-    id: str = param("CartPole-v1", "A gymnasium environment id, e.g. CartPole-v1.", max_len=256)
-    options: dict[str, Any] = param(
-        doc="Keyword arguments passed to gymnasium.make for this environment.", factory=dict
-    )
-    imports: list[str] = param(
-        doc="Python modules imported before the environment is made, so that a package of your "
-        "own can register its environments with gymnasium.",
-        factory=list,
-    )
-    max_episode_steps: Optional[int] = param(
-        None,
-        "Truncate episodes after this many steps; null keeps the environment's own limit.",
-        ge=1,
-    )
-    atari: AtariConfig = param(doc="Atari preprocessing, for ALE/ ids.", factory=AtariConfig)
-    football: FootballConfig = param(
-        doc="Google Research Football settings, for Football/ ids.", factory=FootballConfig
-    )
-    backend: str = param(
-        "auto",
-        "What steps an actor's batch of Atari envs: 'gymnasium' (ale-py with gymnasium's "
-        "AtariPreprocessing, one env at a time in Python), 'envpool' (envpool's C++ thread "
-        "pool: the same emulator and preprocessing, a whole batch per call, no Python per "
-        "env), or 'auto': envpool where it is installed and gives the same observations "
-        "(an ALE/ id with noopMax >= 1, frameSkip >= 2 and no options but mode and "
-        "difficulty), gymnasium otherwise. Other envs always step through gymnasium.",
-        choices=ENV_BACKENDS,
-    )
-    max_abs_reward: float = param(
-        1e6,
-        "Largest |reward| of one env step the learner accepts from an actor, and so "
-        "|return| <= maxAbsReward x length for an episode it reports: a step or episode "
-        "beyond it fails that actor's stream (gymnasium envs declare no reward range). "
-        "Raise it for an env with larger rewards.",
-        gt=0.0,
-    )
-
-    @property
-    def is_atari(self) -> bool:
-        """Whether ``id`` names an Atari game (``ALE/Pong-v5``)."""
-        return self.id.startswith(ATARI_PREFIX)
-
-    @property
-    def frames_per_step(self) -> int:
-        """Emulator frames per agent step: Atari's frame skip (SEED's and IMPALA's "frames"
-        count skipped frames), else 1. Frame counts in metrics, cost and benchmarks use it."""
-        return self.atari.frame_skip if self.is_atari else 1
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class NetworkConfig:
-    """The network the learner builds for the agent (``spec.agent.network``)."""
-
-    name: str = param(
-        "mlp", "Network architecture, one of: " + ", ".join(NETWORKS) + ".", choices=NETWORKS
-    )
-    hidden_sizes: list[int] = param(
-        doc=f"Widths of the hidden layers of the MLP torso, input side first: 1 to "
-        f"{MAX_HIDDEN_LAYERS} layers of at most {MAX_LAYER_WIDTH} units.",
-        factory=lambda: [64, 64],
-        ge=1,
-        le=MAX_LAYER_WIDTH,
-        min_items=1,
-        max_items=MAX_HIDDEN_LAYERS,
-    )
-    activation: str = param(
-        "tanh", "Activation of the hidden layers of the MLP.", choices=("relu", "tanh")
-    )
-    dense_size: int = param(
-        256,
-        f"Width of the dense layer after a conv torso (the Nature DQN used 512, IMPALA 256), "
-        f"at most {MAX_LAYER_WIDTH}.",
-        ge=1,
-        le=MAX_LAYER_WIDTH,
-    )
-    resnet_channels: list[int] = param(
-        doc=f"Channels of each residual stack of impala_resnet / football_smm; empty keeps the "
-        f"network's own ([16, 32, 32] and [16, 32, 32, 32]). At most {MAX_CONV_STACKS} stacks "
-        f"of at most {MAX_CONV_CHANNELS} channels.",
-        factory=list,
-        ge=1,
-        le=MAX_CONV_CHANNELS,
-        max_items=MAX_CONV_STACKS,
-    )
-    lstm_size: int = param(
-        0,
-        f"Units of an LSTM core after the torso, at most {MAX_LSTM_SIZE}; 0 for a feed-forward "
-        f"network. The learner keeps each environment's LSTM state. Left out (or null): 512 "
-        f"for r2d2, the paper's recurrent core (without one, burn-in does nothing and R2D2 is "
-        f"an n-step double DQN), 0 for vtrace and ppo.",
-        ge=0,
-        le=MAX_LSTM_SIZE,
-        default_by=("spec.agent.name", {"r2d2": 512}),
-    )
-    action_reward_inputs: bool = param(
-        True,
-        "With an LSTM core: it also reads the previous action (one-hot, or the "
-        "normalised continuous action) and the reward that followed it, clipped to "
-        "[-1, 1], as in SEED RL's networks and the R2D2 paper; both are zero on an "
-        "episode's first step. Feed-forward networks ignore it.",
-    )
-    initial_std: float = param(
-        1.0,
-        "Initial standard deviation of a Gaussian policy (continuous actions), in the "
-        "normalised action space [-1, 1] (its log is a trained variable). BatchPPO starts "
-        "at 0.35; 1.0 explores the whole action range at first. Discrete actions ignore it.",
-        gt=0.0,
-    )
-    precision: str = param(
-        "float32",
-        "Arithmetic of the torso: float32, or bfloat16 (mixed precision: variables, "
-        "the LSTM core, the heads and the losses stay float32). bfloat16 trained the "
-        "Nature CNN 1.7x as fast on a CPU with AVX512_BF16 (as on TPUs); CPUs "
-        "without bfloat16 instructions run it slower.",
-        choices=PRECISIONS,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class VTraceConfig:
-    """IMPALA / V-trace hyperparameters (``spec.agent.vtrace``)."""
-
-    discount: float = param(
-        0.99, "Discount factor gamma applied per environment step.", gt=0.0, le=1.0
-    )
-    lambda_: float = param(
-        1.0,
-        "V-trace lambda: mixes n-step and one-step targets (1.0 as in the paper).",
-        key="lambda",
-        ge=0.0,
-        le=1.0,
-    )
-    baseline_cost: float = param(0.5, "Weight of the value (baseline) loss.", ge=0.0)
-    entropy_cost: float = param(0.01, "Weight of the entropy bonus.", ge=0.0)
-    clip_rho_threshold: float = param(
-        1.0, "rho-bar: truncation of importance weights in the value targets.", gt=0.0
-    )
-    clip_pg_rho_threshold: float = param(
-        1.0, "Truncation of importance weights in the policy gradient advantages.", gt=0.0
-    )
-    bootstrap_on_truncation: bool = param(
-        True,
-        "Bootstrap from the value estimate when an episode is truncated (time limit) "
-        "instead of treating the cut as a terminal state.",
-    )
-    reward_clipping: str = param(
-        "none",
-        "Reward clipping applied in the learner before the loss; reported returns stay "
-        "the game's own.",
-        choices=("none", "abs_one", "soft_asymmetric"),
-    )
-    reward_scale: float = param(
-        1.0,
-        "Rewards are multiplied by this after clipping, before the loss. Values then live on "
-        "a scale the value head reaches in few steps (a return of 100 needs large output "
-        "weights that Adam grows slowly), so baselines do not lag the returns.",
-        gt=0.0,
-    )
-    epochs: int = param(
-        1,
-        "Passes over each batch of unrolls. IMPALA and SEED train on each batch once; more "
-        "passes reuse it off-policy, which V-trace's importance weights correct for (the "
-        "later passes' target policy has moved from the behaviour policy), as IMPALA's "
-        "experience-replay variant and PPO's epochs reuse data.",
-        ge=1,
-    )
-    minibatches: int = param(
-        1,
-        "Gradient steps per pass, each on an equal share of the batch's unrolls, shuffled "
-        "every pass (must divide spec.learner.batchSize).",
-        ge=1,
-    )
-    evaluation_actors: int = param(
-        0,
-        "The last this-many actors act deterministically (the policy's mode) and only "
-        "evaluate: their episodes are reported apart (eval_mean_return), judge "
-        "spec.budget.targetReturn, and are not trained on.",
-        ge=0,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class R2D2Config:
-    """R2D2 hyperparameters (``spec.agent.r2d2``), after Kapturowski et al. 2019 and SEED RL's
-    ``agents/r2d2/learner.py``. The paper's: the sequence shape (80 trained steps after a
-    40-step burn-in prefix, every 40 steps), the 5-step double-Q target with value rescaling,
-    gamma 0.997, priorities and their exponents, the target period, the per-env epsilons, and,
-    where the Experiment leaves them out, the LSTM of 512 units and Adam (1e-4, epsilon 1e-3).
-    Where it differs: SEED's replay ratio (``samplesPerInsert``), initial priorities and
-    summed sequence loss are the defaults; gradients are clipped to
-    ``spec.learner.optimizer.gradClipNorm`` (40, as SEED); the replay holds 10,000 sequences,
-    not the paper's 100,000, and a batch is ``spec.learner.batchSize`` sequences (16, not 64);
-    sequences run across episode ends (the LSTM state is reset at each episode start, as in
-    SEED), where the paper's never cross one; and each stream's first sequences begin with a
-    zero-padded burn-in, as SEED's, so that its first steps are trained too.
-    ``spec.learner.unrollLength`` is not used."""
-
-    discount: float = param(0.997, "Discount factor gamma per environment step.", gt=0.0, le=1.0)
-    n_step: int = param(
-        5,
-        "Steps of the n-step double-Q target; the last steps of a sequence "
-        "use as many as the sequence still has (as SEED).",
-        ge=1,
-    )
-    train_length: int = param(
-        80,
-        "Steps of a replayed sequence that are trained on (the paper's sequence length m = "
-        "80), after its burnIn prefix; each sequence also stores the step after its last, to "
-        "bootstrap from, so it holds burnIn + trainLength + 1 steps.",
-        ge=1,
-    )
-    burn_in: int = param(
-        40,
-        "Steps before the trained ones that only warm up the LSTM state from the one stored "
-        "with the sequence (no gradient, no loss): the paper's burn-in prefix of 40. A "
-        "stream's first sequences begin with zero steps in place of the burn-in it has not "
-        "got (SEED's padding), and the LSTM starts its first real step from the initial "
-        "state, exactly as acting did.",
-        ge=0,
-    )
-    sequence_period: int = param(
-        40,
-        "Steps between the starts of an env's consecutive sequences (at most trainLength): "
-        "the paper's 40, so that with trainLength 80 each step is trained on in two "
-        "sequences (a stream's first 40 in one); trainLength makes it once (SEED's "
-        "layout).",
-        ge=1,
-    )
-    replay_capacity: int = param(
-        10_000,
-        "Sequences the replay holds; the oldest are dropped first. Memory: capacity x "
-        "(burnIn + trainLength + 1) x observation bytes (an Atari sequence of 121 steps is "
-        "3.4 MB).",
-        ge=1,
-    )
-    min_replay_size: int = param(1_000, "Sequences in the replay before learning starts.", ge=1)
-    samples_per_insert: float = param(
-        1.5,
-        "Replay ratio (SEED's 1.5): once learning has started, the learner samples this "
-        "many sequences per sequence inserted, on average. Both sides wait for the "
-        "other: the learner for new data, the actors (through the queue of sequences) "
-        "for training to catch up. 0 lets each run freely. A step is in trainLength / "
-        "sequencePeriod sequences, so it is trained on that many times this on average: "
-        "3 with the paper's overlapping sequences, SEED's 1.5 with its layout "
-        "(sequencePeriod = trainLength).",
-        ge=0.0,
-    )
-    sequence_loss: str = param(
-        "sum",
-        "How a sequence's squared TD errors make its loss: 'sum' is 0.5 x their sum "
-        "over the trained steps (SEED), 'mean' 0.5 x their mean (gradients "
-        "trainLength times smaller). The batch loss is the importance-"
-        "weighted mean over sequences.",
-        choices=("sum", "mean"),
-    )
-    initial_priority: str = param(
-        "acting",
-        "Priority of a new sequence: 'acting' computes it from the Q-values seen "
-        "when its actions were chosen (SEED), with the same formula as after "
-        "training; 'max' gives it the largest priority seen so far (Ape-X).",
-        choices=("acting", "max"),
-    )
-    priority_exponent: float = param(
-        0.9, "alpha: sampling is proportional to priority ** alpha.", ge=0.0
-    )
-    importance_exponent: float = param(
-        0.6, "beta of the importance-sampling weights.", ge=0.0, le=1.0
-    )
-    priority_eta: float = param(
-        0.9, "A sequence's priority: eta * max |TD| + (1 - eta) * mean |TD|.", ge=0.0, le=1.0
-    )
-    target_update_period: int = param(
-        2_500, "Learner steps between copies of the online network into the target network.", ge=1
-    )
-    value_rescale_eps: float = param(
-        1e-3, "epsilon of the value rescaling h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x.", gt=0.0
-    )
-    epsilon_base: float = param(
-        0.4,
-        "Exploration per env, over the N envs of all exploring actors (env j of actor i "
-        "is number i x envsPerActor + j): env n explores with epsilon base ** (1 + alpha "
-        "n / (N - 1)), SEED's 0.4 ** linspace(1, 8, N).",
-        ge=0.0,
-        le=1.0,
-    )
-    epsilon_alpha: float = param(7.0, "alpha of the per-env epsilon schedule.", ge=0.0)
-    replay_checkpoint_max_gb: float = param(
-        4.0,
-        "Write the replay with every checkpoint, so a restarted learner resumes with it "
-        "instead of an empty one (SEED loses it), when the full replay is at most this "
-        "many GB; 0 never writes it.",
-        ge=0.0,
-    )
-    evaluation_actors: int = param(
-        0,
-        "The last this-many actors act greedily (epsilon 0); their episodes are reported "
-        "apart (eval_mean_return) and not trained on.",
-        ge=0,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PPOConfig:
-    """PPO hyperparameters (``spec.agent.ppo``). Each update takes ``spec.learner.batchSize``
-    unrolls of ``spec.learner.unrollLength`` steps and runs ``epochs`` passes of
-    ``minibatches`` minibatches over them. ``preset`` chooses between the clipped PPO of
-    Schulman et al. (2017) and BatchPPO's update rules (Hafner et al. 2017)."""
-
-    preset: str = param(
-        "clip",
-        "'clip': clipped PPO (Schulman et al. 2017) with rewards scaled by the spread "
-        "of discounted returns, GAE value targets, and an optional KL penalty adapted "
-        "when the KL leaves [target / 1.3, 1.3 target] with a per-sample cutoff. "
-        "'batchppo': BatchPPO's rules exactly: the KL-penalty objective, the penalty "
-        "adapted by 1.5 when the KL from the policy at the start of the update leaves "
-        "[0.7, 1.3] x klTarget, the cutoff on each unroll's mean KL, rewards divided "
-        "by the streaming std of the rewards, value targets the discounted returns "
-        "(lambda 1).",
-        choices=("clip", "batchppo"),
-    )
-    discount: float = param(0.99, "Discount factor gamma per environment step.", gt=0.0, le=1.0)
-    lambda_: float = param(0.95, "GAE lambda of the advantages.", key="lambda", ge=0.0, le=1.0)
-    objective: Optional[str] = param(
-        None,
-        "'clip' (clipped surrogate), 'kl_penalty' (the adaptive KL penalty with an "
-        "unclipped surrogate) or 'both'; null takes the preset's: clip for 'clip', "
-        "kl_penalty for 'batchppo'.",
-        choices=("clip", "kl_penalty", "both"),
-    )
-    clip: float = param(
-        0.2,
-        "Clipping of the probability ratio to [1 - clip, 1 + clip] "
-        "(used by the 'clip' and 'both' objectives).",
-        gt=0.0,
-        le=1.0,
-    )
-    kl_target: float = param(0.01, "Target KL per update of the adaptive penalty.", gt=0.0)
-    kl_init_coefficient: float = param(1.0, "Initial coefficient of the KL penalty.", gt=0.0)
-    kl_cutoff_factor: float = param(
-        2.0,
-        "KL beyond this multiple of the target gets a steep "
-        "extra penalty (per sample with the 'clip' preset, "
-        "on each unroll's mean KL with 'batchppo').",
-        gt=1.0,
-    )
-    kl_cutoff_coefficient: float = param(1000.0, "Weight of that extra penalty.", ge=0.0)
-    epochs: int = param(4, "Passes over each batch of unrolls.", ge=1)
-    minibatches: int = param(
-        4, "Minibatches per pass (split over unrolls; must divide spec.learner.batchSize).", ge=1
-    )
-    value_cost: float = param(0.5, "Weight of the value loss.", ge=0.0)
-    entropy_cost: float = param(0.0, "Weight of the entropy bonus.", ge=0.0)
-    normalize_observations: bool = param(
-        True,
-        "Streaming mean/variance normalization of observations (clipped to "
-        "observationClip), the same at inference and training; kept in checkpoints. The "
-        "statistics move after each update (BatchPPO's moved with every step acted). "
-        "'clip' divides by sqrt(population variance + 1e-8); 'batchppo' by BatchPPO's "
-        "sqrt(sample variance + 1e-4) + 1e-8, which leaves a near-constant feature 100x "
-        "smaller, and, like BatchPPO, only centres until it has seen two observations.",
-    )
-    observation_clip: float = param(
-        10.0,
-        "Clip of normalized observations. Left out (or null): the preset's, 10 for 'clip', "
-        "BatchPPO's 5 for 'batchppo'.",
-        gt=0.0,
-        default_by=("spec.agent.ppo.preset", {"batchppo": 5.0}),
-    )
-    normalize_rewards: bool = param(
-        True,
-        "Scale rewards by a streaming standard deviation, clipped to rewardClip, kept in "
-        "checkpoints: that of discounted returns accumulated along unrolls with the "
-        "'clip' preset, that of the rewards themselves with 'batchppo' (with BatchPPO's "
-        "formula, as for observations).",
-    )
-    reward_clip: float = param(10.0, "Clip of normalized rewards.", gt=0.0)
-    normalize_advantages: bool = param(True, "Advantages to zero mean, unit variance per batch.")
-    max_policy_lag: int = param(
-        2,
-        "Unrolls acted by a policy more than this many updates old are dropped, not "
-        "trained on; the lag measured is reported as policy_lag.",
-        ge=0,
-    )
-    evaluation_actors: int = param(
-        0,
-        "The last this-many actors act deterministically (the policy's mode) and only "
-        "evaluate: their episodes are reported apart (eval_mean_return), judge "
-        "spec.budget.targetReturn, and are not trained on.",
-        ge=0,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class AgentConfig:
-    """The learning algorithm and its network (``spec.agent``)."""
-
-    name: str = param("vtrace", "Agent, one of: " + ", ".join(AGENTS) + ".", choices=AGENTS)
-    network: NetworkConfig = param(doc="The network the agent trains.", factory=NetworkConfig)
-    vtrace: VTraceConfig = param(doc="Hyperparameters of the vtrace agent.", factory=VTraceConfig)
-    r2d2: R2D2Config = param(doc="Hyperparameters of the r2d2 agent.", factory=R2D2Config)
-    ppo: PPOConfig = param(doc="Hyperparameters of the ppo agent.", factory=PPOConfig)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -1447,37 +989,6 @@ def stream_envs_limit(spec: Spec) -> int:
     or, when that is null, what one stream of the Experiment's own actors steps."""
     cap = spec.learner.max_envs_per_actor
     return envs_per_stream(spec.actors) if cap is None else cap
-
-
-def envpool_problems(env: EnvConfig) -> list[tuple[str, str]]:
-    """Why envpool cannot step ``spec.env`` with the same observations as gymnasium, as
-    (field path, reason) pairs; empty when it can (as far as the document tells: whether
-    envpool is installed and knows the game is for the actor to find out)."""
-    problems = []
-    if not env.is_atari:
-        problems.append(
-            (
-                "spec.env.backend",
-                f"envpool steps only Atari games ({ATARI_PREFIX}...), not {env.id}",
-            )
-        )
-        return problems
-    if env.atari.noop_max < 1:
-        # envpool always plays at least one no-op after a reset.
-        problems.append(("spec.env.atari.noopMax", "envpool needs noopMax >= 1, got 0"))
-    if env.atari.frame_skip < 2:
-        # envpool max-pools the last two frames even of a single-frame step (the older one
-        # left over from the step before), where gymnasium pools nothing.
-        problems.append(("spec.env.atari.frameSkip", "envpool needs frameSkip >= 2, got 1"))
-    others = sorted(set(env.options) - set(ENVPOOL_OPTIONS))
-    if others:
-        problems.append(
-            (
-                "spec.env.options",
-                f"envpool takes only {', '.join(ENVPOOL_OPTIONS)}, not {', '.join(others)}",
-            )
-        )
-    return problems
 
 
 def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> None:
