@@ -11,22 +11,16 @@ finds and raises one :class:`ConfigError` naming each field path and the reason,
 ``spec.learner.unrollLength: must be >= 2, got 0``. Unknown keys are rejected.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import difflib
 import re
 import typing
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Optional, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
 from seedrl.common.config.fields import (
-    _DNS_LABEL,
-    _IMAGE,
-    _QUANTITY,
-    _QUANTITY_HINT,
     INT64_MAX,
     INT64_MIN,
     ConfigError,
@@ -91,6 +85,38 @@ from seedrl.common.config.ppo import (
 from seedrl.common.config.agent import (
     AGENTS,
     AgentConfig,
+)
+from seedrl.common.config.placement import (
+    AFFINITY_KEYS,
+    placement_problems,
+    PlacementConfig,
+    ResourcesConfig,
+    TolerationConfig,
+)
+from seedrl.common.config.learner import (
+    DevicesConfig,
+    learner_image,
+    LearnerConfig,
+    OptimizerConfig,
+    TLSConfig,
+)
+from seedrl.common.config.actors import (
+    actor_image,
+    ActorsConfig,
+    envs_per_stream,
+)
+from seedrl.common.config.checkpoint import (
+    VOLUME_RETENTION,
+    CheckpointConfig,
+)
+from seedrl.common.config.budget import (
+    BudgetConfig,
+)
+from seedrl.common.config.experiment import (
+    Experiment,
+    Metadata,
+    Spec,
+    stream_envs_limit,
 )
 
 T = TypeVar("T")
@@ -178,566 +204,6 @@ __all__ = [
     "set_path",
     "to_document",
 ]
-
-
-#: What happens to the learner's run volume when its Experiment is deleted
-#: (``spec.checkpoint.volumeRetention``), in the words of a StatefulSet's
-#: persistentVolumeClaimRetentionPolicy.
-VOLUME_RETENTION = ("Retain", "Delete")
-
-
-# --------------------------------------------------------------------------------------------
-# The document
-# --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class OptimizerConfig:
-    """The optimizer of the training step (``spec.learner.optimizer``)."""
-
-    name: str = param(
-        "adam", "Optimizer, one of: adam, rmsprop, sgd.", choices=("adam", "rmsprop", "sgd")
-    )
-    learning_rate: float = param(
-        1e-3,
-        "Step size. Left out (or null): 1e-4 for r2d2 (the R2D2 paper's Adam), 1e-3 for "
-        "vtrace and ppo.",
-        gt=0.0,
-        default_by=("spec.agent.name", {"r2d2": 1e-4}),
-    )
-    epsilon: float = param(
-        1e-7,
-        "Numerical-stability epsilon of adam and rmsprop. Left out (or null): 1e-3 for r2d2 "
-        "(the R2D2 paper's Adam epsilon), 1e-7 (Keras') for vtrace and ppo.",
-        gt=0.0,
-        default_by=("spec.agent.name", {"r2d2": 1e-3}),
-    )
-    momentum: float = param(0.0, "Momentum of rmsprop and sgd.", ge=0.0, le=0.999)
-    rho: float = param(
-        0.9,
-        "Decay of rmsprop's running mean of squared gradients (Keras' and TensorFlow's "
-        "default 0.9; IMPALA used 0.99).",
-        ge=0.0,
-        le=0.9999,
-    )
-    grad_clip_norm: float = param(40.0, "Clip gradients to this global norm; 0 disables.", ge=0.0)
-    linear_decay: bool = param(
-        False, "Decay the learning rate linearly to zero over spec.budget.maxEnvSteps."
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DevicesConfig:
-    """How the learner uses the devices of its machine (``spec.learner.devices``): SEED's split
-    of a TPU host's cores into inference cores and training cores, for TPUs, GPUs or CPUs.
-
-    Training replicas share each batch (split along the batch axis) and all-reduce the mean
-    gradient, so an update equals the one-device update on the whole batch. Inference batches
-    go round-robin over the inference devices.
-    """
-
-    strategy: str = param(
-        "auto",
-        "'auto' (a TPU VM's cores with TPUStrategy, several GPUs with MirroredStrategy, "
-        "else the default one-device strategy), or one of 'default', 'mirrored', 'tpu' "
-        "to insist; a strategy whose devices are missing is an error.",
-        choices=("auto", "default", "mirrored", "tpu"),
-    )
-    inference_devices: float = param(
-        0,
-        "Devices that only serve inference: a count (1, 2, ...) or, below 1, a fraction of "
-        "the devices found (0.25: a quarter, at least one). 0 shares the training devices: "
-        "inference then goes round-robin over them.",
-        ge=0.0,
-    )
-    training_devices: int = param(
-        0,
-        "Devices that train (one replica each); 0 takes every device not reserved for inference.",
-        ge=0,
-    )
-    logical_cpu_devices: int = param(
-        0,
-        "Split the host CPU into this many logical devices when there is no accelerator, "
-        "to test and measure the multi-device paths on CPU; 0 keeps one CPU device.",
-        ge=0,
-        le=64,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ResourcesConfig:
-    """Compute resources of one pod's container in a cluster (Kubernetes quantities); the local
-    launcher ignores them. Memory is requested and limited alike (a pod that outgrows it is
-    stopped rather than starving its neighbours); CPU is limited only when cpuLimit is set."""
-
-    cpu: str = param(
-        "1",
-        "CPU request, e.g. '500m' or '4'.",
-        pattern=_QUANTITY,
-        pattern_hint=_QUANTITY_HINT,
-        max_len=32,
-    )
-    memory: str = param(
-        "2Gi",
-        "Memory request and limit, e.g. '16Gi'.",
-        pattern=_QUANTITY,
-        pattern_hint=_QUANTITY_HINT,
-        max_len=32,
-    )
-    cpu_limit: str = param(
-        "",
-        "CPU limit; empty sets none, so the container may use idle cores.",
-        pattern=f"({_QUANTITY})?",
-        pattern_hint=_QUANTITY_HINT,
-        max_len=32,
-    )
-    ephemeral_storage: str = param(
-        "",
-        "Ephemeral storage request and limit (logs, scratch); empty sets none.",
-        pattern=f"({_QUANTITY})?",
-        pattern_hint=_QUANTITY_HINT,
-        max_len=32,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TLSConfig:
-    """TLS on the gRPC stream between actors and learner (``spec.learner.tls``), in a cluster.
-
-    The operator provisions the learner's certificate (a cert-manager Certificate where the
-    cluster has cert-manager, else a self-signed CA and leaf of its own in a Secret), mounts it
-    into the learner and the CA alone into the actors, which verify the learner's Service name.
-    ``seedrl train`` streams over a unix socket on one machine and uses no TLS."""
-
-    enabled: bool = param(
-        True,
-        "Serve the learner's gRPC port over TLS in a cluster; a plaintext actor is then refused.",
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TolerationConfig:
-    """One Kubernetes toleration of a role's pods (``spec.learner.placement.tolerations[]``,
-    ``spec.actors.placement.tolerations[]``): the pods may run on nodes with a matching taint.
-    """
-
-    key: str = param(
-        "",
-        "The taint key; empty with operator Exists tolerates every taint.",
-        pattern=r"([A-Za-z0-9][-A-Za-z0-9_./]*)?",
-        pattern_hint="a label key such as team or example.com/dedicated",
-        max_len=316,
-    )
-    operator: str = param(
-        "Equal", "Equal (the taint's value must be value) or Exists.", choices=("Equal", "Exists")
-    )
-    value: str = param("", "The taint value, with operator Equal.", max_len=63)
-    effect: str = param(
-        "",
-        "The taint effect to tolerate: NoSchedule, PreferNoSchedule, NoExecute; empty: all.",
-        choices=("", "NoSchedule", "PreferNoSchedule", "NoExecute"),
-    )
-    toleration_seconds: Optional[int] = param(
-        None,
-        "With effect NoExecute: how long the pod stays once the taint appears; null: forever.",
-        ge=0,
-    )
-
-
-#: The keys of a pod's ``affinity`` (``spec.*.placement.affinity``).
-AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PlacementConfig:
-    """Where a role's pods may run in a cluster (``spec.learner.placement``,
-    ``spec.actors.placement``), merged with what the operator adds itself: its node selectors
-    (TPU and GPU labels, Spot) win over yours on the same key, its tolerations come first, and
-    its required node affinity (the learner kept off Spot and preemptible nodes) is added to
-    every term of yours. The local launcher ignores it."""
-
-    node_selector: dict[str, str] = param(
-        doc="Node labels the pods require, e.g. {cloud.google.com/gke-nodepool: rl-pool}.",
-        factory=dict,
-    )
-    tolerations: list[TolerationConfig] = param(
-        doc="Taints the pods tolerate (team-tainted pools, reservations).", factory=list
-    )
-    affinity: dict[str, Any] = param(
-        doc="A Kubernetes Affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec.",
-        factory=dict,
-    )
-    priority_class_name: str = param(
-        "",
-        "PriorityClass of the pods; empty uses the cluster's default.",
-        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
-        pattern_hint="a DNS subdomain",
-        max_len=253,
-    )
-    image_pull_secrets: list[str] = param(
-        doc="Names of Secrets in the Experiment's namespace to pull the images with.",
-        factory=list,
-        pattern=f"{_DNS_LABEL}(\\.{_DNS_LABEL})*",
-        pattern_hint="a Secret name (a DNS subdomain)",
-        max_len=253,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class LearnerConfig:
-    """The central learner: batched inference and training (``spec.learner``)."""
-
-    max_envs_per_actor: Optional[int] = param(
-        None,
-        "Most envs one actor stream may declare in its hello; null: exactly as many as one "
-        "stream of this Experiment's actors steps (envsPerActor / streamsPerActor, rounded "
-        "up), so that no stream passes for more envs than the run's own actors have. A "
-        "larger hello, or one whose steps would exceed the learner's message limit, is "
-        "refused before the learner allocates anything for it. Set it to serve actors "
-        "configured apart from this Experiment.",
-        ge=1,
-        le=65536,
-    )
-    max_streams: int = param(
-        1024,
-        "Most actor streams the learner serves at once, and most it holds open waiting for "
-        "their hello; a stream past either is refused with RESOURCE_EXHAUSTED (actors retry). "
-        "Must fit the Experiment's own actors (replicas x streamsPerActor).",
-        ge=1,
-        le=65536,
-    )
-    max_total_envs: int = param(
-        16384,
-        "Most envs over all open actor streams; a hello that would pass it is refused with "
-        "RESOURCE_EXHAUSTED (actors retry). It bounds the learner's per-env buffers to about "
-        "maxTotalEnvs x (unrollLength + 1) x the bytes of one stored step (observation, "
-        "action, reward, agent outputs). Must fit the Experiment's own actors (replicas x "
-        "envsPerActor).",
-        ge=1,
-        le=1_048_576,
-    )
-    hello_timeout_seconds: float = param(
-        10.0,
-        "A stream that sends no hello within this many seconds of opening is closed "
-        "(DEADLINE_EXCEEDED, counted as a refusal).",
-        gt=0.0,
-        le=3600.0,
-    )
-    step_timeout_seconds: float = param(
-        60.0,
-        "A stream that sends no step within this many seconds of the learner's answer to "
-        "its previous one is closed (DEADLINE_EXCEEDED, counted as a refusal; a live actor "
-        "reconnects). Raise it for envs whose step or reset of all of a stream's envs can "
-        "take longer. A stream silent for over a second already stops holding inference "
-        "batches open.",
-        gt=0.0,
-        le=86400.0,
-    )
-    inference_batch_size: int = param(
-        64,
-        "Most environment steps evaluated in one inference call, summed over all actor streams.",
-        ge=1,
-    )
-    inference_max_wait_ms: float = param(
-        2.0,
-        "How long the batcher waits to fill a batch; a partial batch runs after this.",
-        ge=0.0,
-        le=10_000.0,
-    )
-    unroll_length: int = param(
-        20,
-        "Steps per trajectory unroll T (the learner stores T+1, "
-        "overlapping consecutive unrolls by one step).",
-        ge=2,
-    )
-    batch_size: int = param(16, "Unrolls per training step.", ge=1)
-    queue_capacity: int = param(
-        64, "Unrolls waiting for training; when full, inference waits (bounds policy lag).", ge=1
-    )
-    devices: DevicesConfig = param(
-        doc="Which devices run inference and training.", factory=DevicesConfig
-    )
-    optimizer: OptimizerConfig = param(doc="Optimizer settings.", factory=OptimizerConfig)
-    port: int = param(
-        8686,
-        "TCP port of the learner's gRPC service in a cluster; the local "
-        "launcher uses a unix socket instead.",
-        ge=1,
-        le=65535,
-    )
-    metrics_port: int = param(
-        9090,
-        "TCP port of the learner's HTTP endpoint in a cluster: "
-        "GET /metrics (Prometheus) and GET /status (JSON "
-        "progress, read by the operator).",
-        ge=1,
-        le=65535,
-    )
-    accelerator: AcceleratorConfig = param(
-        doc="The learner's accelerator in a cluster.", factory=AcceleratorConfig
-    )
-    tls: TLSConfig = param(doc="TLS between actors and learner in a cluster.", factory=TLSConfig)
-    image: str = param(
-        "",
-        "Container image of the learner in a cluster; empty: this release's learner image "
-        "for accelerator.kind ("
-        + ", ".join(f"{kind} {image}" for kind, image in LEARNER_IMAGES.items())
-        + "), since only the "
-        "gpu and tpu builds reach those devices.",
-        pattern=f"({_IMAGE})?",
-        pattern_hint="an image reference, or empty",
-        max_len=512,
-    )
-    resources: ResourcesConfig = param(
-        doc="The learner container's resources in a cluster.",
-        factory=lambda: ResourcesConfig(cpu="4", memory="16Gi"),
-    )
-    termination_grace_period_seconds: int = param(
-        300,
-        "How long a stopping learner may take to write its final checkpoint (it "
-        "checkpoints on SIGTERM) before it is killed: the pod's grace period in a cluster, "
-        "the launcher's wait locally; at most 15 with spot (GKE gives a preempted pod "
-        "no more). The learner gives up on the checkpoint 5 s before and exits 1, so the "
-        "run resumes from the previous one.",
-        ge=10,
-    )
-    placement: PlacementConfig = param(
-        doc="Where the learner pod may run in a cluster.", factory=PlacementConfig
-    )
-    spot: bool = param(
-        False,
-        "Run the learner on GKE Spot VMs (node label cloud.google.com/gke-spot). By "
-        "default it is kept off them (a required node affinity): a preemption gives a "
-        "pod at most 15 s, too little for a final checkpoint of a large learner, so each "
-        "one loses the training since the last periodic checkpoint.",
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ActorsConfig:
-    """The actors that step environments (``spec.actors``)."""
-
-    replicas: int = param(2, "Actor processes (pods in a cluster), one gRPC stream each.", ge=1)
-    envs_per_actor: int = param(
-        8,
-        "Environments stepped by each actor; one message carries one step of all of them.",
-        ge=1,
-        le=4096,
-    )
-    streams_per_actor: int = param(
-        1,
-        "gRPC streams each actor keeps in flight, each with its share of the envs: while the "
-        "learner answers one stream, the actor steps the envs of another. Helps when env "
-        "steps are slow next to a round trip; for CartPole, 2 measured slower than 1.",
-        ge=1,
-        le=64,
-    )
-    processes_per_actor: int = param(
-        0,
-        "Worker processes that step each actor's environments in parallel, exchanging "
-        "arrays through shared memory; 0 steps them inside the actor process (best for "
-        "environments much cheaper than a process wake-up, like CartPole).",
-        ge=0,
-        le=256,
-    )
-    image: str = param(
-        "",
-        f"Container image of the actors in a cluster; empty: the release's actor image "
-        f"({ACTOR_IMAGE} for this release, from the operator's registry), the same release "
-        f"as the learner's.",
-        pattern=f"({_IMAGE})?",
-        pattern_hint="an image reference, or empty",
-        max_len=512,
-    )
-    resources: ResourcesConfig = param(
-        doc="Each actor container's resources in a cluster.", factory=ResourcesConfig
-    )
-    placement: PlacementConfig = param(
-        doc="Where the actor pods may run in a cluster.", factory=PlacementConfig
-    )
-    spot: bool = param(
-        False,
-        "Run actors on GKE Spot VMs (node label cloud.google.com/gke-"
-        "spot): much cheaper, and a preempted actor only costs its "
-        "in-flight unrolls.",
-    )
-    service_account_name: str = param(
-        "",
-        "Kubernetes service account of the actor pods; empty uses the namespace's default. "
-        "Never spec.serviceAccountName (the learner's): actors run environment code and "
-        "need no cloud credentials, so with Workload Identity they must not get the "
-        "learner's access to the checkpoint bucket.",
-        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
-        pattern_hint="a DNS subdomain",
-        max_len=253,
-    )
-    metrics_port: int = param(
-        9091,
-        "TCP port of each actor's HTTP endpoint in a cluster: GET "
-        "/metrics (Prometheus). The local launcher picks free "
-        "ports instead.",
-        ge=1,
-        le=65535,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CheckpointConfig:
-    """Where and how often the learner checkpoints (``spec.checkpoint``)."""
-
-    uri: str = param(
-        "",
-        "Checkpoint location: gs://bucket/prefix (Google Cloud Storage, credentials from "
-        "Application Default Credentials / Workload Identity), a file:///path URI or a "
-        "local path. Empty means runs/<name>/checkpoints under the local launcher and, in "
-        "a cluster, a PersistentVolumeClaim of the learner's (volumeSize, "
-        "volumeRetention).",
-        pattern=r"gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](/.*)?|file:///.*|[^:]*",
-        max_len=1024,
-    )
-    interval_steps: int = param(1000, "Checkpoint every this many learner steps; 0 disables.", ge=0)
-    interval_seconds: float = param(
-        300.0, "Checkpoint at least this often in seconds; 0 disables.", ge=0.0
-    )
-    keep: int = param(3, "How many recent checkpoints to keep.", ge=1)
-    volume_size: str = param(
-        "10Gi",
-        "In a cluster with an empty uri: the size of the PersistentVolumeClaim "
-        "(volumeStorageClassName) that holds the learner's run directory, "
-        "checkpoints included, so that a learner pod that is replaced (drained, "
-        "crashed, preempted) resumes from them.",
-        pattern=_QUANTITY,
-        pattern_hint=_QUANTITY_HINT,
-        max_len=32,
-    )
-    volume_storage_class_name: str = param(
-        "",
-        "In a cluster with an empty uri: the StorageClass of that PersistentVolumeClaim; "
-        "empty uses the cluster's default (on GKE a zonal persistent disk: the learner's "
-        "replacement pods are then scheduled in the disk's zone).",
-        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
-        pattern_hint="a StorageClass name (a DNS subdomain), or empty",
-        max_len=253,
-    )
-    volume_retention: str = param(
-        "Retain",
-        "In a cluster with an empty uri: what happens to that PersistentVolumeClaim, and so "
-        "to the checkpoints on it, when the Experiment is deleted (kubectl delete, helm "
-        "uninstall). Retain keeps it (it carries no owner reference): an Experiment of the "
-        "same name and namespace resumes from it, and `kubectl delete pvc <name>-learner-run` "
-        "deletes it on purpose. Delete lets the garbage collector delete it with the "
-        "Experiment.",
-        choices=VOLUME_RETENTION,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class BudgetConfig:
-    """When training stops (``spec.budget``); the first limit reached wins."""
-
-    max_env_steps: int = param(
-        1_000_000, "Stop after this many environment steps over all actors; 0 means no limit.", ge=0
-    )
-    max_seconds: float = param(0.0, "Stop after this much training time; 0 means no limit.", ge=0.0)
-    target_return: Optional[float] = param(
-        None,
-        "Stop once the mean return of the last returnWindow episodes reaches this (the "
-        "evaluation actors' episodes when the agent has any); null means never.",
-    )
-    return_window: int = param(100, "Episodes averaged for the mean return and targetReturn.", ge=1)
-    no_progress_seconds: float = param(
-        600.0,
-        "A run with no env step for this long (from its start, or since its last env "
-        "step) cannot make progress: `seedrl train` stops it and exits non-zero with "
-        "the reason, and in a cluster the Experiment's Progressing condition turns "
-        "False (reason NoProgress). 0 never gives up.",
-        ge=0.0,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Spec:
-    """What to train and with which resources (``spec``)."""
-
-    seed: int = param(
-        0,
-        "Seed of the environments and the learner's sampling: 0 to 2^63-1 (an int64, as the "
-        "CRD stores it; the learner's and the actors' generators take any of them).",
-        ge=0,
-        le=INT64_MAX,
-    )
-    env: EnvConfig = param(doc="The environment.", factory=EnvConfig)
-    agent: AgentConfig = param(doc="The agent and its network.", factory=AgentConfig)
-    learner: LearnerConfig = param(doc="The learner.", factory=LearnerConfig)
-    actors: ActorsConfig = param(doc="The actors.", factory=ActorsConfig)
-    checkpoint: CheckpointConfig = param(doc="Checkpoints.", factory=CheckpointConfig)
-    budget: BudgetConfig = param(doc="When to stop.", factory=BudgetConfig)
-    # Cluster-only fields: the operator reads them, the local launcher ignores them.
-    service_account_name: str = param(
-        "",
-        "Kubernetes service account of the learner pod, e.g. one bound to a Google "
-        "service account through Workload Identity for gs:// checkpoints; empty uses the "
-        "namespace's default. The actors do not run as it (spec.actors.serviceAccountName).",
-        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
-        pattern_hint="a DNS subdomain",
-        max_len=253,
-    )
-    suspend: bool = param(
-        False,
-        "Suspend the experiment: the learner checkpoints and stops "
-        "and the actors scale to zero; false resumes from the "
-        "checkpoint.",
-    )
-    active_deadline_seconds: Optional[int] = param(
-        None, "Fail the learner once it has run this long in the cluster; null: no deadline.", ge=1
-    )
-    backoff_limit: int = param(
-        6,
-        "Learner restarts (each resuming from the last checkpoint) "
-        "before the experiment is marked Failed.",
-        ge=0,
-    )
-    ttl_seconds_after_finished: Optional[int] = param(
-        None, "Delete the finished learner Job this long after it ends; null keeps it.", ge=0
-    )
-    queue_name: str = param(
-        "",
-        "Kueue LocalQueue to admit the experiment through (label "
-        "kueue.x-k8s.io/queue-name on the learner Job); empty: no "
-        "queue.",
-        pattern=f"({_DNS_LABEL})?",
-        max_len=63,
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Metadata:
-    """Kubernetes object metadata (``metadata``)."""
-
-    name: str = param(
-        doc="Experiment name: a DNS-1123 label (lowercase letters, digits and "
-        "'-'). Required, with no default, because it names the run directory "
-        "and every Kubernetes object of the experiment.",
-        pattern=_DNS_LABEL,
-        max_len=63,
-    )
-    namespace: Optional[str] = param(
-        None, "Kubernetes namespace; ignored by the local launcher.", pattern=_DNS_LABEL, max_len=63
-    )
-    labels: dict[str, str] = param(doc="Kubernetes labels, copied onto every object.", factory=dict)
-    annotations: dict[str, str] = param(doc="Kubernetes annotations.", factory=dict)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Experiment:
-    """A whole Experiment document."""
-
-    api_version: str = param(
-        API_VERSION, "Schema version of this document.", choices=(API_VERSION,)
-    )
-    kind: str = param(KIND, "Always Experiment.", choices=(KIND,))
-    metadata: Metadata = param(doc="Name and Kubernetes metadata.")
-    spec: Spec = param(doc="What to train and how.", factory=Spec)
 
 
 # --------------------------------------------------------------------------------------------
@@ -938,57 +404,11 @@ def _parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str,
     return cls(**kwargs) if ok else _INVALID
 
 
-def learner_image(learner: LearnerConfig, defaults: ImageDefaults = RELEASE_IMAGES) -> str:
-    """The learner's container image: ``spec.learner.image`` when set, else the release's
-    image for the accelerator it is scheduled on (:data:`LEARNER_IMAGES` for this release)."""
-    return learner.image or defaults.learner(learner.accelerator.kind)
-
-
-def actor_image(actors: ActorsConfig, defaults: ImageDefaults = RELEASE_IMAGES) -> str:
-    """The actors' container image: ``spec.actors.image`` when set, else the release's."""
-    return actors.image or defaults.actors()
-
-
 def cel_rules(cls: type) -> list[dict[str, str]]:
     """The CEL rules (``x-kubernetes-validations``) the CRD carries on the section that
     dataclass ``cls`` declares: the cross-field rules of :func:`parse_experiment` that the API
     server can check too."""
     return tpu_cel_rules() if cls is AcceleratorConfig else []
-
-
-def placement_problems(placement: PlacementConfig, path: str) -> list[tuple[str, str]]:
-    """What is wrong with one role's placement that its field types cannot say: the
-    affinity's keys, and tolerations whose parts contradict each other."""
-    problems = []
-    for key in placement.affinity:
-        if key not in AFFINITY_KEYS:
-            problems.append(
-                (f"{path}.affinity.{key}", f"unknown field; known: {', '.join(AFFINITY_KEYS)}")
-            )
-        elif not isinstance(placement.affinity[key], dict):
-            problems.append((f"{path}.affinity.{key}", "must be a mapping"))
-    for i, tol in enumerate(placement.tolerations):
-        where = f"{path}.tolerations[{i}]"
-        if tol.operator == "Exists" and tol.value:
-            problems.append((f"{where}.value", "must be empty with operator Exists"))
-        if not tol.key and tol.operator != "Exists":
-            problems.append((f"{where}.operator", "must be Exists when key is empty"))
-        if tol.toleration_seconds is not None and tol.effect != "NoExecute":
-            problems.append((f"{where}.tolerationSeconds", "needs effect NoExecute"))
-    return problems
-
-
-def envs_per_stream(actors: ActorsConfig) -> int:
-    """The most envs one stream of an actor steps: its envs split over its streams, the
-    larger share first (``envsPerActor / streamsPerActor``, rounded up)."""
-    return -(-actors.envs_per_actor // max(1, min(actors.streams_per_actor, actors.envs_per_actor)))
-
-
-def stream_envs_limit(spec: Spec) -> int:
-    """The most envs the learner accepts in one stream's hello: ``spec.learner.maxEnvsPerActor``,
-    or, when that is null, what one stream of the Experiment's own actors steps."""
-    cap = spec.learner.max_envs_per_actor
-    return envs_per_stream(spec.actors) if cap is None else cap
 
 
 def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> None:
