@@ -1,4 +1,4 @@
-"""Behaviour tests of the Experiment document (common/config.py)."""
+"""Behaviour tests of the Experiment document (common/config/)."""
 
 from __future__ import annotations
 
