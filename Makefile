@@ -393,7 +393,7 @@ prometheus: ## install Debian's prometheus and promtool
 
 # Files generated from code (a test fails while any is out of date): the Experiment CRD (k8s/crd/
 # and the operator chart's crds/) and the experiment chart's values.yaml and values.schema.json
-# from the dataclasses of common/config.py, the Grafana dashboards of the operator chart, the
+# from the dataclasses of common/config/, the Grafana dashboards of the operator chart, the
 # gRPC stubs of common/seedrl.proto (committed), and the Reference pages of the docs
 # (docs/reference/: fields, status, exit codes, metrics, the CLI). `make generate` rewrites them
 # all after a change to their source; `make check-generated` fails naming the stale ones. The old

@@ -71,7 +71,7 @@ def accelerator_rules() -> Rules:
     return Rules(_accelerator_schema())
 
 
-# What tests/common/test_config.py refuses, by (type, topology): every shape a user could type
+# What tests/common/config/test_tpu.py refuses, by (type, topology): every shape a user could type
 # that no single-host node pool schedules.
 UNSCHEDULABLE = [
     ("tpu-v4-podslice", "2x2x2"),
