@@ -245,7 +245,7 @@ def experiment_page() -> str:
     intro = _EXPERIMENT_INTRO.format(
         api_version=md.code(f"apiVersion: {config.API_VERSION}"), kind=md.code(config.KIND)
     )
-    return md.generated_line("the dataclasses of `common/config.py` (the CRD's schema)") + (
+    return md.generated_line("the dataclasses of `common/config/` (the CRD's schema)") + (
         f"\n{intro}\n{body}"
     )
 
