@@ -10,13 +10,13 @@ Experiment it:
 - refuses a change of an immutable field (``spec.env``, ``spec.agent``) by comparing with
   ``status.appliedImmutable``: condition SpecApplied=False, reason ImmutableFieldChanged, and
   the children keep running what they were made from;
-- otherwise applies what :func:`seedrl.service.operator.reconcile.render` returns (server-side
+- otherwise applies what :func:`seedrl.service.operator.render.render` returns (server-side
   apply, field manager ``seedrl-operator``). A Job's pod template is immutable, so the learner Job
   is created once; when an edit changes what the learner runs (its
-  :func:`~seedrl.service.operator.reconcile.learner_hash`), the Job is deleted in the foreground
-  (its pod checkpoints on SIGTERM and is gone before the Job is) and created again, and the new pod
-  resumes from the checkpoint; meanwhile SpecApplied=False, reason ReplacingLearner. Otherwise only
-  its ``spec.suspend`` changes;
+  :func:`~seedrl.service.operator.render.learner_job.learner_hash`), the Job is deleted in the
+  foreground (its pod checkpoints on SIGTERM and is gone before the Job is) and created again, and
+  the new pod resumes from the checkpoint; meanwhile SpecApplied=False, reason ReplacingLearner.
+  Otherwise only its ``spec.suspend`` changes;
 - watches the Experiments and the Jobs, Deployments and pods it made (kopf's ``on.event``
   handlers feed an in-memory :class:`ChildCache`) instead of reading the children on every
   refresh, and reconciles an Experiment at once when its learner Job changes; every
@@ -101,6 +101,26 @@ from seedrl.common.metrics_http import MetricsServer
 from seedrl.service import cost
 from seedrl.service.kube import api_client
 from seedrl.service.operator import certificates, reconcile
+from seedrl.service.operator.render import render
+from seedrl.service.operator.render.actors import actor_replicas
+from seedrl.service.operator.render.common import (
+    LABEL_EXPERIMENT,
+    LABEL_ROLE,
+    MANAGED_BY,
+    names,
+    owner_reference,
+)
+from seedrl.service.operator.render.tls import (
+    CERT_MANAGER_GROUP,
+    ca_secret_name,
+    learner_dns_names,
+    render_certificate,
+    render_tls_secret,
+    tls_secret_name,
+)
+from seedrl.service.operator.render.volume import needs_run_volume
+from seedrl.service.operator.status import compute_status, condition, invalid_status, now_rfc3339
+from seedrl.service.operator.usage import LearnerUsage
 from seedrl.service.operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
@@ -320,7 +340,7 @@ class Children:
 
 
 def _job_patch(
-    exp: Experiment, job: Mapping[str, Any], usage: reconcile.LearnerUsage | None = None
+    exp: Experiment, job: Mapping[str, Any], usage: LearnerUsage | None = None
 ) -> dict | None:
     """What to change on an existing learner Job: only ``spec.suspend`` may change, and never
     for a queued one (Kueue owns a queued Job's ``spec.suspend``: see :func:`workload_active`).
@@ -332,7 +352,7 @@ def _job_patch(
     current = bool((job.get("spec") or {}).get("suspend"))
     if exp.spec.suspend != current:
         patch: dict[str, Any] = {"suspend": exp.spec.suspend}
-        deadline = (usage or reconcile.LearnerUsage()).deadline(exp)
+        deadline = (usage or LearnerUsage()).deadline(exp)
         if not exp.spec.suspend and deadline is not None:
             patch["activeDeadlineSeconds"] = deadline
         return {"spec": patch}
@@ -370,7 +390,7 @@ class Reconciler:
 
     def observe(self, exp: Experiment, namespace: str) -> Observed:
         """The learner Job and the actor Deployment as the API server has them now."""
-        n = reconcile.names(exp.metadata.name)
+        n = names(exp.metadata.name)
         return Observed(
             self.children.read("Job", namespace, n.learner),
             self.children.read("Deployment", namespace, n.actors),
@@ -404,14 +424,14 @@ class Reconciler:
             again and no actors run.
           body: the Experiment, for the Events posted about what was done.
         """
-        owner = reconcile.owner_reference(exp.metadata.name, uid)
+        owner = owner_reference(exp.metadata.name, uid)
         finished = reconcile.job_finished(job) or done_before
         self.ensure_learner_certificate(exp, namespace, owner)
         admitted = reconcile.admitted(exp, job)
         previous = (body or {}).get("status")
         images = reconcile.image_defaults(previous, self.config.images)
-        usage = reconcile.LearnerUsage.from_status(previous)
-        for obj in reconcile.render(
+        usage = LearnerUsage.from_status(previous)
+        for obj in render(
             exp, owner, namespace, finished=finished, admitted=admitted, images=images, usage=usage
         ):
             kind = obj["kind"]
@@ -484,9 +504,7 @@ class Reconciler:
         pods = seen.pods
         if pods is None:
             try:
-                pods = self.children.pods(
-                    namespace, f"{reconcile.LABEL_EXPERIMENT}={exp.metadata.name}"
-                )
+                pods = self.children.pods(namespace, f"{LABEL_EXPERIMENT}={exp.metadata.name}")
             except kubernetes.client.ApiException as exc:
                 log.warning(
                     "Experiment %s/%s: cannot list its pods: %s", namespace, exp.metadata.name, exc
@@ -494,12 +512,12 @@ class Reconciler:
         learner_pods = [
             p
             for p in pods or []
-            if (p["metadata"].get("labels") or {}).get(reconcile.LABEL_ROLE) == "learner"
+            if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) == "learner"
         ]
         if learner is None and job is not None and reconcile.job_finished(job):
             # The learner is gone: its final status is in its pod's termination message.
             learner = reconcile.final_learner_status(learner_pods) or learner
-        status = reconcile.compute_status(
+        status = compute_status(
             exp,
             generation=body["metadata"].get("generation"),
             previous=body.get("status"),
@@ -537,7 +555,7 @@ class Reconciler:
           The report, or None when nothing was priced this time.
         """
         name = exp.metadata.name
-        selector = f"{reconcile.LABEL_EXPERIMENT}={name}"
+        selector = f"{LABEL_EXPERIMENT}={name}"
         try:
             if pods is None:
                 pods = self.children.pods(namespace, selector)
@@ -580,9 +598,7 @@ class Reconciler:
         try:
             exp = reconcile.validate(body)
         except ConfigError as exc:
-            status = reconcile.invalid_status(
-                previous, meta.get("generation"), exc, reconcile.now_rfc3339()
-            )
+            status = invalid_status(previous, meta.get("generation"), exc, now_rfc3339())
             self.config.metrics.observe(
                 meta["name"], namespace, meta.get("uid"), status.get("phase"), None
             )
@@ -607,7 +623,7 @@ class Reconciler:
 
     def _announce_forbidden(self, body: Mapping[str, Any], message: str) -> None:
         """Logs a refused call and posts a Warning Event, once per new refusal."""
-        before = reconcile.condition(body.get("status") or {}, "SpecApplied") or {}
+        before = condition(body.get("status") or {}, "SpecApplied") or {}
         meta = body["metadata"]
         log.error("Experiment %s/%s: %s", meta["namespace"], meta["name"], message)
         if before.get("reason") != "Forbidden" or message not in (before.get("message") or ""):
@@ -621,19 +637,19 @@ class Reconciler:
             return True
         if reconcile.job_outdated(exp, job):
             return True
-        n = reconcile.names(exp.metadata.name)
+        n = names(exp.metadata.name)
         children = [
             ("ConfigMap", n.config),
             ("Service", n.service),
             ("NetworkPolicy", n.network_policy),
             ("PodDisruptionBudget", n.disruption_budget),
         ]
-        if reconcile.needs_run_volume(exp):
+        if needs_run_volume(exp):
             children.append(("PersistentVolumeClaim", n.run_volume))
         for kind, name in children:
             if self.children.read(kind, namespace, name) is None:
                 return True
-        wanted = reconcile.actor_replicas(
+        wanted = actor_replicas(
             exp, reconcile.job_finished(job) or done_before, reconcile.admitted(exp, job)
         )
         return (deployment.get("spec") or {}).get("replicas") != wanted or (
@@ -654,7 +670,7 @@ class Reconciler:
         authenticated client may read: no extra rights needed)."""
         api = kubernetes.client.CustomObjectsApi(self.children.api_client)
         try:
-            resources = api.get_api_resources(reconcile.CERT_MANAGER_GROUP, "v1")
+            resources = api.get_api_resources(CERT_MANAGER_GROUP, "v1")
         except kubernetes.client.ApiException as exc:
             if exc.status == 404:
                 return False
@@ -673,9 +689,9 @@ class Reconciler:
             return
         if self.cert_manager_installed():
             api = kubernetes.client.CustomObjectsApi(self.children.api_client)
-            for obj in reconcile.render_certificate(exp, owner, namespace):
+            for obj in render_certificate(exp, owner, namespace):
                 api.patch_namespaced_custom_object(
-                    reconcile.CERT_MANAGER_GROUP,
+                    CERT_MANAGER_GROUP,
                     "v1",
                     namespace,
                     obj["kind"].lower() + "s",
@@ -688,16 +704,16 @@ class Reconciler:
             self.own_secrets(
                 namespace,
                 [
-                    reconcile.tls_secret_name(exp.metadata.name),
-                    reconcile.ca_secret_name(exp.metadata.name),
+                    tls_secret_name(exp.metadata.name),
+                    ca_secret_name(exp.metadata.name),
                 ],
                 owner,
             )
             return
-        name = reconcile.tls_secret_name(exp.metadata.name)
+        name = tls_secret_name(exp.metadata.name)
         current = self.children.read("Secret", namespace, name)
         data = {k: base64.b64decode(v) for k, v in ((current or {}).get("data") or {}).items()}
-        dns_names = reconcile.learner_dns_names(exp.metadata.name, namespace)
+        dns_names = learner_dns_names(exp.metadata.name, namespace)
         if certificates.needs_new(data, dns_names):
             log.info(
                 "Experiment %s/%s: making the learner's TLS certificate (%s)",
@@ -706,9 +722,7 @@ class Reconciler:
                 ", ".join(dns_names),
             )
             self.children.apply(
-                reconcile.render_tls_secret(
-                    exp, certificates.self_signed(dns_names), owner, namespace
-                )
+                render_tls_secret(exp, certificates.self_signed(dns_names), owner, namespace)
             )
 
     def own_secrets(self, namespace: str, names: list[str], owner: Mapping[str, Any]) -> None:
@@ -758,8 +772,8 @@ def announce(children: "Children", body: Mapping[str, Any], status: Mapping[str,
     phase = status.get("phase")
     if not phase or phase == before:
         return
-    cond = reconcile.condition(status, "Failed") if phase == "Failed" else None
-    cond = cond or reconcile.condition(status, "Valid") if phase == "Failed" else cond
+    cond = condition(status, "Failed") if phase == "Failed" else None
+    cond = cond or condition(status, "Valid") if phase == "Failed" else cond
     if cond and cond.get("status") in ("True", "False") and phase == "Failed":
         reason, message = cond.get("reason") or "Failed", cond.get("message") or ""
     else:
@@ -771,7 +785,7 @@ def announce(children: "Children", body: Mapping[str, Any], status: Mapping[str,
 
 
 #: The children the operator made (the labels kopf's watches of Jobs and Deployments select).
-_SELECTOR_OURS = f"{reconcile.LABEL_EXPERIMENT},app.kubernetes.io/managed-by={reconcile.MANAGED_BY}"
+_SELECTOR_OURS = f"{LABEL_EXPERIMENT},app.kubernetes.io/managed-by={MANAGED_BY}"
 #: What the :class:`ChildCache` holds, selected as kopf's watches select it: kind -> (label
 #: selector, None: every object; the list call across all namespaces; the list call in one).
 #: The calls take the ApiClient first and return the raw response.
@@ -796,7 +810,7 @@ _WATCHED: dict[str, tuple[str | None, Callable[..., Any], Callable[..., Any]]] =
         lambda c, ns, **kw: kubernetes.client.AppsV1Api(c).list_namespaced_deployment(ns, **kw),
     ),
     "Pod": (
-        reconcile.LABEL_EXPERIMENT,
+        LABEL_EXPERIMENT,
         lambda c, **kw: kubernetes.client.CoreV1Api(c).list_pod_for_all_namespaces(**kw),
         lambda c, ns, **kw: kubernetes.client.CoreV1Api(c).list_namespaced_pod(ns, **kw),
     ),
@@ -919,13 +933,13 @@ class ChildCache:
 
     def observed(self, namespace: str, name: str) -> Observed:
         """An Experiment's children as last seen."""
-        n = reconcile.names(name)
+        n = names(name)
         with self._lock:
             pods = [
                 p
                 for (ns, _), p in self._objects["Pod"].items()
                 if ns == namespace
-                and (p["metadata"].get("labels") or {}).get(reconcile.LABEL_EXPERIMENT) == name
+                and (p["metadata"].get("labels") or {}).get(LABEL_EXPERIMENT) == name
             ]
             return Observed(
                 self._objects["Job"].get((namespace, n.learner)),
@@ -1183,8 +1197,8 @@ def build_registry(
     res_args = (GROUP, VERSION, PLURAL)
     # The children kopf watches: the same selection as the resync lists (_WATCHED).
     ours = {
-        reconcile.LABEL_EXPERIMENT: kopf.PRESENT,
-        "app.kubernetes.io/managed-by": reconcile.MANAGED_BY,
+        LABEL_EXPERIMENT: kopf.PRESENT,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
     }
 
     @kopf.on.startup(registry=registry)
@@ -1228,7 +1242,7 @@ def build_registry(
         else:
             poller.wake(
                 body["metadata"]["namespace"],
-                body["metadata"]["labels"][reconcile.LABEL_EXPERIMENT],
+                body["metadata"]["labels"][LABEL_EXPERIMENT],
             )
 
     @kopf.on.event("apps", "v1", "deployments", labels=ours, registry=registry)
@@ -1237,9 +1251,7 @@ def build_registry(
         if type is None:
             poller.relisted()
 
-    @kopf.on.event(
-        "v1", "pods", labels={reconcile.LABEL_EXPERIMENT: kopf.PRESENT}, registry=registry
-    )
+    @kopf.on.event("v1", "pods", labels={LABEL_EXPERIMENT: kopf.PRESENT}, registry=registry)
     def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         cache.update("Pod", type, body)
         if type is None:
@@ -1247,8 +1259,8 @@ def build_registry(
         labels = body["metadata"].get("labels") or {}
         # A learner container starting changes the phase (Running) without changing the Job's
         # status; actor pods are many and their readiness reaches the status at the next poll.
-        if type is not None and labels.get(reconcile.LABEL_ROLE) == "learner":
-            poller.wake(body["metadata"]["namespace"], labels[reconcile.LABEL_EXPERIMENT])
+        if type is not None and labels.get(LABEL_ROLE) == "learner":
+            poller.wake(body["metadata"]["namespace"], labels[LABEL_EXPERIMENT])
 
     poller = Poller(config, rec, cache)
 

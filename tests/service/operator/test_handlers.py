@@ -19,7 +19,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from seedrl.common.config import GROUP, PLURAL, VERSION, parse_experiment
 from seedrl.common.schema import to_json_schema
-from seedrl.service.operator import crd, reconcile
+from seedrl.service.operator import crd
+from seedrl.service.operator.render.actors import actor_hash
+from seedrl.service.operator.render.common import (
+    ANNOTATION_CONFIG_HASH,
+    LABEL_EXPERIMENT,
+    LABEL_ROLE,
+)
+from seedrl.service.operator.status import condition
+from seedrl.service.operator.usage import LearnerUsage
 from seedrl.service.operator.metrics import OperatorMetrics
 from support.operator_harness import OperatorHarness, wait_for
 
@@ -71,7 +79,7 @@ class Client:
         return self.get(name).get("status") or {}
 
     def condition(self, name, type_):
-        return reconcile.condition(self.status(name), type_) or {}
+        return condition(self.status(name), type_) or {}
 
     def child(self, kind, name):
         read = {
@@ -148,7 +156,7 @@ def test_apply_creates_every_child_with_owner_references(k8s):
         "apply"
     )
     assert status["phase"] == "Pending"
-    assert reconcile.condition(status, "Valid")["status"] == "True"
+    assert condition(status, "Valid")["status"] == "True"
     assert status["selector"] == "seedrl.dev/experiment=apply,seedrl.dev/role=actor"
 
 
@@ -179,7 +187,7 @@ def test_ready_pods_and_learner_status_advance_the_conditions(k8s, harness):
     assert status["learnerSteps"] == 30 and status["meanReturn"] == 21.5
     assert status["lastCheckpoint"] == "ckpt-3" and status["actors"]["connected"] == 4
     assert status["startTime"] == "2026-01-01T00:00:00Z"
-    assert reconcile.condition(status, "Progressing")["reason"] == "Training"
+    assert condition(status, "Progressing")["reason"] == "Training"
     # The learner reaches its budget: the Job completes and the actors are stopped.
     k8s.batch.patch_namespaced_job_status(
         "ready-learner",
@@ -240,9 +248,9 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
     document = copy.deepcopy(CARTPOLE)
     document["metadata"].update(name="scale", namespace=NS)
     document["spec"]["actors"]["replicas"] = 2
-    expected = reconcile.actor_hash(parse_experiment(document))
+    expected = actor_hash(parse_experiment(document))
     template = k8s.child("Deployment", "scale-actors")["spec"]["template"]
-    assert template["metadata"]["annotations"][reconcile.ANNOTATION_CONFIG_HASH] == expected
+    assert template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH] == expected
     generation = k8s.get("scale")["metadata"]["generation"]
     wait_for(
         lambda: k8s.status("scale").get("observedGeneration") == generation,
@@ -390,7 +398,7 @@ def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=Fal
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "labels": {reconcile.LABEL_EXPERIMENT: experiment, reconcile.LABEL_ROLE: role},
+            "labels": {LABEL_EXPERIMENT: experiment, LABEL_ROLE: role},
         },
         "spec": {
             "nodeSelector": selector,
@@ -819,7 +827,7 @@ def test_a_resumed_learner_job_gets_what_is_left_of_the_deadline():
 
     exp = parse_experiment({"metadata": {"name": "x"}, "spec": {"activeDeadlineSeconds": 3600}})
     suspended = {"spec": {"suspend": True}}
-    used = reconcile.LearnerUsage(active_seconds=1000)
+    used = LearnerUsage(active_seconds=1000)
     # The Job's own timer restarts at every resume: it is told what is left.
     assert _job_patch(exp, suspended, used) == {
         "spec": {"suspend": False, "activeDeadlineSeconds": 2600}
@@ -1001,7 +1009,7 @@ def test_a_resync_keeps_what_the_watch_delivered_after_the_list_was_taken():
     from seedrl.service.operator.handlers import ChildCache
 
     def obj(name, uid, rv):
-        labels = {reconcile.LABEL_EXPERIMENT: "x"}
+        labels = {LABEL_EXPERIMENT: "x"}
         return {
             "metadata": {
                 "namespace": NS,
