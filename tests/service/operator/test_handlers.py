@@ -706,7 +706,7 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
 def test_only_the_live_peer_of_the_highest_priority_is_active():
     import datetime as dt
 
-    from seedrl.service.operator.handlers import is_active_peer
+    from seedrl.service.operator.poller import is_active_peer
 
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
     fresh = (now - dt.timedelta(seconds=10)).isoformat()
@@ -823,7 +823,7 @@ def test_an_experiment_keeps_the_images_of_its_first_reconcile(k8s):
 
 
 def test_a_resumed_learner_job_gets_what_is_left_of_the_deadline():
-    from seedrl.service.operator.handlers import _job_patch
+    from seedrl.service.operator.reconciler import _job_patch
 
     exp = parse_experiment({"metadata": {"name": "x"}, "spec": {"activeDeadlineSeconds": 3600}})
     suspended = {"spec": {"suspend": True}}
@@ -852,13 +852,15 @@ def cluster():
 
 def standalone_poller(cluster, **config):
     """A Poller (not started) with its Reconciler and an empty ChildCache."""
-    from seedrl.service.operator import handlers
+    from seedrl.service.operator.poller import Poller
+    from seedrl.service.operator.reconciler import OperatorConfig, Reconciler
+    from seedrl.service.operator.watch_cache import ChildCache
 
-    cfg = handlers.OperatorConfig(api_client=cluster.api_client(), metrics=OperatorMetrics())
+    cfg = OperatorConfig(api_client=cluster.api_client(), metrics=OperatorMetrics())
     for key, value in config.items():
         setattr(cfg, key, value)
-    cache = handlers.ChildCache()
-    return handlers.Poller(cfg, handlers.Reconciler(cfg), cache), cache
+    cache = ChildCache()
+    return Poller(cfg, Reconciler(cfg), cache), cache
 
 
 def create_experiment(api, name, namespace=NS):
@@ -872,7 +874,7 @@ def create_experiment(api, name, namespace=NS):
 def test_the_poller_follows_the_peering_of_each_experiments_namespace(cluster):
     import kmock
 
-    from seedrl.service.operator.handlers import PeeringGate
+    from seedrl.service.operator.poller import PeeringGate
     from support.k8s_emulator import VERBS
 
     for plural, kind, namespaced in [
@@ -1006,7 +1008,7 @@ def test_a_pod_gone_without_its_deleted_event_stops_being_priced_after_the_resyn
 
 
 def test_a_resync_keeps_what_the_watch_delivered_after_the_list_was_taken():
-    from seedrl.service.operator.handlers import ChildCache
+    from seedrl.service.operator.watch_cache import ChildCache
 
     def obj(name, uid, rv):
         labels = {LABEL_EXPERIMENT: "x"}
@@ -1056,7 +1058,7 @@ def test_a_resync_keeps_what_the_watch_delivered_after_the_list_was_taken():
 
 
 def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8s, monkeypatch):
-    from seedrl.service.operator.handlers import Reconciler
+    from seedrl.service.operator.reconciler import Reconciler
 
     # A cluster that serves cert-manager's API: the operator asks it for the certificate.
     monkeypatch.setattr(Reconciler, "cert_manager_installed", lambda self: True)
