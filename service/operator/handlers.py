@@ -1,4 +1,4 @@
-"""The seedrl operator: thin kopf handlers over :mod:`seedrl.service.operator.reconcile`.
+"""The seedrl operator: thin kopf handlers over :mod:`seedrl.service.operator.reconciler`.
 
 Run it with ``python -m seedrl.service.operator`` (in a cluster it logs in with the pod's service
 account; elsewhere with the current kubeconfig: :mod:`seedrl.service.kube`). For every
@@ -18,9 +18,10 @@ Experiment it:
   the new pod resumes from the checkpoint; meanwhile SpecApplied=False, reason ReplacingLearner.
   Otherwise only its ``spec.suspend`` changes;
 - watches the Experiments and the Jobs, Deployments and pods it made (kopf's ``on.event``
-  handlers feed an in-memory :class:`ChildCache`) instead of reading the children on every
-  refresh, and reconciles an Experiment at once when its learner Job changes; every
-  ``poll_seconds`` the :class:`Poller` reads the Experiment afresh (one that is gone is
+  handlers feed an in-memory :class:`~seedrl.service.operator.watch_cache.ChildCache`) instead
+  of reading the children on every refresh, and refreshes an Experiment at once when its learner
+  Job or a learner pod changes; every ``poll_seconds`` the
+  :class:`~seedrl.service.operator.poller.Poller` reads the Experiment afresh (one that is gone is
   forgotten, never healed), reads the learner's ``GET /status`` (progress has nothing to
   watch) and writes ``status`` (phase, conditions, progress and cost); it recreates a missing
   child and scales the actors to zero once the learner has finished. kopf's watches miss
@@ -152,6 +153,8 @@ def build_registry(
     # kopf puts a finalizer on every object a timer runs for.) An event of type None is kopf
     # listing the kind (at start, after a watch expired or a pause), which delivers nothing
     # for the objects that vanished meanwhile: the poller's resync then drops them.
+    # Not @kopf.index: kopf hands its indexes only to its own handlers (the poller is a thread
+    # of ours) and never drops an object its re-list missed, which ChildCache.replace does.
     cache = ChildCache()
 
     @kopf.on.event(*res_args, registry=registry)
@@ -203,7 +206,7 @@ def build_registry(
         poller.stop()
 
     # An invalid spec never raises (it is reported in status); what raises is an API error,
-    # retried after a pause, while the timer below keeps reconciling as well.
+    # retried after a pause, while the poller keeps reconciling as well.
     @kopf.on.create(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     @kopf.on.update(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)
     @kopf.on.resume(**res, errors=kopf.ErrorsMode.TEMPORARY, backoff=5)

@@ -352,11 +352,14 @@ class Reconciler:
 
         Args:
           body: the Experiment as stored.
-          heal_only: from the periodic timer or a child's event: apply only when a child is
-            missing, the actors must change because the learner finished or was admitted, or
-            the learner Job must be replaced or suspended; a spec change is the change
-            handlers' business.
-          seen: the children as watched (the timer's kopf indexes); None reads them.
+          heal_only: from the :class:`~seedrl.service.operator.poller.Poller` (each
+            ``poll_seconds``, or at once after a learner Job or learner pod event): apply only
+            when a child is missing, the actors must change because the learner finished or
+            was admitted, or the learner Job must be replaced or suspended; a spec change is
+            the change handlers' business.
+          seen: the children as the watches last delivered them (the poller's
+            :class:`~seedrl.service.operator.watch_cache.ChildCache`); None reads them from
+            the API server.
         """
         meta = body["metadata"]
         namespace = meta["namespace"]
