@@ -71,7 +71,8 @@ def render_actors(
     admitted: bool = True,
     images: ImageDefaults = RELEASE_IMAGES,
 ) -> dict[str, Any]:
-    """The actors: a Deployment whose pods derive their index from their pod name."""
+    """The actors: a Deployment whose pods take their index from the learner (``--index auto``:
+    the lowest free one)."""
     spec = exp.spec
     actors = spec.actors
     n = names(exp.metadata.name)
