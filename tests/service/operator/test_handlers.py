@@ -27,7 +27,6 @@ from seedrl.service.operator.render.common import (
     LABEL_ROLE,
 )
 from seedrl.service.operator.status import condition
-from seedrl.service.operator.usage import LearnerUsage
 from seedrl.service.operator.metrics import OperatorMetrics
 from support.operator_harness import OperatorHarness, wait_for
 
@@ -703,30 +702,6 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
     )
 
 
-def test_only_the_live_peer_of_the_highest_priority_is_active():
-    import datetime as dt
-
-    from seedrl.service.operator.poller import is_active_peer
-
-    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
-    fresh = (now - dt.timedelta(seconds=10)).isoformat()
-    stale = (now - dt.timedelta(seconds=120)).isoformat()
-    peers = {
-        "a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
-        "b": {"priority": 9, "lifetime": 60, "lastseen": fresh},
-    }
-    assert is_active_peer(peers, "b", 9, now) and not is_active_peer(peers, "a", 5, now)
-    # The leader stopped renewing its record: the other takes over once it expires.
-    peers["b"]["lastseen"] = stale
-    assert is_active_peer(peers, "a", 5, now)
-    # A tie never leaves two active.
-    tie = {
-        "a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
-        "b": {"priority": 5, "lifetime": 60, "lastseen": fresh},
-    }
-    assert is_active_peer(tie, "a", 5, now) != is_active_peer(tie, "b", 5, now)
-
-
 def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(k8s):
     k8s.create("queued", queueName="team-a-queue")
     wait_for(lambda: all(k8s.children("queued").values()), what="children")
@@ -820,19 +795,6 @@ def test_an_experiment_keeps_the_images_of_its_first_reconcile(k8s):
     assert pod["initContainers"][0]["image"] == "old.example/seedrl/actors:0.0.9"
     actors = k8s.child("Deployment", "pinned-actors")["spec"]["template"]["spec"]["containers"][0]
     assert actors["image"] == "old.example/seedrl/actors:0.0.9"
-
-
-def test_a_resumed_learner_job_gets_what_is_left_of_the_deadline():
-    from seedrl.service.operator.reconciler import _job_patch
-
-    exp = parse_experiment({"metadata": {"name": "x"}, "spec": {"activeDeadlineSeconds": 3600}})
-    suspended = {"spec": {"suspend": True}}
-    used = LearnerUsage(active_seconds=1000)
-    # The Job's own timer restarts at every resume: it is told what is left.
-    assert _job_patch(exp, suspended, used) == {
-        "spec": {"suspend": False, "activeDeadlineSeconds": 2600}
-    }
-    assert _job_patch(exp, {"spec": {"suspend": False}}, used) is None
 
 
 # ------------------------------------------------------------------------------------------
@@ -1005,56 +967,6 @@ def test_a_pod_gone_without_its_deleted_event_stops_being_priced_after_the_resyn
     assert later["cost"]["asOf"] > gone["cost"]["asOf"]
     assert later["cost"]["totalUsd"] == gone["cost"]["totalUsd"]
     assert cache.experiment(NS, "stale") is not None  # what exists stays
-
-
-def test_a_resync_keeps_what_the_watch_delivered_after_the_list_was_taken():
-    from seedrl.service.operator.watch_cache import ChildCache
-
-    def obj(name, uid, rv):
-        labels = {LABEL_EXPERIMENT: "x"}
-        return {
-            "metadata": {
-                "namespace": NS,
-                "name": name,
-                "uid": uid,
-                "resourceVersion": rv,
-                "labels": labels,
-            }
-        }
-
-    def held():
-        return {
-            p["metadata"]["name"]: p["metadata"]["resourceVersion"]
-            for p in cache.observed(NS, "x").pods
-        }
-
-    cache = ChildCache()
-    for name in ("stays", "gone", "deleted-during", "changed-during"):
-        cache.update("Pod", None, obj(name, f"{name}-1", "1"))
-    since = cache.mark()
-    # The list call runs; meanwhile the watch delivers these.
-    listed = [
-        obj("stays", "stays-1", "5"),
-        obj("deleted-during", "deleted-during-1", "1"),
-        obj("changed-during", "changed-during-1", "1"),
-    ]
-    cache.update("Pod", "ADDED", obj("new-during", "new-during-1", "7"))
-    cache.update("Pod", "DELETED", obj("deleted-during", "deleted-during-1", "8"))
-    cache.update("Pod", "MODIFIED", obj("changed-during", "changed-during-1", "9"))
-    dropped = cache.replace("Pod", listed, since)
-    assert [o["metadata"]["name"] for o in dropped] == ["gone"]
-    # The listing's version of what no event touched; the watch's of the rest.
-    assert held() == {"stays": "5", "new-during": "7", "changed-during": "9"}
-    # A DELETED event of an older object of a name leaves the newer one held.
-    cache.update("Pod", "ADDED", obj("stays", "stays-2", "10"))
-    cache.update("Pod", "DELETED", obj("stays", "stays-1", "11"))
-    assert held()["stays"] == "10"
-    # The next resync starts afresh: what a later listing lacks goes.
-    assert {o["metadata"]["name"] for o in cache.replace("Pod", [], cache.mark())} == {
-        "stays",
-        "new-during",
-        "changed-during",
-    }
 
 
 def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8s, monkeypatch):
