@@ -7,8 +7,9 @@ or a missing accelerator fails the Job at once; any other failure (a crash, OOMK
 against ``spec.backoffLimit``. Before the learner, the pod's init container derives the env spec
 with the actor image (an env that cannot be made fails the Job at once), and the learner serves
 that spec. Each new pod resumes from the latest checkpoint. The cluster autoscaler's
-safe-to-evict annotation keeps voluntary disruptions off it, and a learner stays off Spot nodes
-unless ``spec.learner.spot`` asks for them."""
+safe-to-evict annotation keeps the autoscaler from taking its node away (the PodDisruptionBudget
+of :mod:`.disruption_budget` keeps off the other voluntary disruptions), and a learner stays off
+Spot nodes unless ``spec.learner.spot`` asks for them."""
 
 from __future__ import annotations
 
