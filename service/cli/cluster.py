@@ -16,7 +16,7 @@ import kubernetes
 
 from seedrl.common.config import GROUP, PLURAL, VERSION, AgentConfig, EnvConfig, Experiment
 from seedrl.common.learner_status import LearnerStatus
-from seedrl.service.operator.reconcile import names
+from seedrl.service.operator.render.common import names
 
 FIELD_MANAGER = "seedrl-cli"
 APPLY = "application/apply-patch+yaml"
@@ -79,7 +79,7 @@ def checkpoint_notice(exp: Experiment, namespace: str) -> str | None:
     when ``spec.checkpoint.uri`` is empty, or None when it is set.
 
     The operator then gives the learner a PersistentVolumeClaim of its own
-    (:func:`seedrl.service.operator.reconcile.render_run_volume`): a replaced learner pod
+    (:func:`seedrl.service.operator.render.volume.render_run_volume`): a replaced learner pod
     resumes from it, and with ``volumeRetention: Retain`` (the default) it carries no owner
     reference, so it outlives the Experiment and has to be deleted on purpose. Saying so, with
     the claim's name, is what keeps a user from either paying for forgotten disks or deleting

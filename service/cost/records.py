@@ -9,7 +9,7 @@
 - :func:`pod_record` reads a Kubernetes pod object (a dict as the API returns it); the operator
   keeps the records of pods that are gone (:meth:`PodRecord.to_dict`, whose keys and schema are
   :class:`StoredRecord`'s) and merges them with the live ones (:func:`merge_records`).
-- :func:`rendered_machines` reads the pods :func:`seedrl.service.operator.reconcile.render`
+- :func:`rendered_machines` reads the pods :func:`seedrl.service.operator.render.render`
   makes of an Experiment, so that a local run (:func:`local_records`) and the planner price
   exactly what the cluster would run.
 """
@@ -23,7 +23,8 @@ from typing import Any, Optional
 
 from seedrl.common.config import Experiment, param, parse_document, to_document
 from seedrl.common.quantity import cpu_cores, memory_gib, parse_quantity
-from seedrl.service.operator import reconcile
+from seedrl.service.operator import render
+from seedrl.service.operator.render.common import GPU_RESOURCE, LABEL_ROLE, TPU_RESOURCE
 
 #: Roles a record can have; the report's breakdown is keyed by them.
 ROLES = ("learner", "actor")
@@ -39,7 +40,7 @@ TPU_LABEL = "cloud.google.com/gke-tpu-accelerator"
 GPU_LABEL = "cloud.google.com/gke-accelerator"
 SPOT_LABELS = ("cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible")
 #: Pod labels that may carry the role, first found wins.
-ROLE_LABELS = (reconcile.LABEL_ROLE, "app.kubernetes.io/component")
+ROLE_LABELS = (LABEL_ROLE, "app.kubernetes.io/component")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,20 +327,20 @@ def machine_of(spec: Mapping[str, Any], pod: str = "pod") -> tuple[Resources, bo
     """
     node = _node_labels(spec)
     accelerator, acc_type, count = None, "", 0
-    chips = _pod_requests(spec, reconcile.TPU_RESOURCE, parse_quantity)
-    gpus = _pod_requests(spec, reconcile.GPU_RESOURCE, parse_quantity)
+    chips = _pod_requests(spec, TPU_RESOURCE, parse_quantity)
+    gpus = _pod_requests(spec, GPU_RESOURCE, parse_quantity)
     if chips:
         label = next(iter(node.get(TPU_LABEL) or []), None)
         if label is None:
             raise ValueError(
-                f"pod {pod}: requests {reconcile.TPU_RESOURCE} without a {TPU_LABEL} node selector"
+                f"pod {pod}: requests {TPU_RESOURCE} without a {TPU_LABEL} node selector"
             )
         accelerator, acc_type, count = "tpu", TPU_ACCELERATORS.get(label, label), int(chips)
     elif gpus:
         label = next(iter(node.get(GPU_LABEL) or []), None)
         if label is None:
             raise ValueError(
-                f"pod {pod}: requests {reconcile.GPU_RESOURCE} without a {GPU_LABEL} node selector"
+                f"pod {pod}: requests {GPU_RESOURCE} without a {GPU_LABEL} node selector"
             )
         accelerator, acc_type, count = "gpu", label, int(gpus)
     spot = any("true" in [v.lower() for v in node.get(k, [])] for k in SPOT_LABELS)
@@ -401,13 +402,13 @@ def pod_record(pod: Mapping[str, Any], role: str | None = None) -> PodRecord:
 
 def rendered_machines(exp: Experiment) -> dict[str, tuple[Resources, bool]]:
     """Per role, what one pod of ``exp`` requests in a cluster and whether it runs on Spot:
-    :func:`machine_of` the pod templates :func:`seedrl.service.operator.reconcile.render`
+    :func:`machine_of` the pod templates :func:`seedrl.service.operator.render.render`
     makes (the learner Job's, the actor Deployment's)."""
     out = {}
-    for obj in reconcile.render(exp):
+    for obj in render.render(exp):
         template = (obj.get("spec") or {}).get("template")
         if template:
-            role = template["metadata"]["labels"][reconcile.LABEL_ROLE]
+            role = template["metadata"]["labels"][LABEL_ROLE]
             out[role] = machine_of(template["spec"], obj["metadata"]["name"])
     return out
 

@@ -16,7 +16,8 @@ import re
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.learner_status import STATES, LearnerStatus
 from seedrl.common.config import parse_experiment
-from seedrl.service.operator import handlers as operator, reconcile
+from seedrl.service.operator import reconcile
+from seedrl.service.operator.reconciler import fetch_url
 from support.pods import free_port, localize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     deadline = time.monotonic() + 240
     while procs[0].poll() is None and time.monotonic() < deadline:
         try:
-            seen.append(LearnerStatus.from_json(operator.fetch_url(url, timeout=1.0)))
+            seen.append(LearnerStatus.from_json(fetch_url(url, timeout=1.0)))
         except OSError:
             pass  # not serving yet, or already gone
         time.sleep(0.05)

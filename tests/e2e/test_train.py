@@ -188,7 +188,7 @@ def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reas
     no env step, which is what turns the operator's Progressing condition False."""
     from seedrl.common.config import parse_experiment
     from seedrl.common.learner_status import LearnerStatus
-    from seedrl.service.operator import reconcile
+    from seedrl.service.operator.status import compute_status
 
     env = with_test_envs()
     proc = subprocess.Popen(
@@ -240,7 +240,7 @@ def test_actors_that_keep_failing_are_restarted_then_the_run_fails_with_the_reas
     exp = parse_experiment(
         {"metadata": {"name": "e2e-broken"}, "spec": {"budget": {"noProgressSeconds": idle}}}
     )
-    status = reconcile.compute_status(
+    status = compute_status(
         exp,
         generation=1,
         previous=None,

@@ -353,7 +353,7 @@ def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     spec = monitor["spec"]
-    # The labels the operator puts on every learner and actor pod (service/operator/reconcile.py).
+    # The labels the operator puts on every learner and actor pod (operator/render/common.py).
     assert spec["selector"] == {
         "matchLabels": {
             "app.kubernetes.io/name": "seedrl",

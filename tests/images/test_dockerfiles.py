@@ -27,7 +27,7 @@ IMAGES = {
     "Dockerfile.actor": ({"common", "actors"}, ["actor.txt", "football.txt"], "seedrl.actors"),
     "Dockerfile.operator": ({"common", "service"}, ["operator.txt"], "seedrl.service.operator"),
 }
-UID = "1000"  # service/operator/reconcile.py's RUN_AS and the operator chart's runAsUser
+UID = "1000"  # service/operator/render/common.py's RUN_AS and the operator chart's runAsUser
 BUILD_TOOLS = re.compile(r"\b(build-essential|gcc|g\+\+|clang|cmake|make|[\w.+-]+-dev)\b")
 _PINNED_BASE = re.compile(r"^python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}$")
 

@@ -15,6 +15,8 @@ from seedrl.common.config import GROUP, PLURAL, VERSION
 from seedrl.common.exit_codes import ExitCode
 from seedrl.service.cli import main as cli, cluster
 from seedrl.service.operator import reconcile
+from seedrl.service.operator.render.volume import render_run_volume
+from seedrl.service.operator.status import condition
 from support.operator_harness import OperatorHarness, wait_for
 
 ROOT = Path(__file__).parents[3]
@@ -238,7 +240,7 @@ def test_the_checkpoint_notice_names_the_claim_and_what_deleting_the_experiment_
     document["spec"].setdefault("checkpoint", {})["volumeRetention"] = retention
     exp = reconcile.validate(document)
     owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Experiment", "name": "x", "uid": "u"}
-    claim = reconcile.render_run_volume(exp, owner, "ml")
+    claim = render_run_volume(exp, owner, "ml")
     name = claim["metadata"]["name"]
     notice = cluster.checkpoint_notice(exp, "ml")
     assert "spec.checkpoint.uri is empty" in notice and "gs://" in notice
@@ -262,7 +264,7 @@ def test_status_marks_a_rejected_spec_and_lists_all_namespaces(harness, kubeconf
         GROUP, VERSION, "ml3", PLURAL, body
     )
     wait_for(
-        lambda: reconcile.condition(get(harness, "ml3", "rejected").get("status"), "Valid"),
+        lambda: condition(get(harness, "ml3", "rejected").get("status"), "Valid"),
         what="Valid condition",
     )
     capsys.readouterr()

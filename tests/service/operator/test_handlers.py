@@ -19,7 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from seedrl.common.config import GROUP, PLURAL, VERSION, parse_experiment
 from seedrl.common.schema import to_json_schema
-from seedrl.service.operator import crd, reconcile
+from seedrl.service.operator import crd
+from seedrl.service.operator.render.actors import actor_hash
+from seedrl.service.operator.render.common import (
+    ANNOTATION_CONFIG_HASH,
+    LABEL_EXPERIMENT,
+    LABEL_ROLE,
+)
+from seedrl.service.operator.status import condition
 from seedrl.service.operator.metrics import OperatorMetrics
 from support.operator_harness import OperatorHarness, wait_for
 
@@ -71,7 +78,7 @@ class Client:
         return self.get(name).get("status") or {}
 
     def condition(self, name, type_):
-        return reconcile.condition(self.status(name), type_) or {}
+        return condition(self.status(name), type_) or {}
 
     def child(self, kind, name):
         read = {
@@ -148,7 +155,7 @@ def test_apply_creates_every_child_with_owner_references(k8s):
         "apply"
     )
     assert status["phase"] == "Pending"
-    assert reconcile.condition(status, "Valid")["status"] == "True"
+    assert condition(status, "Valid")["status"] == "True"
     assert status["selector"] == "seedrl.dev/experiment=apply,seedrl.dev/role=actor"
 
 
@@ -179,7 +186,7 @@ def test_ready_pods_and_learner_status_advance_the_conditions(k8s, harness):
     assert status["learnerSteps"] == 30 and status["meanReturn"] == 21.5
     assert status["lastCheckpoint"] == "ckpt-3" and status["actors"]["connected"] == 4
     assert status["startTime"] == "2026-01-01T00:00:00Z"
-    assert reconcile.condition(status, "Progressing")["reason"] == "Training"
+    assert condition(status, "Progressing")["reason"] == "Training"
     # The learner reaches its budget: the Job completes and the actors are stopped.
     k8s.batch.patch_namespaced_job_status(
         "ready-learner",
@@ -240,9 +247,9 @@ def test_scaling_the_experiment_scales_the_actors(k8s):
     document = copy.deepcopy(CARTPOLE)
     document["metadata"].update(name="scale", namespace=NS)
     document["spec"]["actors"]["replicas"] = 2
-    expected = reconcile.actor_hash(parse_experiment(document))
+    expected = actor_hash(parse_experiment(document))
     template = k8s.child("Deployment", "scale-actors")["spec"]["template"]
-    assert template["metadata"]["annotations"][reconcile.ANNOTATION_CONFIG_HASH] == expected
+    assert template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH] == expected
     generation = k8s.get("scale")["metadata"]["generation"]
     wait_for(
         lambda: k8s.status("scale").get("observedGeneration") == generation,
@@ -390,7 +397,7 @@ def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=Fal
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "labels": {reconcile.LABEL_EXPERIMENT: experiment, reconcile.LABEL_ROLE: role},
+            "labels": {LABEL_EXPERIMENT: experiment, LABEL_ROLE: role},
         },
         "spec": {
             "nodeSelector": selector,
@@ -695,30 +702,6 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
     )
 
 
-def test_only_the_live_peer_of_the_highest_priority_is_active():
-    import datetime as dt
-
-    from seedrl.service.operator.handlers import is_active_peer
-
-    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
-    fresh = (now - dt.timedelta(seconds=10)).isoformat()
-    stale = (now - dt.timedelta(seconds=120)).isoformat()
-    peers = {
-        "a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
-        "b": {"priority": 9, "lifetime": 60, "lastseen": fresh},
-    }
-    assert is_active_peer(peers, "b", 9, now) and not is_active_peer(peers, "a", 5, now)
-    # The leader stopped renewing its record: the other takes over once it expires.
-    peers["b"]["lastseen"] = stale
-    assert is_active_peer(peers, "a", 5, now)
-    # A tie never leaves two active.
-    tie = {
-        "a": {"priority": 5, "lifetime": 60, "lastseen": fresh},
-        "b": {"priority": 5, "lifetime": 60, "lastseen": fresh},
-    }
-    assert is_active_peer(tie, "a", 5, now) != is_active_peer(tie, "b", 5, now)
-
-
 def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(k8s):
     k8s.create("queued", queueName="team-a-queue")
     wait_for(lambda: all(k8s.children("queued").values()), what="children")
@@ -814,19 +797,6 @@ def test_an_experiment_keeps_the_images_of_its_first_reconcile(k8s):
     assert actors["image"] == "old.example/seedrl/actors:0.0.9"
 
 
-def test_a_resumed_learner_job_gets_what_is_left_of_the_deadline():
-    from seedrl.service.operator.handlers import _job_patch
-
-    exp = parse_experiment({"metadata": {"name": "x"}, "spec": {"activeDeadlineSeconds": 3600}})
-    suspended = {"spec": {"suspend": True}}
-    used = reconcile.LearnerUsage(active_seconds=1000)
-    # The Job's own timer restarts at every resume: it is told what is left.
-    assert _job_patch(exp, suspended, used) == {
-        "spec": {"suspend": False, "activeDeadlineSeconds": 2600}
-    }
-    assert _job_patch(exp, {"spec": {"suspend": False}}, used) is None
-
-
 # ------------------------------------------------------------------------------------------
 # Peering per namespace, and the cache after a re-list (kopf's watches miss deletions then).
 # The poller is driven by hand here, against its own emulator, with no kopf: what its
@@ -844,13 +814,15 @@ def cluster():
 
 def standalone_poller(cluster, **config):
     """A Poller (not started) with its Reconciler and an empty ChildCache."""
-    from seedrl.service.operator import handlers
+    from seedrl.service.operator.poller import Poller
+    from seedrl.service.operator.reconciler import OperatorConfig, Reconciler
+    from seedrl.service.operator.watch_cache import ChildCache
 
-    cfg = handlers.OperatorConfig(api_client=cluster.api_client(), metrics=OperatorMetrics())
+    cfg = OperatorConfig(api_client=cluster.api_client(), metrics=OperatorMetrics())
     for key, value in config.items():
         setattr(cfg, key, value)
-    cache = handlers.ChildCache()
-    return handlers.Poller(cfg, handlers.Reconciler(cfg), cache), cache
+    cache = ChildCache()
+    return Poller(cfg, Reconciler(cfg), cache), cache
 
 
 def create_experiment(api, name, namespace=NS):
@@ -864,7 +836,7 @@ def create_experiment(api, name, namespace=NS):
 def test_the_poller_follows_the_peering_of_each_experiments_namespace(cluster):
     import kmock
 
-    from seedrl.service.operator.handlers import PeeringGate
+    from seedrl.service.operator.poller import PeeringGate
     from support.k8s_emulator import VERBS
 
     for plural, kind, namespaced in [
@@ -997,58 +969,8 @@ def test_a_pod_gone_without_its_deleted_event_stops_being_priced_after_the_resyn
     assert cache.experiment(NS, "stale") is not None  # what exists stays
 
 
-def test_a_resync_keeps_what_the_watch_delivered_after_the_list_was_taken():
-    from seedrl.service.operator.handlers import ChildCache
-
-    def obj(name, uid, rv):
-        labels = {reconcile.LABEL_EXPERIMENT: "x"}
-        return {
-            "metadata": {
-                "namespace": NS,
-                "name": name,
-                "uid": uid,
-                "resourceVersion": rv,
-                "labels": labels,
-            }
-        }
-
-    def held():
-        return {
-            p["metadata"]["name"]: p["metadata"]["resourceVersion"]
-            for p in cache.observed(NS, "x").pods
-        }
-
-    cache = ChildCache()
-    for name in ("stays", "gone", "deleted-during", "changed-during"):
-        cache.update("Pod", None, obj(name, f"{name}-1", "1"))
-    since = cache.mark()
-    # The list call runs; meanwhile the watch delivers these.
-    listed = [
-        obj("stays", "stays-1", "5"),
-        obj("deleted-during", "deleted-during-1", "1"),
-        obj("changed-during", "changed-during-1", "1"),
-    ]
-    cache.update("Pod", "ADDED", obj("new-during", "new-during-1", "7"))
-    cache.update("Pod", "DELETED", obj("deleted-during", "deleted-during-1", "8"))
-    cache.update("Pod", "MODIFIED", obj("changed-during", "changed-during-1", "9"))
-    dropped = cache.replace("Pod", listed, since)
-    assert [o["metadata"]["name"] for o in dropped] == ["gone"]
-    # The listing's version of what no event touched; the watch's of the rest.
-    assert held() == {"stays": "5", "new-during": "7", "changed-during": "9"}
-    # A DELETED event of an older object of a name leaves the newer one held.
-    cache.update("Pod", "ADDED", obj("stays", "stays-2", "10"))
-    cache.update("Pod", "DELETED", obj("stays", "stays-1", "11"))
-    assert held()["stays"] == "10"
-    # The next resync starts afresh: what a later listing lacks goes.
-    assert {o["metadata"]["name"] for o in cache.replace("Pod", [], cache.mark())} == {
-        "stays",
-        "new-during",
-        "changed-during",
-    }
-
-
 def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8s, monkeypatch):
-    from seedrl.service.operator.handlers import Reconciler
+    from seedrl.service.operator.reconciler import Reconciler
 
     # A cluster that serves cert-manager's API: the operator asks it for the certificate.
     monkeypatch.setattr(Reconciler, "cert_manager_installed", lambda self: True)

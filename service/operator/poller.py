@@ -1,0 +1,259 @@
+"""The status refresh kopf does not drive: :class:`Poller` refreshes every Experiment each
+``poll_seconds`` (the learner's ``/status`` has nothing to watch) from the :class:`ChildCache`,
+and resyncs that cache with the API server; :class:`PeeringGate` tells it whether this replica
+is the active one among peers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import threading
+import time
+from typing import Any, Mapping
+
+import kubernetes
+
+from seedrl.common.config import (
+    GROUP,
+    PLURAL,
+    VERSION,
+)
+from seedrl.service.operator.children import MERGE
+from seedrl.service.operator.reconciler import OperatorConfig, Reconciler, announce
+from seedrl.service.operator.watch_cache import WATCHED, ChildCache, list_watched
+
+log = logging.getLogger(__name__)
+
+
+class PeeringGate:
+    """Whether this replica is the active one among peers for a namespace's Experiments:
+    kopf's rule over its peering object, where every replica keeps
+    ``status[identity] = {priority, lifetime, lastseen}`` and the live one of the highest
+    priority is active, the others pause. kopf pauses its own watchers; this tells the poller,
+    which kopf does not drive, to pause too.
+
+    A cluster-wide kopf has one ClusterKopfPeering. A namespace-scoped one keeps a KopfPeering
+    of that name in every namespace it watches (and pauses all its watchers while any of them
+    is missing or names a higher peer): the poller follows the Experiment's own namespace's,
+    since a peer working there keeps its record there. A peering that cannot be read (missing,
+    or the API down) pauses, as kopf stays paused without one.
+
+    Args:
+      api_client: the client to read the peering objects with.
+      name: the peering objects' name (``--peering``).
+      identity, priority: this replica's, as given to kopf.
+      clusterwide: True: the ClusterKopfPeering decides for every namespace; False: each
+        namespace's KopfPeering for its own.
+    """
+
+    def __init__(
+        self, api_client, name: str, identity: str, priority: int, clusterwide: bool = True
+    ):
+        self.api = kubernetes.client.CustomObjectsApi(api_client)
+        self.name, self.identity, self.priority, self.clusterwide = (
+            name,
+            identity,
+            priority,
+            clusterwide,
+        )
+
+    def __call__(self, namespace: str) -> bool:
+        """Whether to work on the Experiments of ``namespace`` now."""
+        try:
+            if self.clusterwide:
+                body = self.api.get_cluster_custom_object(
+                    "kopf.dev", "v1", "clusterkopfpeerings", self.name
+                )
+            else:
+                body = self.api.get_namespaced_custom_object(
+                    "kopf.dev", "v1", namespace, "kopfpeerings", self.name
+                )
+        except kubernetes.client.ApiException as exc:
+            where = "cluster-wide" if self.clusterwide else f"in {namespace}"
+            log.warning("cannot read peering %s %s: %s; pausing", self.name, where, exc.reason)
+            return False
+        return is_active_peer(body.get("status") or {}, self.identity, self.priority)
+
+
+def is_active_peer(
+    peers: Mapping[str, Any], identity: str, priority: int, now: datetime.datetime | None = None
+) -> bool:
+    """Whether ``identity`` is the live peer of the highest priority (kopf's rule: a peer is
+    live until ``lastseen + lifetime``; a tie keeps the lower identity active, so that
+    exactly one replica works even then)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    for other, info in peers.items():
+        if other == identity or not isinstance(info, Mapping):
+            continue
+        try:
+            seen = datetime.datetime.fromisoformat(str(info.get("lastseen")))
+            if seen.tzinfo is None:
+                seen = seen.replace(tzinfo=datetime.timezone.utc)
+            alive = seen + datetime.timedelta(seconds=int(info.get("lifetime") or 0)) > now
+        except (TypeError, ValueError):
+            continue
+        theirs = int(info.get("priority") or 0)
+        if alive and (theirs > priority or (theirs == priority and other < identity)):
+            return False
+    return True
+
+
+class Poller:
+    """Refreshes every Experiment's status each ``poll_seconds`` (and at once when its learner
+    Job changes): the learner's ``/status`` has nothing to watch.
+
+    The children come from the :class:`ChildCache`, the Experiment itself is read afresh
+    first: one that is gone (its DELETED event missed) is dropped from the cache and its
+    series with it, never healed (its children would be made again for a dead owner, which
+    the garbage collector deletes again, every poll). Status is written only where it changed.
+    Each Experiment is refreshed only where this replica is active for its namespace
+    (``config.active``). Every ``resync_seconds``, and at the next round after kopf re-listed
+    a kind, it :meth:`resync`\\ s the cache with the API server.
+    """
+
+    def __init__(self, config: OperatorConfig, rec: "Reconciler", cache: ChildCache):
+        self.config, self.rec, self.cache = config, rec, cache
+        #: ``active(namespace)``: whether this replica works there (see :class:`PeeringGate`).
+        self.active = config.active
+        self._stop = threading.Event()
+        self._woken: set[tuple[str, str]] = set()
+        self._wake = threading.Event()
+        self._relisted = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="seedrl-poller", daemon=True)
+        self.api = kubernetes.client.CustomObjectsApi(config.api_client)
+
+    def start(self) -> None:
+        """Starts the refresh thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops it."""
+        self._stop.set()
+        self._wake.set()
+
+    def wake(self, namespace: str, name: str) -> None:
+        """Refreshes one Experiment now (its learner Job or a learner pod changed)."""
+        self._woken.add((namespace, name))
+        self._wake.set()
+
+    def relisted(self) -> None:
+        """Brings the next resync forward to the next round: kopf is listing a kind (again,
+        after a watch expired or a pause), which tells nothing of what vanished meanwhile."""
+        self._relisted.set()
+
+    def _run(self) -> None:
+        next_all = time.monotonic() + self.config.poll_seconds
+        next_resync = time.monotonic() + self.config.resync_seconds
+        while not self._stop.is_set():
+            self._wake.wait(max(0.0, next_all - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if time.monotonic() >= next_all:
+                next_all = time.monotonic() + self.config.poll_seconds
+                if self._relisted.is_set() or time.monotonic() >= next_resync:
+                    self._relisted.clear()
+                    next_resync = time.monotonic() + self.config.resync_seconds
+                    try:
+                        self.resync()
+                    except Exception:  # the watches go on feeding the cache meanwhile
+                        log.exception("resyncing the watch cache failed")
+                targets = [
+                    (b["metadata"]["namespace"], b["metadata"]["name"])
+                    for b in self.cache.experiments()
+                ]
+                self._woken.clear()
+            else:
+                targets, self._woken = list(self._woken), set()
+            self.poll(targets)
+
+    def poll(self, targets: list[tuple[str, str]]) -> None:
+        """Refreshes the given Experiments (namespace, name) of the namespaces where this
+        replica is active (asked once per namespace); one failing never stops the others."""
+        active: dict[str, bool] = {}
+        for namespace, name in targets:
+            if namespace not in active:
+                active[namespace] = self.active(namespace)
+            if not active[namespace]:
+                continue
+            try:
+                self.refresh(namespace, name)
+            except Exception:  # one Experiment never stops the others
+                log.exception("refreshing Experiment %s/%s failed", namespace, name)
+
+    def resync(self) -> None:
+        """Lists each kind the cache holds (in the watched namespaces) and replaces the cache's
+        content with it (:meth:`ChildCache.replace`): what vanished without a DELETED event
+        goes, an Experiment's series with it. A kind that cannot be listed is left as is."""
+        for kind in WATCHED:
+            since = self.cache.mark()
+            try:
+                listed = list_watched(self.config.api_client, kind, self.config.namespaces)
+            except (kubernetes.client.ApiException, OSError, ValueError) as exc:
+                log.warning("cannot list %ss to resync the watch cache: %s", kind, exc)
+                continue
+            dropped = self.cache.replace(kind, listed, since)
+            for body in dropped:
+                if kind == "Experiment":
+                    self.rec.forget(body)
+            if dropped:
+                log.info(
+                    "resync: %d %s(s) gone without a DELETED event seen: %s",
+                    len(dropped),
+                    kind,
+                    ", ".join(
+                        f"{b['metadata'].get('namespace')}/{b['metadata']['name']}" for b in dropped
+                    ),
+                )
+
+    def read(self, namespace: str, name: str) -> dict | None:
+        """The Experiment as the API server has it now; None if it is gone."""
+        try:
+            response = self.api.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(response.data)
+
+    def refresh(self, namespace: str, name: str) -> None:
+        """Reconciles one Experiment (healing only) and writes what changed in its status."""
+        cached = self.cache.experiment(namespace, name)
+        if cached is None:
+            return
+        # Read afresh: the cache may hold an Experiment that is gone, whose DELETED event a
+        # re-listing watch never delivered; healing it would make its children again.
+        body = self.read(namespace, name)
+        if body is None:
+            log.info("Experiment %s/%s is gone: forgetting it", namespace, name)
+            self.cache.update("Experiment", "DELETED", cached)
+            self.rec.forget(cached)
+            return
+        if body["metadata"].get("deletionTimestamp"):
+            return  # going: a status written now would bring its series back
+        with self.config.metrics.reconciling("poll"):
+            status = self.rec.reconcile(
+                body, heal_only=True, seen=self.cache.observed(namespace, name)
+            )
+            changed = {k: v for k, v in status.items() if (body.get("status") or {}).get(k) != v}
+            if not changed:
+                return
+            announce(self.rec.children, body, status)
+            try:
+                self.api.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    name,
+                    {"status": changed},
+                    _content_type=MERGE,
+                    _preload_content=False,
+                )
+            except kubernetes.client.ApiException as exc:
+                if exc.status != 404:
+                    raise

@@ -1,0 +1,542 @@
+"""The work behind the operator's handlers, kept apart from kopf so that it reads top to bottom:
+:class:`Reconciler` validates an Experiment, applies what it renders to (the learner Job
+created once, patched, or replaced; the learner's certificate), reads its learner's status,
+prices its pods and returns the status to write; :func:`announce` posts the Events of phase
+changes. :class:`OperatorConfig` is what it needs from outside.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import http.client
+import json
+import logging
+import urllib.request
+from typing import Any, Callable, Mapping, Optional
+
+import kopf
+import kubernetes
+
+from seedrl.common.config import (
+    ConfigError,
+    Experiment,
+    ImageDefaults,
+)
+from seedrl.common.learner_status import LearnerStatus
+from seedrl.service import cost
+from seedrl.service.operator import certificates, reconcile
+from seedrl.service.operator.render import render
+from seedrl.service.operator.render.actors import actor_replicas
+from seedrl.service.operator.render.common import (
+    LABEL_EXPERIMENT,
+    LABEL_ROLE,
+    names,
+    owner_reference,
+)
+from seedrl.service.operator.render.tls import (
+    CERT_MANAGER_GROUP,
+    ca_secret_name,
+    learner_dns_names,
+    render_certificate,
+    render_tls_secret,
+    tls_secret_name,
+)
+from seedrl.service.operator.render.volume import needs_run_volume
+from seedrl.service.operator.status import compute_status, condition, invalid_status, now_rfc3339
+from seedrl.service.operator.usage import LearnerUsage
+from seedrl.service.operator.metrics import OperatorMetrics
+from seedrl.service.operator.children import FIELD_MANAGER, APPLY, Children
+
+log = logging.getLogger(__name__)
+
+
+def fetch_url(url: str, timeout: float = 3.0) -> str:
+    """GETs a URL and returns the body as text (the default way to read a learner's status)."""
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - http only
+        return response.read().decode()
+
+
+@dataclasses.dataclass
+class OperatorConfig:
+    """What the handlers need from outside.
+
+    Attributes:
+      api_client: the kubernetes client the children are read and written with.
+      poll_seconds: how often each Experiment's status is refreshed.
+      fetch: ``fetch(url) -> text`` for the learner's ``/status`` (raises on failure).
+      status_url: ``status_url(namespace, name, metrics_port) -> url`` of a learner's
+        ``/status``; through its Service by default.
+      prices: the price table pods are priced with (``main`` loads it with
+        :func:`seedrl.service.cost.load_prices`, which honours ``$SEEDRL_PRICES``); the packaged
+        table by default.
+      metrics: the operator's Prometheus series (a fresh registry by default).
+      connection: the API server kopf itself talks to; None: the same as ``api_client``'s
+        kubeconfig or in-cluster credentials, found by kopf.
+      active: ``active(namespace) -> bool``: whether this replica is the active one among
+        peers for the Experiments of a namespace
+        (:class:`~seedrl.service.operator.poller.PeeringGate`); always, when standalone.
+      images: where the images an Experiment does not name come from (this release's, from
+        ``--image-registry``); an Experiment keeps the ones of its first reconcile
+        (:func:`seedrl.service.operator.reconcile.image_defaults`).
+      namespaces: the namespaces kopf watches (``--namespace``); empty: every namespace. The
+        poller's resync lists these.
+      resync_seconds: how often the poller lists what the watches feed the cache with and
+        replaces the cache's content with it (``ChildCache.replace``), so that objects
+        that vanished without a DELETED event are dropped; sooner after kopf re-lists.
+    """
+
+    api_client: kubernetes.client.ApiClient
+    poll_seconds: float = 10.0
+    fetch: Callable[[str], str] = fetch_url
+    status_url: Callable[[str, str, int], str] = reconcile.learner_status_url
+    prices: cost.PriceTable = dataclasses.field(
+        default_factory=lambda: cost.load_prices(environ={})
+    )
+    metrics: OperatorMetrics = dataclasses.field(default_factory=OperatorMetrics)
+    connection: Optional[kopf.ConnectionInfo] = None
+    active: Callable[[str], bool] = lambda namespace: True
+    images: ImageDefaults = dataclasses.field(default_factory=ImageDefaults)
+    namespaces: tuple[str, ...] = ()
+    resync_seconds: float = 300.0
+
+
+#: Kinds created once and never applied again (a claim's spec is immutable once bound).
+_CREATE_ONLY = ("PersistentVolumeClaim",)
+
+
+def _job_patch(
+    exp: Experiment, job: Mapping[str, Any], usage: LearnerUsage | None = None
+) -> dict | None:
+    """What to change on an existing learner Job: only ``spec.suspend`` may change, and never
+    for a queued one (Kueue owns a queued Job's ``spec.suspend``: see :func:`workload_active`).
+    Resumed, its ``activeDeadlineSeconds`` becomes what is left of the spec's: the Job's own
+    timer starts again from zero at every resume.
+    """
+    if exp.spec.queue_name:
+        return None
+    current = bool((job.get("spec") or {}).get("suspend"))
+    if exp.spec.suspend != current:
+        patch: dict[str, Any] = {"suspend": exp.spec.suspend}
+        deadline = (usage or LearnerUsage()).deadline(exp)
+        if not exp.spec.suspend and deadline is not None:
+            patch["activeDeadlineSeconds"] = deadline
+        return {"spec": patch}
+    return None
+
+
+def workload_active(exp: Experiment) -> bool:
+    """What a queued Experiment's Kueue Workload ``spec.active`` should be: false while it is
+    suspended (Kueue evicts it, suspends the Job and frees the quota), true otherwise (Kueue
+    queues it again and admits it by unsuspending the Job)."""
+    return not exp.spec.suspend
+
+
+@dataclasses.dataclass
+class Observed:
+    """An Experiment's children as the operator last saw them.
+
+    Attributes:
+      job: the learner Job, or None.
+      deployment: the actor Deployment, or None.
+      pods: the Experiment's pods (both roles), or None when they were not looked at.
+    """
+
+    job: dict | None
+    deployment: dict | None
+    pods: list[dict] | None = None
+
+
+class Reconciler:
+    """The work behind the handlers, kept apart from kopf so that it reads top to bottom."""
+
+    def __init__(self, config: OperatorConfig):
+        self.config = config
+        self.children = Children(config.api_client)
+
+    def observe(self, exp: Experiment, namespace: str) -> Observed:
+        """The learner Job and the actor Deployment as the API server has them now."""
+        n = names(exp.metadata.name)
+        return Observed(
+            self.children.read("Job", namespace, n.learner),
+            self.children.read("Deployment", namespace, n.actors),
+        )
+
+    def learner_status(
+        self, exp: Experiment, namespace: str, job: Mapping[str, Any] | None
+    ) -> tuple[LearnerStatus | None, str | None]:
+        """The learner's /status when a learner pod is up; else (None, why)."""
+        if not job or not int(((job.get("status") or {}).get("active")) or 0):
+            return None, "no learner pod is running"
+        url = self.config.status_url(namespace, exp.metadata.name, exp.spec.learner.metrics_port)
+        try:
+            return LearnerStatus.from_json(self.config.fetch(url)), None
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            return None, f"reading {url}: {exc}"
+
+    def apply(
+        self,
+        exp: Experiment,
+        namespace: str,
+        uid: str,
+        job: Mapping[str, Any] | None,
+        done_before: bool = False,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Brings every child to what ``exp`` renders to.
+
+        Args:
+          done_before: the status records a finished learner: its Job, if gone, is not made
+            again and no actors run.
+          body: the Experiment, for the Events posted about what was done.
+        """
+        owner = owner_reference(exp.metadata.name, uid)
+        finished = reconcile.job_finished(job) or done_before
+        self.ensure_learner_certificate(exp, namespace, owner)
+        admitted = reconcile.admitted(exp, job)
+        previous = (body or {}).get("status")
+        images = reconcile.image_defaults(previous, self.config.images)
+        usage = LearnerUsage.from_status(previous)
+        for obj in render(
+            exp, owner, namespace, finished=finished, admitted=admitted, images=images, usage=usage
+        ):
+            kind = obj["kind"]
+            if kind in _CREATE_ONLY:
+                self.children.create(obj)
+            elif kind != "Job":
+                self.children.apply(obj)
+            elif job is None:
+                if not done_before:
+                    self.children.create(obj)
+            elif reconcile.job_outdated(exp, job):
+                self.replace_learner(exp, namespace, job, body)
+            else:
+                patch = _job_patch(exp, job, usage)
+                if patch:
+                    self.children.merge("Job", namespace, obj["metadata"]["name"], patch)
+                if exp.spec.queue_name:
+                    self.activate_workload(exp, namespace, job)
+
+    def replace_learner(
+        self,
+        exp: Experiment,
+        namespace: str,
+        job: Mapping[str, Any],
+        body: Mapping[str, Any] | None,
+    ) -> None:
+        """Deletes a learner Job that runs an older spec, in the foreground: the Job stays
+        until its pod is gone (it gets SIGTERM and writes its final checkpoint), so the new
+        Job, created by a later reconcile, never runs beside it."""
+        if (job.get("metadata") or {}).get("deletionTimestamp"):
+            return  # already on its way out
+        name = job["metadata"]["name"]
+        if self.children.delete("Job", namespace, name, propagation="Foreground"):
+            log.info(
+                "Experiment %s/%s: replacing learner Job %s (the spec changed)",
+                namespace,
+                exp.metadata.name,
+                name,
+            )
+            if body is not None:
+                self.children.event(
+                    body,
+                    "Normal",
+                    "ReplacingLearner",
+                    f"The spec changed what the learner runs: Job {name} is "
+                    f"replaced; the new learner resumes from the checkpoint.",
+                )
+
+    def activate_workload(self, exp: Experiment, namespace: str, job: Mapping[str, Any]) -> None:
+        """Sets the queued Job's Kueue Workload ``spec.active`` from ``spec.suspend``."""
+        wanted = workload_active(exp)
+        for workload in self.children.workloads(namespace, job["metadata"]["uid"]):
+            if bool((workload.get("spec") or {}).get("active", True)) != wanted:
+                self.children.set_workload_active(namespace, workload["metadata"]["name"], wanted)
+
+    def status(
+        self,
+        exp: Experiment,
+        namespace: str,
+        body: Mapping[str, Any],
+        refused: list[str],
+        seen: Observed | None = None,
+        forbidden: str | None = None,
+    ) -> dict:
+        """The status to write, from what the children and the learner say now
+        (``forbidden``: the API server's refusal of a call applying the children)."""
+        seen = seen or self.observe(exp, namespace)
+        job, deployment = seen.job, seen.deployment
+        learner, why = self.learner_status(exp, namespace, job)
+        pods = seen.pods
+        if pods is None:
+            try:
+                pods = self.children.pods(namespace, f"{LABEL_EXPERIMENT}={exp.metadata.name}")
+            except kubernetes.client.ApiException as exc:
+                log.warning(
+                    "Experiment %s/%s: cannot list its pods: %s", namespace, exp.metadata.name, exc
+                )
+        learner_pods = [
+            p
+            for p in pods or []
+            if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) == "learner"
+        ]
+        if learner is None and job is not None and reconcile.job_finished(job):
+            # The learner is gone: its final status is in its pod's termination message.
+            learner = reconcile.final_learner_status(learner_pods) or learner
+        status = compute_status(
+            exp,
+            generation=body["metadata"].get("generation"),
+            previous=body.get("status"),
+            job=job,
+            deployment=deployment,
+            learner=learner,
+            learner_error=why,
+            refused=refused,
+            learner_pods=learner_pods,
+            replacing=reconcile.job_outdated(exp, job),
+            images=reconcile.image_defaults(body.get("status"), self.config.images),
+            forbidden=forbidden,
+        )
+        report = self.price(exp, namespace, body.get("status") or {}, status, pods)
+        self.config.metrics.observe(
+            exp.metadata.name, namespace, body["metadata"].get("uid"), status.get("phase"), report
+        )
+        return status
+
+    def price(
+        self,
+        exp: Experiment,
+        namespace: str,
+        previous: Mapping[str, Any],
+        status: dict,
+        pods: list[dict] | None = None,
+    ) -> cost.CostReport | None:
+        """Prices the Experiment's pods into ``status["cost"]`` and ``status["costRecords"]``.
+
+        The stored records (``previous["costRecords"]``) are merged with the pods listed now,
+        so pods that are gone keep being counted. Any failure leaves both keys out of
+        ``status`` (the stored ones stay) and is logged: cost never fails a reconcile.
+
+        Returns:
+          The report, or None when nothing was priced this time.
+        """
+        name = exp.metadata.name
+        selector = f"{LABEL_EXPERIMENT}={name}"
+        try:
+            if pods is None:
+                pods = self.children.pods(namespace, selector)
+            records, report = cost.price_pods(
+                previous.get("costRecords") or [],
+                pods,
+                self.config.prices,
+                # Frames, Atari's skipped ones included (the learner counts them).
+                env_frames=int(status.get("envFrames") or 0),
+            )
+        except Exception as exc:  # noqa: BLE001 - cost is best effort, the reconcile is not
+            log.warning(
+                "Experiment %s/%s: keeping the previous cost; pricing its pods (%s) failed: %s",
+                namespace,
+                name,
+                selector,
+                exc,
+            )
+            return None
+        status["cost"] = report.to_status()
+        status["costRecords"] = records
+        return report
+
+    def reconcile(
+        self, body: Mapping[str, Any], heal_only: bool = False, seen: Observed | None = None
+    ) -> dict:
+        """Validates, applies (unless refused) and returns the status to write.
+
+        Args:
+          body: the Experiment as stored.
+          heal_only: from the :class:`~seedrl.service.operator.poller.Poller` (each
+            ``poll_seconds``, or at once after a learner Job or learner pod event): apply only
+            when a child is missing, the actors must change because the learner finished or
+            was admitted, or the learner Job must be replaced or suspended; a spec change is
+            the change handlers' business.
+          seen: the children as the watches last delivered them (the poller's
+            :class:`~seedrl.service.operator.watch_cache.ChildCache`); None reads them from
+            the API server.
+        """
+        meta = body["metadata"]
+        namespace = meta["namespace"]
+        previous = body.get("status") or {}
+        try:
+            exp = reconcile.validate(body)
+        except ConfigError as exc:
+            status = invalid_status(previous, meta.get("generation"), exc, now_rfc3339())
+            self.config.metrics.observe(
+                meta["name"], namespace, meta.get("uid"), status.get("phase"), None
+            )
+            return status
+        applied = previous.get("appliedImmutable")
+        refused = reconcile.immutable_changes(applied, exp) if applied else []
+        forbidden = None
+        if not refused:
+            seen = seen or self.observe(exp, namespace)
+            done_before = reconcile.finished_before(previous)
+            if not heal_only or self._needs_healing(exp, namespace, seen, done_before):
+                try:
+                    self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
+                except kubernetes.client.ApiException as exc:
+                    if exc.status != 403:
+                        raise
+                    # Retrying would only be refused again: say so where the user looks.
+                    forbidden = _api_message(exc)
+                    self._announce_forbidden(body, forbidden)
+                seen = self.observe(exp, namespace)
+        return self.status(exp, namespace, body, refused, seen, forbidden)
+
+    def _announce_forbidden(self, body: Mapping[str, Any], message: str) -> None:
+        """Logs a refused call and posts a Warning Event, once per new refusal."""
+        before = condition(body.get("status") or {}, "SpecApplied") or {}
+        meta = body["metadata"]
+        log.error("Experiment %s/%s: %s", meta["namespace"], meta["name"], message)
+        if before.get("reason") != "Forbidden" or message not in (before.get("message") or ""):
+            self.children.event(body, "Warning", "Forbidden", message)
+
+    def _needs_healing(
+        self, exp: Experiment, namespace: str, seen: Observed, done_before: bool
+    ) -> bool:
+        job, deployment = seen.job, seen.deployment
+        if (job is None and not done_before) or deployment is None:
+            return True
+        if reconcile.job_outdated(exp, job):
+            return True
+        n = names(exp.metadata.name)
+        children = [
+            ("ConfigMap", n.config),
+            ("Service", n.service),
+            ("NetworkPolicy", n.network_policy),
+            ("PodDisruptionBudget", n.disruption_budget),
+        ]
+        if needs_run_volume(exp):
+            children.append(("PersistentVolumeClaim", n.run_volume))
+        for kind, name in children:
+            if self.children.read(kind, namespace, name) is None:
+                return True
+        wanted = actor_replicas(
+            exp, reconcile.job_finished(job) or done_before, reconcile.admitted(exp, job)
+        )
+        return (deployment.get("spec") or {}).get("replicas") != wanted or (
+            job is not None and _job_patch(exp, job) is not None
+        )
+
+    def forget(self, body: Mapping[str, Any]) -> None:
+        """Drops the series of an Experiment that is gone (its children are the garbage
+        collector's: they carry owner references)."""
+        self.config.metrics.forget(
+            body["metadata"]["name"], body["metadata"]["namespace"], body["metadata"].get("uid")
+        )
+
+    # -- the learner's TLS certificate ---------------------------------------------------------
+
+    def cert_manager_installed(self) -> bool:
+        """Whether the cluster serves cert-manager's API (read from API discovery, which every
+        authenticated client may read: no extra rights needed)."""
+        api = kubernetes.client.CustomObjectsApi(self.children.api_client)
+        try:
+            resources = api.get_api_resources(CERT_MANAGER_GROUP, "v1")
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.name == "certificates" for r in resources.resources or [])
+
+    def ensure_learner_certificate(
+        self, exp: Experiment, namespace: str, owner: Mapping[str, Any]
+    ) -> None:
+        """Provisions the learner's certificate when ``spec.learner.tls.enabled``: a
+        cert-manager Issuer and Certificate where cert-manager runs (it writes and renews the
+        Secret), else a Secret with a self-signed CA and leaf made here, made again when
+        missing, for other names or near its end. The pods mount the Secret by name and wait
+        for it."""
+        if not exp.spec.learner.tls.enabled:
+            return
+        if self.cert_manager_installed():
+            api = kubernetes.client.CustomObjectsApi(self.children.api_client)
+            for obj in render_certificate(exp, owner, namespace):
+                api.patch_namespaced_custom_object(
+                    CERT_MANAGER_GROUP,
+                    "v1",
+                    namespace,
+                    obj["kind"].lower() + "s",
+                    obj["metadata"]["name"],
+                    obj,
+                    field_manager=FIELD_MANAGER,
+                    force=True,
+                    _content_type=APPLY,
+                )
+            self.own_secrets(
+                namespace,
+                [
+                    tls_secret_name(exp.metadata.name),
+                    ca_secret_name(exp.metadata.name),
+                ],
+                owner,
+            )
+            return
+        name = tls_secret_name(exp.metadata.name)
+        current = self.children.read("Secret", namespace, name)
+        data = {k: base64.b64decode(v) for k, v in ((current or {}).get("data") or {}).items()}
+        dns_names = learner_dns_names(exp.metadata.name, namespace)
+        if certificates.needs_new(data, dns_names):
+            log.info(
+                "Experiment %s/%s: making the learner's TLS certificate (%s)",
+                namespace,
+                exp.metadata.name,
+                ", ".join(dns_names),
+            )
+            self.children.apply(
+                render_tls_secret(exp, certificates.self_signed(dns_names), owner, namespace)
+            )
+
+    def own_secrets(self, namespace: str, names: list[str], owner: Mapping[str, Any]) -> None:
+        """Makes the Experiment own the Secrets cert-manager wrote for it: cert-manager does
+        not delete a Certificate's Secret with it (unless started with
+        ``--enable-certificate-owner-ref``), so the learner's key would outlive the
+        Experiment. A Secret not written yet is left for the next reconcile."""
+        for name in names:
+            secret = self.children.read("Secret", namespace, name)
+            if secret is None:
+                continue
+            refs = (secret.get("metadata") or {}).get("ownerReferences") or []
+            if any(r.get("uid") == owner["uid"] for r in refs):
+                continue
+            self.children.merge(
+                "Secret", namespace, name, {"metadata": {"ownerReferences": [*refs, dict(owner)]}}
+            )
+
+
+def _api_message(exc: kubernetes.client.ApiException) -> str:
+    """The API server's message of a refused call (its Status body), else the reason."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
+
+
+#: Phases whose arrival is a Warning event; the others are Normal.
+_WARNING_PHASES = ("Failed",)
+
+
+def announce(children: "Children", body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+    """Posts a Kubernetes Event on the Experiment when its phase changes (a Warning with the
+    Failed condition's reason and message when it fails)."""
+    before = (body.get("status") or {}).get("phase")
+    phase = status.get("phase")
+    if not phase or phase == before:
+        return
+    cond = condition(status, "Failed") if phase == "Failed" else None
+    cond = cond or condition(status, "Valid") if phase == "Failed" else cond
+    if cond and cond.get("status") in ("True", "False") and phase == "Failed":
+        reason, message = cond.get("reason") or "Failed", cond.get("message") or ""
+    else:
+        reason, message = (
+            phase,
+            f"The experiment is {phase.lower()}" + (f" (was {before.lower()})." if before else "."),
+        )
+    children.event(body, "Warning" if phase in _WARNING_PHASES else "Normal", reason, message)

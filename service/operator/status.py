@@ -1,0 +1,510 @@
+"""What an Experiment's ``status`` says (phase, Kubernetes-style conditions, progress), derived
+by :func:`compute_status` from what the operator observed: the learner Job, the actor
+Deployment, the learner's pods and its ``/status`` JSON (a
+:class:`seedrl.common.learner_status.LearnerStatus`). Pure functions only."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any, Callable, Mapping
+
+from seedrl.common.config import ConfigError, Experiment, ImageDefaults
+from seedrl.common.learner_status import LearnerStatus
+from seedrl.service.operator.reconcile import (
+    admitted,
+    failure_reason,
+    finished_before,
+    immutable_part,
+    job_condition,
+    job_finished,
+    job_hash,
+    learner_started,
+    learner_unschedulable,
+)
+from seedrl.service.operator.render.actors import actor_replicas
+from seedrl.service.operator.render.common import selector_labels
+from seedrl.service.operator.render.learner_job import learner_hash
+from seedrl.service.operator.usage import advance_usage
+
+
+def images_status(images: ImageDefaults) -> dict[str, str]:
+    """``status.images``: the image defaults an Experiment was made with."""
+    return {"registry": images.registry, "release": images.release}
+
+
+def now_rfc3339(now: datetime.datetime | None = None) -> str:
+    """A Kubernetes timestamp (UTC, whole seconds)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: bool | None,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: str,
+) -> None:
+    """Sets one condition in place; ``lastTransitionTime`` moves only when status changes."""
+    text = "Unknown" if status is None else ("True" if status else "False")
+    for cond in conditions:
+        if cond.get("type") == type_:
+            if cond.get("status") != text:
+                cond["lastTransitionTime"] = now
+            cond.update(status=text, reason=reason, message=message)
+            if generation is not None:
+                cond["observedGeneration"] = generation
+            return
+    cond = {
+        "type": type_,
+        "status": text,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    conditions.append(cond)
+
+
+def condition(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of that type in a status, or None."""
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def invalid_status(
+    previous: Mapping[str, Any] | None, generation: int | None, error: ConfigError, now: str
+) -> dict[str, Any]:
+    """Status of an Experiment whose spec does not validate: Failed / ValidationFailed."""
+    conditions = [dict(c) for c in (previous or {}).get("conditions") or []]
+    message = "; ".join(f"{path}: {reason}" for path, reason in error.problems)
+    set_condition(conditions, "Valid", False, "ValidationFailed", message, generation, now)
+    set_condition(conditions, "Ready", False, "ValidationFailed", message, generation, now)
+    return {"phase": "Failed", "conditions": conditions, "observedGeneration": generation}
+
+
+#: ``put(type_, status, reason, message)``: :func:`set_condition` on one status's conditions,
+#: at one generation and time.
+Put = Callable[[str, bool | None, str, str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What :func:`compute_status` derives once from the learner Job, the actor Deployment and
+    the previous status, for each of its steps to read.
+
+    Attributes:
+      job_status: the Job's ``status`` (empty when there is no Job).
+      complete, failed: the Job's Complete or Failed condition when True, else None.
+      cleaned_up: the Job is gone after the learner finished (``ttlSecondsAfterFinished``).
+      queued: the Job waits for Kueue's admission (and the Experiment is not suspended).
+      desired: actor pods wanted now (:func:`actor_replicas`).
+      ready_actors: actor pods ready.
+      learner_ready: the learner pod is ready.
+      phase: the Experiment's phase.
+    """
+
+    job_status: Mapping[str, Any]
+    complete: dict[str, Any] | None
+    failed: dict[str, Any] | None
+    cleaned_up: bool
+    queued: bool
+    desired: int
+    ready_actors: int
+    learner_ready: bool
+    phase: str
+
+
+def observation(
+    exp: Experiment,
+    prev: Mapping[str, Any],
+    job: Mapping[str, Any] | None,
+    deployment: Mapping[str, Any] | None,
+    learner_pods: list[Mapping[str, Any]] | tuple,
+) -> Observation:
+    """The facts every condition is derived from, the phase among them."""
+    job_status = (job or {}).get("status") or {}
+    dep_status = (deployment or {}).get("status") or {}
+    complete = job_condition(job, "Complete")
+    failed = job_condition(job, "Failed")
+    cleaned_up = job is None and finished_before(prev)
+    queued = job is not None and not admitted(exp, job) and not exp.spec.suspend
+    desired = actor_replicas(exp, bool(complete or failed or cleaned_up), job is None or not queued)
+    ready_actors = int(dep_status.get("readyReplicas") or 0)
+    learner_ready = int(job_status.get("ready") or 0) >= 1
+
+    if failed:
+        phase = "Failed"
+    elif complete:
+        phase = "Succeeded"
+    elif cleaned_up:
+        phase = prev["phase"]
+    elif exp.spec.suspend:
+        phase = "Suspended"
+    elif learner_ready or learner_started(learner_pods):
+        phase = "Running"
+    else:
+        phase = "Pending"
+    return Observation(
+        job_status=job_status,
+        complete=complete,
+        failed=failed,
+        cleaned_up=cleaned_up,
+        queued=queued,
+        desired=desired,
+        ready_actors=ready_actors,
+        learner_ready=learner_ready,
+        phase=phase,
+    )
+
+
+def set_spec_applied(
+    put: Put,
+    exp: Experiment,
+    job: Mapping[str, Any] | None,
+    refused: list[str] | tuple[str, ...],
+    forbidden: str | None,
+    replacing: bool,
+) -> None:
+    """SpecApplied: whether the children run this spec, else why not (an immutable field
+    changed, the API server refused, the learner is being replaced or finished before it)."""
+    if refused:
+        put(
+            "SpecApplied",
+            False,
+            "ImmutableFieldChanged",
+            f"{', '.join(refused)} cannot change once an experiment has started "
+            f"(its checkpoints belong to the old value); revert the change or "
+            f"create a new Experiment",
+        )
+    elif forbidden:
+        put(
+            "SpecApplied",
+            False,
+            "Forbidden",
+            f"The operator may not make this Experiment's children: {forbidden} Grant its "
+            f"role what it lacks (the operator chart's rbac.create renders every rule it "
+            f"needs); it retries at every poll.",
+        )
+    elif replacing:
+        put(
+            "SpecApplied",
+            False,
+            "ReplacingLearner",
+            "The learner Job runs an older spec: it is being replaced, and its new "
+            "pod resumes from the checkpoint.",
+        )
+    elif job is not None and job_finished(job) and job_hash(job) not in (None, learner_hash(exp)):
+        put(
+            "SpecApplied",
+            False,
+            "LearnerFinished",
+            "The learner finished before this spec: a finished experiment is not run "
+            "again; create a new Experiment to train more.",
+        )
+    else:
+        put("SpecApplied", True, "Applied", "The children match the spec.")
+
+
+def set_learner_ready(
+    put: Put,
+    exp: Experiment,
+    job: Mapping[str, Any] | None,
+    seen: Observation,
+    learner_pods: list[Mapping[str, Any]] | tuple,
+) -> None:
+    """LearnerReady: whether the learner pod is ready, else what it waits for."""
+    if seen.cleaned_up:
+        put(
+            "LearnerReady",
+            False,
+            "Finished",
+            "The learner finished; its Job was deleted after ttlSecondsAfterFinished.",
+        )
+    elif job is None:
+        put("LearnerReady", False, "Creating", "The learner Job does not exist yet.")
+    elif seen.learner_ready:
+        put("LearnerReady", True, "PodReady", "The learner pod is ready.")
+    elif (
+        unschedulable := learner_unschedulable(learner_pods)
+    ) is not None and not exp.spec.suspend:
+        # The scheduler's own words: no node has the accelerator, the capacity, the labels.
+        put(
+            "LearnerReady",
+            False,
+            "Unschedulable",
+            f"The learner pod cannot be scheduled: {unschedulable}",
+        )
+    else:
+        active = int(seen.job_status.get("active") or 0)
+        put(
+            "LearnerReady",
+            False,
+            "Suspended"
+            if exp.spec.suspend
+            else "Queued"
+            if seen.queued
+            else ("PodNotReady" if active else "NoPod"),
+            "The learner is suspended."
+            if exp.spec.suspend
+            else f"Waiting for Kueue to admit the learner in queue "
+            f"{exp.spec.queue_name}; the actors start once it is."
+            if seen.queued
+            else (
+                f"{active} learner pod(s), none ready." if active else "No learner pod is running."
+            ),
+        )
+
+
+def set_actors_ready(put: Put, seen: Observation) -> bool:
+    """ActorsReady: whether as many actor pods are ready as are wanted (none, when none are).
+
+    Returns:
+      That condition's status.
+    """
+    ready_actors, desired = seen.ready_actors, seen.desired
+    if desired == 0:
+        actors_ok = ready_actors == 0
+        put(
+            "ActorsReady",
+            actors_ok,
+            "ScaledToZero" if actors_ok else "ScalingDown",
+            "No actors are wanted now."
+            if actors_ok
+            else f"{ready_actors} actor pod(s) still running.",
+        )
+    else:
+        actors_ok = ready_actors >= desired
+        put(
+            "ActorsReady",
+            actors_ok,
+            "AllReady" if actors_ok else "NotAllReady",
+            f"{ready_actors} of {desired} actor pods ready.",
+        )
+    return actors_ok
+
+
+def set_progressing(
+    put: Put,
+    exp: Experiment,
+    learner: LearnerStatus | None,
+    learner_error: str | None,
+    phase: str,
+) -> None:
+    """Progressing: what the learner's status says of its training (no env steps for
+    ``spec.budget.noProgressSeconds`` turns it False), or why it cannot be read."""
+    idle = learner.seconds_without_env_steps if learner is not None else None
+    limit = exp.spec.budget.no_progress_seconds
+    if (
+        learner is not None
+        and learner.state != "finished"
+        and limit
+        and idle is not None
+        and idle >= limit
+    ):
+        # The same condition `seedrl train` fails a local run on (spec.budget.noProgressSeconds).
+        refusals = (
+            f" {learner.refused_streams} actor stream(s) refused, the last: {learner.last_refusal}"
+            if learner.refused_streams
+            else " No actor stream was refused: are the actor pods running?"
+        )
+        put(
+            "Progressing",
+            False,
+            "NoProgress",
+            f"No env steps for {idle:.0f} s (spec.budget.noProgressSeconds = {limit:g}).{refusals}",
+        )
+    elif learner is not None and learner.state == "running":
+        put(
+            "Progressing",
+            True,
+            "Training",
+            f"{learner.env_steps} env steps, {learner.learner_steps} learner steps "
+            f"with {learner.actors} actor stream(s).",
+        )
+    elif learner is not None and learner.state == "waiting_for_actors":
+        put("Progressing", False, "WaitingForActors", "The learner waits for its first actor.")
+    elif learner is not None:
+        put(
+            "Progressing",
+            False,
+            "LearnerFinished",
+            f"The learner finished ({learner.stop_reason or 'no reason given'}).",
+        )
+    elif phase == "Running":
+        put(
+            "Progressing",
+            None,
+            "StatusUnavailable",
+            learner_error or "The learner's status endpoint did not answer.",
+        )
+    else:
+        put("Progressing", False, phase, f"The experiment is {phase.lower()}.")
+
+
+def set_suspended(put: Put, exp: Experiment) -> None:
+    """Suspended: ``spec.suspend``."""
+    put(
+        "Suspended",
+        exp.spec.suspend,
+        "SpecSuspended" if exp.spec.suspend else "NotSuspended",
+        "spec.suspend is true: the learner checkpointed and stopped; actors are at zero."
+        if exp.spec.suspend
+        else "The experiment is not suspended.",
+    )
+
+
+def set_outcome(put: Put, seen: Observation, learner_pods: list[Mapping[str, Any]] | tuple) -> None:
+    """Complete or Failed, once the learner Job has either (Failed with the cause the last
+    failed learner pod tells: :func:`failure_reason`); neither before."""
+    if seen.complete:
+        put(
+            "Complete",
+            True,
+            seen.complete.get("reason") or "Completed",
+            seen.complete.get("message") or "The learner reached its budget.",
+        )
+    if seen.failed:
+        reason, message = failure_reason(seen.failed, learner_pods)
+        put("Failed", True, reason, message)
+
+
+def set_ready(put: Put, seen: Observation, actors_ok: bool) -> None:
+    """Ready: running, with the learner and every wanted actor ready."""
+    ready = seen.phase == "Running" and seen.learner_ready and actors_ok
+    put(
+        "Ready",
+        ready,
+        "Ready" if ready else seen.phase,
+        "Learner and actors are ready." if ready else f"Phase {seen.phase}.",
+    )
+
+
+def status_fields(
+    exp: Experiment,
+    prev: Mapping[str, Any],
+    job: Mapping[str, Any] | None,
+    seen: Observation,
+    learner: LearnerStatus | None,
+    refused: list[str] | tuple[str, ...],
+    images: ImageDefaults | None,
+    now: str,
+) -> dict[str, Any]:
+    """The status's keys besides the conditions: the phase, the actors' counts and selector,
+    the applied immutable part, the images, the learner's usage, start and completion times
+    and the learner's progress."""
+    status: dict[str, Any] = {
+        "phase": seen.phase,
+        "replicas": seen.ready_actors,
+        "selector": ",".join(
+            f"{k}={v}" for k, v in selector_labels(exp.metadata.name, "actor").items()
+        ),
+        "actors": {
+            "desired": seen.desired,
+            "ready": seen.ready_actors,
+            "connected": learner.actors if learner else 0,
+        },
+    }
+    if not refused:
+        status["appliedImmutable"] = immutable_part(exp)
+    if images is not None:
+        status["images"] = images_status(images)
+    status["learnerUsage"] = advance_usage(prev.get("learnerUsage"), job, now)
+    start = prev.get("startTime") or seen.job_status.get("startTime")
+    if start:
+        status["startTime"] = start
+    if seen.phase in ("Succeeded", "Failed"):
+        status["completionTime"] = (
+            prev.get("completionTime")
+            or seen.job_status.get("completionTime")
+            or (seen.failed or {}).get("lastTransitionTime")
+            or now
+        )
+    if learner is not None:
+        status.update(learner_with_frames(exp, learner).to_experiment_status())
+    return status
+
+
+def compute_status(
+    exp: Experiment,
+    *,
+    generation: int | None,
+    previous: Mapping[str, Any] | None,
+    job: Mapping[str, Any] | None,
+    deployment: Mapping[str, Any] | None,
+    learner: LearnerStatus | None,
+    learner_error: str | None = None,
+    refused: list[str] | tuple[str, ...] = (),
+    now: str | None = None,
+    learner_pods: list[Mapping[str, Any]] | tuple = (),
+    replacing: bool = False,
+    images: ImageDefaults | None = None,
+    forbidden: str | None = None,
+) -> dict[str, Any]:
+    """The status of a valid Experiment from what was observed of its children.
+
+    Args:
+      exp: the validated Experiment.
+      generation: its ``metadata.generation``, recorded as observedGeneration.
+      previous: the status as stored (conditions keep their transition times).
+      job, deployment: the learner Job and actor Deployment as read, or None if missing.
+      learner: the learner's parsed /status, or None if it could not be read.
+      learner_error: why it could not be read (for the Progressing condition's message).
+      refused: paths of immutable fields whose change was refused (see
+        :func:`immutable_changes`); the children then still run the spec they were made from.
+      now: the timestamp for transitions.
+      learner_pods: the learner's pods as listed (a running learner container makes the phase
+        Running before its pod is ready; a failure's reason and message come from
+        the last one that failed).
+      replacing: the learner Job runs an older spec and is being replaced.
+      images: the image defaults the children were rendered with, recorded in
+        ``status.images`` (:func:`image_defaults` reads them back).
+      forbidden: the API server's message when it refused (403) a call applying the
+        children: condition SpecApplied=False, reason Forbidden.
+
+    Returns:
+      A status (the keys this function owns; cost is added by the operator).
+    """
+    now = now or now_rfc3339()
+    prev = dict(previous or {})
+    conditions = [dict(c) for c in prev.get("conditions") or []]
+
+    def put(type_: str, status: bool | None, reason: str, message: str) -> None:
+        set_condition(conditions, type_, status, reason, message, generation, now)
+
+    put("Valid", True, "Validated", "The spec is valid.")
+    set_spec_applied(put, exp, job, refused, forbidden, replacing)
+    seen = observation(exp, prev, job, deployment, learner_pods)
+    set_learner_ready(put, exp, job, seen, learner_pods)
+    actors_ok = set_actors_ready(put, seen)
+    set_progressing(put, exp, learner, learner_error, seen.phase)
+    set_suspended(put, exp)
+    set_outcome(put, seen, learner_pods)
+    set_ready(put, seen, actors_ok)
+    fields = status_fields(exp, prev, job, seen, learner, refused, images, now)
+    # The keys in the order the status always had: phase, conditions, observedGeneration, ...
+    return {
+        "phase": fields.pop("phase"),
+        "conditions": conditions,
+        "observedGeneration": generation,
+        **fields,
+    }
+
+
+def learner_with_frames(exp: Experiment, learner: LearnerStatus) -> LearnerStatus:
+    """``learner``, with its env frames counted from its steps when it reported none.
+
+    A learner image older than the operator (an Experiment running through an operator
+    upgrade) reports only ``env_steps``; without frames its cost per million frames would read
+    n/a to the end, termination message included. Steps without frames cannot come from a
+    learner that counts frames (every step is at least one frame).
+    """
+    if learner.env_frames or not learner.env_steps:
+        return learner
+    return dataclasses.replace(learner, env_frames=learner.env_steps * exp.spec.env.frames_per_step)
