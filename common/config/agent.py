@@ -1,7 +1,9 @@
 """The learning algorithm (``spec.agent``): which agent, its network, and each agent's section.
 
 A new agent adds its name to :data:`AGENTS`, a module of its own beside :mod:`.vtrace`,
-:mod:`.r2d2` and :mod:`.ppo` for its hyperparameters, and that section to :class:`AgentConfig`.
+:mod:`.r2d2` and :mod:`.ppo` for its hyperparameters (with a ``problems(spec)`` method for its
+rules that involve other fields, which :mod:`.validate` calls), and that section to
+:class:`AgentConfig`.
 """
 
 from __future__ import annotations

@@ -107,3 +107,21 @@ def field_key(f: dataclasses.Field) -> str:
         return f.metadata["key"]
     head, *rest = f.name.rstrip("_").split("_")
     return head + "".join(part.capitalize() for part in rest)
+
+
+#: A rule of an agent's section that involves fields elsewhere in the spec:
+#: ``(field path, reason)`` pairs, as :class:`ConfigError` lists them.
+Problems = list[tuple[str, str]]
+
+
+def minibatches_problems(agent: str, minibatches: int, batch_size: int) -> Problems:
+    """``spec.agent.<agent>.minibatches`` must divide ``spec.learner.batchSize``: each pass
+    over a batch is cut into that many equal minibatches."""
+    if batch_size % minibatches:
+        return [
+            (
+                f"spec.agent.{agent}.minibatches",
+                f"must divide spec.learner.batchSize ({batch_size}), got {minibatches}",
+            )
+        ]
+    return []

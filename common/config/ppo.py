@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 from typing import Optional
 
-from seedrl.common.config.fields import param
+from seedrl.common.config.fields import Problems, minibatches_problems, param
+
+if TYPE_CHECKING:  # the spec imports this section: only for the annotation
+    from seedrl.common.config.experiment import Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,3 +101,7 @@ class PPOConfig:
         "spec.budget.targetReturn, and are not trained on.",
         ge=0,
     )
+
+    def problems(self, spec: Spec) -> Problems:
+        """The rules of this section that involve other fields of ``spec``."""
+        return minibatches_problems("ppo", self.minibatches, spec.learner.batch_size)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from seedrl.common.config.fields import param
+from seedrl.common.config.fields import Problems, param
+
+if TYPE_CHECKING:  # the spec imports this section: only for the annotation
+    from seedrl.common.config.experiment import Spec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -125,3 +129,40 @@ class R2D2Config:
         "apart (eval_mean_return) and not trained on.",
         ge=0,
     )
+
+    def problems(self, spec: Spec) -> Problems:
+        """The rules of this section that involve other fields of ``spec``."""
+        problems: Problems = []
+        if self.sequence_period > self.train_length:
+            problems.append(
+                (
+                    "spec.agent.r2d2.sequencePeriod",
+                    f"must be at most spec.agent.r2d2.trainLength ({self.train_length}), or the "
+                    f"steps between sequences would never be trained on, got "
+                    f"{self.sequence_period}",
+                )
+            )
+        if self.min_replay_size > self.replay_capacity:
+            problems.append(
+                (
+                    "spec.agent.r2d2.minReplaySize",
+                    f"must be at most spec.agent.r2d2.replayCapacity ({self.replay_capacity}): "
+                    f"the replay never holds more, so learning would never start, got "
+                    f"{self.min_replay_size}",
+                )
+            )
+        # A sequence needs sequencePeriod new steps of its env (the first, more), so the
+        # budget's env steps make at most maxEnvSteps / sequencePeriod of them, and the run
+        # would end before it learned anything.
+        budget = spec.budget.max_env_steps
+        if budget and budget // self.sequence_period < self.min_replay_size:
+            problems.append(
+                (
+                    "spec.agent.r2d2.minReplaySize",
+                    f"must be at most the {budget // self.sequence_period} sequences that "
+                    f"spec.budget.maxEnvSteps ({budget}) env steps make at one every "
+                    f"spec.agent.r2d2.sequencePeriod ({self.sequence_period}) steps, or the "
+                    f"budget would end before learning starts, got {self.min_replay_size}",
+                )
+            )
+        return problems

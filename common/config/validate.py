@@ -47,52 +47,10 @@ def _check_cross_fields(exp: Experiment, problems: list[tuple[str, str]]) -> Non
         )
     if exp.spec.env.backend == "envpool":
         problems.extend(envpool_problems(exp.spec.env))
-    if exp.spec.agent.name in ("ppo", "vtrace"):
-        minibatches = getattr(exp.spec.agent, exp.spec.agent.name).minibatches
-        if exp.spec.learner.batch_size % minibatches:
-            problems.append(
-                (
-                    f"spec.agent.{exp.spec.agent.name}.minibatches",
-                    f"must divide spec.learner.batchSize ({exp.spec.learner.batch_size}), "
-                    f"got {minibatches}",
-                )
-            )
-    if exp.spec.agent.name == "r2d2":
-        r2 = exp.spec.agent.r2d2
-        if r2.sequence_period > r2.train_length:
-            problems.append(
-                (
-                    "spec.agent.r2d2.sequencePeriod",
-                    f"must be at most spec.agent.r2d2.trainLength ({r2.train_length}), or the "
-                    f"steps between sequences would never be trained on, got "
-                    f"{r2.sequence_period}",
-                )
-            )
-        if r2.min_replay_size > r2.replay_capacity:
-            problems.append(
-                (
-                    "spec.agent.r2d2.minReplaySize",
-                    f"must be at most spec.agent.r2d2.replayCapacity ({r2.replay_capacity}): "
-                    f"the replay never holds more, so learning would never start, got "
-                    f"{r2.min_replay_size}",
-                )
-            )
-        # A sequence needs sequencePeriod new steps of its env (the first, more), so the
-        # budget's env steps make at most maxEnvSteps / sequencePeriod of them, and the run
-        # would end before it learned anything.
-        budget = exp.spec.budget.max_env_steps
-        if budget and budget // r2.sequence_period < r2.min_replay_size:
-            problems.append(
-                (
-                    "spec.agent.r2d2.minReplaySize",
-                    f"must be at most the {budget // r2.sequence_period} sequences that "
-                    f"spec.budget.maxEnvSteps ({budget}) env steps make at one every "
-                    f"spec.agent.r2d2.sequencePeriod ({r2.sequence_period}) steps, or the "
-                    f"budget would end before learning starts, got {r2.min_replay_size}",
-                )
-            )
     agent_name = exp.spec.agent.name
     section = getattr(exp.spec.agent, agent_name, None)
+    # Each agent's section states its own rules across fields (see its module).
+    problems.extend(section.problems(exp.spec))
     evaluators = getattr(section, "evaluation_actors", 0)
     if evaluators >= exp.spec.actors.replicas:
         problems.append(
