@@ -20,9 +20,11 @@ What it models, each from the API's documented behaviour (kubernetes.io, "API Co
   (:meth:`ApiServer.expire_watches`): a client resuming from before the compaction gets
   410 Gone and must list again;
 - deletion: finalizers and ``deletionTimestamp``; graceful deletion of pods bound to a node
-  (the kubelet stops the containers and removes the pod); propagation ``Foreground``
+  (the kubelet stops the containers and removes the pod), a pod no kubelet runs removed at
+  once (the answer is the deleted Pod, as for every pod deletion); propagation ``Foreground``
   (``foregroundDeletion`` finalizer until dependents are gone), ``Background`` and
-  ``Orphan``; the garbage collector deletes dependents whose owners are gone;
+  ``Orphan``; the garbage collector deletes dependents whose owners are gone, also one
+  created after its owner went (its owner reference names a uid no object has);
 - CustomResourceDefinitions: a created CRD is served (Established, NamesAccepted), its objects
   are validated against its openAPIV3Schema;
 - the eviction subresource: refused with 429 while a PodDisruptionBudget allows no disruption
@@ -1078,6 +1080,10 @@ class ApiServer:
             return obj
         obj = self.store.put(resource, obj, "ADDED")
         self._after_write(resource, obj)
+        if meta.get("ownerReferences"):
+            # Made after its owner went (a controller acting on a stale cache): the garbage
+            # collector finds no owner of that uid and deletes it.
+            self._collect_garbage()
         return obj
 
     def _defaults(self, resource: Resource, obj: dict) -> None:
@@ -1327,6 +1333,8 @@ class ApiServer:
                 if ns == name:
                     self.store.remove(self.store.resources[key], o)
         self._collect_garbage()
+        if resource.kind == "Pod":
+            return obj  # the pods registry answers with the deleted Pod, not a Status
         return {
             "kind": "Status",
             "apiVersion": "v1",
