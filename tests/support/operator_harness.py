@@ -77,19 +77,19 @@ class LearnerStatusServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, daemon=True, name="learner-status"
-        )
 
     def url(self, namespace: str, name: str, _metrics_port: int) -> str:
         """Where the operator finds a learner's status (in place of its Service)."""
         return f"http://127.0.0.1:{self.port}/{namespace}/{name}/status"
 
-    def __enter__(self):
-        self.thread.start()
-        return self
+    def serve(self) -> None:
+        """Answers from a daemon thread until :meth:`close`."""
+        threading.Thread(
+            target=self.server.serve_forever, daemon=True, name="learner-status"
+        ).start()
 
-    def __exit__(self, *exc):
+    def close(self) -> None:
+        """Stops answering and frees the port."""
         self.server.shutdown()
         self.server.server_close()
 
@@ -168,7 +168,7 @@ class OperatorHarness:
 
     def __enter__(self) -> "OperatorHarness":
         self.cluster.__enter__()
-        self.learners.__enter__()
+        self.learners.serve()
         self.api = self.cluster.api_client()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_server.start()}/metrics"
         self._thread.start()
@@ -181,5 +181,5 @@ class OperatorHarness:
         self._stop.set()
         self._thread.join(20)
         self.metrics_server.stop()
-        self.learners.__exit__()
+        self.learners.close()
         self.cluster.__exit__()
