@@ -9,11 +9,13 @@ What it models, each from the API's documented behaviour (kubernetes.io, "API Co
   operations declare ``fieldValidation``, so that kubectl validates on the server;
 - objects: uid, resourceVersion (one counter), generation (moved by spec changes only),
   creationTimestamp, generateName; the status and scale subresources (a change of status
-  through the main resource is ignored, and the reverse); PUT with resourceVersion
-  preconditions (409 on conflict); PATCH as JSON merge patch, JSON patch, strategic merge
-  patch (merge patch, lists of named items merged by name: enough for what is sent here) and
-  server-side apply (fields a manager applied before and no longer applies are removed);
-  ``dryRun``;
+  through the main resource is ignored, and the reverse; a new Pod or custom resource gets no
+  status from its creator, as "Custom Resources: Status subresource" says and the pods
+  registry does: a pod starts Pending and its kubelet reports the rest); PUT with
+  resourceVersion preconditions (409 on conflict); PATCH as JSON merge patch, JSON patch,
+  strategic merge patch (merge patch, lists of named items merged by name: enough for what is
+  sent here) and server-side apply (fields a manager applied before and no longer applies are
+  removed); ``dryRun``;
 - list and watch with label and field selectors (``metadata.name``, ``metadata.namespace``,
   ``spec.nodeName``, ``status.phase``), resourceVersion resumption, ``timeoutSeconds``, and
   ``as=Table`` for kubectl get (a CRD's additionalPrinterColumns); watches can be expired
@@ -1057,6 +1059,11 @@ class ApiServer:
                 409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists'
             )
         obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
+        if "status" in resource.subresources and (
+            resource.kind == "Pod" or resource.crd_version is not None
+        ):
+            # The status is the server's to start, then written through /status only.
+            obj.pop("status", None)
         self._validate(resource, obj, query.get("fieldValidation") == "Strict")
         self._prune(resource, obj)
         meta["uid"] = str(uuid.uuid4())

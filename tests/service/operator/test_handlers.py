@@ -365,7 +365,8 @@ def iso(ts: float) -> str:
 
 def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=False):
     """A pod as the Job or Deployment controller and the kubelet would leave it: requests,
-    node selectors, status.startTime and container states (terminated at ``end``)."""
+    node selectors, status.startTime and container states (terminated at ``end``); made
+    with :func:`run_pod`."""
     requests = (
         {"cpu": "4", "memory": "16Gi"}
         if role == "learner"
@@ -423,6 +424,17 @@ def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=Fal
     }
 
 
+def run_pod(api, body):
+    """Creates the pod ``body`` in NS, then writes its ``status`` as its kubelet would report
+    it (the API server keeps no status a pod is created with); returns the pod."""
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_pod(NS, {k: v for k, v in body.items() if k != "status"})
+    reported = core.patch_namespaced_pod_status(
+        body["metadata"]["name"], NS, {"status": body["status"]}
+    )
+    return api.sanitize_for_serialization(reported)
+
+
 def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harness):
     name = "priced"
     # Pong: 4 emulator frames per agent step (its frame skip) are what a frame costs.
@@ -466,7 +478,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
             tpu=True,
         ),
     ]
-    uids = {p["metadata"]["name"]: k8s.core.create_namespaced_pod(NS, p).metadata.uid for p in pods}
+    uids = {p["metadata"]["name"]: run_pod(harness.api, p)["metadata"]["uid"] for p in pods}
     # Only now the learner reports frames: a cost with them was priced from every pod above
     # (the operator reads the learner before it lists the pods).
     harness.learners.statuses[(NS, name)] = running_learner(env_steps=500_000, env_frames=2_000_000)
@@ -527,7 +539,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     bad = pod("priced-actors-bad", name, "actor", "2026-01-01T00:00:00Z")
     bad["spec"]["containers"][0]["resources"]["requests"]["google.com/tpu"] = "1"
     errors = sample(harness, "seedrl_operator_reconcile_errors_total", trigger="poll")
-    k8s.core.create_namespaced_pod(NS, bad)
+    run_pod(harness.api, bad)
     created = time.time()
     polls = poll_count(harness)
     # Polls run every 0.3 s; over 2.5 s a priced status would have a later asOf.
@@ -546,9 +558,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
 
     # A pod still running is priced up to the report's asOf, and sets the burn rate.
     started = time.time() - 3600
-    k8s.core.create_namespaced_pod(
-        NS, pod("priced-actors-c", name, "actor", iso(started), spot=True)
-    )
+    run_pod(harness.api, pod("priced-actors-c", name, "actor", iso(started), spot=True))
     status = wait_for(
         lambda: (s := k8s.status(name)) and len(s["costRecords"]) == 4 and s,
         what="the running pod's record",
@@ -640,8 +650,8 @@ def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
     )
 
     # One closed actor pod: 1 h of 2 vCPU/2 GiB on demand.
-    k8s.core.create_namespaced_pod(
-        NS,
+    run_pod(
+        harness.api,
         pod("metered-actors-a", "metered", "actor", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"),
     )
     expected = 2 * CPU + 2 * MEM
@@ -986,10 +996,8 @@ def test_a_pod_gone_without_its_deleted_event_stops_being_priced_after_the_resyn
     poller.resync()  # kopf's first listing, in effect
     poller.refresh(NS, "stale")  # makes the children
     started = time.time() - 3600
-    created = core.create_namespaced_pod(
-        NS, pod("stale-actors-a", "stale", "actor", iso(started), spot=True)
-    )
-    cache.update("Pod", "ADDED", api.sanitize_for_serialization(created))
+    created = run_pod(api, pod("stale-actors-a", "stale", "actor", iso(started), spot=True))
+    cache.update("Pod", "ADDED", created)
     poller.resync()
     assert [p["metadata"]["name"] for p in cache.observed(NS, "stale").pods] == ["stale-actors-a"]
 
