@@ -1,10 +1,10 @@
 """TLS between actors and learner with the certificate the operator provisions.
 
-The real operator (kopf, in the emulated cluster) makes the learner's certificate Secret; the
-learner Job's and actor Deployment's rendered commands then run as processes on loopback with
-that Secret's files where the pods mount them: the actor verifies the learner's Service name
-and streams CartPole to the budget, a plaintext client is refused, and so is a client that
-expects another name.
+The real operator (kopf, against the simulated cluster's API server) makes the learner's
+certificate Secret; the learner Job's and actor Deployment's rendered commands then run as
+processes on loopback with that Secret's files where the pods mount them: the actor verifies
+the learner's Service name and streams CartPole to the budget, a plaintext client is refused,
+and so is a client that expects another name.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_actors_stream_over_tls_with_the_operators_certificate(tmp_path):
             "budget": {"maxEnvSteps": 4000},
         },
     }
-    with OperatorHarness() as h:
+    with OperatorHarness("ml") as h:
         kubernetes.client.CustomObjectsApi(h.api).create_namespaced_custom_object(
             GROUP, VERSION, "ml", PLURAL, body
         )
@@ -204,7 +204,7 @@ def test_kubectl_get_secret_shows_the_learners_certificate():
         "metadata": {"name": "tls", "namespace": "ml"},
         "spec": {},
     }
-    with OperatorHarness() as h:
+    with OperatorHarness("ml") as h:
         kubernetes.client.CustomObjectsApi(h.api).create_namespaced_custom_object(
             GROUP, VERSION, "ml", PLURAL, body
         )

@@ -254,24 +254,23 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
         assert "devices: 1 CPU found" in pod.output()
 
 
-def test_operator_image_reconciles_an_experiment_in_the_emulated_cluster(images, store, tmp_path):
+def test_operator_image_reconciles_an_experiment_in_the_simulated_cluster(images, store, tmp_path):
     import kubernetes
 
-    from support.k8s_emulator import EmulatedCluster
+    from support.operator_harness import OperatorCluster
 
     image = images("operator")
     liveness, metrics = free_ports(2)
-    with EmulatedCluster() as cluster:
+    with OperatorCluster() as cluster:
         # The operator logs in with a kubeconfig (a Secret volume here) instead of a service
-        # account: the emulator speaks plain HTTP, which in-cluster config never does.
+        # account: the simulated API server speaks plain HTTP, which in-cluster config never
+        # does.
         kubeconfig = {
             "apiVersion": "v1",
             "kind": "Config",
-            "current-context": "emulator",
-            "clusters": [{"name": "emulator", "cluster": {"server": cluster.url}}],
-            "contexts": [
-                {"name": "emulator", "context": {"cluster": "emulator", "user": "operator"}}
-            ],
+            "current-context": "sim",
+            "clusters": [{"name": "sim", "cluster": {"server": cluster.url}}],
+            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "operator"}}],
             "users": [{"name": "operator", "user": {}}],
         }
         workload = {

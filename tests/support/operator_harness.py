@@ -1,11 +1,16 @@
-"""The real seedrl operator (kopf) against the emulated Kubernetes API, for tests.
+"""The real seedrl operator (kopf) in-process against the simulated cluster's API, for tests.
 
-:class:`OperatorHarness` starts, each in its own thread: the bridged kmock emulator (see
-:mod:`support.k8s_emulator`), a local HTTP server that plays the learners' ``GET /status``
-endpoints, ``kopf.operator`` with the handlers of ``service/operator/handlers.py``, and the
-operator's ``/metrics`` endpoint (:class:`seedrl.common.metrics_http.MetricsServer`, as ``main``
-serves it). Tests talk to the emulator with the official ``kubernetes`` client and wait on
-conditions with :func:`wait_for`, never on fixed sleeps.
+:class:`OperatorHarness` starts, each in its own thread: the simulated cluster of
+:mod:`support.sim_cluster` with ``workloads=False`` (its API server, garbage collector and
+nodes; no controllers and no kubelet, so the tests write Job and Deployment status as the
+Job and Deployment controllers would, "Jobs: Job status", "Deployments: Deployment status"),
+with the operator chart's CustomResourceDefinitions installed and the tests' namespaces made;
+a local HTTP server that plays the learners' ``GET /status`` endpoints (the operator reads a
+learner's status over HTTP from its Service, which nothing here routes);
+``kopf.operator`` with the handlers of ``service/operator/handlers.py``; and the operator's
+``/metrics`` endpoint (:class:`seedrl.common.metrics_http.MetricsServer`, as ``main`` serves
+it). Tests talk to the cluster with the official ``kubernetes`` client and wait on conditions
+with :func:`wait_for`, never on fixed sleeps.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import kubernetes
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service.operator import handlers as operator
 from seedrl.service.operator.metrics import OperatorMetrics
-from support.k8s_emulator import EmulatedCluster
+from support.sim_cluster import SimulatedCluster
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
@@ -72,36 +77,56 @@ class LearnerStatusServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, daemon=True, name="learner-status"
-        )
 
     def url(self, namespace: str, name: str, _metrics_port: int) -> str:
         """Where the operator finds a learner's status (in place of its Service)."""
         return f"http://127.0.0.1:{self.port}/{namespace}/{name}/status"
 
-    def __enter__(self):
-        self.thread.start()
-        return self
+    def serve(self) -> None:
+        """Answers from a daemon thread until :meth:`close`."""
+        threading.Thread(
+            target=self.server.serve_forever, daemon=True, name="learner-status"
+        ).start()
 
-    def __exit__(self, *exc):
+    def close(self) -> None:
+        """Stops answering and frees the port."""
         self.server.shutdown()
         self.server.server_close()
 
 
+class OperatorCluster(SimulatedCluster):
+    """The simulated cluster's API server alone (``workloads=False``) which, once entered,
+    serves the operator chart's CRDs and has ``namespaces``: a cluster the operator's chart
+    was installed on, whose workload controllers the tests play."""
+
+    def __init__(self, *namespaces: str):
+        super().__init__(workloads=False)
+        self._namespaces = namespaces
+
+    def __enter__(self) -> "OperatorCluster":
+        super().__enter__()
+        try:
+            self.install_operator_crds()
+            self.create_namespaces(*self._namespaces)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+
 class OperatorHarness:
-    """Emulator + learner status server + the operator, all running.
+    """The API server + learner status server + the operator, all running.
 
     Attributes:
-      cluster: the emulated cluster.
+      cluster: the simulated cluster (API server only).
       learners: the learner status server.
-      api: a ``kubernetes`` ApiClient for the emulator (the tests' own).
+      api: a ``kubernetes`` ApiClient for the cluster (the tests' own).
       metrics: the operator's metrics; :attr:`metrics_url` serves them over HTTP.
     """
 
-    def __init__(self, poll_seconds: float = 0.3):
+    def __init__(self, *namespaces: str, poll_seconds: float = 0.3):
         self.poll_seconds = poll_seconds
-        self.cluster = EmulatedCluster()
+        self.cluster = OperatorCluster(*namespaces)
         self.learners = LearnerStatusServer()
         self.metrics = OperatorMetrics()
         self.metrics_server = MetricsServer(self.metrics.registry, host="127.0.0.1", port=0)
@@ -127,8 +152,7 @@ class OperatorHarness:
             settings.background.instant_exit_timeout = 0.1
 
         try:
-            # Cluster-wide: watching named namespaces makes kopf list /api/v1/namespaces,
-            # a path kmock 0.8 cannot parse.
+            # Cluster-wide, as the chart runs it by default (watch.scope: cluster).
             asyncio.run(
                 kopf.operator(
                     registry=registry,
@@ -144,7 +168,7 @@ class OperatorHarness:
 
     def __enter__(self) -> "OperatorHarness":
         self.cluster.__enter__()
-        self.learners.__enter__()
+        self.learners.serve()
         self.api = self.cluster.api_client()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_server.start()}/metrics"
         self._thread.start()
@@ -157,5 +181,5 @@ class OperatorHarness:
         self._stop.set()
         self._thread.join(20)
         self.metrics_server.stop()
-        self.learners.__exit__()
+        self.learners.close()
         self.cluster.__exit__()

@@ -9,20 +9,24 @@ What it models, each from the API's documented behaviour (kubernetes.io, "API Co
   operations declare ``fieldValidation``, so that kubectl validates on the server;
 - objects: uid, resourceVersion (one counter), generation (moved by spec changes only),
   creationTimestamp, generateName; the status and scale subresources (a change of status
-  through the main resource is ignored, and the reverse); PUT with resourceVersion
-  preconditions (409 on conflict); PATCH as JSON merge patch, JSON patch, strategic merge
-  patch (merge patch, lists of named items merged by name: enough for what is sent here) and
-  server-side apply (fields a manager applied before and no longer applies are removed);
-  ``dryRun``;
+  through the main resource is ignored, and the reverse; a new Pod or custom resource gets no
+  status from its creator, as "Custom Resources: Status subresource" says and the pods
+  registry does: a pod starts Pending and its kubelet reports the rest); PUT with
+  resourceVersion preconditions (409 on conflict); PATCH as JSON merge patch, JSON patch,
+  strategic merge patch (merge patch, lists of named items merged by name: enough for what is
+  sent here) and server-side apply (fields a manager applied before and no longer applies are
+  removed); ``dryRun``;
 - list and watch with label and field selectors (``metadata.name``, ``metadata.namespace``,
   ``spec.nodeName``, ``status.phase``), resourceVersion resumption, ``timeoutSeconds``, and
   ``as=Table`` for kubectl get (a CRD's additionalPrinterColumns); watches can be expired
   (:meth:`ApiServer.expire_watches`): a client resuming from before the compaction gets
   410 Gone and must list again;
 - deletion: finalizers and ``deletionTimestamp``; graceful deletion of pods bound to a node
-  (the kubelet stops the containers and removes the pod); propagation ``Foreground``
+  (the kubelet stops the containers and removes the pod), a pod no kubelet runs removed at
+  once (the answer is the deleted Pod, as for every pod deletion); propagation ``Foreground``
   (``foregroundDeletion`` finalizer until dependents are gone), ``Background`` and
-  ``Orphan``; the garbage collector deletes dependents whose owners are gone;
+  ``Orphan``; the garbage collector deletes dependents whose owners are gone, also one
+  created after its owner went (its owner reference names a uid no object has);
 - CustomResourceDefinitions: a created CRD is served (Established, NamesAccepted), its objects
   are validated against its openAPIV3Schema;
 - the eviction subresource: refused with 429 while a PodDisruptionBudget allows no disruption
@@ -57,9 +61,9 @@ from typing import Any, Callable
 
 import jsonpatch
 import jsonschema
-import yaml
 from aiohttp import web
 
+from seedrl.common.config import load_yaml as config_load_yaml
 from seedrl.common.schema import to_json_schema
 from support import sim_rbac
 from support.sim_protobuf import ProtobufError, decode_protobuf, pb_field, pb_string
@@ -477,27 +481,16 @@ class Store:
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
 
-class _Yaml12Loader(yaml.SafeLoader):
-    """YAML with 1.2 floats (``1e-7`` is a number), as the API server's YAML decoder reads it."""
+def load_yaml(raw: bytes) -> Any:
+    """One YAML (or JSON) document of a request body, read as the API server's YAML decoder reads
+    it: YAML 1.2 floats (``1e-7`` is a number). That is the reading of seedrl's own
+    :func:`seedrl.common.config.load_yaml`, used here as it is (its 1 MiB limit is under the
+    API server's 3 MiB request limit, and far over any body sent here).
 
-
-_Yaml12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-                |[-+]?\.(?:inf|Inf|INF)
-                |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
-def load_yaml(raw: bytes | str) -> Any:
-    """One YAML (or JSON) document."""
-    return yaml.load(raw, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+    Raises:
+      ValueError: not UTF-8, not YAML, or not exactly one document.
+    """
+    return config_load_yaml(raw.decode("utf-8"), "the request body")
 
 
 class ApiServer:
@@ -662,7 +655,7 @@ class ApiServer:
             return _decode_protobuf(raw)
         try:
             body = load_yaml(raw) if "yaml" in request.content_type else json.loads(raw)
-        except (ValueError, yaml.YAMLError) as exc:
+        except ValueError as exc:
             raise ApiError(400, "BadRequest", f"cannot decode the body: {exc}") from None
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "the body must be an object")
@@ -1066,6 +1059,11 @@ class ApiServer:
                 409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists'
             )
         obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
+        if "status" in resource.subresources and (
+            resource.kind == "Pod" or resource.crd_version is not None
+        ):
+            # The status is the server's to start, then written through /status only.
+            obj.pop("status", None)
         self._validate(resource, obj, query.get("fieldValidation") == "Strict")
         self._prune(resource, obj)
         meta["uid"] = str(uuid.uuid4())
@@ -1078,6 +1076,10 @@ class ApiServer:
             return obj
         obj = self.store.put(resource, obj, "ADDED")
         self._after_write(resource, obj)
+        if meta.get("ownerReferences"):
+            # Made after its owner went (a controller acting on a stale cache): the garbage
+            # collector finds no owner of that uid and deletes it.
+            self._collect_garbage()
         return obj
 
     def _defaults(self, resource: Resource, obj: dict) -> None:
@@ -1221,7 +1223,7 @@ class ApiServer:
         if "apply-patch" in content_type:
             try:
                 applied = load_yaml(raw)
-            except yaml.YAMLError as exc:
+            except ValueError as exc:
                 raise ApiError(400, "BadRequest", str(exc)) from None
             manager = query.get("fieldManager")
             if not manager:
@@ -1327,6 +1329,8 @@ class ApiServer:
                 if ns == name:
                     self.store.remove(self.store.resources[key], o)
         self._collect_garbage()
+        if resource.kind == "Pod":
+            return obj  # the pods registry answers with the deleted Pod, not a Status
         return {
             "kind": "Status",
             "apiVersion": "v1",

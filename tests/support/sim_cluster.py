@@ -14,6 +14,16 @@ pool ``gpu`` (1 ``nvidia.com/gpu``), labelled and tainted as GKE does
 (:data:`ACCELERATOR_POOLS`). :meth:`preempt` plays a Spot preemption: the node's graceful
 shutdown (DisruptionTarget, SIGTERM, at most 15 s), then the node goes and its managed
 instance group brings up a fresh one of the same pool in the same zone.
+
+With ``workloads=False`` it is the API server alone and the nodes, with the garbage collector
+(a controller of kube-controller-manager in Kubernetes; :mod:`support.sim_apiserver` runs it
+after each deletion and each creation of an owned object): no scheduler, no Job, ReplicaSet
+or Deployment controllers, no kubelet. That is a control plane whose workload controllers are
+not running: objects are stored and watched, but nothing acts on a Job or a Deployment, so a
+test writes their ``status`` as the controllers would ("Jobs: Job status", "Deployments:
+Deployment status") and plays any pod it needs; a pod is removed at once on deletion, as the
+API server removes a pod no kubelet runs (no ``spec.nodeName``: "Pod Lifecycle: Termination
+of Pods"). The operator tests (:mod:`support.operator_harness`) run on it.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import kubernetes
+import yaml
 from aiohttp import web
 
 from support.sim_apiserver import ApiServer, now_rfc3339
@@ -36,6 +48,9 @@ from support.sim_kubelet import Kubelet
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
+#: The CustomResourceDefinitions the operator chart installs before its templates (Helm:
+#: "Custom Resource Definitions", the ``crds/`` folder): Experiments and kopf's peerings.
+OPERATOR_CRDS = ROOT / "helm" / "seedrl-operator" / "crds"
 
 
 #: Accelerator node pools as GKE makes them ("Plan TPUs in GKE", "About GPUs in GKE"): the
@@ -117,13 +132,20 @@ class SimulatedCluster:
       url: the API server's URL.
       kubeconfig: a kubeconfig file for it (kubectl, helm, the official client).
       api: the API server (its ``store`` holds every object).
-      kubelet: the kubelet (its ``runs`` hold the pods' processes).
+      kubelet: the kubelet (its ``runs`` hold the pods' processes); None with
+        ``workloads=False``.
     """
 
-    def __init__(self, root: Path | None = None, node_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        root: Path | None = None,
+        node_env: dict[str, str] | None = None,
+        workloads: bool = True,
+    ):
         self._tmp = None if root else tempfile.TemporaryDirectory(prefix="simcluster-")
         self.root = Path(root or self._tmp.name)
         self.node_env = dict(node_env or {})
+        self.workloads = workloads
         self.api = ApiServer()
         self.controllers = Controllers(self.api)
         self.kubelet: Kubelet | None = None
@@ -164,24 +186,29 @@ class SimulatedCluster:
             "contexts: [{name: sim, context: {cluster: sim, user: sim, namespace: default}}]\n"
             "current-context: sim\n"
         )
-        self.kubelet = Kubelet(self.api, self.root, port, self.kubeconfig, self.node_env)
+        if self.workloads:
+            self.kubelet = Kubelet(self.api, self.root, port, self.kubeconfig, self.node_env)
         store = self.api.store
         for ns in ("default", "kube-system"):
             self.api.create(store.resource("", "v1", "namespaces"), "", {"metadata": {"name": ns}})
         for name, pool, spot, zone in NODES:
             self.api.create(store.resource("", "v1", "nodes"), "", _node(name, pool, spot, zone))
-        store.listeners.append(lambda event: self._mark())
-        loop_task = asyncio.ensure_future(self._control_loop())
+        loop_task = None
+        if self.kubelet is not None:
+            store.listeners.append(lambda event: self._mark())
+            loop_task = asyncio.ensure_future(self._control_loop(self.kubelet))
         self._ready.set()
         await self._stopping.wait()
-        loop_task.cancel()
-        await self.kubelet.stop_all()
+        if loop_task is not None:
+            loop_task.cancel()
+        if self.kubelet is not None:
+            await self.kubelet.stop_all()
         await runner.cleanup()
 
     def _mark(self) -> None:
         self._dirty = True
 
-    async def _control_loop(self) -> None:
+    async def _control_loop(self, kubelet: Kubelet) -> None:
         last = 0.0
         while True:
             await asyncio.sleep(0.05)
@@ -189,11 +216,11 @@ class SimulatedCluster:
             if self._dirty or now - last >= 0.5:
                 self._dirty = False
                 last = now
-                for step in (self.controllers.sync, self.kubelet.sync):
+                for step in (self.controllers.sync, kubelet.sync):
                     try:
                         step()
                     except Exception as exc:  # noqa: BLE001 - keep the cluster running
-                        self.kubelet.errors.append(f"{step.__qualname__}: {exc!r}")
+                        kubelet.errors.append(f"{step.__qualname__}: {exc!r}")
 
     def __enter__(self) -> "SimulatedCluster":
         self._thread.start()
@@ -218,6 +245,42 @@ class SimulatedCluster:
             return fn()
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(30)
+
+    def configuration(self) -> kubernetes.client.Configuration:
+        """A configuration of the official ``kubernetes`` client for this cluster (as its
+        administrator: no service-account token, so RBAC lets everything through)."""
+        cfg = kubernetes.client.Configuration()
+        cfg.host = self.url
+        return cfg
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        """A new ``kubernetes`` ApiClient for this cluster."""
+        return kubernetes.client.ApiClient(self.configuration())
+
+    def create(self, obj: dict) -> dict:
+        """Creates ``obj`` (its apiVersion and kind name the resource, its
+        ``metadata.namespace`` the namespace) as the administrator would; returns a copy of
+        what was stored. A CustomResourceDefinition is served as soon as it is stored."""
+
+        def write():
+            resource = self.api.store.by_kind(obj["apiVersion"], obj["kind"])
+            namespace = obj["metadata"].get("namespace") or ""
+            return copy.deepcopy(self.api.create(resource, namespace, copy.deepcopy(obj)))
+
+        return self.call(write)
+
+    def create_namespaces(self, *names: str) -> None:
+        """Creates these namespaces (objects go only into a namespace that exists)."""
+        for name in names:
+            self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def install_operator_crds(self) -> None:
+        """Installs the CustomResourceDefinitions of the operator chart's ``crds/`` folder, as
+        ``helm install`` does before anything else."""
+        for path in sorted(OPERATOR_CRDS.glob("*.yaml")):
+            for document in yaml.safe_load_all(path.read_text()):
+                if document:
+                    self.create(document)
 
     def env(self) -> dict[str, str]:
         """The environment kubectl and helm run with: this cluster's kubeconfig, a home of

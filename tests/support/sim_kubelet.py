@@ -426,23 +426,9 @@ class PodRun:
             code, reason, started, finished = await self._once(
                 argv, env, log_path, limit, container
             )
-            message = ""
-            if message_file.exists():
-                message = message_file.read_bytes()[:4096].decode(errors="replace")
-                message_file.unlink()
-            if (
-                not message
-                and code != 0
-                and container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
-            ):
-                message = _tail(log_path)
-            terminated = {
-                "exitCode": code,
-                "reason": reason,
-                "startedAt": started,
-                "finishedAt": finished,
-                **({"message": message} if message else {}),
-            }
+            terminated = _terminated(
+                code, reason, started, finished, _message(container, code, message_file, log_path)
+            )
             policy = pod["spec"].get("restartPolicy", "Always")
             again = not self.stopping.is_set() and (
                 policy == "Always" or (policy == "OnFailure" and code != 0)
@@ -592,23 +578,9 @@ class PodRun:
             code, reason, started, finished = await self._once(
                 argv, env, log_path, _limit(container), container, init=True
             )
-            message = ""
-            if message_file.exists():
-                message = message_file.read_bytes()[:4096].decode(errors="replace")
-                message_file.unlink()
-            if (
-                not message
-                and code != 0
-                and container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
-            ):
-                message = _tail(log_path)
-            terminated = {
-                "exitCode": code,
-                "reason": reason,
-                "startedAt": started,
-                "finishedAt": finished,
-                **({"message": message} if message else {}),
-            }
+            terminated = _terminated(
+                code, reason, started, finished, _message(container, code, message_file, log_path)
+            )
             if code == 0 and not self.stopping.is_set():
                 self.update(lambda p: initializing(p, {"terminated": terminated}))
                 return True
@@ -1032,6 +1004,34 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 def _limit(container: dict) -> float | None:
     """A container's memory limit in bytes, or None."""
     return _quantity_bytes(((container.get("resources") or {}).get("limits") or {}).get("memory"))
+
+
+def _message(container: dict, code: int, message_file: Path, log_path: Path) -> str:
+    """A stopped container's termination message ("Determine the Reason for Pod Failure"): what
+    it wrote at terminationMessagePath (at most 4096 bytes; the file is consumed), else, under
+    ``FallbackToLogsOnError`` after a failure, the tail of its log."""
+    message = ""
+    if message_file.exists():
+        message = message_file.read_bytes()[:4096].decode(errors="replace")
+        message_file.unlink()
+    if (
+        not message
+        and code != 0
+        and container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+    ):
+        message = _tail(log_path)
+    return message
+
+
+def _terminated(code: int, reason: str, started: str, finished: str, message: str) -> dict:
+    """A container state's ``terminated``."""
+    return {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": started,
+        "finishedAt": finished,
+        **({"message": message} if message else {}),
+    }
 
 
 def _tail(path: Path) -> str:

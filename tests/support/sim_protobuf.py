@@ -1,8 +1,10 @@
 """Kubernetes' protobuf encoding, as far as the simulated API server (:mod:`support.sim_apiserver`)
 needs it: client-go's typed clients send some objects that way (helm's release Secrets,
 ``kubectl create namespace``, ``kubectl drain``'s evictions and deletions), and clients ask for
-the OpenAPI v2 document in it. The wire format is protobuf's (varints and length-delimited
-fields); the field numbers are those of Kubernetes' generated.proto files.
+the OpenAPI v2 document in it. As kubernetes.io's "API Concepts: Protobuf encoding" documents
+it, a body is the four bytes ``k8s\\0`` and a runtime.Unknown envelope (typeMeta, raw bytes,
+content type) around the object's own message; the wire format is protobuf's (varints and
+length-delimited fields), the field numbers those of Kubernetes' generated.proto files.
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ actions alike), so these logits-only forms are used by the tests alone: they che
 :func:`~seedrl.learner.agents.vtrace.losses.baseline_loss` through the paper's softmax case.
 """
 
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from seedrl.learner.agents.vtrace.losses import Threshold, vtrace_from_importance_weights
+from seedrl.learner.agents.vtrace.losses import vtrace_from_importance_weights
 
 
 class VTraceFromLogitsReturns(NamedTuple):
@@ -40,13 +40,6 @@ class VTraceFromLogitsReturns(NamedTuple):
     target_action_log_probs: tf.Tensor
 
 
-def _as_float32(x) -> tf.Tensor:
-    x = tf.convert_to_tensor(x)
-    if x.dtype != tf.float32:
-        x = tf.cast(x, tf.float32)
-    return x
-
-
 def log_probs_from_logits_and_actions(policy_logits, actions) -> tf.Tensor:
     """Log-probabilities of the taken actions under a softmax policy.
 
@@ -58,7 +51,7 @@ def log_probs_from_logits_and_actions(policy_logits, actions) -> tf.Tensor:
       float32 ``[T, B]``: ``log pi(actions | x)``. Differentiable wrt
       ``policy_logits``.
     """
-    policy_logits = _as_float32(policy_logits)
+    policy_logits = tf.cast(policy_logits, tf.float32)
     actions = tf.convert_to_tensor(actions)
     if not actions.dtype.is_integer:
         raise TypeError(f"actions must be an integer tensor, got {actions.dtype}")
@@ -68,21 +61,12 @@ def log_probs_from_logits_and_actions(policy_logits, actions) -> tf.Tensor:
 
 
 def vtrace_from_logits(
-    behaviour_policy_logits,
-    target_policy_logits,
-    actions,
-    discounts,
-    rewards,
-    values,
-    bootstrap_value,
-    clip_rho_threshold: Threshold = 1.0,
-    clip_pg_rho_threshold: Threshold = 1.0,
-    lambda_: Union[float, tf.Tensor] = 1.0,
+    behaviour_policy_logits, target_policy_logits, actions, *args: Any, **kwargs: Any
 ) -> VTraceFromLogitsReturns:
     """V-trace for softmax policies given as logits.
 
-    Computes ``log_rhos = log pi(a|x) - log mu(a|x)`` and calls
-    :func:`vtrace_from_importance_weights`.
+    Computes ``log_rhos = log pi(a|x) - log mu(a|x)`` and passes them, with the remaining
+    arguments as given, to :func:`vtrace_from_importance_weights`.
 
     Args:
       behaviour_policy_logits: float32 ``[T, B, A]``. Logits of ``mu`` (the
@@ -90,13 +74,10 @@ def vtrace_from_logits(
       target_policy_logits: float32 ``[T, B, A]``. Logits of ``pi`` (the
         learner's current policy).
       actions: int32/int64 ``[T, B]``. Actions sampled from ``mu``.
-      discounts: float32 ``[T, B]``. ``gamma * (1 - done)``.
-      rewards: float32 ``[T, B]``.
-      values: float32 ``[T, B]``. ``V(x_s)``.
-      bootstrap_value: float32 ``[B]``. ``V(x_T)``.
-      clip_rho_threshold: see :func:`vtrace_from_importance_weights`.
-      clip_pg_rho_threshold: see :func:`vtrace_from_importance_weights`.
-      lambda_: see :func:`vtrace_from_importance_weights`.
+      *args: what :func:`vtrace_from_importance_weights` takes after ``log_rhos``, in its
+        order: ``discounts``, ``rewards``, ``values`` (float32 ``[T, B]``) and
+        ``bootstrap_value`` (float32 ``[B]``).
+      **kwargs: the same by name, and its thresholds and ``lambda_``.
 
     Returns:
       :class:`VTraceFromLogitsReturns` with fields ``vs``, ``pg_advantages``
@@ -111,16 +92,7 @@ def vtrace_from_logits(
         )
         target_action_log_probs = log_probs_from_logits_and_actions(target_policy_logits, actions)
         log_rhos = target_action_log_probs - behaviour_action_log_probs
-        returns = vtrace_from_importance_weights(
-            log_rhos=log_rhos,
-            discounts=discounts,
-            rewards=rewards,
-            values=values,
-            bootstrap_value=bootstrap_value,
-            clip_rho_threshold=clip_rho_threshold,
-            clip_pg_rho_threshold=clip_pg_rho_threshold,
-            lambda_=lambda_,
-        )
+        returns = vtrace_from_importance_weights(log_rhos, *args, **kwargs)
         return VTraceFromLogitsReturns(
             vs=returns.vs,
             pg_advantages=returns.pg_advantages,
@@ -144,7 +116,7 @@ def policy_gradient_loss(policy_logits, actions, advantages) -> tf.Tensor:
     """
     with tf.name_scope("policy_gradient_loss"):
         log_probs = log_probs_from_logits_and_actions(policy_logits, actions)
-        advantages = tf.stop_gradient(_as_float32(advantages))
+        advantages = tf.stop_gradient(tf.cast(advantages, tf.float32))
         return tf.reduce_mean(-log_probs * advantages)
 
 
@@ -160,7 +132,7 @@ def entropy_loss(policy_logits) -> tf.Tensor:
       float32 scalar (``<= 0``; equals ``-log(A)`` for a uniform policy).
     """
     with tf.name_scope("entropy_loss"):
-        policy_logits = _as_float32(policy_logits)
+        policy_logits = tf.cast(policy_logits, tf.float32)
         log_policy = tf.nn.log_softmax(policy_logits, axis=-1)
         policy = tf.exp(log_policy)
         negative_entropy = tf.reduce_sum(policy * log_policy, axis=-1)

@@ -1,5 +1,6 @@
-"""`seedrl submit` and `seedrl status` against the emulated cluster, with the operator running.
-The CLI finds the cluster through a real kubeconfig file, as it would anywhere else."""
+"""`seedrl submit` and `seedrl status` against the simulated cluster's API server, with the
+operator running. The CLI finds the cluster through a real kubeconfig file, as it would
+anywhere else."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ EXAMPLE = ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml"
 
 @pytest.fixture(scope="module")
 def harness():
-    with OperatorHarness() as h:
+    with OperatorHarness("ml", "ml2", "ml3") as h:
         yield h
 
 
@@ -37,13 +38,13 @@ def kubeconfig(harness, tmp_path):
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "current-context": "emulator",
-                "clusters": [{"name": "emulator", "cluster": {"server": harness.cluster.url}}],
+                "current-context": "sim",
+                "clusters": [{"name": "sim", "cluster": {"server": harness.cluster.url}}],
                 "users": [{"name": "tester", "user": {"token": "not-checked"}}],
                 "contexts": [
                     {
-                        "name": "emulator",
-                        "context": {"cluster": "emulator", "user": "tester", "namespace": "ml"},
+                        "name": "sim",
+                        "context": {"cluster": "sim", "user": "tester", "namespace": "ml"},
                     }
                 ],
             }
@@ -113,7 +114,7 @@ def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
         "AGE",
     ]
     row = next(line.split() for line in lines[1:] if line.startswith("cli-cart "))
-    # The operator prices the Experiment's pods; the emulator runs none, so nothing yet.
+    # The operator prices the Experiment's pods; no kubelet runs any here, so nothing yet.
     assert row[:8] == [
         "cli-cart",
         "Running",
@@ -259,7 +260,7 @@ def test_status_marks_a_rejected_spec_and_lists_all_namespaces(harness, kubeconf
     # Applied behind the CLI's back (kubectl apply): the operator rejects it.
     body = yaml.safe_load(EXAMPLE.read_text())
     body["metadata"]["name"] = "rejected"
-    body["spec"]["learner"]["unrollLength"] = 1
+    body["spec"]["learner"]["metricsPort"] = 8686  # the gRPC port: the schema cannot tell
     kubernetes.client.CustomObjectsApi(harness.api).create_namespaced_custom_object(
         GROUP, VERSION, "ml3", PLURAL, body
     )

@@ -1,6 +1,7 @@
-"""The operator (kopf, service/operator/handlers.py) against kmock's emulated Kubernetes API over
-HTTP, driven with the real ``kubernetes`` client. Nothing here sleeps: every step waits on a
-condition with a timeout."""
+"""The operator (kopf, service/operator/handlers.py) against the simulated cluster's API server
+over HTTP (support.operator_harness: no workload controllers, so the tests write the Job's and
+Deployment's status as those controllers would), driven with the real ``kubernetes`` client.
+Nothing here sleeps: every step waits on a condition with a timeout."""
 
 from __future__ import annotations
 
@@ -28,12 +29,13 @@ from seedrl.service.operator.render.common import (
 )
 from seedrl.service.operator.status import condition
 from seedrl.service.operator.metrics import OperatorMetrics
-from support.operator_harness import OperatorHarness, wait_for
+from support.operator_harness import OperatorCluster, OperatorHarness, wait_for
 
 NS = "team-a"
 ROOT = Path(__file__).parents[3]
 CARTPOLE = yaml.safe_load((ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml").read_text())
 MERGE = "application/merge-patch+json"
+CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 CHILDREN = [
     ("ConfigMap", "{}-config"),
     ("Service", "{}-learner"),
@@ -45,12 +47,12 @@ CHILDREN = [
 
 @pytest.fixture(scope="module")
 def harness():
-    with OperatorHarness() as h:
+    with OperatorHarness(NS) as h:
         yield h
 
 
 class Client:
-    """The tests' side: the official kubernetes client against the emulator."""
+    """The tests' side: the official kubernetes client against the cluster."""
 
     def __init__(self, harness):
         self.harness = harness
@@ -309,19 +311,21 @@ def test_changing_an_immutable_field_is_refused(k8s):
 
 
 def test_invalid_experiment_fails_and_others_still_reconcile(k8s):
-    k8s.create("broken", learner={"unrollLength": 0})
+    # Invalid across fields, which the CRD's schema cannot say, so the API server stores it and
+    # the operator refuses it: the metrics port is the gRPC port (8686 by default).
+    k8s.create("broken", learner={"metricsPort": 8686})
     k8s.create("healthy")
     cond = wait_for(
         lambda: (c := k8s.condition("broken", "Valid")).get("status") == "False" and c,
         what="ValidationFailed",
     )
     assert cond["reason"] == "ValidationFailed"
-    assert "spec.learner.unrollLength: must be >= 2, got 0" in cond["message"]
+    assert "spec.learner.metricsPort: must differ from spec.learner.port (8686)" in cond["message"]
     assert k8s.status("broken")["phase"] == "Failed"
     wait_for(lambda: all(k8s.children("healthy").values()), what="healthy's children")
     assert not any(k8s.children("broken").values())
     # Fixing the spec brings it up.
-    k8s.patch_spec("broken", {"learner": {"unrollLength": 20}})
+    k8s.patch_spec("broken", {"learner": {"metricsPort": 9090}})
     wait_for(lambda: all(k8s.children("broken").values()), what="fixed one's children")
     wait_for(lambda: k8s.condition("broken", "Valid").get("status") == "True", what="Valid")
 
@@ -333,8 +337,7 @@ def test_deletion_needs_no_finalizer_and_children_are_owned(k8s):
     )
     wait_for(lambda: k8s.status("gone").get("phase"), what="a status")
     # No finalizer: the deletion never waits for the operator (it may be down). The children
-    # go with their owner, through the cluster's garbage collector (tests/support/cluster:
-    # the simulated cluster has one; this emulator has none).
+    # go with their owner, through the cluster's garbage collector.
     assert not k8s.get("gone")["metadata"].get("finalizers")
     for obj in children.values():
         assert obj["metadata"]["ownerReferences"][0]["uid"] == uid
@@ -348,6 +351,7 @@ def test_deletion_needs_no_finalizer_and_children_are_owned(k8s):
         return False
 
     wait_for(experiment_gone, what="the Experiment itself")
+    wait_for(lambda: not any(k8s.children("gone").values()), what="the children collected")
 
 
 # ------------------------------------------------------------------------------------------
@@ -368,7 +372,8 @@ def iso(ts: float) -> str:
 
 def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=False):
     """A pod as the Job or Deployment controller and the kubelet would leave it: requests,
-    node selectors, status.startTime and container states (terminated at ``end``)."""
+    node selectors, status.startTime and container states (terminated at ``end``); made
+    with :func:`run_pod`."""
     requests = (
         {"cpu": "4", "memory": "16Gi"}
         if role == "learner"
@@ -426,6 +431,17 @@ def pod(name, experiment, role, start, end=None, phase=None, tpu=False, spot=Fal
     }
 
 
+def run_pod(api, body):
+    """Creates the pod ``body`` in NS, then writes its ``status`` as its kubelet would report
+    it (the API server keeps no status a pod is created with); returns the pod."""
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_pod(NS, {k: v for k, v in body.items() if k != "status"})
+    reported = core.patch_namespaced_pod_status(
+        body["metadata"]["name"], NS, {"status": body["status"]}
+    )
+    return api.sanitize_for_serialization(reported)
+
+
 def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harness):
     name = "priced"
     # Pong: 4 emulator frames per agent step (its frame skip) are what a frame costs.
@@ -469,7 +485,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
             tpu=True,
         ),
     ]
-    uids = {p["metadata"]["name"]: k8s.core.create_namespaced_pod(NS, p).metadata.uid for p in pods}
+    uids = {p["metadata"]["name"]: run_pod(harness.api, p)["metadata"]["uid"] for p in pods}
     # Only now the learner reports frames: a cost with them was priced from every pod above
     # (the operator reads the learner before it lists the pods).
     harness.learners.statuses[(NS, name)] = running_learner(env_steps=500_000, env_frames=2_000_000)
@@ -530,7 +546,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     bad = pod("priced-actors-bad", name, "actor", "2026-01-01T00:00:00Z")
     bad["spec"]["containers"][0]["resources"]["requests"]["google.com/tpu"] = "1"
     errors = sample(harness, "seedrl_operator_reconcile_errors_total", trigger="poll")
-    k8s.core.create_namespaced_pod(NS, bad)
+    run_pod(harness.api, bad)
     created = time.time()
     polls = poll_count(harness)
     # Polls run every 0.3 s; over 2.5 s a priced status would have a later asOf.
@@ -549,9 +565,7 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
 
     # A pod still running is priced up to the report's asOf, and sets the burn rate.
     started = time.time() - 3600
-    k8s.core.create_namespaced_pod(
-        NS, pod("priced-actors-c", name, "actor", iso(started), spot=True)
-    )
+    run_pod(harness.api, pod("priced-actors-c", name, "actor", iso(started), spot=True))
     status = wait_for(
         lambda: (s := k8s.status(name)) and len(s["costRecords"]) == 4 and s,
         what="the running pod's record",
@@ -599,7 +613,7 @@ def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
     changes = sample(harness, "seedrl_operator_reconciles_total", trigger="change")
     assert sample(harness, "seedrl_operator_reconcile_errors_total", trigger="change") == 0
     k8s.create("metered")
-    k8s.create("badmeter", learner={"unrollLength": 0})
+    k8s.create("badmeter", learner={"metricsPort": 8686})  # the gRPC port: invalid
     wait_for(
         lambda: (
             sample(harness, "seedrl_operator_reconciles_total", trigger="change") >= changes + 2
@@ -643,8 +657,8 @@ def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
     )
 
     # One closed actor pod: 1 h of 2 vCPU/2 GiB on demand.
-    k8s.core.create_namespaced_pod(
-        NS,
+    run_pod(
+        harness.api,
         pod("metered-actors-a", "metered", "actor", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"),
     )
     expected = 2 * CPU + 2 * MEM
@@ -702,7 +716,42 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
     )
 
 
-def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(k8s):
+def open_crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
+    """A CustomResourceDefinition of another project's kind whose controller a test plays
+    (Kueue's, cert-manager's): served like the project's own, with a schema left open
+    (``x-kubernetes-preserve-unknown-fields``: nothing pruned) since the test, not that
+    controller, decides what the objects hold."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(k8s, harness):
+    # Kueue is installed: its Workloads are served.
+    workloads = open_crd("kueue.x-k8s.io", "Workload", "workloads", "v1beta1")
+    if harness.cluster.get(*CRDS, "", workloads["metadata"]["name"]) is None:
+        harness.cluster.create(workloads)
     k8s.create("queued", queueName="team-a-queue")
     wait_for(lambda: all(k8s.children("queued").values()), what="children")
     job = k8s.child("Job", "queued-learner")
@@ -799,16 +848,14 @@ def test_an_experiment_keeps_the_images_of_its_first_reconcile(k8s):
 
 # ------------------------------------------------------------------------------------------
 # Peering per namespace, and the cache after a re-list (kopf's watches miss deletions then).
-# The poller is driven by hand here, against its own emulator, with no kopf: what its
+# The poller is driven by hand here, against a cluster of its own, with no kopf: what its
 # handlers would have delivered is put into the cache directly.
 # ------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def cluster():
-    from support.k8s_emulator import EmulatedCluster
-
-    with EmulatedCluster() as c:
+    with OperatorCluster("team-a", "team-b", "team-c") as c:
         yield c
 
 
@@ -834,18 +881,9 @@ def create_experiment(api, name, namespace=NS):
 
 
 def test_the_poller_follows_the_peering_of_each_experiments_namespace(cluster):
-    import kmock
-
     from seedrl.service.operator.poller import PeeringGate
-    from support.k8s_emulator import VERBS
 
-    for plural, kind, namespaced in [
-        ("kopfpeerings", "KopfPeering", True),
-        ("clusterkopfpeerings", "ClusterKopfPeering", False),
-    ]:
-        cluster.emulator.resources[f"kopf.dev/v1/{plural}"] = kmock.ResourceInfo(
-            kind=kind, namespaced=namespaced, verbs=VERBS
-        )
+    # kopf's peering resources are served: the chart's CRDs are installed.
     api = cluster.api_client()
     custom = kubernetes.client.CustomObjectsApi(api)
     fresh = datetime.datetime.now(datetime.timezone.utc).isoformat()
@@ -898,17 +936,9 @@ def test_an_experiment_gone_without_its_deleted_event_is_not_healed_again(cluste
     assert all(k8s.children("lost").values())
     assert any(k[0] == "seedrl_experiment_phase" for k in _series(poller, "lost"))
     # Deleted while the watch was down: kopf's re-list brings no DELETED event, so the cache
-    # still has it. The garbage collector deletes its children (the emulator has none).
+    # still has it. The garbage collector deletes its children.
     k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "lost")
-    for kind, pattern in CHILDREN:
-        delete = {
-            "ConfigMap": k8s.core.delete_namespaced_config_map,
-            "Service": k8s.core.delete_namespaced_service,
-            "NetworkPolicy": k8s.net.delete_namespaced_network_policy,
-            "Job": k8s.batch.delete_namespaced_job,
-            "Deployment": k8s.apps.delete_namespaced_deployment,
-        }[kind]
-        delete(pattern.format("lost"), NS)
+    wait_for(lambda: not any(k8s.children("lost").values()), what="the children collected")
     assert cache.experiment(NS, "lost") is not None
     poller.refresh(NS, "lost")
     # Not reconciled again: no child made for the dead owner, nothing of it kept.
@@ -938,10 +968,8 @@ def test_a_pod_gone_without_its_deleted_event_stops_being_priced_after_the_resyn
     poller.resync()  # kopf's first listing, in effect
     poller.refresh(NS, "stale")  # makes the children
     started = time.time() - 3600
-    created = core.create_namespaced_pod(
-        NS, pod("stale-actors-a", "stale", "actor", iso(started), spot=True)
-    )
-    cache.update("Pod", "ADDED", api.sanitize_for_serialization(created))
+    created = run_pod(api, pod("stale-actors-a", "stale", "actor", iso(started), spot=True))
+    cache.update("Pod", "ADDED", created)
     poller.resync()
     assert [p["metadata"]["name"] for p in cache.observed(NS, "stale").pods] == ["stale-actors-a"]
 
@@ -969,11 +997,24 @@ def test_a_pod_gone_without_its_deleted_event_stops_being_priced_after_the_resyn
     assert cache.experiment(NS, "stale") is not None  # what exists stays
 
 
-def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8s, monkeypatch):
-    from seedrl.service.operator.reconciler import Reconciler
+@pytest.fixture
+def cert_manager(harness):
+    """cert-manager's Issuers and Certificates served while the test runs (the harness is the
+    module's: the other tests run without cert-manager)."""
+    definitions = [
+        open_crd("cert-manager.io", "Issuer", "issuers"),
+        open_crd("cert-manager.io", "Certificate", "certificates"),
+    ]
+    for definition in definitions:
+        harness.cluster.create(definition)
+    yield
+    extensions = kubernetes.client.ApiextensionsV1Api(harness.api)
+    for definition in definitions:
+        extensions.delete_custom_resource_definition(definition["metadata"]["name"])
 
+
+def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8s, cert_manager):
     # A cluster that serves cert-manager's API: the operator asks it for the certificate.
-    monkeypatch.setattr(Reconciler, "cert_manager_installed", lambda self: True)
     uid = k8s.create("certs")["metadata"]["uid"]
 
     def custom(plural, name):
