@@ -21,7 +21,7 @@ accelerator (SEED) and with inference on each actor's CPUs (IMPALA):
    needs ``c_inf`` from a benchmark file (``--inference-from``), and is skipped without one.
 2. **SEED layout.** K actors of ``a`` vCPUs each step ``K a r_seed`` env steps/s (their CPUs
    only step envs; messaging is taken as free, which holds when each message carries many envs,
-   see the README's throughput notes), optionally capped by what the learner can serve
+   see docs/benchmarks/throughput.md), optionally capped by what the learner can serve
    (``--learner-steps-per-s``). Time to N frames: ``T = N / frames_per_step / rate``.
    Cost: ``T x (learner hourly + K x actor hourly)``.
 3. **IMPALA layout at the same frame rate.** Each actor vCPU now does ``r_impala =

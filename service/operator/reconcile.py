@@ -26,25 +26,8 @@ from seedrl.common.config import (
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
-from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER
+from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER, names
 from seedrl.service.operator.render.learner_job import learner_hash
-
-# The names of the children and the paths in their pods, read through this module by code
-# that predates the render package (the tests' simulated kubelet, the image tests).
-from seedrl.service.operator.render import render as render
-from seedrl.service.operator.render.common import (
-    CONFIG_FILE as CONFIG_FILE,
-    RUN_DIR as RUN_DIR,
-    SHARED_DIR as SHARED_DIR,
-    TERMINATION_LOG as TERMINATION_LOG,
-    names as names,
-)
-from seedrl.service.operator.render.tls import (
-    TLS_DIR as TLS_DIR,
-    learner_dns_names as learner_dns_names,
-    tls_secret_name as tls_secret_name,
-)
-from seedrl.service.operator.render.volume import render_run_volume as render_run_volume
 
 
 #: Annotation prefixes of tools, not of the user: left out of the config the pods read.

@@ -17,6 +17,8 @@ from seedrl.common.exit_codes import ExitCode
 from seedrl.common.learner_status import STATES, LearnerStatus
 from seedrl.common.config import parse_experiment
 from seedrl.service.operator import reconcile
+from seedrl.service.operator.render import render
+from seedrl.service.operator.render.tls import learner_dns_names
 from seedrl.service.operator.reconciler import fetch_url
 from support.pods import free_port, localize
 
@@ -29,7 +31,7 @@ def write_certificate(tmp_path, experiment_name, namespace):
 
     (tmp_path / "tls").mkdir()
     for key, data in certificates.self_signed(
-        reconcile.learner_dns_names(experiment_name, namespace)
+        learner_dns_names(experiment_name, namespace)
     ).items():
         (tmp_path / "tls" / key).write_bytes(data)
 
@@ -48,7 +50,7 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
             },
         }
     )
-    objs = {o["kind"]: o for o in reconcile.render(exp)}
+    objs = {o["kind"]: o for o in render(exp)}
     (tmp_path / "config.yaml").write_text(objs["ConfigMap"]["data"]["config.yaml"])
     write_certificate(tmp_path, "pods", "ml")
     service = objs["Service"]["metadata"]["name"]

@@ -323,13 +323,14 @@ def test_the_operator_runs_the_charts_accelerator_experiment_on_its_accelerator(
 ):
     # The chart's Experiment (no image given) as the operator renders its learner: the
     # accelerator's build of the learner, the device requested, the node pool selected.
-    from seedrl.service.operator import reconcile
+    from seedrl.service.operator.reconcile import validate
+    from seedrl.service.operator.render import render as render_children
 
     exp = _experiment(
         render(EXPERIMENT_CHART, release="r1", namespace="rl", values=values, tmp_path=tmp_path)
     )
     assert exp["spec"]["learner"]["image"] == ""
-    job = next(o for o in reconcile.render(reconcile.validate(exp)) if o["kind"] == "Job")
+    job = next(o for o in render_children(validate(exp)) if o["kind"] == "Job")
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == image

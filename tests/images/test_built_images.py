@@ -3,7 +3,7 @@
 ``make test-images`` runs these (marker ``images``; ``make test`` leaves them out: they build
 TensorFlow-sized images). Each pod runs inside its image with ``buildah run`` as UID 1000, with
 the pod's volumes (the ConfigMap read-only, emptyDirs writable) over a read-only root, and with
-the command, arguments and environment :func:`seedrl.service.operator.reconcile.render` gives
+the command, arguments and environment :func:`seedrl.service.operator.render` gives
 it; only the ports are chosen free, since the containers share this machine's network.
 """
 
@@ -18,7 +18,10 @@ import pytest
 import yaml
 
 from seedrl.common.config import parse_experiment
-from seedrl.service.operator import certificates, reconcile
+from seedrl.service.operator import certificates
+from seedrl.service.operator.render import render
+from seedrl.service.operator.render.common import ENV_SPEC_CONTAINER, names
+from seedrl.service.operator.render.tls import learner_dns_names, tls_secret_name
 from support.buildah import Pod
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(3600)]
@@ -80,8 +83,8 @@ def wait_for(predicate, timeout: float, what: str, pods=()):
 def _certificate(exp) -> dict:
     """The learner's certificate Secret as the operator makes it, for :class:`Pod`."""
     return {
-        reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
-            reconcile.learner_dns_names(exp.metadata.name, "default")
+        tls_secret_name(exp.metadata.name): certificates.self_signed(
+            learner_dns_names(exp.metadata.name, "default")
         )
     }
 
@@ -137,13 +140,13 @@ def test_the_root_is_read_only_and_the_volumes_writable_as_in_a_pod(images, stor
 def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(images, store, tmp_path):
     learner_image, actor_image = images("learner-cpu"), images("actors")
     exp = parse_experiment(cartpole("cartpole-images", learner_image, actor_image))
-    objects = reconcile.render(exp, namespace="default")
-    service = reconcile.names(exp.metadata.name).service
+    objects = render(exp, namespace="default")
+    service = names(exp.metadata.name).service
     # TLS as in a cluster: the certificate the operator would make for the learner's Service;
     # the actor reaches the Service's name (an /etc/hosts entry) and verifies it.
     secrets = {
-        reconcile.tls_secret_name(exp.metadata.name): certificates.self_signed(
-            reconcile.learner_dns_names(exp.metadata.name, "default")
+        tls_secret_name(exp.metadata.name): certificates.self_signed(
+            learner_dns_names(exp.metadata.name, "default")
         )
     }
     # The learner pod's init container derives the env spec in the actor image first.
@@ -155,7 +158,7 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
         tmp_path,
         "cartpole-images-learner-x7k2p",
         secrets=secrets,
-        init_images={reconcile.ENV_SPEC_CONTAINER: actor_image},
+        init_images={ENV_SPEC_CONTAINER: actor_image},
     ) as learner:
         with Pod(
             store,
@@ -215,7 +218,7 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
     exp = parse_experiment(
         cartpole("tpu-learner", image, images("actors"), accelerator={"kind": "tpu"})
     )
-    objects = reconcile.render(exp, namespace="default")
+    objects = render(exp, namespace="default")
     with Pod(
         store,
         image,
@@ -225,7 +228,7 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
         "tpu-learner-learner-h8j2k",
         extra_env=NO_METADATA_SERVER,
         secrets=_certificate(exp),
-        init_images={reconcile.ENV_SPEC_CONTAINER: images("actors")},
+        init_images={ENV_SPEC_CONTAINER: images("actors")},
     ) as pod:
         assert pod.wait(300) == ExitCode.NO_ACCELERATOR, pod.output()[-4000:]
         assert (
@@ -235,7 +238,7 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
     # Not told it is on a TPU (a CPU Experiment), it reports that no TPU is present and runs
     # on the CPU, as learner/devices.py documents.
     exp = parse_experiment(cartpole("cpu-learner", image, images("actors")))
-    objects = reconcile.render(exp, namespace="default")
+    objects = render(exp, namespace="default")
     with Pod(
         store,
         image,
@@ -245,7 +248,7 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
         "cpu-learner-learner-p4m9x",
         extra_env=NO_METADATA_SERVER,
         secrets=_certificate(exp),
-        init_images={reconcile.ENV_SPEC_CONTAINER: images("actors")},
+        init_images={ENV_SPEC_CONTAINER: images("actors")},
     ) as pod:
         wait_for(
             lambda: "serving cpu-learner" in pod.output(), 600, "the learner serving", pods=[pod]

@@ -5,7 +5,8 @@ import socket
 import sys
 from pathlib import Path
 
-from seedrl.service.operator import reconcile
+from seedrl.service.operator.render.common import CONFIG_FILE, RUN_DIR, SHARED_DIR, TERMINATION_LOG
+from seedrl.service.operator.render.tls import TLS_DIR
 
 
 def free_port() -> int:
@@ -21,11 +22,11 @@ def localize(command: list[str], tmp_path: Path, service: str, port: int) -> lis
     the Service's name (``--tls-server-name``)."""
     out = []
     for arg in command:
-        arg = arg.replace(reconcile.CONFIG_FILE, str(tmp_path / "config.yaml"))
-        arg = arg.replace(reconcile.RUN_DIR, str(tmp_path / "run"))
-        arg = arg.replace(reconcile.TERMINATION_LOG, str(tmp_path / "termination-log"))
-        arg = arg.replace(reconcile.TLS_DIR, str(tmp_path / "tls"))
-        arg = arg.replace(reconcile.SHARED_DIR, str(tmp_path / "shared"))
+        arg = arg.replace(CONFIG_FILE, str(tmp_path / "config.yaml"))
+        arg = arg.replace(RUN_DIR, str(tmp_path / "run"))
+        arg = arg.replace(TERMINATION_LOG, str(tmp_path / "termination-log"))
+        arg = arg.replace(TLS_DIR, str(tmp_path / "tls"))
+        arg = arg.replace(SHARED_DIR, str(tmp_path / "shared"))
         if arg == f"{service}:{port}":
             out += [f"127.0.0.1:{port}", "--tls-server-name", service]
             continue
