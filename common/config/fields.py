@@ -114,6 +114,18 @@ def field_key(f: dataclasses.Field) -> str:
 Problems = list[tuple[str, str]]
 
 
+def mode_evaluation_actors() -> Any:
+    """``evaluationActors`` of an agent whose evaluators act by the policy's mode (vtrace, ppo):
+    one declaration, so the two agents' fields and their docs stay the same."""
+    return param(
+        0,
+        "The last this-many actors act deterministically (the policy's mode) and only "
+        "evaluate: their episodes are reported apart (eval_mean_return), judge "
+        "spec.budget.targetReturn, and are not trained on.",
+        ge=0,
+    )
+
+
 def minibatches_problems(agent: str, minibatches: int, batch_size: int) -> Problems:
     """``spec.agent.<agent>.minibatches`` must divide ``spec.learner.batchSize``: each pass
     over a batch is cut into that many equal minibatches."""

@@ -6,7 +6,12 @@ import dataclasses
 from typing import TYPE_CHECKING
 from typing import Optional
 
-from seedrl.common.config.fields import Problems, minibatches_problems, param
+from seedrl.common.config.fields import (
+    Problems,
+    minibatches_problems,
+    mode_evaluation_actors,
+    param,
+)
 
 if TYPE_CHECKING:  # the spec imports this section: only for the annotation
     from seedrl.common.config.experiment import Spec
@@ -94,13 +99,7 @@ class PPOConfig:
         "trained on; the lag measured is reported as policy_lag.",
         ge=0,
     )
-    evaluation_actors: int = param(
-        0,
-        "The last this-many actors act deterministically (the policy's mode) and only "
-        "evaluate: their episodes are reported apart (eval_mean_return), judge "
-        "spec.budget.targetReturn, and are not trained on.",
-        ge=0,
-    )
+    evaluation_actors: int = mode_evaluation_actors()
 
     def problems(self, spec: Spec) -> Problems:
         """The rules of this section that involve other fields of ``spec``."""

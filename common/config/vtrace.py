@@ -5,7 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from seedrl.common.config.fields import Problems, minibatches_problems, param
+from seedrl.common.config.fields import (
+    Problems,
+    minibatches_problems,
+    mode_evaluation_actors,
+    param,
+)
 
 if TYPE_CHECKING:  # the spec imports this section: only for the annotation
     from seedrl.common.config.experiment import Spec
@@ -65,13 +70,7 @@ class VTraceConfig:
         "every pass (must divide spec.learner.batchSize).",
         ge=1,
     )
-    evaluation_actors: int = param(
-        0,
-        "The last this-many actors act deterministically (the policy's mode) and only "
-        "evaluate: their episodes are reported apart (eval_mean_return), judge "
-        "spec.budget.targetReturn, and are not trained on.",
-        ge=0,
-    )
+    evaluation_actors: int = mode_evaluation_actors()
 
     def problems(self, spec: Spec) -> Problems:
         """The rules of this section that involve other fields of ``spec``."""
