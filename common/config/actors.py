@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from seedrl.common.config.cluster import ACTOR_IMAGE, RELEASE_IMAGES, ImageDefaults
-from seedrl.common.config.fields import _DNS_LABEL, _IMAGE, param
+from seedrl.common.config.fields import DNS_LABEL, IMAGE_PATTERN, param
 from seedrl.common.config.placement import PlacementConfig, ResourcesConfig
 
 
@@ -43,7 +43,7 @@ class ActorsConfig:
         f"Container image of the actors in a cluster; empty: the release's actor image "
         f"({ACTOR_IMAGE} for this release, from the operator's registry), the same release "
         f"as the learner's.",
-        pattern=f"({_IMAGE})?",
+        pattern=f"({IMAGE_PATTERN})?",
         pattern_hint="an image reference, or empty",
         max_len=512,
     )
@@ -65,7 +65,7 @@ class ActorsConfig:
         "Never spec.serviceAccountName (the learner's): actors run environment code and "
         "need no cloud credentials, so with Workload Identity they must not get the "
         "learner's access to the checkpoint bucket.",
-        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern=f"({DNS_LABEL}(\\.{DNS_LABEL})*)?",
         pattern_hint="a DNS subdomain",
         max_len=253,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from seedrl.common.config.fields import _DNS_LABEL, _QUANTITY, _QUANTITY_HINT, param
+from seedrl.common.config.fields import DNS_LABEL, QUANTITY_PATTERN, QUANTITY_HINT, param
 
 
 #: What happens to the learner's run volume when its Experiment is deleted
@@ -40,8 +40,8 @@ class CheckpointConfig:
         "(volumeStorageClassName) that holds the learner's run directory, "
         "checkpoints included, so that a learner pod that is replaced (drained, "
         "crashed, preempted) resumes from them.",
-        pattern=_QUANTITY,
-        pattern_hint=_QUANTITY_HINT,
+        pattern=QUANTITY_PATTERN,
+        pattern_hint=QUANTITY_HINT,
         max_len=32,
     )
     volume_storage_class_name: str = param(
@@ -49,7 +49,7 @@ class CheckpointConfig:
         "In a cluster with an empty uri: the StorageClass of that PersistentVolumeClaim; "
         "empty uses the cluster's default (on GKE a zonal persistent disk: the learner's "
         "replacement pods are then scheduled in the disk's zone).",
-        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern=f"({DNS_LABEL}(\\.{DNS_LABEL})*)?",
         pattern_hint="a StorageClass name (a DNS subdomain), or empty",
         max_len=253,
     )

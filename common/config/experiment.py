@@ -13,7 +13,7 @@ from seedrl.common.config.budget import BudgetConfig
 from seedrl.common.config.checkpoint import CheckpointConfig
 from seedrl.common.config.cluster import API_VERSION, KIND
 from seedrl.common.config.env import EnvConfig
-from seedrl.common.config.fields import _DNS_LABEL, INT64_MAX, param
+from seedrl.common.config.fields import DNS_LABEL, INT64_MAX, param
 from seedrl.common.config.learner import LearnerConfig
 
 
@@ -40,7 +40,7 @@ class Spec:
         "Kubernetes service account of the learner pod, e.g. one bound to a Google "
         "service account through Workload Identity for gs:// checkpoints; empty uses the "
         "namespace's default. The actors do not run as it (spec.actors.serviceAccountName).",
-        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern=f"({DNS_LABEL}(\\.{DNS_LABEL})*)?",
         pattern_hint="a DNS subdomain",
         max_len=253,
     )
@@ -67,7 +67,7 @@ class Spec:
         "Kueue LocalQueue to admit the experiment through (label "
         "kueue.x-k8s.io/queue-name on the learner Job); empty: no "
         "queue.",
-        pattern=f"({_DNS_LABEL})?",
+        pattern=f"({DNS_LABEL})?",
         max_len=63,
     )
 
@@ -80,11 +80,11 @@ class Metadata:
         doc="Experiment name: a DNS-1123 label (lowercase letters, digits and "
         "'-'). Required, with no default, because it names the run directory "
         "and every Kubernetes object of the experiment.",
-        pattern=_DNS_LABEL,
+        pattern=DNS_LABEL,
         max_len=63,
     )
     namespace: Optional[str] = param(
-        None, "Kubernetes namespace; ignored by the local launcher.", pattern=_DNS_LABEL, max_len=63
+        None, "Kubernetes namespace; ignored by the local launcher.", pattern=DNS_LABEL, max_len=63
     )
     labels: dict[str, str] = param(doc="Kubernetes labels, copied onto every object.", factory=dict)
     annotations: dict[str, str] = param(doc="Kubernetes annotations.", factory=dict)

@@ -20,14 +20,14 @@ from seedrl.common.quantity import QUANTITY
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-# DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+#: DNS-1123 label: what Kubernetes accepts as an object name that also becomes a label value.
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _REQUIRED = dataclasses.MISSING
-# A request is a non-negative Kubernetes resource quantity, e.g. 500m, 4, 16Gi, 1.5.
-_QUANTITY = f"[+]?{QUANTITY}"
-_QUANTITY_HINT = "a Kubernetes quantity such as 500m, 4 or 16Gi, written as a string"
-# A container image reference: [registry/]path[:tag][@digest], no spaces.
-_IMAGE = r"[a-z0-9][A-Za-z0-9._\-/:@]*"
+#: A request is a non-negative Kubernetes resource quantity, e.g. 500m, 4, 16Gi, 1.5.
+QUANTITY_PATTERN = f"[+]?{QUANTITY}"
+QUANTITY_HINT = "a Kubernetes quantity such as 500m, 4 or 16Gi, written as a string"
+#: A container image reference: [registry/]path[:tag][@digest], no spaces.
+IMAGE_PATTERN = r"[a-z0-9][A-Za-z0-9._\-/:@]*"
 
 
 class ConfigError(ValueError):

@@ -9,7 +9,7 @@ from typing import Optional
 
 from seedrl.common.config.accelerator import AcceleratorConfig
 from seedrl.common.config.cluster import LEARNER_IMAGES, RELEASE_IMAGES, ImageDefaults
-from seedrl.common.config.fields import _IMAGE, param
+from seedrl.common.config.fields import IMAGE_PATTERN, param
 from seedrl.common.config.placement import PlacementConfig, ResourcesConfig
 
 
@@ -202,7 +202,7 @@ class LearnerConfig:
         + ", ".join(f"{kind} {image}" for kind, image in LEARNER_IMAGES.items())
         + "), since only the "
         "gpu and tpu builds reach those devices.",
-        pattern=f"({_IMAGE})?",
+        pattern=f"({IMAGE_PATTERN})?",
         pattern_hint="an image reference, or empty",
         max_len=512,
     )

@@ -13,7 +13,7 @@ import yaml
 from seedrl.common.config.experiment import Experiment
 from seedrl.common.config.fields import ConfigError, field_key
 from seedrl.common.config.validate import parse_experiment
-from seedrl.common.config.yaml_io import _one_line, _yaml_load_all, read_yaml_file
+from seedrl.common.config.yaml_io import yaml_error_line, yaml_load_all, read_yaml_file
 
 
 def set_path(document: dict, dotted: str, value: Any) -> None:
@@ -48,11 +48,11 @@ def apply_overrides(document: Any, overrides: Sequence[str]) -> Any:
         if not sep:
             raise ConfigError([(item, "override must be written path=value")])
         try:
-            docs = _yaml_load_all(raw) if raw.strip() else [""]
+            docs = yaml_load_all(raw) if raw.strip() else [""]
             value = docs[0] if len(docs) == 1 else raw
         except yaml.YAMLError as exc:
             raise ConfigError(
-                [(path, f"override value is not valid YAML: {_one_line(exc)}")]
+                [(path, f"override value is not valid YAML: {yaml_error_line(exc)}")]
             ) from None
         set_path(document, path.strip(), value)
     return document

@@ -35,7 +35,9 @@ class _Invalid:
     """Marks a value that failed parsing, so that parsing can go on and report everything."""
 
 
-_INVALID = _Invalid()
+#: What :func:`parse_dataclass` returns for a section that failed: its problems are listed and
+#: the rules across fields (:mod:`.validate`) are not checked on it.
+INVALID = _Invalid()
 
 
 def _describe(value: Any) -> str:
@@ -115,50 +117,50 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
             return None
         return _parse_value(inner[0], value, path, problems)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _parse_dataclass(tp, value, path, problems)
+        return parse_dataclass(tp, value, path, problems)
     if tp is bool:
         if isinstance(value, bool):
             return value
         problems.append((path, f"must be true or false, got {_describe(value)}"))
-        return _INVALID
+        return INVALID
     if tp is int:
         if isinstance(value, bool) or not (
             isinstance(value, int) or (isinstance(value, float) and value.is_integer())
         ):
             problems.append((path, f"must be an integer, got {_describe(value)}"))
-            return _INVALID
+            return INVALID
         if not INT64_MIN <= value <= INT64_MAX:
             # The learner's counters and the CRD are int64: a larger value would overflow them.
             problems.append(
                 (path, f"must be an integer within int64 (-2^63 to 2^63-1), got {_fmt(value)}")
             )
-            return _INVALID
+            return INVALID
         return int(value)
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         problems.append((path, f"must be a number, got {_describe(value)}"))
-        return _INVALID
+        return INVALID
     if tp is str:
         if isinstance(value, str):
             return value
         problems.append((path, f"must be a string, got {_describe(value)}"))
-        return _INVALID
+        return INVALID
     if origin is list:
         if not isinstance(value, list):
             problems.append((path, f"must be a list, got {_describe(value)}"))
-            return _INVALID
+            return INVALID
         items = [_parse_value(args[0], v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
-        return _INVALID if any(i is _INVALID for i in items) else items
+        return INVALID if any(i is INVALID for i in items) else items
     if origin is dict:
         if not isinstance(value, dict):
             problems.append((path, f"must be a mapping, got {_describe(value)}"))
-            return _INVALID
+            return INVALID
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 problems.append((path, f"keys must be strings, got {_describe(k)}"))
-                return _INVALID
+                return INVALID
             if args[1] is Any:
                 if not _is_json_like(v):
                     problems.append(
@@ -169,7 +171,7 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
                             f"{_describe(v)}",
                         )
                     )
-                    return _INVALID
+                    return INVALID
                 out[k] = v
             else:
                 out[k] = _parse_value(args[1], v, f"{path}.{k}", problems)
@@ -177,12 +179,14 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
     raise TypeError(f"unsupported config type {tp!r} at {path}")  # a bug in this module
 
 
-def _parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+def parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+    """``value`` (a mapping, or None for all defaults) as dataclass ``cls`` at document ``path``;
+    every problem found is appended to ``problems`` and :data:`INVALID` returned for them."""
     if value is None:
         value = {}
     if not isinstance(value, dict):
         problems.append((path or "<document>", f"must be a mapping, got {_describe(value)}"))
-        return _INVALID
+        return INVALID
     hints = typing.get_type_hints(cls)
     fields = {field_key(f): f for f in dataclasses.fields(cls)}
     prefix = f"{path}." if path else ""
@@ -205,12 +209,12 @@ def _parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str,
                 ok = False
             continue
         parsed = _parse_value(hints[f.name], value[key], fpath, problems)
-        if parsed is _INVALID:
+        if parsed is INVALID:
             ok = False
             continue
         _check_constraints(parsed, f.metadata, fpath, problems)
         kwargs[f.name] = parsed
-    return cls(**kwargs) if ok else _INVALID
+    return cls(**kwargs) if ok else INVALID
 
 
 def parse_section(cls: type[T], value: Any, path: str, problems: list[tuple[str, str]]) -> T | None:
@@ -221,8 +225,8 @@ def parse_section(cls: type[T], value: Any, path: str, problems: list[tuple[str,
     Appends ``(field path, reason)`` to ``problems`` rather than raising, so that a caller can
     add checks of its own before reporting everything at once; returns None when invalid.
     """
-    out = _parse_dataclass(cls, value, path, problems)
-    return None if out is _INVALID else out
+    out = parse_dataclass(cls, value, path, problems)
+    return None if out is INVALID else out
 
 
 def parse_document(cls: type[T], value: Any, path: str = "") -> T:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from seedrl.common.config.fields import _DNS_LABEL, _QUANTITY, _QUANTITY_HINT, param
+from seedrl.common.config.fields import DNS_LABEL, QUANTITY_PATTERN, QUANTITY_HINT, param
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -21,29 +21,29 @@ class ResourcesConfig:
     cpu: str = param(
         "1",
         "CPU request, e.g. '500m' or '4'.",
-        pattern=_QUANTITY,
-        pattern_hint=_QUANTITY_HINT,
+        pattern=QUANTITY_PATTERN,
+        pattern_hint=QUANTITY_HINT,
         max_len=32,
     )
     memory: str = param(
         "2Gi",
         "Memory request and limit, e.g. '16Gi'.",
-        pattern=_QUANTITY,
-        pattern_hint=_QUANTITY_HINT,
+        pattern=QUANTITY_PATTERN,
+        pattern_hint=QUANTITY_HINT,
         max_len=32,
     )
     cpu_limit: str = param(
         "",
         "CPU limit; empty sets none, so the container may use idle cores.",
-        pattern=f"({_QUANTITY})?",
-        pattern_hint=_QUANTITY_HINT,
+        pattern=f"({QUANTITY_PATTERN})?",
+        pattern_hint=QUANTITY_HINT,
         max_len=32,
     )
     ephemeral_storage: str = param(
         "",
         "Ephemeral storage request and limit (logs, scratch); empty sets none.",
-        pattern=f"({_QUANTITY})?",
-        pattern_hint=_QUANTITY_HINT,
+        pattern=f"({QUANTITY_PATTERN})?",
+        pattern_hint=QUANTITY_HINT,
         max_len=32,
     )
 
@@ -103,14 +103,14 @@ class PlacementConfig:
     priority_class_name: str = param(
         "",
         "PriorityClass of the pods; empty uses the cluster's default.",
-        pattern=f"({_DNS_LABEL}(\\.{_DNS_LABEL})*)?",
+        pattern=f"({DNS_LABEL}(\\.{DNS_LABEL})*)?",
         pattern_hint="a DNS subdomain",
         max_len=253,
     )
     image_pull_secrets: list[str] = param(
         doc="Names of Secrets in the Experiment's namespace to pull the images with.",
         factory=list,
-        pattern=f"{_DNS_LABEL}(\\.{_DNS_LABEL})*",
+        pattern=f"{DNS_LABEL}(\\.{DNS_LABEL})*",
         pattern_hint="a Secret name (a DNS subdomain)",
         max_len=253,
     )

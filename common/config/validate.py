@@ -17,7 +17,7 @@ from seedrl.common.config.actors import envs_per_stream
 from seedrl.common.config.env import envpool_problems
 from seedrl.common.config.experiment import Experiment
 from seedrl.common.config.fields import ConfigError, field_key
-from seedrl.common.config.parse import _INVALID, _parse_dataclass
+from seedrl.common.config.parse import INVALID, parse_dataclass
 from seedrl.common.config.placement import placement_problems
 from seedrl.common.config.tpu import tpu_cel_rules, tpu_problems
 
@@ -184,8 +184,8 @@ def parse_experiment(document: Any) -> Experiment:
     """
     problems: list[tuple[str, str]] = []
     document = _fill_dependent_defaults(document)
-    exp = _parse_dataclass(Experiment, document, "", problems)
-    if not problems and exp is not _INVALID:
+    exp = parse_dataclass(Experiment, document, "", problems)
+    if not problems and exp is not INVALID:
         _check_cross_fields(exp, problems)
     if problems:
         raise ConfigError(problems)

@@ -95,7 +95,7 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _yaml_load_all(text: str) -> list[Any]:
+def yaml_load_all(text: str) -> list[Any]:
     """Every document of ``text``.
 
     Raises:
@@ -110,7 +110,7 @@ def _yaml_load_all(text: str) -> list[Any]:
         raise _YAMLBomb("nested too deeply to parse") from None
 
 
-def _one_line(exc: yaml.YAMLError) -> str:
+def yaml_error_line(exc: yaml.YAMLError) -> str:
     """A YAML error as one line (PyYAML's own messages span several, with a caret drawing)."""
     if isinstance(exc, _YAMLBomb):
         return str(exc)
@@ -129,9 +129,9 @@ def load_yaml(text: str, source: str = "<string>") -> Any:
         :data:`MAX_YAML_BYTES`, or aliases that recurse or expand past :data:`MAX_YAML_VALUES`.
     """
     try:
-        docs = [d for d in _yaml_load_all(text) if d is not None]
+        docs = [d for d in yaml_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise ConfigError([(source, f"not valid YAML: {_one_line(exc)}")]) from None
+        raise ConfigError([(source, f"not valid YAML: {yaml_error_line(exc)}")]) from None
     if len(docs) != 1:
         raise ConfigError([(source, f"must hold exactly one YAML document, found {len(docs)}")])
     return docs[0]

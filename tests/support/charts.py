@@ -117,7 +117,7 @@ def template(
 def load_manifests(text: str) -> list[dict[str, Any]]:
     """The documents of a rendered stream, parsed the way seedrl parses YAML (YAML 1.2
     floats such as ``1e-07``, as Kubernetes reads them)."""
-    return [doc for doc in yaml_io._yaml_load_all(text) if doc]
+    return [doc for doc in yaml_io.yaml_load_all(text) if doc]
 
 
 def render(chart: Path, **kwargs: Any) -> list[dict[str, Any]]:
