@@ -1,5 +1,5 @@
 """The docs stay true to the tree: docs/architecture.md names only files that exist (and the
-README links to it), and every seedrl command the docs show parses."""
+README links to it), and every seedrl command and make target the docs show exists."""
 
 from __future__ import annotations
 
@@ -24,20 +24,26 @@ def test_the_readme_links_the_map():
     assert "(docs/architecture.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def _shell_blocks() -> list[tuple[str, str]]:
+    """The shell blocks (```sh) of the README and the docs site, with their pages. Other blocks
+    are output, diagrams and usage texts."""
+    pattern = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.M | re.S)
+    return [
+        (str(page.relative_to(ROOT)), block)
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for block in pattern.findall(page.read_text(encoding="utf-8"))
+    ]
+
+
 def _documented_command_lines() -> list[tuple[str, str]]:
-    """Every ``seedrl`` command line in the shell blocks (```sh) of the README and the docs site,
-    with its page: continuation lines joined, trailing comments dropped. Other blocks are
-    output, diagrams and usage texts."""
+    """Every ``seedrl`` command line of the shell blocks, with its page: continuation lines
+    joined, trailing comments dropped."""
     found = []
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
-        blocks = re.findall(
-            r"^```(?:sh|bash|shell)\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S
-        )
-        for block in blocks:
-            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-                line = re.sub(r"\s+#.*$", "", line).strip()
-                if re.match(r"(\.venv/bin/)?seedrl ", line):
-                    found.append((str(page.relative_to(ROOT)), line))
+    for page, block in _shell_blocks():
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if re.match(r"(\.venv/bin/)?seedrl ", line):
+                found.append((page, line))
     return found
 
 
@@ -60,3 +66,20 @@ def test_every_documented_seedrl_command_parses_and_names_files_that_exist():
             if re.fullmatch(r"(examples|k8s)/[\w./-]+\.yaml", arg) and not (ROOT / arg).exists():
                 problems.append(f"{page}: {line}: no file {arg}")
     assert not problems, "\n".join(problems)
+
+
+def test_every_make_target_the_docs_show_exists():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    shown = [
+        (page, target)
+        for page, block in _shell_blocks()
+        for target in re.findall(r"^\s*make ([a-z][\w-]*)", block, re.M)
+    ]
+    assert len(shown) > 5
+    missing = [
+        f"{page.relative_to(ROOT)}: make {target}"
+        for page, target in shown
+        if target not in targets
+    ]
+    assert not missing, missing
