@@ -35,9 +35,9 @@ PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.strea
 # prerequisites and the group table below (one declaration of what each target is for).
 HELP_GROUPS := Start:run,install,clean Test:test,test-all,test-unit,test-images,lint,docs \
 	Generated:generate,check-generated \
-	Benchmarks:bench-speed,bench-hostile,bench-throughput,bench-streams,bench-devices \
+	Benchmarks:bench-speed,bench-atari-speed,bench-gpu,bench-hostile,bench-throughput,bench-streams,bench-devices \
 	Curves:bench-atari,bench-atari-ppo,bench-mujoco,bench-pendulum,bench-football,bench-cartpole-r2d2 \
-	Tools:images,image-tools,football,helm,kubectl,prometheus
+	Tools:images,image-tools,football,helm,kubectl,prometheus,sample-factory
 
 .PHONY: help
 help: ## list the targets by group
@@ -102,7 +102,7 @@ bench-speed: $(STAMP) ## every speed figure side by side (~6 min)
 # training on with one gradient step per batch, and the example's 4 epochs x 4 minibatches),
 # and Sample Factory 2.1.1 APPO with its Atari defaults, each over the same seconds.
 .PHONY: bench-atari-speed
-bench-atari-speed: $(STAMP) sample-factory
+bench-atari-speed: $(STAMP) sample-factory ## Pong: both Atari backends and Sample Factory (~12 min)
 	$(PY) bench/atari_speed.py --json bench-atari-speed.json
 
 # Sample Factory 2.1.1 in its own virtualenv (bench/.sf-venv, gitignored): it needs gymnasium
@@ -112,7 +112,7 @@ bench-atari-speed: $(STAMP) sample-factory
 # processes): a .pth file imports it in every process of that virtualenv.
 SF_VENV := bench/.sf-venv
 .PHONY: sample-factory
-sample-factory:
+sample-factory: ## Sample Factory 2.1.1 in bench/.sf-venv
 	@if $(SF_VENV)/bin/python -c "import sf_examples.atari.train_atari, gymnasium as g; g.make('PongNoFrameskip-v4')" \
 	  >/dev/null 2>&1; then exit 0; fi; \
 	set -ex; \
@@ -130,7 +130,7 @@ sample-factory:
 # test_gpu_bench.py runs it that way, for a few seconds with 2 actors).
 GPU_VENV ?= .venv-gpu
 .PHONY: bench-gpu
-bench-gpu: $(STAMP)
+bench-gpu: $(STAMP) ## Pong with 16 actors, GPU learner then CPU, as JSON
 	@if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then \
 	  set -ex; \
 	  if ! $(GPU_VENV)/bin/python -c "import tensorflow as tf, sys; sys.exit(not tf.config.list_physical_devices('GPU'))" \
