@@ -48,6 +48,20 @@ def _histogram(name: str, help_: str, labels: tuple[str, ...] = ("experiment",))
     return Metric(name, "histogram", help_, labels)
 
 
+#: What each label of the learner's and the actors' series holds.
+LABELS = {
+    "experiment": "The Experiment's name (`metadata.name`).",
+    "kind": "`train` for the actors that explore and are trained on, `eval` for the "
+    "evaluation actors (`evaluationActors`).",
+    "term": "A loss term of the agent's last training step (V-trace: `total`, `policy`, "
+    "`value`, `entropy`; PPO: `total`, `policy`, `value`; R2D2: `q`).",
+    "stat": "Another statistic the agent reports for its last training step, by its name "
+    "(`grad_norm` for every agent; PPO's `kl` and `entropy` among others).",
+    "file": "What the learner failed to write: `status.json`, `metrics.jsonl`, `summary.json`, "
+    "`tensorboard` or `run directory`.",
+    "actor": "The actor's index (0 to `spec.actors.replicas` - 1).",
+}
+
 _EPISODES = ("experiment", "kind")
 
 # -- the learner: observed as things happen ---------------------------------------------------

@@ -15,8 +15,11 @@ from prometheus_client import CollectorRegistry
 
 from seedrl.common import metrics as declared
 from seedrl.service.cost import CostReport
+from seedrl.service.cost.records import ROLES
+from seedrl.service.local.launcher import LOCAL_NAMESPACE
 from seedrl.service.generate import markdown as md
-from seedrl.service.operator.metrics import OperatorMetrics
+from seedrl.service.operator.crd import PHASES
+from seedrl.service.operator.metrics import TRIGGERS, OperatorMetrics
 
 #: The page, relative to the repository root.
 PAGE = "docs/reference/metrics.md"
@@ -75,6 +78,29 @@ def metrics_table(metrics: Sequence[declared.Metric]) -> str:
     return md.table(("Series", "Type", "Labels", "Help"), rows)
 
 
+def _values(values: Sequence[str]) -> str:
+    return ", ".join(md.code(v) for v in values)
+
+
+def labels() -> dict[str, str]:
+    """What every label of every series holds: the learner's and the actors' from
+    :data:`seedrl.common.metrics.LABELS`, the service's from the tuples it labels with."""
+    return {
+        **declared.LABELS,
+        "namespace": f"The Experiment's namespace (`{LOCAL_NAMESPACE}` for `seedrl train`).",
+        "phase": "One of the Experiment's phases: " + _values(PHASES) + " (1 for the current "
+        "one, 0 for the others).",
+        "role": "Whose cost: " + _values((*ROLES, "total")) + ".",
+        "trigger": "What ran the reconcile: " + _values(TRIGGERS) + " (`change`: a create, "
+        "update or resume; `poll`: the periodic status refresh).",
+    }
+
+
+def labels_table() -> str:
+    """A table of every label and what it holds."""
+    return md.table(("Label", "Holds"), [(md.code(k), v) for k, v in sorted(labels().items())])
+
+
 def page() -> str:
     """The page's Markdown."""
     service = service_metrics()
@@ -103,6 +129,8 @@ def page() -> str:
             "Per Experiment, from the operator for each Experiment it manages, and from "
             "`seedrl train` for its one run; dropped when the Experiment is deleted.\n",
             metrics_table(experiments),
+            "## Labels\n",
+            labels_table(),
         ]
     )
 

@@ -55,3 +55,14 @@ def test_every_series_the_dashboards_and_alerts_query_is_on_the_page():
     # A histogram's row names its family; its _bucket, _sum and _count series go with it.
     families = {re.sub(r"_(bucket|sum|count)$", "", name) for name in queried}
     assert [f for f in families if f"`{f}`" not in page and f"`{f}_total`" not in page] == []
+
+
+def test_every_label_of_every_series_says_what_it_holds():
+    glossary = reference_metrics.labels()
+    metrics = [*declared.LEARNER, *declared.ACTOR, *reference_metrics.service_metrics()]
+    used = {label for metric in metrics for label in metric.labels}
+    assert used <= set(glossary), sorted(used - set(glossary))
+    assert set(glossary) <= used, sorted(set(glossary) - used)  # nothing described in vain
+    page = reference_metrics.page()
+    for label, holds in glossary.items():
+        assert f"| `{label}` | {holds} |" in page
