@@ -14,7 +14,6 @@ from seedrl.common.config import (
 )
 from seedrl.service.operator.render.common import (
     ANNOTATION_CONFIG_HASH,
-    CONFIG_FILE,
     LABEL_KUEUE_QUEUE,
     LABEL_SPOT,
     SPOT_GRACE_SECONDS,
@@ -25,6 +24,7 @@ from seedrl.service.operator.render.common import (
     selector_labels,
 )
 from seedrl.service.operator.render.pod import (
+    actors_command,
     SPOT_TOLERATION,
     apply_placement,
     base_pod_spec,
@@ -82,17 +82,9 @@ def render_actors(
         "imagePullPolicy": "IfNotPresent",
         # A Deployment's pods have no ordinal: with `--index auto` the learner assigns each
         # actor the lowest free index (unique among live actors, kept across reconnects).
-        "command": [
-            "python",
-            "-m",
-            "seedrl.actors",
-            "--config",
-            CONFIG_FILE,
-            "--learner",
-            f"{n.service}:{spec.learner.port}",
-            "--index",
-            "auto",
-        ],
+        "command": actors_command(
+            "--learner", f"{n.service}:{spec.learner.port}", "--index", "auto"
+        ),
         "ports": [{"name": "metrics", "containerPort": actors.metrics_port, "protocol": "TCP"}],
         "env": container_env(exp),
         "resources": container_resources(actors.resources),

@@ -44,6 +44,7 @@ from seedrl.service.operator.render.common import (
     pod_labels,
 )
 from seedrl.service.operator.render.pod import (
+    actors_command,
     SPOT_TOLERATION,
     accelerator_placement,
     apply_placement,
@@ -273,15 +274,7 @@ def render_env_spec_container(
         "name": ENV_SPEC_CONTAINER,
         "image": actor_image(exp.spec.actors, images),
         "imagePullPolicy": "IfNotPresent",
-        "command": [
-            "python",
-            "-m",
-            "seedrl.actors",
-            "--config",
-            CONFIG_FILE,
-            "--env-spec-out",
-            ENV_SPEC_FILE,
-        ],
+        "command": actors_command("--env-spec-out", ENV_SPEC_FILE),
         "env": container_env(exp),
         "resources": container_resources(exp.spec.learner.resources),
         "volumeMounts": [

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from seedrl.common.config import Experiment, PlacementConfig, TolerationConfig, tpu_chips
 from seedrl.service.operator.render.common import (
     CONFIG_DIR,
+    CONFIG_FILE,
     GPU_RESOURCE,
     LABEL_SPOT,
     RUN_AS,
@@ -18,6 +19,12 @@ from seedrl.service.operator.render.common import (
     names,
 )
 from seedrl.service.operator.render.volume import needs_run_volume
+
+
+def actors_command(*args: str) -> list[str]:
+    """The command of a container that runs the actor image's code on the Experiment the pod
+    mounts (an actor, or the learner pod's env-spec init container), with ``args`` after it."""
+    return ["python", "-m", "seedrl.actors", "--config", CONFIG_FILE, *args]
 
 
 def container_security_context() -> dict[str, Any]:
