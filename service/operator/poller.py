@@ -26,6 +26,10 @@ from seedrl.service.operator.watch_cache import WATCHED, ChildCache, list_watche
 
 log = logging.getLogger(__name__)
 
+#: Longest the operator waits at its exit for a refresh under way: one learner /status fetch
+#: (3 s) and a few API calls, well within a pod's 30 s termination grace period.
+STOP_TIMEOUT_S = 10.0
+
 
 class PeeringGate:
     """Whether this replica is the active one among peers for a namespace's Experiments:
@@ -128,10 +132,19 @@ class Poller:
         """Starts the refresh thread."""
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stops it."""
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stops it and waits up to ``timeout`` seconds for the refresh under way to end.
+
+        Waiting matters at the operator's exit: a daemon thread still refreshing (and logging)
+        while the interpreter finalizes aborts the process (CPython's "could not acquire lock
+        for <stderr> at interpreter shutdown"), which a SIGTERM'd operator must not do.
+        """
         self._stop.set()
         self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("the poller did not stop within %.0f s", timeout)
 
     def wake(self, namespace: str, name: str) -> None:
         """Refreshes one Experiment now (its learner Job or a learner pod changed)."""
@@ -174,6 +187,8 @@ class Poller:
         replica is active (asked once per namespace); one failing never stops the others."""
         active: dict[str, bool] = {}
         for namespace, name in targets:
+            if self._stop.is_set():
+                return
             if namespace not in active:
                 active[namespace] = self.active(namespace)
             if not active[namespace]:
