@@ -127,13 +127,6 @@ class LearnerStatus:
         "Envs the actors recreated after they raised (since this learner started): each cuts "
         "an episode short. Actors give up when their envs keep raising (see actors/envs.py).",
     )
-    uncounted_env_steps: int = _field(
-        0,
-        "Env steps received beyond their actor's fair share: no actor counts toward "
-        "spec.budget.maxEnvSteps more steps than the busiest other actor has sent, so a "
-        "stream flooding the learner cannot end a run on its budget. A healthy run shows "
-        "few or none.",
-    )
     metrics: dict[str, Optional[float]] = _field(
         doc="The last training step's metrics (losses, gradient norm, ...).", factory=dict
     )

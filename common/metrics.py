@@ -119,11 +119,6 @@ EVAL_MEAN_RETURN = _gauge(
     "Mean return of the evaluation actors' last returnWindow episodes.",
     when="once an evaluation episode has finished",
 )
-UNCOUNTED_ENV_STEPS = _gauge(
-    "seedrl_learner_uncounted_env_steps",
-    "Env steps received beyond their actor's fair share (not counted toward "
-    "spec.budget.maxEnvSteps; see seedrl.learner.progress).",
-)
 ENV_RESTARTS = _counter(
     "seedrl_learner_env_restarts", "Envs the actors recreated after they raised."
 )

@@ -163,7 +163,6 @@ class _ScrapeTimeCollector:
             yield one(d.MEAN_RETURN, mean)
         if r.eval_returns:
             yield one(d.EVAL_MEAN_RETURN, float(np.mean(list(r.eval_returns))))
-        yield one(d.UNCOUNTED_ENV_STEPS, r.uncounted_env_steps)
         yield one(d.ENV_RESTARTS, r.env_restarts)
         losses, stats = [], []
         for key, value in sorted(r.last_metrics.items()):

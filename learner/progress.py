@@ -1,16 +1,19 @@
-"""What counts toward a run's budget and target: no single actor can decide either.
+"""What counts toward a run's budget and target: every accepted step, and no single actor's
+episodes alone.
 
 The learner cannot check an environment's dynamics: a stream that sends made-up observations,
 rewards and episodes that add up is indistinguishable, message by message, from a real actor.
 What it can check is where each step and episode came from (the actor index it granted or
 confirmed) and how each actor compares with the others. Two rules follow:
 
-- **Env steps** (``spec.budget.maxEnvSteps``): steps count per actor index, and no index counts
-  more than the busiest *other* index has sent (an actor alone counts in full). A stream that
-  floods the learner with steps passes for one more actor at most; it cannot end the run on
-  the budget ahead of the real actors. The steps beyond an index's share are reported as
-  ``uncounted_env_steps``; real actors of one Experiment step at similar rates, so a healthy
-  run shows none or a few.
+- **Env steps** (``spec.budget.maxEnvSteps``): every env step the learner accepted counts, from
+  every stream that ever joined, in whatever order actors join and leave (a scale-up and back
+  down, a pod replaced under a new index, two actors claiming one index). What bounds a single
+  stream is the protocol, not the count: a stream has at most one step in flight and each step
+  waits for the batch it joined, so a stream within the hello's caps steps at most once per
+  inference batch, no more often than a real actor's stream that keeps up. (An earlier rule
+  counted no index beyond the busiest other index's steps: a late joiner, or one that left,
+  then capped every other index at its own few steps for the rest of the run.)
 - **Target return** (``spec.budget.targetReturn``): the mean of the last ``returnWindow``
   episodes must reach the target, and so must the mean of the window without any one actor
   index's episodes. Where the window holds one index's episodes only, it decides alone only
@@ -32,7 +35,7 @@ RESTORED = -1
 
 
 class StepLedger:
-    """Env steps per actor index, and the fair-share count the budget is judged on.
+    """Env steps per actor index, and the count the budget is judged on.
 
     Args:
       before: steps counted before this learner process (a resumed run's checkpoint).
@@ -65,23 +68,10 @@ class StepLedger:
         )
 
     @property
-    def excess(self) -> int:
-        """Steps beyond their index's fair share: only the busiest index can exceed the
-        busiest other one, by the gap between the two."""
-        if len(self._by_index) < 2:
-            return 0
-        first = second = 0
-        for steps in self._by_index.values():
-            if steps > first:
-                first, second = steps, first
-            elif steps > second:
-                second = steps
-        return first - second
-
-    @property
     def counted(self) -> int:
-        """Env steps that count toward the budget (restored ones included)."""
-        return self.before + self.total - self.excess
+        """Env steps that count toward the budget: every step accepted in this process, and
+        those restored from the run's checkpoint."""
+        return self.before + self.total
 
     def by_index(self) -> dict[int, int]:
         """index -> env steps received from it in this process."""

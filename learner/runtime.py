@@ -668,7 +668,7 @@ class LearnerRuntime:
     @property
     def env_steps(self) -> int:
         """Env steps that count toward ``spec.budget.maxEnvSteps``: those of earlier
-        learners of the run, and each actor index's own up to the busiest other index's
+        learners of the run, and every step this one accepted from any stream
         (see :mod:`seedrl.learner.progress`)."""
         return self.ledger.counted
 
@@ -676,11 +676,6 @@ class LearnerRuntime:
     def env_steps(self, steps: int) -> None:
         # A resumed run's count so far (from its checkpoint).
         self.ledger.before = steps - self.ledger.counted + self.ledger.before
-
-    @property
-    def uncounted_env_steps(self) -> int:
-        """Env steps received beyond their actor index's fair share (not counted)."""
-        return self.ledger.excess
 
     @property
     def mean_return(self) -> float:
@@ -756,7 +751,6 @@ class LearnerRuntime:
             skipped_updates=self.skipped_updates,
             invalid_actions=self.invalid_actions,
             unverified_episodes=self.unverified_episodes,
-            uncounted_env_steps=self.uncounted_env_steps,
             env_restarts=self.env_restarts,
             mean_inference_batch=(
                 sum(b.items for b in self.batchers) / max(1, sum(b.batches for b in self.batchers))

@@ -1,5 +1,5 @@
-"""No single actor decides a run's budget or target (seedrl.learner.progress), checked against
-brute-force ground truths over every actor index."""
+"""What counts toward a run's budget and target (seedrl.learner.progress), checked against
+ground truths over every actor index: every step counts, no single index decides the target."""
 
 import itertools
 
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from seedrl.learner.progress import RESTORED, ReturnWindow, StepLedger
+from support.learner_harness import Stream, hello, step
 
 
 class Clock:
@@ -19,15 +20,8 @@ class Clock:
         return self.now
 
 
-def fair_share(steps: dict[int, int]) -> int:
-    """Ground truth: each index counts up to the busiest *other* index (alone: in full)."""
-    if len(steps) < 2:
-        return sum(steps.values())
-    return sum(min(s, max(v for j, v in steps.items() if j != i)) for i, s in steps.items())
-
-
 @pytest.mark.parametrize("seed", range(20))
-def test_the_ledger_counts_each_index_up_to_the_busiest_other_one(seed):
+def test_the_ledger_counts_every_step_of_every_index_whatever_their_order(seed):
     rng = np.random.default_rng(seed)
     ledger = StepLedger(before=int(rng.integers(0, 1000)))
     steps: dict[int, int] = {}
@@ -36,25 +30,25 @@ def test_the_ledger_counts_each_index_up_to_the_busiest_other_one(seed):
         n = int(rng.integers(1, 4097))
         ledger.add(index, n)
         steps[index] = steps.get(index, 0) + n
-        assert ledger.counted == ledger.before + fair_share(steps)
-        assert ledger.total - ledger.excess == fair_share(steps)
+        assert ledger.counted == ledger.before + sum(steps.values())
     assert ledger.by_index() == steps
 
 
-def test_a_flooding_actor_counts_as_one_more_actor_at_most():
+def test_an_index_that_stops_sending_caps_no_other():
+    # Issue 41: index 1 sent 164 steps and left; index 0 went on alone. The count went on too.
     ledger = StepLedger()
-    ledger.add(0, 10_000)
-    ledger.add(1, 12_000)
-    ledger.add(7, 1_500_000)  # 4,096 envs of zeros, as fast as inference answers
-    assert ledger.counted == 10_000 + 12_000 + 12_000
-    assert ledger.excess == 1_500_000 - 12_000
+    ledger.add(0, 164)
+    ledger.add(1, 164)
+    for _ in range(1000):
+        ledger.add(0, 4)
+    assert ledger.counted == 164 + 164 + 4000
 
 
-def test_an_actor_alone_counts_in_full_and_a_resumed_count_carries_on():
+def test_a_resumed_count_carries_on():
     ledger = StepLedger(before=5000)
     ledger.add(3, 700)
     ledger.add(3, 300)
-    assert ledger.counted == 6000 and ledger.excess == 0
+    assert ledger.counted == 6000
 
 
 def test_the_ledger_knows_which_other_index_of_a_kind_streamed_since_when():
@@ -158,3 +152,94 @@ def test_the_window_behaves_as_the_deque_it_replaces():
     window.clear()
     assert not window and window.since is None
     assert list(itertools.islice(window, 1)) == []
+
+
+# -- the count of a real learner over gRPC, as actors join and leave (issue 41) -------------
+
+
+class Actor:
+    """A client stream of the test's: says hello with an index, steps, leaves; counts what it
+    sent and what the learner answered."""
+
+    def __init__(self, learner, actor_id, index, num_envs=4):
+        self.stream = Stream(learner.address)
+        self.stream.send(hello(actor_id=actor_id, num_envs=num_envs, actor_index=index))
+        reply = self.stream.recv()
+        assert reply.WhichOneof("kind") == "welcome", reply
+        self.index = reply.welcome.actor_index
+        self.num_envs = num_envs
+        self.sent = 0
+
+    def steps(self, n):
+        for _ in range(n):
+            self.stream.send(step(self.num_envs))
+            reply = self.stream.recv()
+            assert reply.WhichOneof("kind") == "actions", reply
+            self.sent += self.num_envs
+        return self
+
+    def leave(self):
+        self.stream.close()
+        return self.sent
+
+
+def test_an_actor_scaled_up_then_down_leaves_the_count_going(learner):
+    a = Actor(learner, "a", 0).steps(30)
+    b = Actor(learner, "b", 1).steps(41)
+    sent = b.leave()
+    a.steps(200)
+    assert learner.runtime.env_steps == a.sent + sent == 4 * (30 + 41 + 200)
+
+
+def test_a_new_index_replacing_an_old_one_counts_both(learner):
+    old = Actor(learner, "pod-old", 0).steps(50)
+    sent = old.leave()
+    new = Actor(learner, "pod-new", 1).steps(120)
+    assert learner.runtime.env_steps == sent + new.sent
+
+
+def test_an_index_claimed_twice_counts_both_actors(learner):
+    a = Actor(learner, "a", 0).steps(10)
+    b = Actor(learner, "b", 0)  # held by a live actor: it acts as another index
+    assert b.index != a.index
+    sent = b.steps(41).leave()
+    a.steps(100)
+    assert learner.runtime.env_steps == a.sent + sent
+
+
+def test_a_client_that_leaves_after_one_step_caps_nothing(learner):
+    a = Actor(learner, "a", 0).steps(5)
+    sent = Actor(learner, "b", 1).steps(1).leave()
+    a.steps(300)
+    assert learner.runtime.env_steps == a.sent + sent
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_joins_leaves_and_steps_count_every_step_sent(learner, seed):
+    rng = np.random.default_rng(seed)
+    live: list[Actor] = []
+    sent = joined = 0
+    for _ in range(60):
+        op = rng.choice(["join", "step", "step", "step", "leave"])
+        if op == "join" or not live:
+            # Any index: a free one, one another live actor holds, or one a left actor held.
+            actor = Actor(
+                learner,
+                f"actor-{joined}",
+                int(rng.integers(0, 4)),
+                num_envs=int(rng.integers(1, 9)),
+            )
+            live.append(actor)
+            joined += 1
+        elif op == "step":
+            actor = live[int(rng.integers(0, len(live)))]
+            before = actor.sent
+            actor.steps(int(rng.integers(1, 40)))
+            sent += actor.sent - before
+        else:
+            live.pop(int(rng.integers(0, len(live)))).leave()
+        # The count follows every answered step at once (it is taken before the answer).
+        assert learner.runtime.env_steps == sent
+    for actor in live:
+        actor.leave()
+    assert learner.runtime.env_steps == sent
