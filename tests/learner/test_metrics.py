@@ -138,7 +138,7 @@ def test_every_family_served_is_declared_in_common(learner):
     learner.runtime.last_metrics = {"loss/total": 1.5, "grad_norm": 3.0, "policy_lag": 0.75}
     by_name = {m.name: m for m in declared.LEARNER}
     served = list(metrics.registry.collect())
-    assert len(served) > 20
+    assert len(served) >= 20
     for family in served:
         m = by_name[family.name]  # docs/reference/metrics.md is written from these
         assert (family.type, family.documentation) == (m.kind, m.help)
