@@ -452,6 +452,10 @@ def make_torso(config: NetworkConfig, env_spec: EnvSpec, name: str) -> tf.keras.
         torso = _torso(config, name)
     finally:
         tf.keras.mixed_precision.set_global_policy(previous)
+    # Created here, outside the wrapper's name scope, the variables are named as a float32
+    # torso's are: a checkpoint restores into either precision (auto may pick bfloat16 where
+    # a run trains and float32 where its policy is evaluated or the run resumes).
+    torso(tf.zeros([1, *env_spec.observation_shape], tf.bfloat16))
     return MixedPrecision(torso, name)
 
 
