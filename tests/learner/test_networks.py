@@ -7,8 +7,11 @@ import tensorflow as tf
 from seedrl.common.config import NetworkConfig
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.distributions import Categorical, DiagGaussian
+from seedrl.common.hardware import parse_cpuinfo
+from seedrl.learner import devices
 from seedrl.learner.checkpoint import tracked
-from seedrl.learner.networks import make_actor_critic
+from seedrl.learner.networks import MixedPrecision, make_actor_critic
+from support.cpus import ZEN3, ZEN4
 
 PONG = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
 SMM = EnvSpec("Football/academy_empty_goal_close", "uint8", (72, 96, 4), "int32", (), 19)
@@ -184,9 +187,24 @@ def test_the_lstm_reads_the_previous_action_and_the_clipped_reward():
     assert len(make_actor_critic(NetworkConfig(), VECTOR, Categorical(2)).initial_state(1)) == 0
 
 
+@pytest.mark.parametrize(
+    "cpu, name, mixed",
+    [(ZEN3, "nature_cnn", False), (ZEN4, "nature_cnn", True), (ZEN4, "mlp", False)],
+)
+def test_auto_builds_the_torso_the_rule_picks_here(monkeypatch, cpu, name, mixed):
+    # A network built outside the learner's setup (a policy, a benchmark) resolves auto for
+    # the device it runs on: this CPU, described as a CPU without or with AVX512_BF16.
+    monkeypatch.setattr(devices, "read_cpu", lambda: parse_cpuinfo(cpu))
+    monkeypatch.setattr(devices, "local_kind", lambda: "cpu")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    spec = PONG if name != "mlp" else VECTOR
+    net = make_actor_critic(NetworkConfig(name=name), spec, Categorical(spec.num_actions))
+    assert isinstance(net.torso, MixedPrecision) is mixed
+
+
 def test_a_bfloat16_checkpoint_restores_into_a_float32_network(tmp_path):
-    # A run may train in bfloat16 (a TPU) and its policy be evaluated in float32 (a laptop):
-    # both hold the same float32 variables, named the same way.
+    # auto may pick bfloat16 where a run trained (a TPU) and float32 where its policy is
+    # evaluated (a laptop): both hold the same float32 variables, named the same way.
     mixed = make_actor_critic(
         NetworkConfig(name="nature_cnn", precision="bfloat16"), PONG, Categorical(6)
     )
