@@ -169,8 +169,9 @@ def resolve(requested: str, device: Device, network: str) -> Choice:
             "bfloat16",
             why,
             warning=(
-                f"precision bfloat16 is emulated here ({why}) and far slower than float32: "
-                f"{EMULATED_COST}. Set spec.agent.network.precision to auto or float32."
+                f"precision bfloat16 is not native on this device ({why}): emulated, it runs "
+                f"far slower than float32 ({EMULATED_COST}). Set "
+                f"spec.agent.network.precision to auto or float32."
             ),
         )
     return Choice(requested, requested, why)

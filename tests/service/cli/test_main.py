@@ -212,5 +212,5 @@ def test_precision_lines_for_this_machine_and_the_cluster_learner():
         ),
     )
     lines = precision_lines(exp, without)
-    assert lines[1].startswith("warning: precision bfloat16 is emulated here")
+    assert lines[1].startswith("warning: precision bfloat16 is not native on this device")
     assert "26 env steps/s in bfloat16 against 281 in float32" in lines[1]
