@@ -39,6 +39,7 @@ sys.path.insert(0, HERE)
 import throughput as throughput_bench  # noqa: E402  (bench/throughput.py)
 
 from seedrl.common import finite_json  # noqa: E402
+from seedrl.common.hardware import machine_facts  # noqa: E402
 from seedrl.common.config import load_experiment  # noqa: E402
 
 PONG = os.path.join(ROOT, "examples", "pong-vtrace.yaml")
@@ -294,7 +295,12 @@ def main(argv=None) -> int:
         f"{args.warmup:.0f} s of warm-up; load {_load():.2f}",
         flush=True,
     )
-    results: dict = {"cores": os.cpu_count(), "seconds": args.seconds, "warmup": args.warmup}
+    results: dict = {
+        "cores": os.cpu_count(),
+        "machine": machine_facts(),
+        "seconds": args.seconds,
+        "warmup": args.warmup,
+    }
     rows = []
     errors = []
 

@@ -26,6 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from seedrl.common import finite_json  # noqa: E402
+from seedrl.common.hardware import machine_facts  # noqa: E402
 
 
 def _worker(args) -> dict:
@@ -172,6 +173,7 @@ def main(argv=None) -> int:
                     "hidden": args.hidden,
                     "lstm": args.lstm,
                     "cpu_cores": os.cpu_count(),
+                    "machine": machine_facts(),
                     "results": rows,
                 },
                 fh,

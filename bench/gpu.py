@@ -37,6 +37,7 @@ import time
 import urllib.request
 
 from seedrl.common import finite_json
+from seedrl.common.hardware import machine_facts
 from seedrl.common.config import load_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -301,6 +302,7 @@ def main(argv=None) -> int:
         "actors": args.actors,
         "envs_per_actor": exp.spec.actors.envs_per_actor,
         "cores": os.cpu_count(),
+        "machine": machine_facts(),
         "gpus": listed,
         "seconds": args.seconds,
         "warmup": args.warmup,

@@ -32,6 +32,7 @@ ROOT = os.path.dirname(HERE)
 import grpc  # noqa: E402
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc  # noqa: E402
+from seedrl.common.hardware import machine_facts  # noqa: E402
 from seedrl.common.learner_status import LearnerStatus  # noqa: E402
 from seedrl.common.wire import PROTOCOL_VERSION, EnvSpec  # noqa: E402
 
@@ -199,6 +200,7 @@ def main(argv=None) -> int:
         final = status(run_dir)
         figures = {
             "date": time.strftime("%Y-%m-%d"),
+            "machine": machine_facts(),
             "alone_env_steps_per_s": round(alone, 1),
             "attacked_env_steps_per_s": round(attacked, 1),
             "ratio": round(attacked / alone, 3),

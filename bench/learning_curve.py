@@ -14,8 +14,9 @@ The PNG (``--png``, default: the JSON's path with .png) shows the mean return of
 evaluation return too where the agent has evaluation actors, with the level of a uniformly
 random policy (measured here, once per run, over ``--random-episodes`` episodes) and the
 target drawn across. Frames count emulator frames (env steps times the Atari frame skip, 1 for
-other envs), as the Atari literature reports them. Each session's wall time, cores and load
-are recorded: figures taken while other work shares the machine are not representative.
+other envs), as the Atari literature reports them. Each session's wall time, CPU model and
+flags, cores, load and precision are recorded: figures taken while other work shares the
+machine are not representative, and CPUs with and without native bfloat16 differ several-fold.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 from seedrl.common import finite_json
 from seedrl.common.config import load_experiment
 from seedrl.common.exit_codes import ExitCode
+from seedrl.common.hardware import machine_facts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -150,11 +152,13 @@ def plot(data: dict, path: str) -> None:
     axes[0].set_ylabel("episode return")
     axes[0].legend(loc="best", fontsize=8)
     cores = sorted({s["cores"] for s in data["sessions"]})
+    # Sessions written before the CPU was recorded say so rather than guess it.
+    cpus = sorted({s.get("cpu_model") or "CPU not recorded" for s in data["sessions"]})
     last = rows[-1] if rows else {"frames": 0, "seconds": 0}
     fig.suptitle(
         f"{data['env']} / {data['agent']}: {last['frames']:,} frames in "
-        f"{last['seconds'] / 60:.0f} min on {'/'.join(map(str, cores))} cores "
-        f"({len(data['sessions'])} session(s))",
+        f"{last['seconds'] / 60:.0f} min on {'/'.join(map(str, cores))} cores of "
+        f"{' / '.join(cpus)} ({len(data['sessions'])} session(s))",
         fontsize=10,
     )
     fig.tight_layout()
@@ -250,7 +254,8 @@ def main(argv=None) -> int:
     print(
         f"{exp.spec.env.id} / {exp.spec.agent.name} / {exp.spec.agent.network.name}: "
         f"{a.replicas} actors x {a.envs_per_actor} envs, {args.minutes:g} min on {cores} "
-        f"cores{f', resuming at {elapsed_before / 60:.0f} min' if done_before else ''}",
+        f"cores of {machine_facts()['cpu']}"
+        f"{f', resuming at {elapsed_before / 60:.0f} min' if done_before else ''}",
         flush=True,
     )
     try:
@@ -262,15 +267,20 @@ def main(argv=None) -> int:
     if random_level is None and args.random_episodes:
         random_level = random_return(exp, args.random_episodes)
         print(f"random policy: {random_level:.3f} over {args.random_episodes} episodes", flush=True)
+    # The machine of this session (CPU model and flags beside cores and load): sessions of
+    # one curve may run on different machines.
     session = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "minutes": args.minutes,
-        "cores": cores,
-        "load_average": list(os.getloadavg()),
+        **machine_facts(),
     }
     summary = LocalRun(exp, run_dir, run_lock=held).run()
     session.update(
-        {"stop_reason": summary.get("stop_reason"), "env_steps": summary.get("env_steps")}
+        {
+            "stop_reason": summary.get("stop_reason"),
+            "env_steps": summary.get("env_steps"),
+            "precision": summary.get("precision"),
+        }
     )
     rows = stitch(_read_rows(run_dir))
     table = curve(rows, args.points, skip)

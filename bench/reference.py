@@ -27,6 +27,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 from seedrl.common.config import load_experiment  # noqa: E402
+from seedrl.common.hardware import read_cpu  # noqa: E402
 
 #: The examples measured: one per environment, with the network its example trains.
 EXAMPLES = [
@@ -145,19 +146,11 @@ def measure(path: str, seconds: float) -> tuple[str, str, float, float]:
 
 
 def machine() -> str:
-    """This machine in a few words: CPU model, vCPUs, software."""
-    model = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            model = next(
-                line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")
-            )
-    except (OSError, StopIteration):
-        pass
+    """This machine in a few words: CPU model and flags, vCPUs, software."""
     import tensorflow as tf
 
     return (
-        f"{os.cpu_count()} vCPU {model}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} vCPU {read_cpu().describe()}, Python {platform.python_version()}, "
         f"TensorFlow {tf.__version__}"
     )
 

@@ -40,6 +40,7 @@ import streams as streams_bench  # noqa: E402  (bench/streams.py)
 import throughput as throughput_bench  # noqa: E402  (bench/throughput.py)
 
 from seedrl.common.config import load_experiment  # noqa: E402
+from seedrl.common.hardware import machine_facts  # noqa: E402
 
 CARTPOLE = os.path.join(ROOT, "examples", "cartpole-vtrace.yaml")
 PONG = os.path.join(ROOT, "examples", "pong-vtrace.yaml")
@@ -308,6 +309,7 @@ def main(argv=None) -> int:
             json.dump(
                 {
                     "cores": os.cpu_count(),
+                    "machine": machine_facts(),
                     "figures": figures,
                     "errors": errors,
                     "targets": {

@@ -24,6 +24,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 from seedrl.common import finite_json, seedrl_pb2  # noqa: E402
+from seedrl.common.hardware import machine_facts  # noqa: E402
 from seedrl.common.wire import EnvSpec, WireError, decode_array, encode_array  # noqa: E402
 from seedrl.learner.server import StepChecker  # noqa: E402
 
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
         )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            finite_json.dump(rows, fh, indent=1)
+            finite_json.dump({"machine": machine_facts(), "rows": rows}, fh, indent=1)
     return 0
 
 

@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 from seedrl.common import finite_json  # noqa: E402
+from seedrl.common.hardware import machine_facts  # noqa: E402
 
 EXPERIMENT = """\
 apiVersion: seedrl.dev/v1alpha1
@@ -296,7 +297,7 @@ def main(argv=None) -> int:
         learner.close()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            finite_json.dump(rows, fh, indent=1)
+            finite_json.dump({"machine": machine_facts(), "rows": rows}, fh, indent=1)
     bad = [
         r for r in rows if r["failed_streams"] or r["reconnects"] or r["connected"] != r["streams"]
     ]

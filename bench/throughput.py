@@ -1,6 +1,7 @@
 """End-to-end env steps/s beside raw env steps/s and naive baselines, measured in one run.
 
     python bench/throughput.py [--config FILE] [--seconds 20] [--json out.json]
+                               [--compare PATH=VALUE ...]
 
 Raw: the same number of actor processes, each stepping the same K envs with random actions, no
 gRPC and no model. End to end: `seedrl train`'s learner and actors, once with inference only and
@@ -8,6 +9,12 @@ once with training on; the rate is taken from the learner's metrics log after a 
 Baselines: one process running the same TensorFlow model locally on every step of a gymnasium
 AsyncVectorEnv with one env per env process of the run, and of a SyncVectorEnv holding as many
 envs as the whole run (the strongest naive setup: batched local inference, no gRPC).
+
+``--compare`` measures training once more with those overrides beside the config's own
+(``--compare spec.agent.network.precision=float32``: the shipped precision against float32 on
+this machine) and reports the ratio. A training window in which the learner made no step has
+no training rate: the run fails, saying so, rather than print a ratio. The JSON names the
+precision the learner chose and why, and the machine (CPU model and flags, cores, load).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import time
 
 from seedrl.common import finite_json
 from seedrl.common.config import load_experiment
+from seedrl.common.hardware import machine_facts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,15 +152,39 @@ def end_to_end_steps_per_second(
                 raise RuntimeError(f"run failed: {summary}\n{fh.read()[-3000:]}")
         with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh]
+    return {**window_rate(rows, warmup, train), "precision": summary.get("precision")}
+
+
+class NoLearnerStep(RuntimeError):
+    """The learner made no step in a training window: there is no training rate to report."""
+
+
+def window_rate(rows: list[dict], warmup: float, train: bool) -> dict:
+    """The steady rate of a run from its ``metrics.jsonl`` rows, after ``warmup`` seconds.
+
+    Raises:
+      RuntimeError: fewer than two rows in the window.
+      NoLearnerStep: ``train`` and the learner made no step within the window: its env steps
+        then measure acting on an untrained policy, not training.
+    """
     steady = [r for r in rows if r["elapsed"] >= warmup and r["state"] == "running"]
     if len(steady) < 2:
         raise RuntimeError("run too short to measure; raise --seconds")
     first, last = steady[0], steady[-1]
-    rate = (last["env_steps"] - first["env_steps"]) / (last["elapsed"] - first["elapsed"])
+    seconds = last["elapsed"] - first["elapsed"]
+    steps = last["learner_steps"] - first["learner_steps"]
+    if train and steps <= 0:
+        raise NoLearnerStep(
+            f"the learner made no step in the measured window ({seconds:.0f} s after "
+            f"{warmup:.0f} s of warm-up, {last['learner_steps']} steps in all): no training "
+            f"rate to report. Is its arithmetic emulated here (the run's precision)? Raise "
+            f"--warmup/--seconds if it is only slow to start."
+        )
     return {
-        "steps_per_s": rate,
+        "steps_per_s": (last["env_steps"] - first["env_steps"]) / seconds,
         "mean_inference_batch": last["mean_inference_batch"],
         "learner_steps": last["learner_steps"],
+        "learner_steps_in_window": steps,
     }
 
 
@@ -169,13 +201,32 @@ def main(argv=None) -> int:
         metavar="PATH=VALUE",
         help="override an Experiment field (repeatable)",
     )
+    p.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="measure training again with this override too, beside the config's own "
+        "(repeatable), e.g. spec.agent.network.precision=float32",
+    )
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
+    try:
+        return run(args)
+    except NoLearnerStep as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def run(args) -> int:
+    """Measures every mode and prints (and writes) the figures."""
     exp = load_experiment(args.config, args.overrides)
     a = exp.spec.actors
+    machine = machine_facts()
     print(
         f"{exp.spec.env.id}: {a.replicas} actor processes x {a.envs_per_actor} envs, "
-        f"{args.seconds:.0f} s per mode on {os.cpu_count()} cores",
+        f"{args.seconds:.0f} s per mode on {machine['cores']} cores of {machine['cpu']}, "
+        f"load {machine['load_average'][0]:.2f}",
         flush=True,
     )
     env_processes = a.replicas * max(1, a.processes_per_actor)
@@ -186,6 +237,13 @@ def main(argv=None) -> int:
     )
     train = end_to_end_steps_per_second(
         args.config, args.overrides, args.seconds, args.warmup, train=True
+    )
+    compared = (
+        end_to_end_steps_per_second(
+            args.config, [*args.overrides, *args.compare], args.seconds, args.warmup, train=True
+        )
+        if args.compare
+        else None
     )
     async_base = baseline_steps_per_second(exp, "async", env_processes, args.seconds)
     sync_base = baseline_steps_per_second(exp, "sync", total_envs, args.seconds)
@@ -200,14 +258,41 @@ def main(argv=None) -> int:
         ),
         (f"baseline: SyncVectorEnv({total_envs}) + local model", sync_base, float(total_envs)),
     ]
+    if compared is not None:
+        rows.insert(
+            3,
+            (
+                "end to end, training on, --compare",
+                compared["steps_per_s"],
+                compared["mean_inference_batch"],
+            ),
+        )
     print(f"{'mode':<44} {'env steps/s':>12} {'vs raw':>7} {'mean batch':>11}")
     for name, rate, batch in rows:
         batch_text = "-" if batch is None else f"{batch:.1f}"
         print(f"{name:<44} {rate:>12,.0f} {rate / raw:>7.2f} {batch_text:>11}")
+    for label, mode in (("training", train), ("compared", compared)):
+        if mode is not None and mode["precision"]:
+            print(f"{label}: {mode['precision']['precision']} ({mode['precision']['reason']})")
+    comparison = None
+    if compared is not None:
+        comparison = {
+            "overrides": args.compare,
+            "training": compared,
+            "ratio_training_to_compared": train["steps_per_s"] / compared["steps_per_s"],
+        }
+        print(
+            f"training / training with {' '.join(args.compare)}: "
+            f"{comparison['ratio_training_to_compared']:.2f}"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             finite_json.dump(
                 {
+                    "machine": machine,
+                    "config": args.config,
+                    "overrides": args.overrides,
+                    "precision": train["precision"],
                     "env": exp.spec.env.id,
                     "replicas": a.replicas,
                     "envs_per_actor": a.envs_per_actor,
@@ -223,6 +308,7 @@ def main(argv=None) -> int:
                     "ratio_training": train["steps_per_s"] / raw,
                     "ratio_inference_only_to_best_baseline": infer["steps_per_s"]
                     / max(async_base, sync_base),
+                    **({"compare": comparison} if comparison else {}),
                 },
                 fh,
                 indent=1,

@@ -43,6 +43,7 @@ from seedrl.learner.checkpoint import (
 )
 from seedrl.learner.devices import AcceleratorMissing
 from seedrl.learner.health import HealthWatch, probe_url
+from seedrl.learner.devices import choose_precision, with_precision
 from seedrl.learner.devices import setup as setup_devices
 from seedrl.learner.main import SIGNAL_REASONS, exit_code, write_termination_log
 from seedrl.learner.metrics import LearnerMetrics
@@ -147,6 +148,11 @@ class LearnerApp:
             raise SetupError(ExitCode.NO_ACCELERATOR, f"devices: {exc}") from None
         except ConfigError as exc:
             raise SetupError(ExitCode.BAD_CONFIG, f"devices: {exc}") from None
+        # The torso's arithmetic for the devices found (precision auto: bfloat16 only where
+        # they compute it natively); the agent is built from the resolved value.
+        plan = self.placement.plan
+        self.precision = choose_precision(exp.spec.agent.network, plan.kind if plan else None)
+        self.exp = exp = with_precision(exp, self.precision.precision)
         # Read now, not when the server starts: a certificate that cannot be read is a
         # configuration error to report before the agent is built, not a crash to retry.
         try:
@@ -329,6 +335,7 @@ class LearnerApp:
             "stop_time": runtime.stop_time,
             "learner_steps_per_s": runtime.learner_steps / served if served else None,
             "write_failures": self.write_failures.total,
+            "precision": self.precision.to_json(),
             **(self.checkpointer.status() if self.checkpointer else {"last_checkpoint": None}),
             **(
                 {

@@ -27,23 +27,25 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import glob
 import importlib.util
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from seedrl.common.config import ConfigError, DevicesConfig
+from seedrl.common import precision as precision_rule
+from seedrl.common.config import ConfigError, DevicesConfig, Experiment, NetworkConfig
+from seedrl.common.hardware import (
+    GPU_DEVICE_GLOBS,
+    TPU_DEVICE_GLOBS,
+    device_files_present,
+    read_cpu,
+)
 
 log = logging.getLogger(__name__)
-
-#: Device files a TPU VM exposes: /dev/accel* (v2-v4) or VFIO groups (v5e and later).
-TPU_DEVICE_GLOBS = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
-#: Device files of NVIDIA GPUs, which the device plugin puts into a pod granted nvidia.com/gpu.
-GPU_DEVICE_GLOBS = ("/dev/nvidia[0-9]*",)
 
 
 class AcceleratorMissing(RuntimeError):
@@ -213,7 +215,7 @@ def plan_devices(config: DevicesConfig, found: Mapping[str, Sequence[str]]) -> D
 def tpu_present(globs: Sequence[str] = TPU_DEVICE_GLOBS) -> bool:
     """Whether this machine exposes TPU chips; checked on device files, so that a machine
     without a TPU never waits on a TPU cluster resolver."""
-    return any(glob.glob(pattern) for pattern in globs)
+    return device_files_present(globs)
 
 
 def configure_logical_cpus(count: int) -> None:
@@ -345,6 +347,83 @@ def setup(config: DevicesConfig, expected: str | None = None) -> "Placement":
     plan = plan_devices(config, found)
     log.info(plan.summary())
     return Placement(plan, _make_strategy(plan, tpu))
+
+
+# -- precision ----------------------------------------------------------------------------------
+
+
+def precision_device(
+    kind: str, gpu_details: Sequence[Mapping] = (), cpu=None, environ=None
+) -> precision_rule.Device:
+    """The device the torso computes on, as the precision rule reads it.
+
+    Args:
+      kind: the learner's device type (:attr:`DevicePlan.kind`): ``tpu``, ``gpu``, ``cpu``.
+      gpu_details: TensorFlow's details of each GPU (``compute_capability``, ``device_name``):
+        the lowest capability decides, since every replica computes the same torso.
+      cpu: the host CPU; read from /proc/cpuinfo when not given.
+      environ: the environment (``TF_ENABLE_ONEDNN_OPTS``); the process's when not given.
+    """
+    cpu = read_cpu() if cpu is None else cpu
+    onednn = precision_rule.onednn_enabled(os.environ if environ is None else environ)
+    if kind == "gpu":
+        capabilities = [
+            (int(c[0]), int(c[1]))
+            for c in (tuple(d["compute_capability"]) for d in gpu_details)
+            if len(c) == 2
+        ]
+        names = sorted({str(d.get("device_name", "")) for d in gpu_details} - {""})
+        return precision_rule.Device(
+            "gpu",
+            min(capabilities) if capabilities else None,
+            cpu=cpu,
+            onednn=onednn,
+            name=", ".join(names),
+        )
+    return precision_rule.Device(kind, cpu=cpu, onednn=onednn)
+
+
+def _gpu_details() -> list[dict]:
+    import tensorflow as tf
+
+    details = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            details.append(dict(tf.config.experimental.get_device_details(gpu)))
+        except (ValueError, RuntimeError):  # details unknown: the capability stays unknown
+            details.append({})
+    return [d for d in details if "compute_capability" in d]
+
+
+def choose_precision(network: NetworkConfig, kind: str | None = None) -> precision_rule.Choice:
+    """Resolves ``spec.agent.network.precision`` for the learner's device type ``kind``
+    (:attr:`DevicePlan.kind`; None: what TensorFlow lists here, see :func:`local_kind`) and
+    logs the choice and why, with a warning where an explicit bfloat16 is emulated; see
+    :mod:`seedrl.common.precision`."""
+    kind = local_kind() if kind is None else kind
+    device = precision_device(kind, _gpu_details() if kind == "gpu" else ())
+    choice = precision_rule.resolve(network.precision, device, network.name)
+    log.info(choice.summary())
+    if choice.warning:
+        log.warning(choice.warning)
+    return choice
+
+
+def local_kind() -> str:
+    """The device type a network built outside the learner's setup computes on (a policy
+    evaluated on its own, a benchmark's local model): ``gpu`` when TensorFlow lists one, else
+    ``cpu``."""
+    import tensorflow as tf
+
+    return "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+
+
+def with_precision(exp: Experiment, precision: str) -> Experiment:
+    """``exp`` with ``spec.agent.network.precision`` set to a resolved ``precision``."""
+    agent = exp.spec.agent
+    network = dataclasses.replace(agent.network, precision=precision)
+    spec = dataclasses.replace(exp.spec, agent=dataclasses.replace(agent, network=network))
+    return dataclasses.replace(exp, spec=spec)
 
 
 # -- placement ----------------------------------------------------------------------------------

@@ -443,7 +443,14 @@ def make_torso(config: NetworkConfig, env_spec: EnvSpec, name: str) -> tf.keras.
             f"network {config.name!r} reads frames [H, W, C]; {env_spec.env_id} "
             f"observes shape {list(env_spec.observation_shape)}"
         )
-    if config.precision == "float32":
+    precision = config.precision
+    if precision == "auto":
+        # Resolved by the learner for its devices before it builds the agent; a network
+        # built on its own (a policy evaluated here, a benchmark) resolves it for this one.
+        from seedrl.learner.devices import choose_precision
+
+        precision = choose_precision(config).precision
+    if precision == "float32":
         return _torso(config, name)
     # Layers take their dtype policy from the global one when they are made.
     previous = tf.keras.mixed_precision.global_policy()
@@ -452,6 +459,10 @@ def make_torso(config: NetworkConfig, env_spec: EnvSpec, name: str) -> tf.keras.
         torso = _torso(config, name)
     finally:
         tf.keras.mixed_precision.set_global_policy(previous)
+    # Created here, outside the wrapper's name scope, the variables are named as a float32
+    # torso's are: a checkpoint restores into either precision (auto may pick bfloat16 where
+    # a run trains and float32 where its policy is evaluated or the run resumes).
+    torso(tf.zeros([1, *env_spec.observation_shape], tf.bfloat16))
     return MixedPrecision(torso, name)
 
 

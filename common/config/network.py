@@ -11,7 +11,8 @@ from seedrl.common.config.fields import param
 
 #: Networks the learner knows how to build; ``spec.agent.network.name`` must be one of these.
 NETWORKS = ("mlp", "nature_cnn", "impala_resnet", "football_smm")
-PRECISIONS = ("float32", "bfloat16")
+#: ``auto`` resolves to one of the other two for the learner's device (seedrl.common.precision).
+PRECISIONS = ("auto", "float32", "bfloat16")
 #: Network sizes (``spec.agent.network``): well above any published RL network's, low enough
 #: that a typo cannot make the learner allocate absurd memory. An 8192-wide dense layer after
 #: another is 256 MiB of float32 weights (three times that with Adam's slots); a 4096-unit LSTM
@@ -84,10 +85,14 @@ class NetworkConfig:
         gt=0.0,
     )
     precision: str = param(
-        "float32",
-        "Arithmetic of the torso: float32, or bfloat16 (mixed precision: variables, "
-        "the LSTM core, the heads and the losses stay float32). bfloat16 trained the "
-        "Nature CNN 1.7x as fast on a CPU with AVX512_BF16 (as on TPUs); CPUs "
-        "without bfloat16 instructions run it slower.",
+        "auto",
+        "Arithmetic of the torso: auto, float32, or bfloat16 (mixed precision: variables, "
+        "the LSTM core, the heads and the losses stay float32). auto picks bfloat16 where "
+        "the learner's device computes it natively (a TPU, an NVIDIA GPU of compute "
+        "capability 8.0 or more, a CPU with AVX512_BF16 or AMX) and float32 elsewhere and for "
+        "the mlp torso (dispatch-bound: bfloat16 only adds casts there); the "
+        "learner logs its choice and seedrl validate says what it picks on the machine it "
+        "runs on. bfloat16 trained the Nature CNN 1.7x as fast on a CPU with AVX512_BF16; "
+        "where it is emulated it ran ~10x slower (the learner warns).",
         choices=PRECISIONS,
     )

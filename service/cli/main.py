@@ -159,6 +159,8 @@ def cmd_validate(args) -> int:
     if exp is None:
         return ExitCode.BAD_CONFIG
     sys.stdout.write(dump_experiment(exp))
+    for line in precision_lines(exp):
+        print(line, file=sys.stderr)
     if args.no_env_check:
         return ExitCode.OK
     problem, spec = check_env(exp)
@@ -167,6 +169,35 @@ def cmd_validate(args) -> int:
         return ExitCode.BAD_CONFIG
     print(f"spec.env.id: {exp.spec.env.id} is registered: {spec.describe()}", file=sys.stderr)
     return ExitCode.OK
+
+
+def precision_lines(exp, machine=None) -> list[str]:
+    """What ``spec.agent.network.precision`` resolves to on this machine (``machine``: the
+    device found here unless given), and on the cluster learner's GPU or TPU where
+    ``spec.learner.accelerator`` asks for one; a warning where an explicit bfloat16 is
+    emulated. See :mod:`seedrl.common.precision`."""
+    from seedrl.common import precision
+
+    network = exp.spec.agent.network
+    requested = network.precision
+    field = "spec.agent.network.precision"
+    choice = precision.resolve(requested, machine or precision.this_machine(), network.name)
+    lines = [f"{field} on this machine: {choice.summary()}"]
+    if choice.warning:
+        lines.append(f"warning: {choice.warning}")
+    accelerator = exp.spec.learner.accelerator
+    device = precision.accelerator_device(
+        accelerator.kind, accelerator.gpu.type, accelerator.tpu.type
+    )
+    if device is not None:
+        cluster = precision.resolve(requested, device, network.name)
+        lines.append(
+            f"{field} on the cluster learner's {accelerator.kind.upper()} "
+            f"(spec.learner.accelerator): {cluster.summary()}"
+        )
+        if cluster.warning:
+            lines.append(f"warning: {cluster.warning}")
+    return lines
 
 
 def check_env(exp):

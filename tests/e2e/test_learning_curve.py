@@ -77,6 +77,11 @@ def test_a_curve_is_drawn_and_a_second_session_continues_it(tmp_path):
     assert data["random_return"] > 5 and data["target_return"] == 475
     assert len(data["sessions"]) == 1 and data["sessions"][0]["cores"] >= 1
     assert data["sessions"][0]["stop_reason"] == "max_seconds"
+    # Each session names the machine that made it and the precision its learner chose.
+    session = data["sessions"][0]
+    assert session["cpu_model"] and session["cpu"] and "load_average" in session
+    assert session["precision"]["requested"] == "auto"
+    assert session["precision"]["precision"] == "float32"  # an MLP: float32 everywhere
     steps = data["points"][-1]["env_steps"]
     assert steps > 0
     # Without --resume the run directory is left alone; with it the run goes on.

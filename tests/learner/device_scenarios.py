@@ -16,7 +16,9 @@ import sys
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# Normalised: a path with ".." in it makes support/'s Path(__file__).parents lexical, and
+# support.experiment_docs then looked for the examples under tests/learner/.
+sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(__file__), "..")))
 
 from seedrl.common.config import DevicesConfig, parse_experiment
 from seedrl.common.wire import EnvSpec

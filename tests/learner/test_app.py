@@ -101,6 +101,10 @@ def test_the_app_serves_and_trains_to_its_budget_then_leaves_its_files(tmp_path)
     # Start-up ends at the first actions sent; updates/s count from there to the stop.
     assert status.first_actions_time == summary["first_actions_time"] <= summary["stop_time"]
     assert summary["learner_steps_per_s"] > 0
+    # precision auto, resolved once for its devices: the MLP stays float32 on every device.
+    assert summary["precision"]["requested"] == "auto"
+    assert summary["precision"]["precision"] == "float32"
+    assert app.exp.spec.agent.network.precision == "float32"
     final = LearnerStatus.from_json((tmp_path / "termination").read_text())  # for the operator
     assert final.state == "finished" and final.stop_reason == "max_env_steps"
 

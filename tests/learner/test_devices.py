@@ -6,6 +6,7 @@ The multi-device scenarios run in fresh processes (tests/learner/device_scenario
 CPU devices can only be configured before TensorFlow initialises, once per process.
 """
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -15,8 +16,11 @@ import sys
 import numpy as np
 import pytest
 
-from seedrl.common.config import ConfigError, DevicesConfig, parse_experiment
+from seedrl.common.config import ConfigError, DevicesConfig, NetworkConfig, parse_experiment
+from seedrl.common.hardware import parse_cpuinfo
+from seedrl.common.precision import Device
 from seedrl.learner import devices
+from support.cpus import ZEN3, ZEN4
 
 SCENARIOS = os.path.join(os.path.dirname(__file__), "device_scenarios.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -386,3 +390,63 @@ def test_runtime_serves_every_stream_from_two_inference_devices():
     assert result["status_batches"] == sum(result["lane_batches"]) == sum(batches.values())
     assert result["replicas"] == 2 and result["learner_steps"] >= 2
     assert result["replica_spread"] < 2**-20
+
+
+# -- precision (seedrl.common.precision's rule for the learner's devices) -----------------------
+
+
+def test_the_precision_device_is_the_plans_kind_with_the_weakest_gpu():
+    zen3 = parse_cpuinfo(ZEN3)
+    gpus = [
+        {"compute_capability": (9, 0), "device_name": "NVIDIA H100"},
+        {"compute_capability": (7, 5), "device_name": "Tesla T4"},
+    ]
+    device = devices.precision_device("gpu", gpus, cpu=zen3, environ={})
+    assert device == Device("gpu", (7, 5), cpu=zen3, name="NVIDIA H100, Tesla T4")
+    assert devices.precision_device("gpu", [], cpu=zen3, environ={}).compute_capability is None
+    assert devices.precision_device("tpu", cpu=zen3, environ={}).kind == "tpu"
+    off = devices.precision_device("cpu", cpu=zen3, environ={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert off == Device("cpu", cpu=zen3, onednn=False)
+
+
+@pytest.mark.parametrize(
+    "kind, cpu, requested, picked",
+    [
+        ("tpu", ZEN3, "auto", "bfloat16"),
+        ("cpu", ZEN3, "auto", "float32"),
+        ("cpu", ZEN4, "auto", "bfloat16"),
+        ("cpu", ZEN4, "float32", "float32"),
+    ],
+)
+def test_the_learner_resolves_and_logs_its_precision(
+    monkeypatch, caplog, kind, cpu, requested, picked
+):
+    monkeypatch.setattr(devices, "read_cpu", lambda: parse_cpuinfo(cpu))
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    network = NetworkConfig(name="nature_cnn", precision=requested)
+    with caplog.at_level("INFO", logger=devices.log.name):
+        choice = devices.choose_precision(network, kind)
+    assert choice.precision == picked
+    assert choice.summary() in caplog.text
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_an_explicit_bfloat16_on_a_cpu_without_it_warns_in_the_log(monkeypatch, caplog):
+    monkeypatch.setattr(devices, "read_cpu", lambda: parse_cpuinfo(ZEN3))
+    network = NetworkConfig(name="nature_cnn", precision="bfloat16")
+    with caplog.at_level("INFO", logger=devices.log.name):
+        choice = devices.choose_precision(network, "cpu")
+    assert choice.precision == "bfloat16"
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [choice.warning]
+    assert "26 env steps/s in bfloat16 against 281 in float32" in warnings[0]
+
+
+def test_with_precision_replaces_only_the_networks_precision():
+    exp = parse_experiment({"metadata": {"name": "x"}, "spec": {"agent": {"network": {}}}})
+    assert exp.spec.agent.network.precision == "auto"
+    resolved = devices.with_precision(exp, "float32")
+    assert resolved.spec.agent.network == dataclasses.replace(
+        exp.spec.agent.network, precision="float32"
+    )
+    assert dataclasses.replace(resolved.spec, agent=exp.spec.agent) == exp.spec

@@ -7,7 +7,11 @@ import tensorflow as tf
 from seedrl.common.config import NetworkConfig
 from seedrl.common.wire import EnvSpec
 from seedrl.learner.distributions import Categorical, DiagGaussian
-from seedrl.learner.networks import make_actor_critic
+from seedrl.common.hardware import parse_cpuinfo
+from seedrl.learner import devices
+from seedrl.learner.checkpoint import tracked
+from seedrl.learner.networks import MixedPrecision, make_actor_critic
+from support.cpus import ZEN3, ZEN4
 
 PONG = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
 SMM = EnvSpec("Football/academy_empty_goal_close", "uint8", (72, 96, 4), "int32", (), 19)
@@ -33,7 +37,9 @@ def test_conv_networks_read_frames(name, spec, convs):
 
 
 def test_frames_are_scaled_to_unit_range():
-    net = make_actor_critic(NetworkConfig(name="nature_cnn"), PONG, Categorical(6))
+    net = make_actor_critic(
+        NetworkConfig(name="nature_cnn", precision="float32"), PONG, Categorical(6)
+    )
     frames = np.full((2,) + PONG.observation_shape, 255, np.uint8)
     as_bytes, _ = net(frames)
     as_floats, _ = net(np.ones((2,) + PONG.observation_shape, np.float32))
@@ -42,7 +48,7 @@ def test_frames_are_scaled_to_unit_range():
 
 @pytest.mark.parametrize("name", ["nature_cnn", "impala_resnet"])
 def test_bfloat16_torso_computes_in_bfloat16_and_matches_float32(name):
-    full = make_actor_critic(NetworkConfig(name=name), PONG, Categorical(6))
+    full = make_actor_critic(NetworkConfig(name=name, precision="float32"), PONG, Categorical(6))
     mixed = make_actor_critic(NetworkConfig(name=name, precision="bfloat16"), PONG, Categorical(6))
     assert len(full.trainable_variables) == len(mixed.trainable_variables)
     for source, target in zip(full.trainable_variables, mixed.trainable_variables):
@@ -179,3 +185,33 @@ def test_the_lstm_reads_the_previous_action_and_the_clipped_reward():
     )
     assert len(plain.initial_state(1)) == 2
     assert len(make_actor_critic(NetworkConfig(), VECTOR, Categorical(2)).initial_state(1)) == 0
+
+
+@pytest.mark.parametrize(
+    "cpu, name, mixed",
+    [(ZEN3, "nature_cnn", False), (ZEN4, "nature_cnn", True), (ZEN4, "mlp", False)],
+)
+def test_auto_builds_the_torso_the_rule_picks_here(monkeypatch, cpu, name, mixed):
+    # A network built outside the learner's setup (a policy, a benchmark) resolves auto for
+    # the device it runs on: this CPU, described as a CPU without or with AVX512_BF16.
+    monkeypatch.setattr(devices, "read_cpu", lambda: parse_cpuinfo(cpu))
+    monkeypatch.setattr(devices, "local_kind", lambda: "cpu")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    spec = PONG if name != "mlp" else VECTOR
+    net = make_actor_critic(NetworkConfig(name=name), spec, Categorical(spec.num_actions))
+    assert isinstance(net.torso, MixedPrecision) is mixed
+
+
+def test_a_bfloat16_checkpoint_restores_into_a_float32_network(tmp_path):
+    # auto may pick bfloat16 where a run trained (a TPU) and float32 where its policy is
+    # evaluated (a laptop): both hold the same float32 variables, named the same way.
+    mixed = make_actor_critic(
+        NetworkConfig(name="nature_cnn", precision="bfloat16"), PONG, Categorical(6)
+    )
+    full = make_actor_critic(
+        NetworkConfig(name="nature_cnn", precision="float32"), PONG, Categorical(6)
+    )
+    prefix = tf.train.Checkpoint(**tracked({"network": mixed})).write(str(tmp_path / "ckpt"))
+    tf.train.Checkpoint(**tracked({"network": full})).read(prefix).assert_consumed()
+    for a, b in zip(mixed.trainable_variables, full.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

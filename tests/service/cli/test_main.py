@@ -1,6 +1,7 @@
 """`seedrl validate` as a user runs it: YAML bombs refused in one line, the env id checked by
 making one env (issue 19, findings 6 and 7)."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -8,6 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from seedrl.common import precision
+from seedrl.common.config import parse_experiment
+from seedrl.common.hardware import parse_cpuinfo
+from seedrl.common.precision import Device
+from seedrl.service.cli.main import precision_lines
+from support.cpus import ZEN3
 
 ROOT = Path(__file__).resolve().parents[3]
 SUPPORT = ROOT / "tests" / "support"
@@ -167,3 +175,42 @@ def test_values_past_int64_or_absurd_networks_are_refused_naming_each_field():
         "spec.budget.maxEnvSteps",
     ], result.stderr
     assert "within int64" in problems[0] and "<= 8192" in problems[1]
+
+
+def test_validate_says_what_precision_auto_picks_here(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("metadata: {name: x}\nspec: {agent: {network: {name: nature_cnn}}}\n")
+    result = validate(path, "--no-env-check")
+    assert result.returncode == 0, result.stderr
+    here = precision.resolve("auto", precision.this_machine(), "nature_cnn")
+    assert f"spec.agent.network.precision on this machine: {here.summary()}" in result.stderr
+
+
+def test_precision_lines_for_this_machine_and_the_cluster_learner():
+    without = Device("cpu", cpu=parse_cpuinfo(ZEN3))
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "x"},
+            "spec": {
+                "agent": {"network": {"name": "nature_cnn"}},
+                "learner": {"accelerator": {"kind": "gpu", "gpu": {"type": "nvidia-l4"}}},
+            },
+        }
+    )
+    lines = precision_lines(exp, without)
+    assert lines[0].startswith("spec.agent.network.precision on this machine: precision: auto")
+    assert "picks float32" in lines[0] and "neither avx512_bf16 nor amx_bf16" in lines[0]
+    assert lines[1].startswith("spec.agent.network.precision on the cluster learner's GPU")
+    assert "picks bfloat16" in lines[1] and "compute capability 8.9" in lines[1]
+    assert len(lines) == 2
+
+    explicit = dataclasses.replace(exp.spec.agent.network, precision="bfloat16")
+    exp = dataclasses.replace(
+        exp,
+        spec=dataclasses.replace(
+            exp.spec, agent=dataclasses.replace(exp.spec.agent, network=explicit)
+        ),
+    )
+    lines = precision_lines(exp, without)
+    assert lines[1].startswith("warning: precision bfloat16 is not native on this device")
+    assert "26 env steps/s in bfloat16 against 281 in float32" in lines[1]
