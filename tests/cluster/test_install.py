@@ -95,7 +95,7 @@ def test_the_operator_chart_installs(installed, tmp_path):
     _no_warnings(proc)
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_shipped_experiment_is_admitted_and_means_what_seedrl_reads(installed, path):
     document = read_yaml_file(str(path))
     proc = installed.kubectl(
@@ -117,3 +117,23 @@ def test_every_shipped_experiment_is_admitted_and_means_what_seedrl_reads(instal
     served = {key: stored[key] for key in ("apiVersion", "kind", "spec")}
     served["metadata"] = copy.deepcopy(document["metadata"])
     assert parse_experiment(served) == parse_experiment(document)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_shipped_experiment_installs_through_the_experiment_chart(installed, path):
+    # `helm install x helm/seedrl-experiment -f FILE` renders the file through the chart's
+    # values (and values.schema.json): what it sends must be admitted and mean what the file
+    # means.
+    rendered = charts.run_helm(
+        "template", "x", str(charts.EXPERIMENT_CHART), "-n", EXPERIMENT_NAMESPACE, "-f", str(path)
+    ).stdout
+    proc = installed.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-n", EXPERIMENT_NAMESPACE,
+        "-f", "-", "-o", "json", input=rendered,
+    )  # fmt: skip
+    _no_warnings(proc)
+    stored = json.loads(proc.stdout)
+    document = read_yaml_file(str(path))
+    served = {key: stored[key] for key in ("apiVersion", "kind", "spec")}
+    served["metadata"] = {"name": stored["metadata"]["name"]}
+    assert parse_experiment(served).spec == parse_experiment(document).spec
