@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import time
 import typing
 from collections.abc import Iterator
 from typing import Any
@@ -43,7 +44,17 @@ def api(control_plane):
         "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd.CRD_NAME}"
     )
     control_plane.kubectl("create", "namespace", NAMESPACE)
-    return client.CustomObjectsApi(control_plane.api_client())
+    api = client.CustomObjectsApi(control_plane.api_client())
+    # Established is not yet served everywhere: the first requests may find no such resource.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            _server_admits(api, _base())
+            return api
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)  # a poll interval, bounded by the deadline
 
 
 def _base() -> dict[str, Any]:

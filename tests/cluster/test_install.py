@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,11 @@ def installed(control_plane):
     control_plane.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd.CRD_NAME}"
     )
+    # Established is not yet in discovery everywhere, which kubectl maps kinds by.
+    deadline = time.monotonic() + 60
+    while control_plane.kubectl("get", crd.CRD_NAME, "-A", check=False).returncode:
+        assert time.monotonic() < deadline, f"{crd.CRD_NAME} not served after 60 s"
+        time.sleep(0.1)  # a poll interval, bounded by the deadline
     _namespace(control_plane, OPERATOR_NAMESPACE, "restricted")
     _namespace(control_plane, EXPERIMENT_NAMESPACE, "baseline")
     return control_plane
