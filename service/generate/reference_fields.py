@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from collections.abc import Iterator
 from typing import Any
@@ -28,9 +29,6 @@ EXPERIMENT_PAGE = "docs/reference/experiment.md"
 STATUS_PAGE = "docs/reference/status.md"
 
 _HEADER = ("Field", "Type", "Default", "Allowed", "Description")
-
-# Bounds every integer carries (an int64): said once on the page rather than on every row.
-_INT64 = (config.INT64_MIN, config.INT64_MAX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,14 +102,17 @@ def allowed(node: dict[str, Any]) -> str:
     parts = []
     if "enum" in node:
         parts.append("one of " + ", ".join(md.code(json.dumps(v)) for v in node["enum"]))
+    # The int64 range of every integer is the type's, said once on the page (no schema states it).
     low, high = node.get("minimum"), node.get("maximum")
-    if node.get("type") == "integer" and (low, high) == _INT64:
-        low = high = None
-    if low is not None and low != config.INT64_MIN:
+    if low is not None:
         parts.append(f"{'>' if node.get('exclusiveMinimum') else '≥'} {_number(low)}")
-    if high is not None and high != config.INT64_MAX:
+    if high is not None:
         parts.append(f"≤ {_number(high)}")
-    if "pattern" in node:
+    choices = re.fullmatch(r"\^\(\?:([\w.-]+(?:\|[\w.-]+)*)\)\$", node.get("pattern", ""))
+    if choices:
+        # A nullable choice, which the CRD states as a pattern (an enum would refuse null).
+        parts.append("one of " + ", ".join(md.code(json.dumps(v)) for v in choices[1].split("|")))
+    elif "pattern" in node:
         parts.append(f"matches {md.code(node['pattern'])}")
     if "maxLength" in node:
         parts.append(f"at most {node['maxLength']} characters")
