@@ -363,12 +363,12 @@ image-tools: ## install buildah and mmdebstrap (Debian)
 # Builds the learner (cpu and tpu), actor and operator images with buildah from a local Debian
 # base (no registry is reachable from CI) and runs them as the operator renders their pods:
 # CartPole trained to its budget by the learner and actor images over loopback TCP, the
-# operator image reconciling an Experiment in the emulated cluster, the TPU image importing
+# operator image reconciling an Experiment on the real API server, the TPU image importing
 # TensorFlow and libtpu. The base image's tarball, buildah's store (its layers) and the
 # downloaded wheels are kept in SEEDRL_IMAGE_CACHE (default ~/.cache/seedrl/images), so a
 # second run rebuilds only what changed. Needs root (buildah's chroot isolation) and ~20 GB.
 .PHONY: test-images
-test-images: $(STAMP) image-tools ## build the images with buildah and run them as their pods
+test-images: $(STAMP) image-tools control-plane helm ## build the images with buildah and run them as their pods
 	nice -n 10 $(PY) -m pytest -m images tests/images $(PYTEST_ARGS)
 
 $(PY):

@@ -1,6 +1,6 @@
 """TLS between actors and learner with the certificate the operator provisions.
 
-The real operator (kopf, against the simulated cluster's API server) makes the learner's
+The real operator (kopf, against the real kube-apiserver) makes the learner's
 certificate Secret; the learner Job's and actor Deployment's rendered commands then run as
 processes on loopback with that Secret's files where the pods mount them: the actor verifies
 the learner's Service name and streams CartPole to the budget, a plaintext client is refused,
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import kubernetes
+import pytest
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
 from seedrl.common.config import GROUP, PLURAL, VERSION
@@ -52,6 +53,7 @@ def _refused(port: int, credentials=None, name: str | None = None) -> grpc.Statu
     return grpc.StatusCode.OK
 
 
+@pytest.mark.cluster
 def test_actors_stream_over_tls_with_the_operators_certificate(tmp_path):
     port, metrics = free_port(), free_port()
     body = {
@@ -192,9 +194,8 @@ def _kubectl() -> str | None:
     return str(local) if local.exists() else shutil.which("kubectl")
 
 
-def test_kubectl_get_secret_shows_the_learners_certificate():
-    import pytest
-
+@pytest.mark.cluster
+def test_kubectl_get_secret_shows_the_learners_certificate(tmp_path):
     kubectl = _kubectl()
     if kubectl is None:
         pytest.skip("no kubectl here (make kubectl installs it)")
@@ -205,6 +206,7 @@ def test_kubectl_get_secret_shows_the_learners_certificate():
         "spec": {},
     }
     with OperatorHarness("ml") as h:
+        kubeconfig = h.cluster.kubeconfig(tmp_path / "kubeconfig")
         kubernetes.client.CustomObjectsApi(h.api).create_namespaced_custom_object(
             GROUP, VERSION, "ml", PLURAL, body
         )
@@ -213,8 +215,7 @@ def test_kubectl_get_secret_shows_the_learners_certificate():
             proc = subprocess.run(
                 [
                     kubectl,
-                    "--server",
-                    h.cluster.url,
+                    f"--kubeconfig={kubeconfig}",
                     "get",
                     "secret",
                     "-n",

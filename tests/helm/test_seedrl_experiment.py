@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import helm_python as helm_sdk
@@ -23,7 +24,7 @@ from support.charts import (
     validate_all,
     validate_experiment,
 )
-from support.sim_cluster import SimulatedCluster, wait_until
+
 
 pytestmark = pytest.mark.helm
 
@@ -354,99 +355,116 @@ def _values_file(tmp_path: Path, name: str, spec: dict) -> Path:
     return path
 
 
-def test_helm_upgrade_keeps_the_replicas_and_suspend_that_kubectl_set(tmp_path):
-    # Real helm and kubectl against the simulated API server, the CRD installed (with its
+@pytest.mark.cluster
+def test_helm_upgrade_keeps_the_replicas_and_suspend_that_kubectl_set(control_plane, tmp_path):
+    # Real helm and kubectl against the real kube-apiserver, the CRD installed (with its
     # scale subresource on spec.actors.replicas); no operator is needed to see what helm
     # applies. Helm 4 installs with server-side apply: an upgrade that applied the values'
-    # replicas or suspend again would conflict with kubectl's, or (forced, or here, where
-    # conflicts are not modelled) revert them.
-    ns, name = "rl", "cartpole"
-    (tmp_path / "cluster").mkdir()
-    with SimulatedCluster(tmp_path / "cluster") as c:
-        c.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-        wait_until(
-            lambda: c.kubectl("get", "experiments", "-A", check=False).returncode == 0,
-            30,
-            "the Experiment CRD served",
-            c,
-        )
+    # replicas or suspend again would conflict with kubectl's, or (forced) revert them.
+    ns, name = "helm-upgrade", "cartpole"
+    c = _Cluster(control_plane)
+    c.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+    c.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/experiments.seedrl.dev")
 
-        def live() -> dict:
-            return c.get(*EXPERIMENTS, ns, name)
+    def live() -> dict:
+        return c.get(ns, name)
 
-        spec = {"actors": {"replicas": 2}, "budget": {"maxEnvSteps": 10**6}}
-        values = _values_file(tmp_path, name, spec)
-        # A first install renders the values as they are.
-        c.helm(
-            "install",
-            name,
-            str(EXPERIMENT_CHART),
-            "-n",
-            ns,
-            "--create-namespace",
-            "-f",
-            str(values),
-        )
-        assert live()["spec"]["actors"]["replicas"] == 2
-        assert live()["spec"]["suspend"] is False
+    spec = {"actors": {"replicas": 2}, "budget": {"maxEnvSteps": 10**6}}
+    values = _values_file(tmp_path, name, spec)
+    # A first install renders the values as they are.
+    c.helm(
+        "install",
+        name,
+        str(EXPERIMENT_CHART),
+        "-n",
+        ns,
+        "--create-namespace",
+        "-f",
+        str(values),
+    )
+    assert live()["spec"]["actors"]["replicas"] == 2
+    assert live()["spec"]["suspend"] is False
 
-        c.kubectl("scale", f"experiment/{name}", "-n", ns, "--replicas=5")
-        assert live()["spec"]["actors"]["replicas"] == 5
-        # The same chart at a new version, with an unrelated value changed.
-        chart = chart_at_version(EXPERIMENT_CHART, "99.0.0", tmp_path)
-        c.helm(
-            "upgrade",
-            name,
-            str(chart),
-            "-n",
-            ns,
-            "-f",
-            str(values),
-            "--set",
-            "spec.budget.maxEnvSteps=2000000",
-            "--set",
-            "labels.rollout=two",
-        )
-        exp = live()
-        assert exp["metadata"]["labels"]["helm.sh/chart"] == "seedrl-experiment-99.0.0"
-        assert exp["metadata"]["labels"]["rollout"] == "two"
-        assert exp["spec"]["budget"]["maxEnvSteps"] == 2_000_000
-        assert exp["spec"]["actors"]["replicas"] == 5
+    c.kubectl("scale", f"experiment/{name}", "-n", ns, "--replicas=5")
+    assert live()["spec"]["actors"]["replicas"] == 5
+    # The same chart at a new version, with an unrelated value changed.
+    chart = chart_at_version(EXPERIMENT_CHART, "99.0.0", tmp_path)
+    c.helm(
+        "upgrade",
+        name,
+        str(chart),
+        "-n",
+        ns,
+        "-f",
+        str(values),
+        "--set",
+        "spec.budget.maxEnvSteps=2000000",
+        "--set",
+        "labels.rollout=two",
+    )
+    exp = live()
+    assert exp["metadata"]["labels"]["helm.sh/chart"] == "seedrl-experiment-99.0.0"
+    assert exp["metadata"]["labels"]["rollout"] == "two"
+    assert exp["spec"]["budget"]["maxEnvSteps"] == 2_000_000
+    assert exp["spec"]["actors"]["replicas"] == 5
 
-        patch = json.dumps({"spec": {"suspend": True}})
-        c.kubectl("patch", f"experiment/{name}", "-n", ns, "--type=merge", "-p", patch)
-        c.helm(
-            "upgrade",
-            name,
-            str(chart),
-            "-n",
-            ns,
-            "-f",
-            str(values),
-            "--set",
-            "spec.budget.maxEnvSteps=3000000",
+    patch = json.dumps({"spec": {"suspend": True}})
+    c.kubectl("patch", f"experiment/{name}", "-n", ns, "--type=merge", "-p", patch)
+    c.helm(
+        "upgrade",
+        name,
+        str(chart),
+        "-n",
+        ns,
+        "-f",
+        str(values),
+        "--set",
+        "spec.budget.maxEnvSteps=3000000",
+    )
+    exp = live()
+    assert exp["spec"]["budget"]["maxEnvSteps"] == 3_000_000
+    assert exp["spec"]["suspend"] is True
+    assert exp["spec"]["actors"]["replicas"] == 5
+    # And back: resumed with kubectl, a later upgrade keeps it running.
+    c.kubectl(
+        "patch",
+        f"experiment/{name}",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"suspend": False}}),
+    )
+    c.helm("upgrade", name, str(chart), "-n", ns, "-f", str(values), "--set", "spec.suspend=true")
+    assert live()["spec"]["suspend"] is False
+    # helm's own record of the release says what it applied: the live values.
+    manifest = c.helm("get", "manifest", name, "-n", ns).stdout
+    (recorded,) = load_manifests(manifest)
+    assert recorded["spec"]["actors"]["replicas"] == 5
+    assert recorded["spec"]["suspend"] is False
+    c.helm("uninstall", name, "-n", ns)
+
+
+class _Cluster:
+    """helm and kubectl (v1.37) as the control plane's admin."""
+
+    def __init__(self, plane):
+        self.plane = plane
+
+    def kubectl(self, *args: str):
+        return self.plane.kubectl(*args)
+
+    def helm(self, *args: str):
+        proc = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "helm"), f"--kubeconfig={self.plane.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
-        exp = live()
-        assert exp["spec"]["budget"]["maxEnvSteps"] == 3_000_000
-        assert exp["spec"]["suspend"] is True
-        assert exp["spec"]["actors"]["replicas"] == 5
-        # And back: resumed with kubectl, a later upgrade keeps it running.
-        c.kubectl(
-            "patch",
-            f"experiment/{name}",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            json.dumps({"spec": {"suspend": False}}),
-        )
-        c.helm(
-            "upgrade", name, str(chart), "-n", ns, "-f", str(values), "--set", "spec.suspend=true"
-        )
-        assert live()["spec"]["suspend"] is False
-        # helm's own record of the release says what it applied: the live values.
-        manifest = c.helm("get", "manifest", name, "-n", ns).stdout
-        (recorded,) = load_manifests(manifest)
-        assert recorded["spec"]["actors"]["replicas"] == 5
-        assert recorded["spec"]["suspend"] is False
-        c.helm("uninstall", name, "-n", ns)
+        if proc.returncode:
+            pytest.fail(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+        return proc
+
+    def get(self, namespace: str, name: str) -> dict:
+        out = self.kubectl("get", "experiments.seedrl.dev", name, "-n", namespace, "-o", "json")
+        return json.loads(out.stdout)

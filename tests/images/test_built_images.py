@@ -257,7 +257,8 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
         assert "devices: 1 CPU found" in pod.output()
 
 
-def test_operator_image_reconciles_an_experiment_in_the_simulated_cluster(images, store, tmp_path):
+@pytest.mark.cluster
+def test_operator_image_reconciles_an_experiment_on_the_real_api_server(images, store, tmp_path):
     import kubernetes
 
     from support.operator_harness import OperatorCluster
@@ -265,17 +266,10 @@ def test_operator_image_reconciles_an_experiment_in_the_simulated_cluster(images
     image = images("operator")
     liveness, metrics = free_ports(2)
     with OperatorCluster() as cluster:
-        # The operator logs in with a kubeconfig (a Secret volume here) instead of a service
-        # account: the simulated API server speaks plain HTTP, which in-cluster config never
-        # does.
-        kubeconfig = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "sim",
-            "clusters": [{"name": "sim", "cluster": {"server": cluster.url}}],
-            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "operator"}}],
-            "users": [{"name": "operator", "user": {}}],
-        }
+        # The operator logs in with its chart's ServiceAccount token through a kubeconfig (a
+        # Secret volume here): in-cluster config needs the `kubernetes` Service's address,
+        # which the API server on loopback does not publish.
+        kubeconfig = cluster.operator_kubeconfig()
         workload = {
             "spec": {
                 "template": {

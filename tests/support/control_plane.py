@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import datetime
 import ipaddress
+import json
 import os
 import signal
 import socket
@@ -299,24 +300,36 @@ def _healthy(url: str, context: ssl.SSLContext | None) -> bool:
 
 
 class ControlPlane:
-    """etcd and kube-apiserver (and, with ``controllers``, kube-controller-manager and
-    kube-scheduler) started in ``workdir``; a context manager that stops them on exit.
+    """etcd and kube-apiserver (and, with ``controllers``, kube-controller-manager running
+    ``controller_names`` and, unless ``scheduler`` is false, kube-scheduler) started in
+    ``workdir``; a context manager that stops them on exit.
 
     Attributes:
       server: the API server's URL (``https://127.0.0.1:PORT``).
       kubeconfig: an admin kubeconfig (system:masters) for kubectl and clients.
       certificates: the generated PKI.
+      audit_log: the API server's audit log (JSON lines; see :meth:`audit_events`).
       startup_seconds: from starting etcd to every component healthy.
     """
 
-    def __init__(self, workdir: Path, *, controllers: bool = False):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        controllers: bool = False,
+        controller_names: Sequence[str] = ("*",),
+        scheduler: bool = True,
+    ):
         self.workdir = workdir
         self.controllers = controllers
+        self.controller_names = tuple(controller_names)
+        self.scheduler = scheduler
         self.bin = binaries()
         self.components: list[Component] = []
         self.certificates = Certificates(workdir / "pki")
         self.server = ""
         self.kubeconfig = workdir / "admin.kubeconfig"
+        self.audit_log = workdir / "audit.log"
         self.startup_seconds = 0.0
 
     # The port is picked just before the process binds it; another process may take it in
@@ -421,6 +434,12 @@ class ControlPlane:
                 f"--service-account-issuer={SERVICE_ISSUER}",
                 f"--service-account-key-file={certs.service_account_pub}",
                 f"--service-account-signing-key-file={certs.service_account_key}",
+                # Every request's verb, resource, user and response code, for tests that check
+                # who was refused what (audit level Metadata: no bodies).
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
                 "--profiling=false",
             ],
             attempt,
@@ -431,6 +450,21 @@ class ControlPlane:
         if self.controllers:
             self._start_controllers(attempt)
         self.startup_seconds = time.monotonic() - start
+
+    def start_controllers(self) -> None:
+        """Starts kube-controller-manager (and kube-scheduler) on a plane entered without
+        ``controllers``, e.g. once the CRDs their controllers should know are served."""
+        for attempt in range(1, self._ATTEMPTS + 1):
+            try:
+                self._start_controllers(attempt)
+                return
+            except StartError as exc:
+                logs = self.logs()
+                for component in self.components[2:]:
+                    component.stop()
+                del self.components[2:]
+                if attempt == self._ATTEMPTS or "address already in use" not in logs:
+                    raise StartError(f"{exc}\n{logs}") from None
 
     def _start_controllers(self, attempt: int) -> None:
         certs = self.certificates
@@ -452,7 +486,7 @@ class ControlPlane:
                 f"--secure-port={manager_port}",
                 f"--tls-cert-file={certs.serving_cert}",
                 f"--tls-private-key-file={certs.serving_key}",
-                "--controllers=*",
+                f"--controllers={','.join(self.controller_names)}",
                 "--use-service-account-credentials",
                 f"--root-ca-file={certs.ca}",
                 f"--service-account-private-key-file={certs.service_account_key}",
@@ -462,26 +496,55 @@ class ControlPlane:
             ],
             attempt,
         )
-        scheduler_config = certs.kubeconfig(
-            self.workdir / "scheduler.kubeconfig", self.server, "system:kube-scheduler"
-        )
-        scheduler = self._spawn(
-            "kube-scheduler",
-            [
-                f"--kubeconfig={scheduler_config}",
-                f"--authentication-kubeconfig={scheduler_config}",
-                f"--authorization-kubeconfig={scheduler_config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={scheduler_port}",
-                f"--tls-cert-file={certs.serving_cert}",
-                f"--tls-private-key-file={certs.serving_key}",
-                "--leader-elect=false",
-                "--profiling=false",
-            ],
-            attempt,
-        )
-        for component, port in ((manager, manager_port), (scheduler, scheduler_port)):
+        started = [(manager, manager_port)]
+        if self.scheduler:
+            scheduler_config = certs.kubeconfig(
+                self.workdir / "scheduler.kubeconfig", self.server, "system:kube-scheduler"
+            )
+            scheduler = self._spawn(
+                "kube-scheduler",
+                [
+                    f"--kubeconfig={scheduler_config}",
+                    f"--authentication-kubeconfig={scheduler_config}",
+                    f"--authorization-kubeconfig={scheduler_config}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={scheduler_port}",
+                    f"--tls-cert-file={certs.serving_cert}",
+                    f"--tls-private-key-file={certs.serving_key}",
+                    "--leader-elect=false",
+                    "--profiling=false",
+                ],
+                attempt,
+            )
+            started.append((scheduler, scheduler_port))
+        for component, port in started:
             self._wait(component, lambda p=port: _healthy(f"https://127.0.0.1:{p}/healthz", trust))
+
+    def _audit_policy(self) -> Path:
+        path = self.workdir / "audit-policy.yaml"
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata"}],
+        }
+        path.write_text(yaml.safe_dump(policy))
+        return path
+
+    def audit_events(self) -> list[dict]:
+        """The API server's audit events so far (one per request, once answered): ``user``,
+        ``verb``, ``objectRef`` and ``responseStatus`` among their keys."""
+        events = []
+        try:
+            lines = self.audit_log.read_text().splitlines()
+        except FileNotFoundError:
+            return events
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # the line being written
+        return events
 
     # -- clients ----------------------------------------------------------------------------
 

@@ -1,34 +1,63 @@
-"""The real seedrl operator (kopf) in-process against the simulated cluster's API, for tests.
+"""The real seedrl operator (kopf) in-process against the real Kubernetes API server, for tests.
 
-:class:`OperatorHarness` starts, each in its own thread: the simulated cluster of
-:mod:`support.sim_cluster` with ``workloads=False`` (its API server, garbage collector and
-nodes; no controllers and no kubelet, so the tests write Job and Deployment status as the
-Job and Deployment controllers would, "Jobs: Job status", "Deployments: Deployment status"),
-with the operator chart's CustomResourceDefinitions installed and the tests' namespaces made;
-a local HTTP server that plays the learners' ``GET /status`` endpoints (the operator reads a
-learner's status over HTTP from its Service, which nothing here routes);
-``kopf.operator`` with the handlers of ``service/operator/handlers.py``; and the operator's
-``/metrics`` endpoint (:class:`seedrl.common.metrics_http.MetricsServer`, as ``main`` serves
-it). Tests talk to the cluster with the official ``kubernetes`` client and wait on conditions
-with :func:`wait_for`, never on fixed sleeps.
+:class:`OperatorHarness` starts, each in its own thread or process: :class:`OperatorCluster`, the
+real etcd and kube-apiserver v1.37 of :mod:`support.control_plane` with kube-controller-manager
+running only the controllers that are not workload controllers (the garbage collector, the
+namespace, service-account and token controllers: no Job, ReplicaSet or Deployment controller
+and no scheduler, so nothing runs a pod and the tests write Job and Deployment status as those
+controllers would, "Jobs: Job status", "Deployments: Deployment status"), with the operator
+chart's CustomResourceDefinitions applied server-side, its ServiceAccount and RBAC installed
+from ``helm template`` and the tests' namespaces made; a local HTTP server that plays the
+learners' ``GET /status`` endpoints (the operator reads a learner's status over HTTP from its
+Service, which nothing here routes); ``kopf.operator`` with the handlers of
+``service/operator/handlers.py``, authenticated with a token of the chart's ServiceAccount
+(TokenRequest), never as an admin, so every call it makes passes the chart's RBAC or fails as
+it would on a cluster; and the operator's ``/metrics`` endpoint
+(:class:`seedrl.common.metrics_http.MetricsServer`, as ``main`` serves it). Tests talk to the
+cluster as its admin with the official ``kubernetes`` client and wait on conditions with
+:func:`wait_for`, never on fixed sleeps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import subprocess
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable
 
 import kopf
 import kubernetes
+import yaml
 
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service.operator import handlers as operator
 from seedrl.service.operator.metrics import OperatorMetrics
-from support.sim_cluster import SimulatedCluster
+from support.control_plane import ControlPlane
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "seedrl-operator"
+#: The CustomResourceDefinitions the operator chart installs before its templates (Helm:
+#: "Custom Resource Definitions", the ``crds/`` folder): Experiments and kopf's peerings.
+OPERATOR_CRDS = CHART / "crds"
+#: Where the chart's release lives, and the ServiceAccount ``helm template`` names for it.
+OPERATOR_NAMESPACE = "seedrl-system"
+OPERATOR_RELEASE = "seedrl"
+#: kube-controller-manager's controllers that act on no workload: owned children go with their
+#: owner, namespaces are emptied, ServiceAccounts and their tokens are made.
+NON_WORKLOAD_CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
@@ -94,31 +123,202 @@ class LearnerStatusServer:
         self.server.server_close()
 
 
-class OperatorCluster(SimulatedCluster):
-    """The simulated cluster's API server alone (``workloads=False``) which, once entered,
-    serves the operator chart's CRDs and has ``namespaces``: a cluster the operator's chart
-    was installed on, whose workload controllers the tests play."""
+class OperatorCluster:
+    """The real API server with the controllers that act on no workload (see the module
+    docstring), the operator chart's CRDs, ServiceAccount and RBAC installed, and
+    ``namespaces`` made: a cluster the operator's chart was installed on, whose workload
+    controllers the tests play.
 
-    def __init__(self, *namespaces: str):
-        super().__init__(workloads=False)
+    Attributes:
+      plane: the running :class:`ControlPlane` (once entered).
+      url: the API server's URL.
+    """
+
+    def __init__(self, *namespaces: str, workdir: Path | None = None):
         self._namespaces = namespaces
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._workdir = workdir
+        self.plane: ControlPlane | None = None
+        self.url = ""
+        self._operator_token = ""
+        #: The operator's user name (its ServiceAccount's) and the ClusterRole of its rules.
+        self.operator_user = ""
+        self.operator_role = ""
 
     def __enter__(self) -> "OperatorCluster":
-        super().__enter__()
+        if self._workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="operator-cluster-")
+            self._workdir = Path(self._tmp.name)
+        self.plane = ControlPlane(
+            self._workdir, controller_names=NON_WORKLOAD_CONTROLLERS, scheduler=False
+        )
+        self.plane.__enter__()
         try:
+            self.url = self.plane.server
             self.install_operator_crds()
-            self.create_namespaces(*self._namespaces)
+            # The controllers start once the CRDs are served, as on a cluster the chart was
+            # installed on long ago: the garbage collector then knows Experiments (as owners)
+            # from its first discovery, not from its next resync (30 s later).
+            self.plane.start_controllers()
+            self.create_namespaces(OPERATOR_NAMESPACE, *self._namespaces)
+            self.install_operator_rbac()
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.plane is not None:
+            self.plane.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        """kubectl v1.37 as the cluster's admin; fails the test on a non-zero exit."""
+        assert self.plane is not None
+        return self.plane.kubectl(*args, input=input).stdout
+
+    def install_operator_crds(self) -> None:
+        """Applies the chart's ``crds/`` server-side, as ``helm install`` creates them, and
+        waits until each is Established (served)."""
+        self.kubectl("apply", "--server-side", "-f", str(OPERATOR_CRDS))
+        for path in sorted(OPERATOR_CRDS.glob("*.yaml")):
+            for document in yaml.safe_load_all(path.read_text()):
+                if document:
+                    name = document["metadata"]["name"]
+                    self.kubectl(
+                        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}"
+                    )
+
+    def create_namespaces(self, *namespaces: str) -> None:
+        """Creates each namespace that does not exist yet."""
+        for namespace in namespaces:
+            manifest = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+            self.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+    def install_operator_rbac(self, *sets: str) -> None:
+        """Installs the chart's ServiceAccount and RBAC (``helm template`` of
+        ``templates/serviceaccount.yaml`` and ``templates/rbac.yaml``, ``sets`` as
+        ``--set``), and mints a token of that ServiceAccount for the operator."""
+        rendered = subprocess.run(
+            [
+                str(ROOT / ".venv" / "bin" / "helm"),
+                "template",
+                OPERATOR_RELEASE,
+                str(CHART),
+                "-n",
+                OPERATOR_NAMESPACE,
+                "--show-only",
+                "templates/serviceaccount.yaml",
+                "--show-only",
+                "templates/rbac.yaml",
+                *(f"--set={s}" for s in sets),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        self.kubectl("apply", "-n", OPERATOR_NAMESPACE, "-f", "-", input=rendered)
+        documents = [d for d in yaml.safe_load_all(rendered) if d]
+        account = next(d["metadata"]["name"] for d in documents if d["kind"] == "ServiceAccount")
+        self.operator_user = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{account}"
+        # The role that holds the operator's rules: the one that may write Jobs.
+        self.operator_role = next(
+            d["metadata"]["name"]
+            for d in documents
+            if d["kind"] == "ClusterRole"
+            and any("jobs" in r.get("resources", []) for r in d.get("rules", []))
+        )
+        self._operator_token = self.kubectl(
+            "create", "token", account, "-n", OPERATOR_NAMESPACE, "--duration=24h"
+        ).strip()
+
+    def kubeconfig(self, path: Path, namespace: str | None = None) -> Path:
+        """Writes a kubeconfig of the cluster's admin to ``path`` (its context's namespace
+        ``namespace`` when given) and returns it, for kubectl and ``seedrl`` commands."""
+        assert self.plane is not None
+        config = yaml.safe_load(self.plane.kubeconfig.read_text())
+        if namespace:
+            for context in config["contexts"]:
+                context["context"]["namespace"] = namespace
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def operator_refusals(self) -> list[str]:
+        """Every request of the operator's ServiceAccount the API server refused as
+        forbidden (403), as ``VERB RESOURCE NAMESPACE/NAME``, from the audit log."""
+        assert self.plane is not None
+        refused = []
+        for event in self.plane.audit_events():
+            if (event.get("user") or {}).get("username") != self.operator_user:
+                continue
+            if (event.get("responseStatus") or {}).get("code") != 403:
+                continue
+            ref = event.get("objectRef") or {}
+            refused.append(
+                f"{event.get('verb')} {ref.get('resource')} "
+                f"{ref.get('namespace', '')}/{ref.get('name', '')}"
+            )
+        return refused
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        """A ``kubernetes`` client as the cluster's admin (the tests' own)."""
+        assert self.plane is not None
+        return self.plane.api_client()
+
+    def operator_api_client(self) -> kubernetes.client.ApiClient:
+        """A ``kubernetes`` client with the operator's ServiceAccount token."""
+        assert self.plane is not None
+        configuration = kubernetes.client.Configuration()
+        configuration.host = self.url
+        configuration.ssl_ca_cert = str(self.plane.certificates.ca)
+        configuration.api_key = {"authorization": f"Bearer {self._operator_token}"}
+        return kubernetes.client.ApiClient(configuration)
+
+    def operator_kubeconfig(self) -> dict:
+        """A kubeconfig (as a dict) that logs in as the operator's ServiceAccount, the CA
+        inline: for an operator process that reads ``KUBECONFIG``."""
+        assert self.plane is not None
+        ca = base64.b64encode(self.plane.certificates.ca.read_bytes()).decode()
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "operator",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {"server": self.url, "certificate-authority-data": ca},
+                }
+            ],
+            "contexts": [{"name": "operator", "context": {"cluster": "test", "user": "operator"}}],
+            "users": [{"name": "operator", "user": {"token": self._operator_token}}],
+        }
+
+    def operator_connection(self) -> kopf.ConnectionInfo:
+        """What kopf logs in with: the operator's ServiceAccount token."""
+        assert self.plane is not None
+        return kopf.ConnectionInfo(
+            server=self.url, ca_path=str(self.plane.certificates.ca), token=self._operator_token
+        )
+
+    def create(self, obj: dict) -> dict:
+        """Creates ``obj`` (any kind) as the admin; returns it as stored."""
+        return json.loads(self.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(obj)))
+
+    def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
+        """The object, or None if there is none."""
+        resource = f"{plural}.{version}.{group}" if group else plural
+        where = ["-n", namespace] if namespace else []
+        out = self.kubectl("get", resource, name, *where, "-o", "json", "--ignore-not-found")
+        return json.loads(out) if out.strip() else None
 
 
 class OperatorHarness:
     """The API server + learner status server + the operator, all running.
 
     Attributes:
-      cluster: the simulated cluster (API server only).
+      cluster: the cluster (:class:`OperatorCluster`).
       learners: the learner status server.
       api: a ``kubernetes`` ApiClient for the cluster (the tests' own).
       metrics: the operator's metrics; :attr:`metrics_url` serves them over HTTP.
@@ -138,11 +338,11 @@ class OperatorHarness:
 
     def _run(self) -> None:
         config = operator.OperatorConfig(
-            api_client=self.cluster.api_client(),
+            api_client=self.cluster.operator_api_client(),
             poll_seconds=self.poll_seconds,
             status_url=self.learners.url,
             metrics=self.metrics,
-            connection=kopf.ConnectionInfo(server=self.cluster.url, insecure=True),
+            connection=self.cluster.operator_connection(),
         )
         registry = operator.build_registry(config)
 

@@ -1,4 +1,4 @@
-"""`seedrl submit` and `seedrl status` against the simulated cluster's API server, with the
+"""`seedrl submit` and `seedrl status` against the real kube-apiserver, with the
 operator running. The CLI finds the cluster through a real kubeconfig file, as it would
 anywhere else."""
 
@@ -20,6 +20,9 @@ from seedrl.service.operator.render.volume import render_run_volume
 from seedrl.service.operator.status import condition
 from support.operator_harness import OperatorHarness, wait_for
 
+#: The real control plane, and helm to render the operator chart's RBAC.
+pytestmark = [pytest.mark.cluster, pytest.mark.helm]
+
 ROOT = Path(__file__).parents[3]
 EXAMPLE = ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml"
 
@@ -32,25 +35,7 @@ def harness():
 
 @pytest.fixture
 def kubeconfig(harness, tmp_path):
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "sim",
-                "clusters": [{"name": "sim", "cluster": {"server": harness.cluster.url}}],
-                "users": [{"name": "tester", "user": {"token": "not-checked"}}],
-                "contexts": [
-                    {
-                        "name": "sim",
-                        "context": {"cluster": "sim", "user": "tester", "namespace": "ml"},
-                    }
-                ],
-            }
-        )
-    )
-    return str(path)
+    return str(harness.cluster.kubeconfig(tmp_path / "kubeconfig", namespace="ml"))
 
 
 def get(harness, namespace, name):
@@ -77,7 +62,7 @@ def test_submit_applies_and_status_shows_progress(harness, kubeconfig, capsys):
         "cli-cart-learner", "ml", {"status": {"active": 1, "ready": 1}}
     )
     apps.patch_namespaced_deployment_status(
-        "cli-cart-actors", "ml", {"status": {"readyReplicas": 4}}
+        "cli-cart-actors", "ml", {"status": {"replicas": 4, "readyReplicas": 4}}
     )
     harness.learners.statuses[("ml", "cli-cart")] = {
         "state": "running",

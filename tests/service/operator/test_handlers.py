@@ -1,7 +1,8 @@
-"""The operator (kopf, service/operator/handlers.py) against the simulated cluster's API server
-over HTTP (support.operator_harness: no workload controllers, so the tests write the Job's and
-Deployment's status as those controllers would), driven with the real ``kubernetes`` client.
-Nothing here sleeps: every step waits on a condition with a timeout."""
+"""The operator (kopf, service/operator/handlers.py) against the real kube-apiserver v1.37, with
+its chart's ServiceAccount token and RBAC (support.operator_harness: no workload controllers, so
+the tests write the Job's and Deployment's status as those controllers would), driven with the
+real ``kubernetes`` client. Nothing here sleeps: every step waits on a condition with a
+timeout."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ from seedrl.service.operator.status import condition
 from seedrl.service.operator.metrics import OperatorMetrics
 from support.operator_harness import OperatorCluster, OperatorHarness, wait_for
 
+#: The real control plane, and helm to render the operator chart's RBAC.
+pytestmark = [pytest.mark.cluster, pytest.mark.helm]
+
 NS = "team-a"
 ROOT = Path(__file__).parents[3]
 CARTPOLE = yaml.safe_load((ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml").read_text())
@@ -49,6 +53,9 @@ CHILDREN = [
 def harness():
     with OperatorHarness(NS) as h:
         yield h
+        # The chart's RBAC is enough: the API server refused the operator nothing but what
+        # test_a_role_trimmed_by_one_verb_is_reported_in_status_and_events took away.
+        assert [r for r in h.cluster.operator_refusals() if "networkpolicies" not in r] == []
 
 
 class Client:
@@ -199,13 +206,21 @@ def test_ready_pods_and_learner_status_advance_the_conditions(k8s, harness):
                 "ready": 0,
                 "succeeded": 1,
                 "completionTime": "2026-01-01T01:00:00Z",
+                # The Job controller says SuccessCriteriaMet before Complete; the API server
+                # refuses a Complete without it ("Jobs: Terminal Job conditions", v1.31+).
                 "conditions": [
+                    {
+                        "type": "SuccessCriteriaMet",
+                        "status": "True",
+                        "reason": "CompletionsReached",
+                        "message": "Reached expected number of succeeded pods",
+                    },
                     {
                         "type": "Complete",
                         "status": "True",
                         "reason": "CompletionsReached",
                         "message": "Reached expected number of succeeded pods",
-                    }
+                    },
                 ],
             }
         },
@@ -544,7 +559,10 @@ def test_cost_is_priced_from_the_pods_and_kept_for_pods_that_are_gone(k8s, harne
     # A pod that cannot be priced (TPU chips without the accelerator's node selector) leaves
     # the stored cost alone: polls go on, the reconcile does not fail.
     bad = pod("priced-actors-bad", name, "actor", "2026-01-01T00:00:00Z")
+    # An extended resource is requested and limited alike (the API server refuses a request
+    # alone: "Manage extended resources").
     bad["spec"]["containers"][0]["resources"]["requests"]["google.com/tpu"] = "1"
+    bad["spec"]["containers"][0]["resources"].setdefault("limits", {})["google.com/tpu"] = "1"
     errors = sample(harness, "seedrl_operator_reconcile_errors_total", trigger="poll")
     run_pod(harness.api, bad)
     created = time.time()
@@ -688,7 +706,14 @@ def test_operator_metrics_count_reconciles_and_follow_experiments(k8s, harness):
         )
         == 0
     )
-    assert k8s.status("metered")["cost"]["totalUsd"] == pytest.approx(expected, abs=1e-6)
+    # The gauge is set as the cost is computed; the status patch that carries it follows.
+    wait_for(
+        lambda: (
+            (k8s.status("metered").get("cost") or {}).get("totalUsd")
+            == pytest.approx(expected, abs=1e-6)
+        ),
+        what="the cost in the status",
+    )
 
     for name in ("metered", "badmeter"):
         k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
@@ -1039,7 +1064,12 @@ def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8
     for name in ("certs-learner-tls", "certs-learner-ca"):
         k8s.core.create_namespaced_secret(
             NS,
-            {"metadata": {"name": name}, "type": "kubernetes.io/tls", "data": {"tls.crt": ""}},
+            # A kubernetes.io/tls Secret must hold both keys (the API server validates it).
+            {
+                "metadata": {"name": name},
+                "type": "kubernetes.io/tls",
+                "data": {"tls.crt": "", "tls.key": ""},
+            },
         )
 
     def owned(name):
@@ -1049,3 +1079,50 @@ def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8
     k8s.patch_spec("certs", {"budget": {"maxEnvSteps": 2000000}})  # a reconcile
     for name in ("certs-learner-tls", "certs-learner-ca"):
         wait_for(lambda name=name: owned(name), what=f"{name} owned by the Experiment")
+
+
+def test_a_role_trimmed_by_one_verb_is_reported_in_status_and_events(k8s, harness):
+    rbac = kubernetes.client.RbacAuthorizationV1Api(harness.api)
+    role = rbac.read_cluster_role(harness.cluster.operator_role)
+    original = harness.api.sanitize_for_serialization(role)["rules"]
+    # An administrator trimmed the operator's role: NetworkPolicies read only (server-side
+    # apply, which creates what is missing, is authorized as patch).
+    trimmed = [
+        {**r, "verbs": ["get"]} if "networkpolicies" in r.get("resources", []) else r
+        for r in original
+    ]
+    rbac.patch_cluster_role(harness.cluster.operator_role, {"rules": trimmed})
+    name = "trimmed"
+    try:
+        k8s.create(name)
+        applied = wait_for(
+            lambda: (c := k8s.condition(name, "SpecApplied")).get("reason") == "Forbidden" and c,
+            60,
+            "SpecApplied=False, reason Forbidden",
+        )
+        assert 'cannot patch resource "networkpolicies"' in applied["message"], applied
+        assert harness.cluster.operator_user in applied["message"]
+        events = wait_for(
+            lambda: [
+                e
+                for e in k8s.core.list_namespaced_event(NS).items
+                if e.involved_object.name == name and e.reason == "Forbidden"
+            ],
+            what="the Forbidden event",
+        )
+        assert len(events) == 1 and events[0].type == "Warning", events
+        # Nothing that needs the missing right was made; the learner was never started.
+        assert k8s.child("Job", f"{name}-learner") is None
+        assert any("networkpolicies" in r for r in harness.cluster.operator_refusals())
+    finally:
+        rbac.patch_cluster_role(harness.cluster.operator_role, {"rules": original})
+    # Granted again, the next poll makes the rest: nothing was lost meanwhile.
+    wait_for(
+        lambda: (
+            k8s.condition(name, "SpecApplied").get("status") == "True"
+            and k8s.child("Job", f"{name}-learner")
+        ),
+        60,
+        "the children made once the role allows it",
+    )
+    k8s.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)

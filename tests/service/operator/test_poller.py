@@ -1,5 +1,5 @@
 """The poller (service/operator/poller.py): its peering gate (which replica works) and its
-stop. Its refreshes and resyncs run against the simulated cluster in test_handlers.py."""
+stop. Its refreshes and resyncs run against the real kube-apiserver in test_handlers.py."""
 
 from __future__ import annotations
 
