@@ -37,7 +37,7 @@ HELP_GROUPS := Start:run,install,clean Test:test,test-all,test-unit,test-images,
 	Generated:generate,check-generated \
 	Benchmarks:bench-speed,bench-atari-speed,bench-gpu,bench-hostile,bench-throughput,bench-streams,bench-devices \
 	Curves:bench-atari,bench-atari-ppo,bench-mujoco,bench-pendulum,bench-football,bench-cartpole-r2d2 \
-	Tools:images,image-tools,football,helm,kubectl,prometheus,sample-factory
+	Tools:images,image-tools,football,helm,kubectl,control-plane,prometheus,sample-factory
 
 .PHONY: help
 help: ## list the targets by group
@@ -52,18 +52,18 @@ help: ## list the targets by group
 run: $(STAMP) ## set up .venv and train the default experiment (CartPole V-trace)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
 
-test: $(STAMP) football helm kubectl prometheus ## the test suite CI runs (not slow, no image builds)
+test: $(STAMP) football helm kubectl control-plane prometheus ## the test suite CI runs (not slow, no image builds)
 	$(PY) -m pytest -m "not slow and not images" $(PYTEST_ARGS)
 
 # Everything but the image builds, which have their own target (make test-images).
-test-all: $(STAMP) football helm kubectl prometheus ## every test but the image builds, the slow suites too
+test-all: $(STAMP) football helm kubectl control-plane prometheus ## every test but the image builds, the slow suites too
 	$(PY) -m pytest -m "not images" $(PYTEST_ARGS)
 
-# The inner loop: no system packages (no gfootball build, no helm, no Prometheus) and no
-# end-to-end runs; the tests that need one of those carry its marker (pyproject.toml).
+# The inner loop: no system packages (no gfootball build, no helm, no Prometheus, no control
+# plane) and no end-to-end runs; the tests that need one of those carry its marker (pyproject.toml).
 .PHONY: test-unit
 test-unit: $(STAMP) ## the inner loop: no system packages, no end-to-end runs
-	$(PY) -m pytest -m "not slow and not e2e and not football and not helm and not prometheus and not images" \
+	$(PY) -m pytest -m "not slow and not e2e and not football and not helm and not prometheus and not images and not cluster" \
 	  $(PYTEST_ARGS)
 
 # ruff (lint and format, the whole tree) and mypy, configured in pyproject.toml. mypy reads
@@ -300,6 +300,15 @@ kubectl: ## install kubectl into .venv/bin
 	mkdir -p $(VENV)/bin; \
 	install -m 0755 "$$tmp/kubectl" $(KUBECTL); \
 	$(KUBECTL) version --client
+
+# The real Kubernetes control plane the tests of tests/cluster/ boot on loopback: etcd 3.6,
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl v1.37.2, built with Go
+# (>= 1.26; GO=/path/to/go) from the module proxy at the versions that the go.mod/go.sum files of
+# tests/cluster/controlplane/ pin. Built once into ~/.cache/seedrl/control-plane/, in a folder
+# named by a hash of those files, so a second run only checks; prints how long each took.
+.PHONY: control-plane
+control-plane: ## build etcd and the Kubernetes v1.37 control plane (cached)
+	$(PYTHON) tests/support/control_plane_build.py
 
 # Container images: the learner (LEARNER_ACCELERATOR cpu, gpu or tpu; gpu and tpu builds are
 # tagged -gpu and -tpu), the actors (FOOTBALL=1 adds Google Research Football from the wheel

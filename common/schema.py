@@ -69,22 +69,41 @@ def _scalar_constraints(out: dict[str, Any], meta: dict[str, Any]) -> None:
         out["enum"] = list(meta["choices"])
     if out["type"] in ("integer", "number"):
         if meta.get("ge") is not None:
-            out["minimum"] = meta["ge"]
+            out["minimum"] = _bound(meta["ge"], out["type"])
         if meta.get("gt") is not None:
-            out["minimum"] = meta["gt"]
+            out["minimum"] = _bound(meta["gt"], out["type"])
             out["exclusiveMinimum"] = True
         if meta.get("le") is not None:
-            out["maximum"] = meta["le"]
-    if out["type"] == "integer":
-        # Every integer is an int64 (see seedrl.common.config.INT64_MAX), whatever else bounds it.
-        out.setdefault("minimum", config.INT64_MIN)
-        out.setdefault("maximum", config.INT64_MAX)
+            out["maximum"] = _bound(meta["le"], out["type"])
     if out["type"] == "string":
         if meta.get("pattern"):
             # parse_experiment matches the whole string; JSON Schema patterns search.
             out["pattern"] = f"^(?:{meta['pattern']})$"
         if meta.get("max_len") is not None:
             out["maxLength"] = meta["max_len"]
+
+
+def _bound(value: float, kind: str) -> float:
+    """A field's declared bound as the schemas carry it: for an integer field, an integer that
+    a float64 holds exactly.
+
+    Kubernetes reads every ``minimum``/``maximum`` as a float64 and refuses a CRD whose bound on
+    an integer field is no int64 once read so: 2^63-1 reads as 2^63 ("Maximum boundary value
+    must be of type integer"), and 2^53+1 would read as another bound. The CRD states no int64
+    range: the API server refuses an integer outside it by the type alone, as
+    :func:`parse_experiment` does (:func:`to_json_schema` states it, for JSON Schema).
+    """
+    if kind == "integer" and (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not config.INT64_MIN <= value <= config.INT64_MAX
+        or float(value) != value
+    ):
+        raise TypeError(
+            f"integer bound {value!r} is not an int64 that a float64 holds exactly: declare "
+            "no bound where the int64 range is meant"
+        )  # a bug in seedrl.common.config
+    return value
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -195,8 +214,9 @@ def to_json_schema(openapi: dict[str, Any], closed: bool = False) -> dict[str, A
     """Converts a structural OpenAPI v3.0 schema to JSON Schema draft 2020-12.
 
     ``nullable: true`` becomes a type list with ``"null"``, a boolean ``exclusiveMinimum``
-    becomes the numeric form, and ``x-kubernetes-*`` extensions are dropped (a free-form object
-    stays a free-form object). The input is not modified.
+    becomes the numeric form, an integer without a bound gets the int64 range's (which the
+    API server enforces by the type alone), and ``x-kubernetes-*`` extensions are dropped (a
+    free-form object stays a free-form object). The input is not modified.
 
     Args:
       openapi: the schema to convert.
@@ -221,6 +241,17 @@ def _convert(node: Any, closed: bool) -> None:
             node["enum"] = [*node["enum"], None]
     if node.get("exclusiveMinimum") is True:
         node["exclusiveMinimum"] = node.pop("minimum")
+    if node.get("type") in ("integer", ["integer", "null"]):
+        # JSON Schema validators compare integers exactly (Helm's and jsonschema), so here the
+        # int64 range can be stated: helm refuses a values file's 1e30 before rendering.
+        bounds = {"minimum": config.INT64_MIN, "maximum": config.INT64_MAX}
+        if "exclusiveMinimum" in node:
+            del bounds["minimum"]
+        bounds.update({k: v for k, v in node.items() if k in bounds})
+        # Where a declared bound would be (before the default), so the file reads the same.
+        rest = {k: node.pop(k) for k in list(node) if k in ("default", *bounds)}
+        node.update(bounds)
+        node.update({k: v for k, v in rest.items() if k not in bounds})
     for key in [k for k in node if k.startswith("x-kubernetes-")]:
         del node[key]
     if closed and "properties" in node:

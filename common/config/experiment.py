@@ -13,7 +13,7 @@ from seedrl.common.config.budget import BudgetConfig
 from seedrl.common.config.checkpoint import CheckpointConfig
 from seedrl.common.config.cluster import API_VERSION, KIND
 from seedrl.common.config.env import EnvConfig
-from seedrl.common.config.fields import DNS_LABEL, INT64_MAX, param
+from seedrl.common.config.fields import DNS_LABEL, param
 from seedrl.common.config.learner import LearnerConfig
 
 
@@ -26,7 +26,6 @@ class Spec:
         "Seed of the environments and the learner's sampling: 0 to 2^63-1 (an int64, as the "
         "CRD stores it; the learner's and the actors' generators take any of them).",
         ge=0,
-        le=INT64_MAX,
     )
     env: EnvConfig = param(doc="The environment.", factory=EnvConfig)
     agent: AgentConfig = param(doc="The agent and its network.", factory=AgentConfig)

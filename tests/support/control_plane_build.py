@@ -1,0 +1,165 @@
+"""Builds the real Kubernetes control plane the cluster tests boot (``make control-plane``).
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl are built from the Go
+module proxy, at the versions pinned by the checked-in ``go.mod``/``go.sum`` of
+``tests/cluster/controlplane/`` (Kubernetes) and ``tests/cluster/controlplane/etcd/`` (etcd,
+a module of its own: the two pin different etcd client libraries). The binaries go to a cache
+keyed by those files and this recipe (:func:`binary_dir`, under ``~/.cache/seedrl/``), so they
+are built once per pin; a second ``make control-plane`` only checks they are there.
+
+Only the standard library is used: ``make`` runs this before the virtualenv may exist, and the
+fixture (:mod:`support.control_plane`) imports :func:`binary_dir` to find what was built.
+
+    python tests/support/control_plane_build.py          # build what is missing, with timings
+    python tests/support/control_plane_build.py --dir    # print where the binaries are
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = ROOT / "tests" / "cluster" / "controlplane"
+ETCD_MODULE = MODULE / "etcd"
+#: The Kubernetes release the module pins (go.mod) and the binaries report (ldflags below).
+KUBERNETES_VERSION = "v1.37.2"
+#: The Kubernetes commands built, in build order; etcd is built first, from its own module.
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+BINARIES = ("etcd", *KUBERNETES_COMMANDS)
+
+
+def _version_ldflags() -> str:
+    # A `go build` of k8s.io/kubernetes outside its repository reports v0.0.0-master, which
+    # breaks Helm's kubeVersion checks and version-gated code; kubectl reads client-go's copy.
+    major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    flags = []
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        for name, value in (
+            ("gitVersion", KUBERNETES_VERSION),
+            ("gitMajor", major),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+        ):
+            flags.append(f"-X {package}.{name}={value}")
+    return " ".join(flags)
+
+
+#: Static binaries (no C compiler needed), no build paths inside them.
+BUILD_FLAGS = ("-trimpath",)
+BUILD_ENV = {"CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+
+
+def _recipe() -> str:
+    return repr((KUBERNETES_VERSION, BINARIES, BUILD_FLAGS, BUILD_ENV, _version_ldflags()))
+
+
+def cache_key() -> str:
+    """What the binaries are built from: both modules' go.mod and go.sum, etcd's main and
+    this recipe; a change to any of them builds anew into another directory."""
+    digest = hashlib.sha256(_recipe().encode())
+    for path in (
+        MODULE / "go.mod",
+        MODULE / "go.sum",
+        ETCD_MODULE / "go.mod",
+        ETCD_MODULE / "go.sum",
+        ETCD_MODULE / "main.go",
+    ):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """``$SEEDRL_CONTROL_PLANE_CACHE``, else ``~/.cache/seedrl/control-plane``."""
+    explicit = os.environ.get("SEEDRL_CONTROL_PLANE_CACHE")
+    return Path(explicit) if explicit else Path.home() / ".cache" / "seedrl" / "control-plane"
+
+
+def binary_dir() -> Path:
+    """Where the binaries of the checked-in pins are (or will be, once built)."""
+    return cache_root() / f"{KUBERNETES_VERSION}-{cache_key()}"
+
+
+def missing() -> list[str]:
+    """The binaries not built yet for the current pins."""
+    return [name for name in BINARIES if not os.access(binary_dir() / name, os.X_OK)]
+
+
+def _go() -> str:
+    found = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
+    if not os.access(found, os.X_OK):
+        sys.exit("make control-plane: no Go toolchain (Go >= 1.26 on PATH, or GO=/path/to/go)")
+    return found
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    # Worktrees of one machine share the cache: one build at a time, the others then find it.
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build() -> dict[str, float]:
+    """Builds each missing binary into :func:`binary_dir`; returns the seconds each took."""
+    target = binary_dir()
+    timings: dict[str, float] = {}
+    with _locked(cache_root()):
+        todo = missing()
+        if not todo:
+            return timings
+        go = _go()
+        staging = target.with_name(target.name + ".partial")
+        staging.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **BUILD_ENV}
+        for name in todo:
+            if name == "etcd":
+                cwd, package, ldflags = ETCD_MODULE, ".", ""
+            else:
+                cwd, package, ldflags = MODULE, f"k8s.io/kubernetes/cmd/{name}", _version_ldflags()
+            command = [go, "build", *BUILD_FLAGS, "-ldflags", ldflags, "-o", str(staging / name)]
+            print(f"control-plane: building {name} ...", flush=True)
+            start = time.monotonic()
+            subprocess.run([*command, package], cwd=cwd, env=env, check=True)
+            timings[name] = time.monotonic() - start
+            print(f"control-plane: {name} built in {timings[name]:.0f} s", flush=True)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in todo:
+            os.replace(staging / name, target / name)
+        shutil.rmtree(staging, ignore_errors=True)
+    return timings
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Builds what is missing and prints the timings, or (``--dir``) prints where they go."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", action="store_true", help="print the binaries' directory")
+    args = parser.parse_args(argv)
+    if args.dir:
+        print(binary_dir())
+        return 0
+    start = time.monotonic()
+    try:
+        timings = build()
+    except subprocess.CalledProcessError as exc:
+        print(f"control-plane: build failed: {exc}", file=sys.stderr)
+        return 1
+    if timings:
+        print(f"control-plane: built {', '.join(timings)} in {time.monotonic() - start:.0f} s")
+    else:
+        print(f"control-plane: {KUBERNETES_VERSION} up to date in {binary_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
