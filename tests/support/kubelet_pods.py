@@ -173,7 +173,9 @@ class PodWorker:
         self.shutdown_message = ""
         self.stopping = asyncio.Event()
         self.deadline: float | None = None
-        self.deadline_changed = asyncio.Event()
+        # Set (and replaced by a fresh one) whenever the deadline moves, so that every
+        # container being stopped wakes up to it.
+        self.deadline_moved = asyncio.Event()
         self.dirty = asyncio.Event()
         self.done = asyncio.Event()
         self.volumes = PodVolumes(node.http, pod, self.dir, node.dir, node.kubelet.attachments)
@@ -193,7 +195,8 @@ class PodWorker:
         deadline = time.monotonic() + max(0.0, grace)
         if self.deadline is None or deadline < self.deadline:
             self.deadline = deadline
-            self.deadline_changed.set()
+            moved, self.deadline_moved = self.deadline_moved, asyncio.Event()
+            moved.set()
         self.stopping.set()
         self.dirty.set()
 
@@ -544,8 +547,7 @@ class PodWorker:
                     signal_group(proc.pid, signal.SIGKILL)
                     await waiting
                     break
-                self.deadline_changed.clear()
-                moved = asyncio.ensure_future(self.deadline_changed.wait())
+                moved = asyncio.ensure_future(self.deadline_moved.wait())
                 await asyncio.wait(
                     {waiting, moved}, timeout=remaining, return_when="FIRST_COMPLETED"
                 )
