@@ -160,10 +160,11 @@ class NodeSpec:
         return POOLS[self.pool].provisioning in ("spot", "preemptible")
 
 
-#: A cluster of every kind of node: on-demand and Spot CPU nodes in each of three zones, a
+#: A cluster of every kind of node: two on-demand CPU nodes and one Spot node in each of three
+#: zones (a learner pinned to a zone by its disk still has a node to go to when one drains), a
 #: legacy preemptible node, an L4 node and a v5e and a v6e TPU host.
 GKE_CLUSTER = (
-    *(NodeSpec(f"gke-cpu-{i}", "cpu", zone) for i, zone in enumerate(ZONES)),
+    *(NodeSpec(f"gke-cpu-{i}", "cpu", ZONES[i // 2]) for i in range(2 * len(ZONES))),
     *(NodeSpec(f"gke-spot-{i}", "spot", zone) for i, zone in enumerate(ZONES)),
     NodeSpec("gke-preemptible-0", "preemptible", ZONES[0]),
     NodeSpec("gke-gpu-0", "gpu", ZONES[1]),
