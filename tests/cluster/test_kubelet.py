@@ -108,6 +108,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
         ) as kubelet:
             yield plane, kubelet
             assert kubelet.errors == []
+            assert kubelet.dropped_events == 0
         assert kubelet.running() == []
 
 
@@ -534,6 +535,19 @@ def test_image_pull_errors(cluster, namespace):
         state = wait_for(waiting, 60, f"{name} to fail its pull")
         assert message in state["message"], state
         assert admin.call("GET", f"{pods_path}/{name}")["status"]["phase"] == "Pending"
+        # The kubelet said so in an Event on the pod, as `kubectl describe` shows it.
+        wait_for(
+            lambda n=name: [
+                e
+                for e in admin.call("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+                if e["involvedObject"]["name"] == n
+                and e["reason"] == "Failed"
+                and e["type"] == "Warning"
+                and e["source"]["component"] == "kubelet"
+            ],
+            30,
+            f"a Failed event about {name}",
+        )
 
 
 def _job(admin: Admin, namespace: str, name: str, spec: dict) -> str:

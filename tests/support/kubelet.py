@@ -445,6 +445,8 @@ class Kubelet:
         self.python = sys.executable
         self.attachments = Attachments()
         self.errors: list[str] = []
+        #: Events the API server refused (the kubelet drops those too).
+        self.dropped_events = 0
         self.site_dir = self.root / "site"
         self.site_dir.mkdir(parents=True, exist_ok=True)
         (self.site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)

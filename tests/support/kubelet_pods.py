@@ -27,7 +27,9 @@ What each rule models (kubernetes.io: "Pod Lifecycle", "Init Containers", "Conta
   pod's deletion grace period, or what node shutdown allows); then the final status, then
   ``DELETE`` with grace 0 if the pod is being deleted (the kubelet's last word on a pod);
 - memory: over ``limits.memory`` the process group is killed with SIGKILL and the reason is
-  OOMKilled, as the cgroup OOM killer does.
+  OOMKilled, as the cgroup OOM killer does;
+- events about the pod, as the kubelet records them: FailedMount, Pulled, Failed and BackOff
+  (pulls), Started, Killing, Unhealthy, BackOff (restarts).
 """
 
 from __future__ import annotations
@@ -208,6 +210,46 @@ class PodWorker:
         except OSError:
             return ""
 
+    def event(self, c: Container | None, kind: str, reason: str, message: str) -> None:
+        """Records an Event about the pod (or one of its containers), as the kubelet's event
+        recorder does; best effort, as there (a refused Event is dropped)."""
+        now = now_rfc3339()
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+        }
+        if c is not None:
+            field = "initContainers" if c.init else "containers"
+            involved["fieldPath"] = f"spec.{field}{{{c.name}}}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{self.name}.", "namespace": self.namespace},
+            "involvedObject": involved,
+            "type": kind,
+            "reason": reason,
+            "message": message,
+            "source": {"component": "kubelet", "host": self.node.name},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node.name,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+
+        async def post() -> None:
+            try:
+                await self.node.http.request(
+                    "POST", f"/api/v1/namespaces/{self.namespace}/events", event
+                )
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError):
+                self.node.kubelet.dropped_events += 1
+
+        asyncio.ensure_future(post())
+
     # -- the pod's life --------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -234,11 +276,15 @@ class PodWorker:
             self.done.set()
 
     async def _run(self) -> None:
+        failed_mount = False
         while True:  # volumes: FailedMount until they can be set up
             try:
                 await self.volumes.mount(self.ip or "", self.node.spec_ip)
                 break
             except MountPending as exc:
+                if not failed_mount:
+                    self.event(None, "Warning", "FailedMount", f"MountVolume.SetUp failed: {exc}")
+                failed_mount = True
                 for c in self.apps:
                     if not self.init:
                         c.state = {
@@ -335,6 +381,7 @@ class PodWorker:
             c.state = {"waiting": {"reason": "ContainerCreating"}}
             self.dirty.set()
             return CRASH_BACKOFF_S
+        self.event(c, "Warning", "BackOff", "Back-off restarting failed container")
         c.state = {
             "waiting": {
                 "reason": "CrashLoopBackOff",
@@ -373,6 +420,7 @@ class PodWorker:
                     str(exc) if policy == "Never" else f'Failed to pull image "{image}": {exc}'
                 )
                 c.state = {"waiting": {"reason": reason, "message": message}}
+                self.event(c, "Warning", "Failed", message)
                 self.dirty.set()
                 if await self._wait_stop(ERR_IMAGE_PULL_S):
                     return False
@@ -384,12 +432,14 @@ class PodWorker:
                         "message": f'Back-off pulling image "{image}": ErrImagePull: {exc}',
                     }
                 }
+                self.event(c, "Normal", "BackOff", f'Back-off pulling image "{image}"')
                 self.dirty.set()
                 if await self._wait_stop(backoff):
                     return False
                 backoff = min(PULL_BACKOFF_CAP_S, backoff * 2)
                 continue
             node.images.add(normalize(image))
+            self.event(c, "Normal", "Pulled", f'Successfully pulled image "{image}"')
             break
         c.image_id = normalize(image)
         return not self.stopping.is_set()
@@ -509,6 +559,7 @@ class PodWorker:
         c.container_id = f"containerd://{self.uid[:8]}-{c.name}-{c.proc.pid}"
         c.state = {"running": {"startedAt": started}}
         c.ready = c.started = False
+        self.event(c, "Normal", "Started", f"Started container {c.name}")
         self.dirty.set()
         tasks = [asyncio.ensure_future(self._stop_when_asked(c))]
         if not c.init:
@@ -538,6 +589,7 @@ class PodWorker:
         proc = c.proc
         if proc is None or proc.returncode is not None:
             return
+        self.event(c, "Normal", "Killing", f"Stopping container {c.name}")
         signal_group(proc.pid, signal.SIGTERM)
         waiting = asyncio.ensure_future(proc.wait())
         try:
@@ -664,6 +716,8 @@ class PodWorker:
     async def _kill_unhealthy(self, c: Container, probe: dict) -> None:
         """A failed liveness or startup probe: the container is killed with the probe's
         ``terminationGracePeriodSeconds``, else the pod's."""
+        kind = "Liveness" if probe is c.spec.get("livenessProbe") else "Startup"
+        self.event(c, "Warning", "Unhealthy", f"{kind} probe failed")
         grace = probe.get(
             "terminationGracePeriodSeconds",
             self.pod["spec"].get("terminationGracePeriodSeconds", 30),
