@@ -225,6 +225,10 @@ def to_json_schema(openapi: dict[str, Any], closed: bool = False) -> dict[str, A
     """
     out = copy.deepcopy(openapi)
     _convert(out, closed)
+    metadata = out.get("properties", {}).get("metadata")
+    if closed and isinstance(metadata, dict) and "properties" in metadata:
+        # An object's metadata is the API server's: a CRD may constrain its name, not close it.
+        del metadata["additionalProperties"]
     return out
 
 

@@ -15,7 +15,13 @@ from seedrl.common.config.placement import PlacementConfig, ResourcesConfig
 class ActorsConfig:
     """The actors that step environments (``spec.actors``)."""
 
-    replicas: int = param(2, "Actor processes (pods in a cluster), one gRPC stream each.", ge=1)
+    replicas: int = param(
+        2,
+        "Actor processes (pods in a cluster), one gRPC stream each; at most 2^31-1, as the "
+        "scale subresource (kubectl scale, HorizontalPodAutoscalers) counts them in an int32.",
+        ge=1,
+        le=2**31 - 1,
+    )
     envs_per_actor: int = param(
         8,
         "Environments stepped by each actor; one message carries one step of all of them.",

@@ -150,6 +150,11 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
         if not isinstance(value, list):
             problems.append((path, f"must be a list, got {_describe(value)}"))
             return INVALID
+        if dataclasses.is_dataclass(args[0]) and None in value:
+            # An item is an object: null is no item's defaults (the API server refuses it).
+            i = value.index(None)
+            problems.append((f"{path}[{i}]", "must be a mapping, got NoneType None"))
+            return INVALID
         items = [_parse_value(args[0], v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
         return INVALID if any(i is INVALID for i in items) else items
     if origin is dict:
@@ -161,6 +166,8 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
             if not isinstance(k, str):
                 problems.append((path, f"keys must be strings, got {_describe(k)}"))
                 return INVALID
+            if v is None and args[1] is not Any:
+                continue  # a null entry is no entry, as the API server prunes it
             if args[1] is Any:
                 if not _is_json_like(v):
                     problems.append(
@@ -177,6 +184,10 @@ def _parse_value(tp: Any, value: Any, path: str, problems: list[tuple[str, str]]
                 out[k] = _parse_value(args[1], v, f"{path}.{k}", problems)
         return out
     raise TypeError(f"unsupported config type {tp!r} at {path}")  # a bug in this module
+
+
+def _nullable(tp: Any) -> bool:
+    return typing.get_origin(tp) is typing.Union and type(None) in typing.get_args(tp)
 
 
 def parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
@@ -202,13 +213,23 @@ def parse_dataclass(cls: type, value: Any, path: str, problems: list[tuple[str, 
     ok = True
     for key, f in fields.items():
         fpath = f"{prefix}{key}"
-        # A dependent default's null means "the default" (parse_experiment resolves it).
-        if key not in value or (value[key] is None and f.metadata.get("default_by")):
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        # Null is the field's absence unless the field may be null: the API server prunes such
+        # a null and fills in the default (so does helm when it merges values): a section's
+        # own default, not its class's (spec.learner.resources asks for 4 CPUs, not 1). A
+        # dependent default's null is resolved by parse_experiment. A required section's null
+        # is parsed as an empty one below, which names the required fields it lacks.
+        tp = hints[f.name]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if key not in value or (
+            value[key] is None
+            and (f.metadata.get("default_by") or not _nullable(tp))
+            and not (required and dataclasses.is_dataclass(tp))
+        ):
+            if required:
                 problems.append((fpath, "required field is missing"))
                 ok = False
             continue
-        parsed = _parse_value(hints[f.name], value[key], fpath, problems)
+        parsed = _parse_value(tp, value[key], fpath, problems)
         if parsed is INVALID:
             ok = False
             continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from collections.abc import Iterator
 from typing import Any
@@ -107,7 +108,11 @@ def allowed(node: dict[str, Any]) -> str:
         parts.append(f"{'>' if node.get('exclusiveMinimum') else '≥'} {_number(low)}")
     if high is not None:
         parts.append(f"≤ {_number(high)}")
-    if "pattern" in node:
+    choices = re.fullmatch(r"\^\(\?:([\w.-]+(?:\|[\w.-]+)*)\)\$", node.get("pattern", ""))
+    if choices:
+        # A nullable choice, which the CRD states as a pattern (an enum would refuse null).
+        parts.append("one of " + ", ".join(md.code(json.dumps(v)) for v in choices[1].split("|")))
+    elif "pattern" in node:
         parts.append(f"matches {md.code(node['pattern'])}")
     if "maxLength" in node:
         parts.append(f"at most {node['maxLength']} characters")

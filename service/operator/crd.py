@@ -9,6 +9,7 @@ declared here.
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 import yaml
 
 from seedrl.common.config import GROUP, KIND, PLURAL, SINGULAR, VERSION
+from seedrl.common.config.fields import DNS_LABEL
 from seedrl.common.learner_status import experiment_status_fields
 from seedrl.common.schema import experiment_schema
 from seedrl.service import cost, generate as generated
+from seedrl.service.operator.reconcile import MAX_NAME_LENGTH
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 #: Phases of an Experiment, in ``status.phase``.
@@ -166,6 +169,49 @@ def status_schema() -> dict[str, Any]:
     }
 
 
+def metadata_schema() -> dict[str, Any]:
+    """What the CRD says of ``metadata``: only the name, the one key a CRD may constrain besides
+    generateName. The API server alone admits any DNS subdomain of up to 253 characters; the
+    operator can run an Experiment only under a DNS label short enough for its children's names
+    (``<name>-learner``), so a longer one is refused at ``kubectl apply`` rather than marked
+    Failed afterwards."""
+    return {
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "string",
+                "pattern": f"^(?:{DNS_LABEL})$",
+                "maxLength": MAX_NAME_LENGTH,
+            }
+        },
+    }
+
+
+def _nullable_choices_as_patterns(node: Any) -> None:
+    """Rewrites, in place, each nullable string with an enum to a nullable string with a
+    pattern. The API server checks a null against an enum too, and no null passes one (not even
+    a null listed in it: kube-openapi's Enum compares only non-null values), so a nullable
+    choice such as spec.agent.ppo.objective could not be null; a pattern only binds strings."""
+    if isinstance(node, list):
+        for item in node:
+            _nullable_choices_as_patterns(item)
+    elif isinstance(node, dict):
+        if node.get("nullable") and node.get("type") == "string" and "enum" in node:
+            choices = "|".join(re.escape(choice) for choice in node.pop("enum"))
+            node["pattern"] = f"^(?:{choices})$"
+        for value in node.values():
+            _nullable_choices_as_patterns(value)
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The CRD's ``openAPIV3Schema``: the Experiment's schema with the operator's status and
+    the name it can run, in the forms the API server reads as meant."""
+    schema = experiment_schema(status_schema())
+    schema["properties"]["metadata"] = metadata_schema()
+    _nullable_choices_as_patterns(schema)
+    return schema
+
+
 def printer_columns() -> list[dict[str, Any]]:
     """The columns ``kubectl get experiments`` shows."""
     return [
@@ -225,7 +271,7 @@ def crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": experiment_schema(status_schema())},
+                    "schema": {"openAPIV3Schema": openapi_schema()},
                     "subresources": {
                         "status": {},
                         "scale": {

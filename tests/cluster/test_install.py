@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,11 @@ def installed(control_plane):
     control_plane.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd.CRD_NAME}"
     )
+    # Established is not yet in discovery everywhere, which kubectl maps kinds by.
+    deadline = time.monotonic() + 60
+    while control_plane.kubectl("get", crd.CRD_NAME, "-A", check=False).returncode:
+        assert time.monotonic() < deadline, f"{crd.CRD_NAME} not served after 60 s"
+        time.sleep(0.1)  # a poll interval, bounded by the deadline
     _namespace(control_plane, OPERATOR_NAMESPACE, "restricted")
     _namespace(control_plane, EXPERIMENT_NAMESPACE, "baseline")
     return control_plane
@@ -95,7 +101,7 @@ def test_the_operator_chart_installs(installed, tmp_path):
     _no_warnings(proc)
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_shipped_experiment_is_admitted_and_means_what_seedrl_reads(installed, path):
     document = read_yaml_file(str(path))
     proc = installed.kubectl(
@@ -117,3 +123,23 @@ def test_every_shipped_experiment_is_admitted_and_means_what_seedrl_reads(instal
     served = {key: stored[key] for key in ("apiVersion", "kind", "spec")}
     served["metadata"] = copy.deepcopy(document["metadata"])
     assert parse_experiment(served) == parse_experiment(document)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_shipped_experiment_installs_through_the_experiment_chart(installed, path):
+    # `helm install x helm/seedrl-experiment -f FILE` renders the file through the chart's
+    # values (and values.schema.json): what it sends must be admitted and mean what the file
+    # means.
+    rendered = charts.run_helm(
+        "template", "x", str(charts.EXPERIMENT_CHART), "-n", EXPERIMENT_NAMESPACE, "-f", str(path)
+    ).stdout
+    proc = installed.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-n", EXPERIMENT_NAMESPACE,
+        "-f", "-", "-o", "json", input=rendered,
+    )  # fmt: skip
+    _no_warnings(proc)
+    stored = json.loads(proc.stdout)
+    document = read_yaml_file(str(path))
+    served = {key: stored[key] for key in ("apiVersion", "kind", "spec")}
+    served["metadata"] = {"name": stored["metadata"]["name"]}
+    assert parse_experiment(served).spec == parse_experiment(document).spec

@@ -18,6 +18,7 @@ structural schemas with pruning and CEL (always on for CRDs since v1.25).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import ipaddress
 import os
@@ -279,6 +280,15 @@ class Component:
             self.process.wait(STOP_TIMEOUT)
 
 
+def _die_with_parent() -> None:
+    """Run in the child before exec: the kernel sends it SIGKILL when the test process dies,
+    even by SIGKILL (which runs no finalizer), so no component outlives its session."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _healthy(url: str, context: ssl.SSLContext | None) -> bool:
     try:
         # Only the http(s) URLs of the components built here.
@@ -351,6 +361,7 @@ class ControlPlane:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,  # the fixture forks from one thread: see there
             )
         component = Component(name, process, log)
         self.components.append(component)

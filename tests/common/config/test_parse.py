@@ -510,3 +510,79 @@ def test_type_and_unknown_problems_in_sibling_sections_all_reported():
     set_path(d, "spec.budget.returnWindow", 0)
     paths = [p for p, _ in problems_of(d)]
     assert paths == ["spec.learner.unrolLength", "spec.actors.replicas", "spec.budget.returnWindow"]
+
+
+# --------------------------------------------------------------------------------------------
+# Null, as the API server reads it (issue 43: tests/cluster/test_experiment_schema.py found
+# each difference against the real kube-apiserver)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path, attribute",
+    [
+        ("spec.budget.maxEnvSteps", ("budget", "max_env_steps")),
+        ("spec.learner.resources.cpu", ("learner", "resources", "cpu")),
+        ("spec.agent.network.hiddenSizes", ("agent", "network", "hidden_sizes")),
+        ("spec.env.options", ("env", "options")),
+        ("spec.suspend", ("suspend",)),
+    ],
+)
+def test_null_is_the_default_where_a_field_may_not_be_null(path, attribute):
+    # The API server prunes such a null and fills in the default (`maxEnvSteps:` with nothing
+    # after it is one); seedrl validate refused what kubectl apply takes.
+    # The same document without the key (its section present, as the null leaves it).
+    parent, key = path.rsplit(".", 1)
+    absent = with_path(parent, {}) if parent != "spec" else doc()
+    parsed = parse_experiment(with_path(path, None)).spec
+    default = parse_experiment(absent).spec
+    for name in attribute:
+        parsed, default = getattr(parsed, name), getattr(default, name)
+    assert parsed == default
+
+
+def test_a_null_section_is_its_own_default_not_its_classs():
+    # The server fills a pruned null section with the section's default: a learner of 4 CPUs
+    # and 16Gi. seedrl read spec.learner.resources: null as the class's 1 CPU and 2Gi, so
+    # `seedrl validate` showed another learner than the operator would run.
+    resources = parse_experiment(with_path("spec.learner.resources", None)).spec.learner.resources
+    assert (resources.cpu, resources.memory) == ("4", "16Gi")
+    # A required section's null still names what it lacks.
+    assert only_problem(doc() | {"metadata": None}) == (
+        "metadata.name",
+        "required field is missing",
+    )
+
+
+def test_null_stays_a_value_where_a_field_may_be_null():
+    exp = parse_experiment(with_path("spec.budget.targetReturn", None))
+    assert exp.spec.budget.target_return is None
+    assert (
+        parse_experiment(with_path("spec.agent.ppo.objective", None)).spec.agent.ppo.objective
+        is None
+    )
+
+
+def test_a_null_entry_of_a_string_map_is_no_entry():
+    # The server prunes {a: null} to {} in nodeSelector; seedrl refused it.
+    selector = {"pool": "actors", "gone": None}
+    exp = parse_experiment(with_path("spec.actors.placement.nodeSelector", selector))
+    assert exp.spec.actors.placement.node_selector == {"pool": "actors"}
+
+
+def test_a_null_item_of_a_list_of_objects_is_refused():
+    # The server refuses tolerations: [null]; seedrl took the null for a toleration of defaults
+    # (operator Equal, empty key), which matches no taint the user meant.
+    assert only_problem(with_path("spec.learner.placement.tolerations", [None])) == (
+        "spec.learner.placement.tolerations[0]",
+        "must be a mapping, got NoneType None",
+    )
+
+
+def test_actor_replicas_fit_the_scale_subresources_int32():
+    # The scale subresource (kubectl scale, HPAs) refuses replicas above 2^31-1; seedrl took
+    # any int64.
+    largest = problems_of(with_path("spec.actors.replicas", 2**31 - 1))
+    assert "spec.actors.replicas" not in dict(largest)  # (the learner's stream caps object)
+    path, reason = only_problem(with_path("spec.actors.replicas", 2**31))
+    assert path == "spec.actors.replicas" and reason.startswith("must be <= 2147483647")

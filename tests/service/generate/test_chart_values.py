@@ -58,7 +58,9 @@ def test_values_hold_every_spec_default_with_its_doc():
     )
     assert "      # lstmSize: null" in lines and "      # learningRate: null" in lines
     replicas = lines.index("    replicas: 2")
-    assert lines[replicas - 1] == "    # Actor processes (pods in a cluster), one gRPC stream each."
+    assert lines[replicas - 1] == (
+        "    # scale subresource (kubectl scale, HorizontalPodAutoscalers) counts them in an int32."
+    )
     assert "# maxEpisodeSteps: null" in text
     assert max(len(line) for line in text.splitlines()) <= chart_values.WIDTH
 

@@ -17,6 +17,7 @@ import yaml
 
 from seedrl.common.config import TPU_GENERATIONS, ConfigError, parse_experiment
 from seedrl.service.operator import crd
+from seedrl.service.operator.reconcile import MAX_NAME_LENGTH
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -164,3 +165,29 @@ def test_every_example_passes_the_cel_rules(accelerator_rules, path):
     document = yaml.safe_load(path.read_text())
     accelerator = ((document.get("spec") or {}).get("learner") or {}).get("accelerator") or {}
     assert accelerator_rules.failures(accelerator) == []
+
+
+def _nodes(node, path=""):
+    yield path, node
+    for key, sub in node.get("properties", {}).items():
+        yield from _nodes(sub, f"{path}.{key}" if path else key)
+    if isinstance(node.get("items"), dict):
+        yield from _nodes(node["items"], f"{path}[]")
+
+
+def test_no_nullable_field_has_an_enum_that_would_refuse_its_null():
+    # Issue 43: the API server checks a null against an enum and no null passes one, so
+    # spec.agent.ppo.objective: null (its documented "the preset's") was refused on apply.
+    for path, node in _nodes(_schema()):
+        assert not (node.get("nullable") and "enum" in node), path
+    objective = _schema()["properties"]["spec"]["properties"]["agent"]["properties"]["ppo"]
+    objective = objective["properties"]["objective"]
+    assert objective["pattern"] == "^(?:clip|kl_penalty|both)$" and objective["nullable"]
+
+
+def test_the_crd_admits_only_names_the_operator_can_run():
+    # Issue 43: the server alone admits any DNS subdomain of 253 characters; the operator ran
+    # only DNS labels short enough for <name>-learner and marked the others Failed.
+    name = _schema()["properties"]["metadata"]["properties"]["name"]
+    assert name["maxLength"] == MAX_NAME_LENGTH == 55
+    assert name["pattern"] == "^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"
