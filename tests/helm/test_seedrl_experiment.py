@@ -23,7 +23,8 @@ from support.charts import (
     validate_all,
     validate_experiment,
 )
-from support.sim_cluster import SimulatedCluster, wait_until
+from support.cluster import KubeCluster
+from support.sim_cluster import wait_until
 
 pytestmark = pytest.mark.helm
 
@@ -355,14 +356,14 @@ def _values_file(tmp_path: Path, name: str, spec: dict) -> Path:
 
 
 def test_helm_upgrade_keeps_the_replicas_and_suspend_that_kubectl_set(tmp_path):
-    # Real helm and kubectl against the simulated API server, the CRD installed (with its
-    # scale subresource on spec.actors.replicas); no operator is needed to see what helm
-    # applies. Helm 4 installs with server-side apply: an upgrade that applied the values'
-    # replicas or suspend again would conflict with kubectl's, or (forced, or here, where
-    # conflicts are not modelled) revert them.
+    # Real helm and kubectl against the real API server, the CRD installed (with its scale
+    # subresource on spec.actors.replicas); no operator and no node are needed to see what
+    # helm applies. Helm 4 installs with server-side apply: an upgrade that applied the
+    # values' replicas or suspend again would conflict with kubectl's, or (forced) revert
+    # them.
     ns, name = "rl", "cartpole"
     (tmp_path / "cluster").mkdir()
-    with SimulatedCluster(tmp_path / "cluster") as c:
+    with KubeCluster(tmp_path / "cluster", nodes=()) as c:
         c.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
         wait_until(
             lambda: c.kubectl("get", "experiments", "-A", check=False).returncode == 0,
