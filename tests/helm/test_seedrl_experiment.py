@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from seedrl.common import config
+from support.control_plane import wait_until_served
 from support.charts import (
     chart_at_version,
     CRD_FILE,
@@ -364,7 +365,7 @@ def test_helm_upgrade_keeps_the_replicas_and_suspend_that_kubectl_set(control_pl
     ns, name = "helm-upgrade", "cartpole"
     c = _Cluster(control_plane)
     c.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    c.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/experiments.seedrl.dev")
+    wait_until_served(control_plane, "experiments.seedrl.dev")
 
     def live() -> dict:
         return c.get(ns, name)

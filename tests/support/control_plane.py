@@ -612,3 +612,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     with running_control_plane(tmp_path_factory.mktemp("control-plane")) as plane:
         print(f"control plane {KUBERNETES_VERSION} ready in {plane.startup_seconds:.1f} s")
         yield plane
+
+
+def wait_until_served(plane: ControlPlane, crd_name: str, timeout: float = 60.0) -> None:
+    """Waits until the kind of the CustomResourceDefinition ``crd_name`` (``PLURAL.GROUP``)
+    answers a list through kubectl. ``kubectl wait --for=condition=Established`` is not enough:
+    it fails on a CRD whose status has no conditions yet, and Established comes before every
+    handler and discovery serve the kind."""
+    deadline = time.monotonic() + timeout
+    while plane.kubectl("get", crd_name, "-A", check=False).returncode:
+        assert time.monotonic() < deadline, f"{crd_name} not served after {timeout:.0f} s"
+        time.sleep(0.1)  # a poll interval, bounded by the deadline

@@ -38,7 +38,7 @@ import yaml
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service.operator import handlers as operator
 from seedrl.service.operator.metrics import OperatorMetrics
-from support.control_plane import ControlPlane
+from support.control_plane import ControlPlane, wait_until_served
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "seedrl-operator"
@@ -181,15 +181,12 @@ class OperatorCluster:
 
     def install_operator_crds(self) -> None:
         """Applies the chart's ``crds/`` server-side, as ``helm install`` creates them, and
-        waits until each is Established (served)."""
+        waits until each kind is served."""
         self.kubectl("apply", "--server-side", "-f", str(OPERATOR_CRDS))
         for path in sorted(OPERATOR_CRDS.glob("*.yaml")):
             for document in yaml.safe_load_all(path.read_text()):
                 if document:
-                    name = document["metadata"]["name"]
-                    self.kubectl(
-                        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}"
-                    )
+                    wait_until_served(self.plane, document["metadata"]["name"])
 
     def create_namespaces(self, *namespaces: str) -> None:
         """Creates each namespace that does not exist yet."""
