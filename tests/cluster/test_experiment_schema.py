@@ -28,6 +28,7 @@ from seedrl.common.config import API_VERSION, GROUP, INT64_MAX, INT64_MIN, KIND,
 from seedrl.common.config.experiment import Experiment
 from seedrl.common.config.parse import INVALID, parse_dataclass
 from seedrl.common.config.validate import _fill_dependent_defaults
+from support.control_plane import wait_until_served
 from seedrl.service.operator import crd
 from seedrl.service.operator.reconcile import MAX_NAME_LENGTH
 
@@ -40,9 +41,7 @@ def api(control_plane):
     from kubernetes import client
 
     control_plane.kubectl("apply", "--server-side", "-f", "-", input=crd.crd_text())
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd.CRD_NAME}"
-    )
+    wait_until_served(control_plane, crd.CRD_NAME)
     control_plane.kubectl("create", "namespace", NAMESPACE)
     api = client.CustomObjectsApi(control_plane.api_client())
     # Established is not yet served everywhere: the first requests may find no such resource.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from seedrl.common.config import API_VERSION, GROUP, KIND, PLURAL, parse_experim
 from seedrl.common.config.yaml_io import read_yaml_file
 from seedrl.service.operator import crd
 from support import charts
+from support.control_plane import wait_until_served
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(
@@ -58,14 +58,7 @@ def installed(control_plane):
         "apply", "--server-side", "-f", str(ROOT / "helm" / "seedrl-operator" / "crds")
     )
     _no_warnings(proc)
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd.CRD_NAME}"
-    )
-    # Established is not yet in discovery everywhere, which kubectl maps kinds by.
-    deadline = time.monotonic() + 60
-    while control_plane.kubectl("get", crd.CRD_NAME, "-A", check=False).returncode:
-        assert time.monotonic() < deadline, f"{crd.CRD_NAME} not served after 60 s"
-        time.sleep(0.1)  # a poll interval, bounded by the deadline
+    wait_until_served(control_plane, crd.CRD_NAME)
     _namespace(control_plane, OPERATOR_NAMESPACE, "restricted")
     _namespace(control_plane, EXPERIMENT_NAMESPACE, "baseline")
     return control_plane
