@@ -1,6 +1,7 @@
 """Faults of the control plane itself (issue 36 item 6), with the real operator on the real
 kube-apiserver v1.37 and etcd: the API server restarted mid-run, watches expired by an etcd
-compaction (410 Gone) and the API server unreachable for 60 s.
+compaction (410 Gone), the API server unreachable for 60 s, and the active replica of two
+peered operators killed.
 
 The learner and actors do not run here (no kubelet): as in test_handlers.py, the tests write
 the Job's and Deployment's status as their controllers would, and the harness's status server
@@ -29,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from seedrl.common.config import GROUP, PLURAL, VERSION
 from seedrl.service.operator.status import condition
-from support.operator_faults import ProxiedOperatorHarness
+from support.operator_faults import OperatorReplica, ProxiedOperatorHarness, peering_manifest
 from support.operator_harness import LearnerStatusServer, OperatorCluster, wait_for
 
 #: The real control plane, and helm to render the operator chart's RBAC.
@@ -46,6 +47,9 @@ CHILD_KINDS = (
 #: How long the API server stays out of the operator's reach (issue 36: "for 60 s"): longer
 #: than kopf's request retries (1+1+2+3+5+8+13+21 = 54 s) before a call gives up.
 OUTAGE_SECONDS = 60.0
+#: kopf's default peering lifetime (the chart sets none): a replica that stops renewing its
+#: record is taken for dead that long after its last renewal.
+PEERING_LIFETIME = 60.0
 #: What a step may take on a shared, loaded machine (a deadline, not an expectation).
 SLOW = 90.0
 
@@ -414,3 +418,81 @@ def test_sixty_seconds_without_the_api_server_fail_nothing(harness):
     assert operator_writes(harness, since, "outage") == []
     assert run.warnings() == []
     assert harness.operator_alive, harness.operator_error
+
+
+# ------------------------------------------------------------------------------------------
+# Two replicas, as the chart runs them by default (replicaCount: 2, kopf peering).
+# ------------------------------------------------------------------------------------------
+
+
+def peers(cluster: OperatorCluster, name: str) -> dict:
+    """The ClusterKopfPeering's records, by identity."""
+    custom = kubernetes.client.CustomObjectsApi(cluster.api_client())
+    body = custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+    return body.get("status") or {}
+
+
+def test_a_killed_leader_is_replaced_by_its_peer_within_the_peering_lifetime(tmp_path):
+    learners = LearnerStatusServer()
+    learners.serve()
+    try:
+        with OperatorCluster(NS) as cluster:
+            peering = peering_manifest()
+            cluster.create(peering)
+            replicas: list[OperatorReplica] = []
+            try:
+                peered_run(cluster, learners, tmp_path, peering["metadata"]["name"], replicas)
+            finally:
+                for replica in replicas:
+                    replica.stop()
+    finally:
+        learners.close()
+
+
+#: What kopf logs when a paused replica becomes the active one.
+RESUMING = "Resuming operations after the pause"
+
+
+def peered_run(
+    cluster: OperatorCluster,
+    learners: LearnerStatusServer,
+    tmp_path: Path,
+    name: str,
+    replicas: list[OperatorReplica],
+) -> None:
+    """Two replicas peered through the ClusterKopfPeering ``name``; the leader killed."""
+
+    def replica(role: str, priority: int) -> OperatorReplica:
+        started = OperatorReplica(
+            cluster, learners, tmp_path, role, peering=name, priority=priority
+        ).start()
+        replicas.append(started)
+        wait_for(
+            lambda: started.identity in peers(cluster, name),
+            SLOW,
+            f"the {role} in the peering\n{started.tail()}",
+        )
+        return started
+
+    leader = replica("leader", 200)
+    follower = replica("follower", 100)
+    run = Run(cluster, learners, "peered")
+    uids = run.start(env_steps=1000)
+    job_version = run.job()["metadata"]["resourceVersion"]
+    # The leader did that; the follower stands by (kopf starts paused, and resumes only where
+    # no live peer has a higher priority).
+    assert RESUMING in leader.output()
+    assert RESUMING not in follower.output(), follower.tail()
+
+    leader.kill()
+    killed = time.monotonic()
+    run.learner_reports(4000)
+    run.scale(3)
+    run.wait_caught_up(4000, 3, PEERING_LIFETIME + SLOW)
+    print(f"the follower caught up {time.monotonic() - killed:.1f} s after the leader's kill")
+    assert RESUMING in follower.output()
+    assert follower.alive, follower.tail()
+    assert run.uids() == uids
+    assert run.job()["metadata"]["resourceVersion"] == job_version
+    assert run.warnings() == []
+    assert cluster.operator_refusals() == []
