@@ -339,19 +339,22 @@ def watch_restarts():
 
 
 def test_watches_expired_by_an_etcd_compaction_relist_and_miss_nothing(harness, watch_restarts):
-    run = Run(harness.cluster, harness.learners, "relist")
+    scaled = Run(harness.cluster, harness.learners, "relist-scaled")
+    healed = Run(harness.cluster, harness.learners, "relist-healed")
     gone = Run(harness.cluster, harness.learners, "relist-gone")
-    uids = run.start(env_steps=1000)
+    uids = {run.name: run.start(env_steps=1000) for run in (scaled, healed)}
     gone.start(env_steps=1000)
-    job_version = run.job()["metadata"]["resourceVersion"]
+    jobs = {run.name: run.job()["metadata"]["resourceVersion"] for run in (scaled, healed)}
     plane = harness.cluster.plane
     assert plane is not None
 
-    # The operator is cut off; what changes meanwhile reaches no watch of its own.
+    # The operator is cut off; what changes meanwhile reaches no watch of its own: one run is
+    # scaled and trains on, another loses its actor Deployment (nothing in its spec changes,
+    # so only noticing the deletion brings it back), a third is deleted.
     harness.cut()
-    run.scale(3)
-    run.learner_reports(7000)
-    run.apps.delete_namespaced_deployment("relist-actors", NS)
+    scaled.scale(3)
+    scaled.learner_reports(7000)
+    healed.apps.delete_namespaced_deployment("relist-healed-actors", NS)
     gone.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "relist-gone")
     wait_for(lambda: not gone.children(), SLOW, "relist-gone's children collected")
     # That history is compacted away, and the API server restarts with a fresh watch cache:
@@ -369,13 +372,18 @@ def test_watches_expired_by_an_etcd_compaction_relist_and_miss_nothing(harness, 
             SLOW,
             f"kopf restarting its {plural} watch after 410 Gone (compacted at {revision})",
         )
-    # The scale is applied and the deleted Deployment made again (the re-list delivered no
-    # DELETED for it: the resync after the re-list noticed it gone).
-    run.wait_caught_up(7000, 3)
-    now = run.uids()
-    assert now.pop("Deployment/relist-actors") != uids.pop("Deployment/relist-actors")
-    assert now == uids  # the rest kept
-    assert run.job()["metadata"]["resourceVersion"] == job_version
+    scaled.wait_caught_up(7000, 3)
+    # The re-list delivered no DELETED for the Deployment: the resync it triggers noticed it
+    # gone, and the poller made it again (with a 300 s resync alone, not in this deadline).
+    healed.wait_caught_up(1000, 4)
+    now = healed.uids()
+    assert now.pop("Deployment/relist-healed-actors") != uids[healed.name].pop(
+        "Deployment/relist-healed-actors"
+    )
+    assert now == uids[healed.name]  # the rest kept
+    assert scaled.uids() == uids[scaled.name]
+    for run in (scaled, healed):
+        assert run.job()["metadata"]["resourceVersion"] == jobs[run.name]
     # The Experiment deleted unseen is forgotten: its series go, nothing of it is made again.
     wait_for(lambda: not has_series(harness, "relist-gone"), SLOW, "relist-gone forgotten")
     assert gone.children() == {} and gone.experiment() is None
