@@ -21,6 +21,7 @@ import copy
 import datetime
 import logging
 import time
+import urllib.request
 from pathlib import Path
 
 import kubernetes
@@ -237,20 +238,17 @@ class Run:
 
 def reconciles(harness: ProxiedOperatorHarness, trigger: str) -> float:
     """``seedrl_operator_reconciles_total{trigger}`` as the operator exports it."""
-    text = "".join(
-        f"{s.name} {s.labels} {s.value}\n"
-        for family in text_string_to_metric_families(_scrape(harness))
-        for s in family.samples
-    )
-    for line in text.splitlines():
-        if line.startswith("seedrl_operator_reconciles_total ") and f"'{trigger}'" in line:
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no reconciles_total for {trigger}:\n{text}")
+    for family in text_string_to_metric_families(_scrape(harness)):
+        for sample in family.samples:
+            if (
+                sample.name == "seedrl_operator_reconciles_total"
+                and sample.labels.get("trigger") == trigger
+            ):
+                return sample.value
+    raise AssertionError(f"no seedrl_operator_reconciles_total{{trigger={trigger!r}}}")
 
 
 def _scrape(harness: ProxiedOperatorHarness) -> str:
-    import urllib.request
-
     with urllib.request.urlopen(harness.metrics_url, timeout=10) as answer:  # noqa: S310
         return answer.read().decode()
 
@@ -265,8 +263,9 @@ def has_series(harness: ProxiedOperatorHarness, experiment: str) -> bool:
 
 
 def operator_writes(harness: ProxiedOperatorHarness, since: int, names: str) -> list[str]:
-    """The operator's creates and deletes (that succeeded) of objects whose name starts with
-    ``names``, among the audit events after the first ``since``."""
+    """What the operator created or deleted (and the API server did) of the objects whose
+    name starts with ``names``, among the audit events after the first ``since``: creates,
+    server-side applies that created (201), deletes."""
     plane = harness.cluster.plane
     assert plane is not None
     found = []
@@ -274,14 +273,13 @@ def operator_writes(harness: ProxiedOperatorHarness, since: int, names: str) -> 
         ref = event.get("objectRef") or {}
         if (event.get("user") or {}).get("username") != harness.cluster.operator_user:
             continue
-        if (event.get("responseStatus") or {}).get("code", 0) >= 300:
-            continue  # refused: a create-only child that exists answers 409
-        if event.get("verb") in ("create", "delete", "deletecollection") and str(
-            ref.get("name", "")
-        ).startswith(names):
-            if ref.get("resource") in ("events", "tokenreviews"):
-                continue
-            found.append(f"{event['verb']} {ref.get('resource')} {ref.get('name')}")
+        if not str(ref.get("name", "")).startswith(names) or ref.get("resource") == "events":
+            continue
+        verb, code = event.get("verb"), (event.get("responseStatus") or {}).get("code", 0)
+        # A create-only child (the run volume) that exists answers 409: nothing made.
+        made = (verb == "create" and code < 300) or (verb == "patch" and code == 201)
+        if made or (verb in ("delete", "deletecollection") and code < 300):
+            found.append(f"{verb} {ref.get('resource')} {ref.get('name')} ({code})")
     return found
 
 
@@ -381,6 +379,9 @@ def test_watches_expired_by_an_etcd_compaction_relist_and_miss_nothing(harness, 
         "Deployment/relist-healed-actors"
     )
     assert now == uids[healed.name]  # the rest kept
+    assert operator_writes(harness, since, "relist-healed") == [
+        "patch deployments relist-healed-actors (201)"  # server-side apply, creating
+    ]
     assert scaled.uids() == uids[scaled.name]
     for run in (scaled, healed):
         assert run.job()["metadata"]["resourceVersion"] == jobs[run.name]
