@@ -5,9 +5,11 @@ kube-controller-manager and kube-scheduler, as built by ``make control-plane``.
 ``cryptography``, into a temporary directory: nothing is checked in), picks free loopback ports,
 starts each component, waits on its health endpoint and stops them all on exit. Every wait has a
 deadline; a component that exits or does not answer in time fails the start with the tail of
-every log. The binaries are the ones of the checked-in pins (:mod:`support.control_plane_build`);
-where they are missing the tests fail with the command that builds them (they never skip: a
-skipped cluster test looks like a passing one).
+every log. The API server can be stopped and started again on its port, and etcd's history
+compacted, for tests of the control plane's own faults. The binaries are the ones of the
+checked-in pins (:mod:`support.control_plane_build`); where they are missing the tests fail
+with the command that builds them (they never skip: a skipped cluster test looks like a passing
+one).
 
 The API server is configured as a managed cluster (GKE) is where it matters to what we apply:
 Node and RBAC authorization, service-account tokens, the default admission plugins (PodSecurity
@@ -17,6 +19,7 @@ structural schemas with pruning and CEL (always on for CRDs since v1.25).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import datetime
@@ -310,6 +313,10 @@ class ControlPlane:
       certificates: the generated PKI.
       audit_log: the API server's audit log (JSON lines; see :meth:`audit_events`).
       startup_seconds: from starting etcd to every component healthy.
+      etcd_url: etcd's client URL.
+
+    Faults of the control plane itself: :meth:`stop_apiserver`, :meth:`start_apiserver` and
+    :meth:`restart_apiserver` (the same port, certificates and etcd), :meth:`compact_etcd`.
     """
 
     def __init__(
@@ -331,6 +338,11 @@ class ControlPlane:
         self.kubeconfig = workdir / "admin.kubeconfig"
         self.audit_log = workdir / "audit.log"
         self.startup_seconds = 0.0
+        #: etcd's client URL (``http://127.0.0.1:PORT``), for :meth:`compact_etcd`.
+        self.etcd_url = ""
+        # The API server's arguments, kept for start_apiserver(); how many times it restarted.
+        self._apiserver_args: list[str] = []
+        self._apiserver_restarts = 0
 
     # The port is picked just before the process binds it; another process may take it in
     # between, so a start that fails is retried on new ports.
@@ -364,7 +376,7 @@ class ControlPlane:
             for c in self.components
         )
 
-    def _spawn(self, name: str, args: Sequence[str], attempt: int) -> Component:
+    def _spawn(self, name: str, args: Sequence[str], attempt: int | str) -> Component:
         log = self.workdir / "logs" / f"{name}.{attempt}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "wb") as out:
@@ -413,43 +425,106 @@ class ControlPlane:
         )
         self._wait(etcd, lambda: _healthy(f"{etcd_url}/health", None))
 
+        self.etcd_url = etcd_url
         self.server = f"https://127.0.0.1:{api_port}"
         admin_context = certs.ssl_context()
-        apiserver = self._spawn(
-            "kube-apiserver",
-            [
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # No Endpoints for the `kubernetes` Service: it may not point at loopback.
-                "--endpoint-reconciler-type=none",
-                f"--secure-port={api_port}",
-                f"--tls-cert-file={certs.serving_cert}",
-                f"--tls-private-key-file={certs.serving_key}",
-                f"--client-ca-file={certs.ca}",
-                "--authorization-mode=Node,RBAC",
-                f"--enable-admission-plugins={','.join(EXTRA_ADMISSION_PLUGINS)}",
-                "--allow-privileged=true",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                f"--service-account-issuer={SERVICE_ISSUER}",
-                f"--service-account-key-file={certs.service_account_pub}",
-                f"--service-account-signing-key-file={certs.service_account_key}",
-                # Every request's verb, resource, user and response code, for tests that check
-                # who was refused what (audit level Metadata: no bodies).
-                f"--audit-policy-file={self._audit_policy()}",
-                f"--audit-log-path={self.audit_log}",
-                "--audit-log-format=json",
-                "--audit-log-mode=blocking",
-                "--profiling=false",
-            ],
-            attempt,
-        )
+        self._apiserver_args = [
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            # No Endpoints for the `kubernetes` Service: it may not point at loopback.
+            "--endpoint-reconciler-type=none",
+            f"--secure-port={api_port}",
+            f"--tls-cert-file={certs.serving_cert}",
+            f"--tls-private-key-file={certs.serving_key}",
+            f"--client-ca-file={certs.ca}",
+            "--authorization-mode=Node,RBAC",
+            f"--enable-admission-plugins={','.join(EXTRA_ADMISSION_PLUGINS)}",
+            "--allow-privileged=true",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-account-issuer={SERVICE_ISSUER}",
+            f"--service-account-key-file={certs.service_account_pub}",
+            f"--service-account-signing-key-file={certs.service_account_key}",
+            # Every request's verb, resource, user and response code, for tests that check
+            # who was refused what (audit level Metadata: no bodies).
+            f"--audit-policy-file={self._audit_policy()}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--profiling=false",
+        ]
+        apiserver = self._spawn("kube-apiserver", self._apiserver_args, attempt)
         self._wait(apiserver, lambda: _healthy(f"{self.server}/readyz", admin_context))
         certs.kubeconfig(self.kubeconfig, self.server, ADMIN_USER)
 
         if self.controllers:
             self._start_controllers(attempt)
         self.startup_seconds = time.monotonic() - start
+
+    # -- faults of the control plane itself ------------------------------------------------
+
+    def _apiserver(self) -> Component:
+        return next(c for c in self.components if c.name == "kube-apiserver")
+
+    def stop_apiserver(self) -> None:
+        """Stops kube-apiserver (SIGTERM, as a rolling restart of the control plane does),
+        leaving etcd and the controllers running: its clients find the port closed until
+        :meth:`start_apiserver`."""
+        self._apiserver().stop()
+
+    def start_apiserver(self) -> None:
+        """Starts kube-apiserver again after :meth:`stop_apiserver`: the same arguments,
+        port, certificates, etcd and audit log (appended to); waits for ``/readyz``. Its log
+        is ``logs/kube-apiserver.restart-N.log``. Raises :class:`StartError` (with the log) if
+        it exits or is not ready in time, e.g. when another process took the port meanwhile."""
+        old = self._apiserver()
+        if old.process.poll() is None:
+            raise RuntimeError("kube-apiserver is running: stop_apiserver() first")
+        self._apiserver_restarts += 1
+        new = self._spawn(
+            "kube-apiserver", self._apiserver_args, f"restart-{self._apiserver_restarts}"
+        )
+        # In the old one's place: start_controllers() counts etcd and it as the first two.
+        self.components.remove(new)
+        self.components[self.components.index(old)] = new
+        try:
+            self._wait(
+                new, lambda: _healthy(f"{self.server}/readyz", self.certificates.ssl_context())
+            )
+        except StartError as exc:
+            raise StartError(f"{exc}\n{new.tail()}") from None
+
+    def restart_apiserver(self) -> None:
+        """:meth:`stop_apiserver`, then :meth:`start_apiserver`."""
+        self.stop_apiserver()
+        self.start_apiserver()
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (its v3 JSON gateway's ``/v3/kv/range`` header)."""
+        return int(
+            self._etcd("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"][
+                "revision"
+            ]
+        )
+
+    def compact_etcd(self) -> int:
+        """Compacts etcd's history up to its current revision (what etcdctl's ``compaction
+        --physical`` does, over the v3 JSON gateway: the etcd built here has no etcdctl), so
+        that a watch or read from an older revision is answered 410 Gone; returns that
+        revision. The API server compacts on its own only every 5 minutes."""
+        revision = self.etcd_revision()
+        self._etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _etcd(self, path: str, body: dict) -> dict:
+        # Only the loopback etcd started here.
+        request = urllib.request.Request(  # noqa: S310
+            self.etcd_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            return json.loads(answer.read())
 
     def start_controllers(self) -> None:
         """Starts kube-controller-manager (and kube-scheduler) on a plane entered without
