@@ -23,6 +23,7 @@ import urllib3
 from support.control_plane import ControlPlane, running_control_plane
 from support.gke_nodes import GKE_CLUSTER, POOLS, ZONES, NodeSpec, gke_allocatable
 from support.kubelet import SHUTDOWN_MESSAGE, Kubelet
+from support.kube_http import json_call
 from support.kubelet_images import Registries
 
 PRIVATE = "us-docker.pkg.dev/seedrl-test/private/app:1"
@@ -43,18 +44,7 @@ class Admin:
 
     def call(self, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
         """One call; returns the JSON answer, None on 404."""
-        answer = self.http.request(
-            method,
-            self.server + path,
-            body=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            timeout=timeout,
-        )
-        if answer.status == 404:
-            return None
-        if answer.status >= 300:
-            raise AssertionError(f"{method} {path}: {answer.status} {answer.data.decode()}")
-        return json.loads(answer.data or b"{}")
+        return json_call(self.http, self.server, method, path, body, timeout)
 
     def create(self, path: str, body: dict) -> dict:
         """POST ``body`` to ``path``."""

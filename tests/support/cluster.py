@@ -29,6 +29,7 @@ from seedrl.common.config.cluster import ACTOR_IMAGE, IMAGE_REGISTRY, LEARNER_IM
 from support.control_plane import ControlPlane
 from support.gke_nodes import GKE_CLUSTER, NodeSpec
 from support.kubelet import Kubelet
+from support.kube_http import json_call
 from support.kubelet_images import Registries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,18 +114,7 @@ class KubeCluster:
     def call(self, method: str, path: str, body: Any = None, timeout: float = 30) -> Any:
         """One call as the administrator; the JSON answer, None on 404."""
         assert self._http is not None
-        answer = self._http.request(
-            method,
-            self.url + path,
-            body=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            timeout=timeout,
-        )
-        if answer.status == 404:
-            return None
-        if answer.status >= 300:
-            raise AssertionError(f"{method} {path}: {answer.status} {answer.data.decode()}")
-        return json.loads(answer.data or b"{}")
+        return json_call(self._http, self.url, method, path, body, timeout)
 
     def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
         """An object, or None."""

@@ -24,6 +24,25 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
+def json_call(
+    http: Any, server: str, method: str, path: str, body: Any = None, timeout: float = 30
+) -> Any:
+    """One synchronous call of the API at ``server`` through the urllib3 pool ``http``: the
+    JSON answer, None on 404; any other failure fails the test with the server's answer."""
+    answer = http.request(
+        method,
+        server + path,
+        body=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        timeout=timeout,
+    )
+    if answer.status == 404:
+        return None
+    if answer.status >= 300:
+        raise AssertionError(f"{method} {path}: {answer.status} {answer.data.decode()}")
+    return json.loads(answer.data or b"{}")
+
+
 def client_certificate(
     ca_cert_pem: bytes, ca_key_pem: bytes, common_name: str, organizations: tuple[str, ...] = ()
 ) -> tuple[bytes, bytes]:
