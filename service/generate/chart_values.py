@@ -53,13 +53,13 @@ _HEADER = f"""\
 #
 # spec.actors.replicas and spec.suspend belong to the cluster once the Experiment exists:
 # `kubectl scale` (or an HPA, through the CRD's scale subresource) and `kubectl patch` change
-# them. They are rendered from these values when there is no live Experiment (the first
-# install, helm template, a client-side --dry-run); every `helm upgrade` renders the values
-# it finds on the live Experiment (helm's lookup), so that it applies what is there and
-# neither conflicts with nor reverts a scale or a suspend. Change them with kubectl, not
-# with --set (which an upgrade would not apply):
+# them. So they are below only as comments, and left out the chart never renders them: no
+# revision helm records holds them, and no upgrade, rollback or `helm template` (Argo CD)
+# reverts a scale or resumes a suspended run (the CRD's defaults apply at creation):
 #   kubectl scale experiment/NAME -n NAMESPACE --replicas=8
 #   kubectl patch experiment/NAME -n NAMESPACE --type=merge -p '{{"spec":{{"suspend":true}}}}'
+# Set in a values file they are helm's, as with a Deployment's replicas beside an HPA: then
+# an upgrade that would change a value someone else set fails, naming the field.
 
 # -- apiVersion and kind of an Experiment file, accepted so that one is a values file; they can
 # only be these (the chart renders nothing else).
@@ -100,16 +100,19 @@ annotations: {{}}
 #: field's path in the document): the fields `kubectl scale`, an HPA and a suspend change.
 _CHART_NOTES = {
     ("actors", "replicas"): (
-        "Chart: this value applies only where the Experiment does not exist yet (the first "
-        "install); a helm upgrade renders the live Experiment's count, so that it never "
-        "reverts `kubectl scale experiment/NAME --replicas=N` or an HPA, which is how to "
-        "change it."
+        "Chart: left out (the default), it is never rendered: the CRD's default applies at "
+        "creation, and `kubectl scale experiment/NAME --replicas=N` or an HPA own it from "
+        "then on, which no helm upgrade, rollback or `helm template` (Argo CD) reverts. Set "
+        "here, helm owns it like any other value, and an upgrade that would change a count "
+        "someone else set fails, naming it."
     ),
     ("suspend",): (
-        "Chart: this value applies only where the Experiment does not exist yet (the first "
-        "install); a helm upgrade renders the live Experiment's, so that it never resumes a "
-        "suspended one nor suspends a running one. Suspend with `kubectl patch "
-        'experiment/NAME --type=merge -p \'{"spec":{"suspend":true}}\'`; false resumes.'
+        "Chart: left out (the default), it is never rendered: the Experiment starts running, "
+        "and `kubectl patch experiment/NAME --type=merge -p "
+        "'{\"spec\":{\"suspend\":true}}'` suspends it (false resumes), which no helm "
+        "upgrade, rollback or `helm template` (Argo CD) undoes. Set here, helm owns it like "
+        "any other value (a GitOps repository that suspends runs), and an upgrade that would "
+        "change what someone else set fails, naming it."
     ),
 }
 
@@ -165,6 +168,9 @@ def _section(cls: type, value: Any, indent: str, path: tuple[str, ...] = ()) -> 
             # helm drops null values when merging, and null is the field's absence anyway (a
             # default that depends on another field must stay absent to be filled in).
             lines.append(f"{indent}# {key}: null")
+        elif (*path, key) in _CHART_NOTES:
+            # Rendered only when a values file sets it: shown, not set.
+            lines.append(f"{indent}# {key}: {_scalar(config.to_document(current))}")
         else:
             lines.append(f"{indent}{key}: {_scalar(config.to_document(current))}")
     return lines

@@ -356,93 +356,147 @@ def _values_file(tmp_path: Path, name: str, spec: dict) -> Path:
     return path
 
 
+def _installed(c: "_Cluster", tmp_path: Path, ns: str, name: str, spec: dict) -> Path:
+    """The CRD served, then ``helm install`` of a values file of ``name`` and ``spec``."""
+    c.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+    wait_until_served(c.plane, "experiments.seedrl.dev")
+    values = _values_file(tmp_path, name, spec)
+    c.helm(
+        "install", name, str(EXPERIMENT_CHART), "-n", ns, "--create-namespace", "-f", str(values)
+    )
+    return values
+
+
+def _suspend(c: "_Cluster", ns: str, name: str, suspend: bool = True) -> None:
+    patch = json.dumps({"spec": {"suspend": suspend}})
+    c.kubectl("patch", f"experiment/{name}", "-n", ns, "--type=merge", "-p", patch)
+
+
+def _scale_and_suspend(c: "_Cluster", ns: str, name: str) -> None:
+    c.kubectl("scale", f"experiment/{name}", "-n", ns, "--replicas=5")
+    _suspend(c, ns, name)
+
+
 @pytest.mark.cluster
-def test_helm_upgrade_keeps_the_replicas_and_suspend_that_kubectl_set(control_plane, tmp_path):
-    # Real helm and kubectl against the real kube-apiserver, the CRD installed (with its
-    # scale subresource on spec.actors.replicas); no operator is needed to see what helm
-    # applies. Helm 4 installs with server-side apply: an upgrade that applied the values'
-    # replicas or suspend again would conflict with kubectl's, or (forced) revert them.
+def test_no_upgrade_rollback_or_gitops_apply_reverts_a_scale_or_a_suspend(control_plane, tmp_path):
+    # Real helm (4, server-side apply) and kubectl against the real kube-apiserver with the
+    # CRD (its scale subresource on spec.actors.replicas); no operator is needed to see what
+    # each way of applying the chart does to the two fields the cluster owns.
     ns, name = "helm-upgrade", "cartpole"
     c = _Cluster(control_plane)
-    c.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    wait_until_served(control_plane, "experiments.seedrl.dev")
+    values = _installed(c, tmp_path, ns, name, {"budget": {"maxEnvSteps": 10**6}})
+    exp = c.get(ns, name)
+    assert (exp["spec"]["actors"]["replicas"], exp["spec"]["suspend"]) == (2, False)  # CRD's
+    (recorded,) = load_manifests(c.helm("get", "manifest", name, "-n", ns).stdout)
+    assert "replicas" not in recorded["spec"].get("actors", {})
+    assert "suspend" not in recorded["spec"]
 
-    def live() -> dict:
-        return c.get(ns, name)
+    def scaled_and_suspended(max_env_steps: int) -> None:
+        exp = c.get(ns, name)
+        assert exp["spec"]["actors"]["replicas"] == 5
+        assert exp["spec"]["suspend"] is True
+        assert exp["spec"]["budget"]["maxEnvSteps"] == max_env_steps
 
-    spec = {"actors": {"replicas": 2}, "budget": {"maxEnvSteps": 10**6}}
-    values = _values_file(tmp_path, name, spec)
-    # A first install renders the values as they are.
+    _scale_and_suspend(c, ns, name)
+    # An upgrade to a new chart version with another value changed.
+    chart = chart_at_version(EXPERIMENT_CHART, "99.0.0", tmp_path)
+    upgrade = ("-n", ns, "-f", str(values), "--set", "labels.rollout=two")
+    c.helm("upgrade", name, str(chart), *upgrade, "--set", "spec.budget.maxEnvSteps=2000000")
+    scaled_and_suspended(2_000_000)
+    assert c.get(ns, name)["metadata"]["labels"]["helm.sh/chart"] == "seedrl-experiment-99.0.0"
+    # helm rollback applies revision 1's recorded manifest (no rendering, no lookup).
+    c.helm("rollback", name, "1", "-n", ns)
+    scaled_and_suspended(1_000_000)
+    # Resumed with kubectl, it stays running through the next upgrade.
+    _suspend(c, ns, name, False)
+    c.helm("upgrade", name, str(chart), *upgrade)
+    assert c.get(ns, name)["spec"]["suspend"] is False
+    _suspend(c, ns, name)
+    # Argo CD renders with `helm template` (lookup is empty there) and applies the result:
+    # server-side (its ServerSideApply=true, forcing conflicts) or client-side (its default).
+    rendered = tmp_path / "argo.yaml"
+    rendered.write_text(
+        c.helm(
+            "template",
+            name,
+            str(chart),
+            "--is-upgrade",
+            *upgrade,
+            "--set",
+            "spec.budget.maxEnvSteps=3000000",
+        ).stdout
+    )
+    c.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=argocd-controller",
+        "-f",
+        str(rendered),
+    )
+    scaled_and_suspended(3_000_000)
+    rendered.write_text(rendered.read_text().replace("3000000", "4000000"))
+    c.kubectl("apply", "-f", str(rendered))
+    scaled_and_suspended(4_000_000)
+    c.helm("uninstall", name, "-n", ns)
+
+
+@pytest.mark.cluster
+def test_values_that_set_the_count_own_it_and_a_clash_fails_naming_it(control_plane, tmp_path):
+    # A values file that sets spec.actors.replicas makes helm its owner (a GitOps
+    # repository that sizes its runs): upgrades change it; one that would undo a
+    # `kubectl scale` fails before anything is applied, saying what to do.
+    ns, name = "helm-owned", "owned"
+    c = _Cluster(control_plane)
+    values = _installed(c, tmp_path, ns, name, {"actors": {"replicas": 3}, "suspend": True})
+    assert c.get(ns, name)["spec"]["actors"]["replicas"] == 3
     c.helm(
-        "install",
+        "upgrade",
         name,
         str(EXPERIMENT_CHART),
         "-n",
         ns,
-        "--create-namespace",
         "-f",
         str(values),
+        "--set",
+        "spec.actors.replicas=4",
     )
-    assert live()["spec"]["actors"]["replicas"] == 2
-    assert live()["spec"]["suspend"] is False
-
-    c.kubectl("scale", f"experiment/{name}", "-n", ns, "--replicas=5")
-    assert live()["spec"]["actors"]["replicas"] == 5
-    # The same chart at a new version, with an unrelated value changed.
-    chart = chart_at_version(EXPERIMENT_CHART, "99.0.0", tmp_path)
+    assert c.get(ns, name)["spec"]["actors"]["replicas"] == 4
+    _scale_and_suspend(c, ns, name)  # suspend stays True: same value, no clash
+    history = c.helm("history", name, "-n", ns, "-o", "json").stdout
+    refused = c.helm(
+        "upgrade",
+        name,
+        str(EXPERIMENT_CHART),
+        "-n",
+        ns,
+        "-f",
+        str(values),
+        "--set",
+        "spec.actors.replicas=4",
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert (
+        "spec.actors.replicas: the values set 4, but the live Experiment has 5, set by "
+        "kubectl (scale)"
+    ) in refused.stderr, refused.stderr
+    assert "Remove spec.actors.replicas from the values" in refused.stderr
+    assert c.get(ns, name)["spec"]["actors"]["replicas"] == 5
+    assert c.helm("history", name, "-n", ns, "-o", "json").stdout == history
+    # Told the live count, the upgrade goes through and helm shares the field.
     c.helm(
         "upgrade",
         name,
-        str(chart),
+        str(EXPERIMENT_CHART),
         "-n",
         ns,
         "-f",
         str(values),
         "--set",
-        "spec.budget.maxEnvSteps=2000000",
-        "--set",
-        "labels.rollout=two",
+        "spec.actors.replicas=5",
     )
-    exp = live()
-    assert exp["metadata"]["labels"]["helm.sh/chart"] == "seedrl-experiment-99.0.0"
-    assert exp["metadata"]["labels"]["rollout"] == "two"
-    assert exp["spec"]["budget"]["maxEnvSteps"] == 2_000_000
-    assert exp["spec"]["actors"]["replicas"] == 5
-
-    patch = json.dumps({"spec": {"suspend": True}})
-    c.kubectl("patch", f"experiment/{name}", "-n", ns, "--type=merge", "-p", patch)
-    c.helm(
-        "upgrade",
-        name,
-        str(chart),
-        "-n",
-        ns,
-        "-f",
-        str(values),
-        "--set",
-        "spec.budget.maxEnvSteps=3000000",
-    )
-    exp = live()
-    assert exp["spec"]["budget"]["maxEnvSteps"] == 3_000_000
-    assert exp["spec"]["suspend"] is True
-    assert exp["spec"]["actors"]["replicas"] == 5
-    # And back: resumed with kubectl, a later upgrade keeps it running.
-    c.kubectl(
-        "patch",
-        f"experiment/{name}",
-        "-n",
-        ns,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"suspend": False}}),
-    )
-    c.helm("upgrade", name, str(chart), "-n", ns, "-f", str(values), "--set", "spec.suspend=true")
-    assert live()["spec"]["suspend"] is False
-    # helm's own record of the release says what it applied: the live values.
-    manifest = c.helm("get", "manifest", name, "-n", ns).stdout
-    (recorded,) = load_manifests(manifest)
-    assert recorded["spec"]["actors"]["replicas"] == 5
-    assert recorded["spec"]["suspend"] is False
+    assert c.get(ns, name)["spec"]["actors"]["replicas"] == 5
     c.helm("uninstall", name, "-n", ns)
 
 
@@ -455,14 +509,14 @@ class _Cluster:
     def kubectl(self, *args: str):
         return self.plane.kubectl(*args)
 
-    def helm(self, *args: str):
+    def helm(self, *args: str, check: bool = True):
         proc = subprocess.run(
             [str(ROOT / ".venv" / "bin" / "helm"), f"--kubeconfig={self.plane.kubeconfig}", *args],
             capture_output=True,
             text=True,
             timeout=120,
         )
-        if proc.returncode:
+        if proc.returncode and check:
             pytest.fail(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
         return proc
 

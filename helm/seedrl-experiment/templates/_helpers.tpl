@@ -57,29 +57,54 @@ both (so that helm can always find what it installed).
 {{- end }}
 
 {{/*
-The Experiment's spec: values.spec, except the two fields the cluster changes after the
+The Experiment's spec: values.spec as it is. The two fields the cluster changes after the
 install, spec.actors.replicas (`kubectl scale`, an HPA: the CRD's scale subresource) and
-spec.suspend (`kubectl patch`). On an upgrade whose Experiment exists they are the live
-object's, so that helm applies what it finds: with server-side apply, which Helm 4 installs
-with, applying the values' again would conflict with the manager that set them (or, forced,
-revert the count and resume a suspended learner); with a client-side three-way merge it
-would revert them. Where there is no live object (first install, helm template, a
-client-side dry run) the values apply.
+spec.suspend (`kubectl patch`), are in values.yaml only as comments: left out, they are never
+rendered, so no revision helm records holds them and no upgrade, rollback or `helm template`
+(Argo CD) applies them; the CRD's defaults apply at creation. A values file that sets one
+makes helm their owner, as for any field ("seedrl-experiment.ownedByOthers").
 */}}
 {{- define "seedrl-experiment.spec" -}}
 {{- $spec := deepCopy (.Values.spec | default dict) }}
-{{- if .Release.IsUpgrade }}
-{{- $live := lookup "seedrl.dev/v1alpha1" "Experiment" .Release.Namespace (include "seedrl-experiment.name" .) }}
-{{- $liveSpec := dig "spec" (dict) $live }}
-{{- if hasKey $liveSpec "suspend" }}
-{{- $_ := set $spec "suspend" $liveSpec.suspend }}
-{{- end }}
-{{- $liveActors := dig "actors" (dict) $liveSpec }}
-{{- if hasKey $liveActors "replicas" }}
-{{- $actors := get $spec "actors" | default dict }}
-{{- $_ := set $actors "replicas" $liveActors.replicas }}
-{{- $_ := set $spec "actors" $actors }}
-{{- end }}
-{{- end }}
+{{- include "seedrl-experiment.ownedByOthers" (list . $spec) }}
 {{- toYaml $spec }}
+{{- end }}
+
+{{/*
+Fails an upgrade whose values set spec.actors.replicas or spec.suspend to other than the live
+Experiment's value when another field manager set it (kubectl scale, an HPA, kubectl patch):
+applied with server-side apply (Helm 4) that is a conflict the API server refuses with no
+hint of the cure; forced (or client-side) it would revert the scale or the suspend. The
+message names the field, both values and the manager. Where lookup is empty (helm template,
+a rollback, a client-side dry run) there is nothing to compare.
+*/}}
+{{- define "seedrl-experiment.ownedByOthers" -}}
+{{- $ := index . 0 }}
+{{- $spec := index . 1 }}
+{{- if $.Release.IsUpgrade }}
+{{- $live := lookup "seedrl.dev/v1alpha1" "Experiment" $.Release.Namespace (include "seedrl-experiment.name" $) }}
+{{- if $live }}
+{{- $fields := list (list "spec.actors.replicas" (dig "actors" "replicas" nil $spec) (dig "spec" "actors" "replicas" nil $live) (list "f:spec" "f:actors" "f:replicas") "kubectl scale experiment/NAME --replicas=N")
+  (list "spec.suspend" (dig "suspend" nil $spec) (dig "spec" "suspend" nil $live) (list "f:spec" "f:suspend") `kubectl patch experiment/NAME --type=merge -p '{"spec":{"suspend":false}}'`) }}
+{{- range $field := $fields }}
+{{- $path := index $field 0 }}{{- $wanted := index $field 1 }}{{- $current := index $field 2 }}{{- $keys := index $field 3 }}
+{{- if and (not (kindIs "invalid" $wanted)) (ne (toJson $wanted) (toJson $current)) }}
+{{- $others := list }}
+{{- range $m := $live.metadata.managedFields | default list }}
+{{- $owned := $m.fieldsV1 | default dict }}
+{{- $found := true }}
+{{- range $k := $keys }}
+{{- if and $found (kindIs "map" $owned) (hasKey $owned $k) }}{{- $owned = index $owned $k }}{{- else }}{{- $found = false }}{{- end }}
+{{- end }}
+{{- if and $found (ne $m.manager "helm") }}
+{{- $others = append $others (printf "%s%s" $m.manager (ternary (printf " (%s)" ($m.subresource | default "")) "" (not (empty $m.subresource)))) }}
+{{- end }}
+{{- end }}
+{{- if $others }}
+{{- fail (printf "%s: the values set %s, but the live Experiment has %s, set by %s. Remove %s from the values to leave it to the cluster (%s), or set it to %s" $path (toJson $wanted) (toJson $current) (join ", " $others) $path (index $field 4) (toJson $current)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
