@@ -109,7 +109,7 @@ _CHART_NOTES = {
     ("suspend",): (
         "Chart: left out (the default), it is never rendered: the Experiment starts running, "
         "and `kubectl patch experiment/NAME --type=merge -p "
-        "'{\"spec\":{\"suspend\":true}}'` suspends it (false resumes), which no helm "
+        '\'{"spec":{"suspend":true}}\'` suspends it (false resumes), which no helm '
         "upgrade, rollback or `helm template` (Argo CD) undoes. Set here, helm owns it like "
         "any other value (a GitOps repository that suspends runs), and an upgrade that would "
         "change what someone else set fails, naming it."

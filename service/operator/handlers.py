@@ -198,12 +198,23 @@ def build_registry(
     poller = Poller(config, rec, cache)
 
     @kopf.on.startup(registry=registry)
-    def start_polling(**_: Any) -> None:
+    def start_polling(memo: kopf.Memo, **_: Any) -> None:
+        # On kopf's memo (the operator's shared state), for whoever runs kopf to inspect.
+        memo.poller = poller
         poller.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_polling(**_: Any) -> None:
         poller.stop()
+
+    # kopf's liveness endpoint (--liveness) answers 500 when a probe fails: a dead or stalled
+    # poller freezes every Experiment's status while kopf's own tasks look healthy.
+    @kopf.on.probe(id="poller", registry=registry, errors=kopf.ErrorsMode.PERMANENT)
+    def poller_alive(**_: Any) -> str:
+        problem = poller.health()
+        if problem:
+            raise kopf.PermanentError(problem)
+        return "ok"
 
     # An invalid spec never raises (it is reported in status); what raises is an API error,
     # retried after a pause, while the poller keeps reconciling as well.

@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 #: Longest the operator waits at its exit for a refresh under way: one learner /status fetch
 #: (3 s) and a few API calls, well within a pod's 30 s termination grace period.
 STOP_TIMEOUT_S = 10.0
+#: Seconds without a sign of progress (a round begun, an Experiment refreshed) after which
+#: :meth:`Poller.health` calls the poller stalled, at least; a slower ``poll_seconds`` gets
+#: six rounds. A refresh blocked on an API call that never returns looks like this.
+STALL_MIN_S = 120.0
 
 
 class PeeringGate:
@@ -74,9 +78,13 @@ class PeeringGate:
                 body = self.api.get_namespaced_custom_object(
                     "kopf.dev", "v1", namespace, "kopfpeerings", self.name
                 )
-        except kubernetes.client.ApiException as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to read it pauses
+            # Unreachable (refused, reset, timed out: the client raises urllib3's errors, not
+            # ApiException) pauses as a refusal does; raised, it would end the poller's
+            # thread and freeze every status.
             where = "cluster-wide" if self.clusterwide else f"in {namespace}"
-            log.warning("cannot read peering %s %s: %s; pausing", self.name, where, exc.reason)
+            reason = getattr(exc, "reason", None) or exc
+            log.warning("cannot read peering %s %s: %s; pausing", self.name, where, reason)
             return False
         return is_active_peer(body.get("status") or {}, self.identity, self.priority)
 
@@ -127,10 +135,31 @@ class Poller:
         self._relisted = threading.Event()
         self._thread = threading.Thread(target=self._run, name="seedrl-poller", daemon=True)
         self.api = kubernetes.client.CustomObjectsApi(config.api_client)
+        #: time.monotonic() of the last sign of progress (see :meth:`health`).
+        self.beat = time.monotonic()
+        #: What ended the refresh thread, if an error did.
+        self.crash: BaseException | None = None
+        #: Seconds without progress that :meth:`health` calls a stall.
+        self.stall_limit = max(STALL_MIN_S, 6 * config.poll_seconds)
 
     def start(self) -> None:
         """Starts the refresh thread."""
+        self.beat = time.monotonic()
         self._thread.start()
+
+    def health(self, now: float | None = None) -> str | None:
+        """Why the poller is not doing its work, or None when it is: its thread ended (other
+        than by :meth:`stop`), or nothing progressed for :attr:`stall_limit` seconds. The
+        operator's liveness probe fails on it, so that the kubelet restarts an operator whose
+        Experiments' status would otherwise freeze while kopf's own tasks look healthy."""
+        if self._stop.is_set() or not self._thread.ident:
+            return None  # stopping, or not started yet: kopf's own start-up covers that
+        if not self._thread.is_alive():
+            return f"the poller thread ended: {self.crash!r}"
+        quiet = (time.monotonic() if now is None else now) - self.beat
+        if quiet > self.stall_limit:
+            return f"the poller made no progress for {quiet:.0f} s (limit {self.stall_limit:.0f} s)"
+        return None
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stops it and waits up to ``timeout`` seconds for the refresh under way to end.
@@ -157,9 +186,17 @@ class Poller:
         self._relisted.set()
 
     def _run(self) -> None:
+        try:
+            self._rounds()
+        except BaseException as exc:  # kept for health(), which reports it
+            self.crash = exc
+            log.exception("the poller thread ended")
+
+    def _rounds(self) -> None:
         next_all = time.monotonic() + self.config.poll_seconds
         next_resync = time.monotonic() + self.config.resync_seconds
         while not self._stop.is_set():
+            self.beat = time.monotonic()
             self._wake.wait(max(0.0, next_all - time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
@@ -190,13 +227,18 @@ class Poller:
             if self._stop.is_set():
                 return
             if namespace not in active:
-                active[namespace] = self.active(namespace)
+                try:
+                    active[namespace] = self.active(namespace)
+                except Exception:  # paused there this round; the thread goes on
+                    log.exception("cannot tell whether to work in %s", namespace)
+                    active[namespace] = False
             if not active[namespace]:
                 continue
             try:
                 self.refresh(namespace, name)
             except Exception:  # one Experiment never stops the others
                 log.exception("refreshing Experiment %s/%s failed", namespace, name)
+            self.beat = time.monotonic()
 
     def resync(self) -> None:
         """Lists each kind the cache holds (in the watched namespaces) and replaces the cache's

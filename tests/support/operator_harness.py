@@ -38,7 +38,7 @@ import yaml
 from seedrl.common.metrics_http import MetricsServer
 from seedrl.service.operator import handlers as operator
 from seedrl.service.operator.metrics import OperatorMetrics
-from support.control_plane import ControlPlane, wait_until_served
+from support.control_plane import ControlPlane, free_port, wait_until_served
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "seedrl-operator"
@@ -332,6 +332,10 @@ class OperatorHarness:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kopf", daemon=True)
+        #: kopf's memo (the operator's shared state: ``memo.poller`` once started).
+        self.memo = kopf.Memo()
+        #: kopf's liveness endpoint (``--liveness``), as the chart's probe reads it.
+        self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
 
     def _run(self) -> None:
         config = operator.OperatorConfig(
@@ -357,6 +361,8 @@ class OperatorHarness:
                     clusterwide=True,
                     ready_flag=self._ready,
                     stop_flag=self._stop,
+                    memo=self.memo,
+                    liveness_endpoint=self.liveness_url,
                 )
             )
         except BaseException as exc:  # noqa: BLE001 - reported to the test thread
