@@ -213,16 +213,38 @@ def openapi_schema() -> dict[str, Any]:
 
 
 def printer_columns() -> list[dict[str, Any]]:
-    """The columns ``kubectl get experiments`` shows."""
+    """The columns ``kubectl get experiments`` shows; ``-o wide`` adds those of priority 1.
+    Ready and Reason are the Ready condition's, so that a run that cannot apply an edit reads
+    apart from one that failed; Actors are the ready actor pods beside the Desired count."""
+    ready = '.status.conditions[?(@.type=="Ready")]'
     return [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Agent", "type": "string", "jsonPath": ".spec.agent.name"},
-        {"name": "Env", "type": "string", "jsonPath": ".spec.env.id"},
+        {
+            "name": "Ready",
+            "type": "string",
+            "jsonPath": f"{ready}.status",
+            "description": "The Ready condition: True while the run trains as its spec says",
+        },
+        {
+            "name": "Reason",
+            "type": "string",
+            "jsonPath": f"{ready}.reason",
+            "description": "Why it is or is not Ready",
+        },
+        {"name": "Agent", "type": "string", "jsonPath": ".spec.agent.name", "priority": 1},
+        {"name": "Env", "type": "string", "jsonPath": ".spec.env.id", "priority": 1},
         {
             "name": "Actors",
             "type": "integer",
+            "jsonPath": ".status.actors.ready",
+            "description": "Actor pods ready",
+        },
+        {
+            "name": "Desired",
+            "type": "integer",
             "jsonPath": ".spec.actors.replicas",
             "description": "Actor pods asked for",
+            "priority": 1,
         },
         {
             "name": "Steps",

@@ -238,3 +238,48 @@ def test_an_integral_float_of_replicas_is_admitted_as_kubectl_sends_it(control_p
         input=yaml.safe_dump(document),
     )  # fmt: skip
     assert json.loads(proc.stdout)["spec"]["actors"]["replicas"] == 2
+
+
+def test_kubectl_get_shows_ready_and_why_and_the_ready_actors(control_plane, api):
+    # The CRD's printer columns, as the real API server renders them for kubectl: an edit
+    # that cannot be applied reads apart from a run that failed, and the Actors column
+    # counts ready pods, not the count asked for (-o wide adds it).
+    body = {**_base(), "metadata": {"name": "columns"}, "spec": {"actors": {"replicas": 5}}}
+    api.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body)
+    status = {
+        "phase": "Running",
+        "envSteps": 1200,
+        "meanReturn": 187.5,
+        "cost": {"totalUsd": 1.25},
+        "actors": {"desired": 5, "ready": 3},
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "SpecNotApplied",
+                "message": "an edit cannot be applied",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+    }
+    api.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NAMESPACE, PLURAL, "columns", {"status": status}
+    )
+
+    def table(*wide: str) -> dict[str, str]:
+        out = control_plane.kubectl("get", PLURAL, "columns", "-n", NAMESPACE, *wide).stdout
+        header, row = out.splitlines()
+        return dict(zip(header.split(), row.split()))
+
+    assert {k: v for k, v in table().items() if k != "AGE"} == {
+        "NAME": "columns",
+        "PHASE": "Running",
+        "READY": "False",
+        "REASON": "SpecNotApplied",
+        "ACTORS": "3",
+        "STEPS": "1200",
+        "RETURN": "187.5",
+        "COST": "1.25",
+    }
+    wide = table("-o", "wide")
+    assert (wide["AGENT"], wide["ENV"], wide["DESIRED"]) == ("vtrace", "CartPole-v1", "5")

@@ -41,9 +41,12 @@ def test_crd_declares_subresources_and_columns():
     assert "status" in version["subresources"]
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Phase",
+        "Ready",
+        "Reason",
         "Agent",
         "Env",
         "Actors",
+        "Desired",
         "Steps",
         "Return",
         "Cost",
