@@ -343,6 +343,41 @@ def test_operator_pod_is_locked_down():
     assert container["image"] == "ghcr.io/seedrl/operator:0.1.0"  # the chart's appVersion
 
 
+def test_replicas_spread_and_a_budget_keeps_one_through_drains():
+    manifests = render(OPERATOR_CHART)
+    (pdb,) = of_kind(manifests, "PodDisruptionBudget")
+    (deployment,) = of_kind(manifests, "Deployment")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    terms = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert [(t["podAffinityTerm"]["topologyKey"], t["weight"]) for t in terms] == [
+        ("kubernetes.io/hostname", 100),
+        ("topology.kubernetes.io/zone", 50),
+    ]
+    assert all(t["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector for t in terms)
+    # One replica: no budget (it would block every drain) and nothing to spread.
+    single = render(OPERATOR_CHART, sets=["replicaCount=1"])
+    assert of_kind(single, "PodDisruptionBudget") == []
+    (deployment,) = of_kind(single, "Deployment")
+    assert "affinity" not in deployment["spec"]["template"]["spec"]
+    # An affinity of one's own replaces the default; the budget can be left out.
+    own = render(
+        OPERATOR_CHART,
+        sets=[
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].key=pool",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+            "podDisruptionBudget.enabled=false",
+        ],
+    )
+    (deployment,) = of_kind(own, "Deployment")
+    assert list(deployment["spec"]["template"]["spec"]["affinity"]) == ["nodeAffinity"]
+    assert of_kind(own, "PodDisruptionBudget") == []
+
+
 def test_pod_monitor_scrapes_the_experiments_pods(tmp_path):
     manifests = render(
         OPERATOR_CHART, values=VALUE_SETS["monitoring-and-overrides"], tmp_path=tmp_path
