@@ -75,3 +75,27 @@ def test_the_chart_renders_the_same_rules_as_a_prometheus_rule():
             assert got["labels"] == {**want["labels"], "team": "rl"}
             assert got["annotations"] == want["annotations"]
     assert not of_kind(render(OPERATOR_CHART), "PrometheusRule")  # off by default
+
+
+@pytest.mark.helm
+def test_under_gke_managed_prometheus_the_rules_are_cluster_rules():
+    # Managed Prometheus ignores PrometheusRules: its ClusterRules (which see the operator's
+    # series in its namespace and the learners' in theirs) carry the same rules.
+    sets = ["alerts.enabled=true", "metrics.podMonitor.flavor=gke-managed"]
+    lint(OPERATOR_CHART, sets=sets)
+    manifests = render(OPERATOR_CHART, sets=[*sets, "alerts.interval=1m"])
+    assert not of_kind(manifests, "PrometheusRule")
+    (rules,) = of_kind(manifests, "ClusterRules")
+    assert rules["apiVersion"] == "monitoring.googleapis.com/v1"
+    assert "namespace" not in rules["metadata"]  # cluster-scoped
+    source = yaml.safe_load(RULES.read_text())["groups"]
+    assert [(g["name"], g["interval"]) for g in rules["spec"]["groups"]] == [
+        (g["name"], "1m") for g in source
+    ]
+    for got_group, want_group in zip(rules["spec"]["groups"], source):
+        for got, want in zip(got_group["rules"], want_group["rules"], strict=True):
+            assert (got["alert"], got["expr"], got["annotations"]) == (
+                want["alert"],
+                want["expr"],
+                want["annotations"],
+            )

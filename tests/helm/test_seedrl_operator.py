@@ -86,7 +86,7 @@ def test_installs_the_generated_crd():
         validate_builtin(crds[other])
     crd = crds["experiments.seedrl.dev"]
     assert crd == yaml.safe_load(CRD_FILE.read_text())
-    validate_builtin(crd)  # apiextensions.k8s.io/v1, strict, Kubernetes 1.29 to 1.33
+    validate_builtin(crd)  # apiextensions.k8s.io/v1, strict, Kubernetes 1.30 to 1.37
     assert crd["metadata"]["name"] == "experiments.seedrl.dev"
     # Without --include-crds helm leaves it to `helm install`, which applies crds/ first.
     assert not of_kind(render(OPERATOR_CHART), "CustomResourceDefinition")
@@ -541,8 +541,9 @@ def test_bad_values_are_rejected_naming_the_field(setting, path):
     assert f"at '{path}'" in proc.stderr, proc.stderr
 
 
-def test_kubernetes_older_than_1_29_is_refused():
-    old = run_helm("template", "x", str(OPERATOR_CHART), "--kube-version", "1.28.0", check=False)
+def test_kubernetes_older_than_1_30_is_refused():
+    # 1.30 made ValidatingAdmissionPolicy GA (templates/admissionpolicy.yaml).
+    old = run_helm("template", "x", str(OPERATOR_CHART), "--kube-version", "1.29.9", check=False)
     assert old.returncode != 0 and "kubeVersion" in old.stderr, old.stderr
     run_helm("template", "x", str(OPERATOR_CHART), "--kube-version", "1.33.0")
 

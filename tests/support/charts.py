@@ -28,7 +28,7 @@ OPERATOR_CHART = ROOT / "helm" / "seedrl-operator"
 EXPERIMENT_CHART = ROOT / "helm" / "seedrl-experiment"
 CRD_FILE = OPERATOR_CHART / "crds" / "experiments.seedrl.dev.yaml"
 #: The Kubernetes minor versions every rendered built-in manifest must be valid for.
-KUBE_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33")
+KUBE_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.37")
 #: Kinds that come from CRDs, which kubernetes-validate has no schema for; each is checked
 #: its own way (the Experiment against our CRD's schema).
 CUSTOM_KINDS = {
@@ -37,6 +37,7 @@ CUSTOM_KINDS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("monitoring.googleapis.com/v1", "PodMonitoring"),
     ("monitoring.googleapis.com/v1", "ClusterPodMonitoring"),
+    ("monitoring.googleapis.com/v1", "ClusterRules"),
 }
 
 

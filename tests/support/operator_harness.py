@@ -195,9 +195,9 @@ class OperatorCluster:
             self.kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
     def install_operator_rbac(self, *sets: str) -> None:
-        """Installs the chart's ServiceAccount and RBAC (``helm template`` of
-        ``templates/serviceaccount.yaml`` and ``templates/rbac.yaml``, ``sets`` as
-        ``--set``), and mints a token of that ServiceAccount for the operator."""
+        """Installs the chart's ServiceAccount, RBAC and admission policy (``helm template``
+        of ``templates/serviceaccount.yaml``, ``rbac.yaml`` and ``admissionpolicy.yaml``,
+        ``sets`` as ``--set``), and mints a token of that ServiceAccount for the operator."""
         rendered = subprocess.run(
             [
                 str(ROOT / ".venv" / "bin" / "helm"),
@@ -210,6 +210,8 @@ class OperatorCluster:
                 "templates/serviceaccount.yaml",
                 "--show-only",
                 "templates/rbac.yaml",
+                "--show-only",
+                "templates/admissionpolicy.yaml",
                 *(f"--set={s}" for s in sets),
             ],
             capture_output=True,

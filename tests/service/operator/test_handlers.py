@@ -801,6 +801,16 @@ def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(
             "metadata": {
                 "name": "job-queued-learner-abcde",
                 "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]},
+                # Kueue's Workload is its Job's (the admission policy checks it).
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": "queued-learner",
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
             },
             "spec": {"active": True, "queueName": "team-a-queue", "podSets": []},
         },
@@ -1059,14 +1069,16 @@ def test_with_cert_manager_the_learner_is_signed_by_a_ca_and_owns_its_secrets(k8
     assert custom("issuers", "certs-learner-ca")["spec"] == {
         "ca": {"secretName": "certs-learner-ca"}
     }
-    # What cert-manager then writes; it does not delete them with their Certificates, so
-    # the operator makes the Experiment own them, and they go with it.
+    # What cert-manager then writes (with each Certificate's secretTemplate labels); it does
+    # not delete them with their Certificates, so the operator makes the Experiment own
+    # them, and they go with it.
     for name in ("certs-learner-tls", "certs-learner-ca"):
+        labels = custom("certificates", name)["spec"]["secretTemplate"]["labels"]
         k8s.core.create_namespaced_secret(
             NS,
             # A kubernetes.io/tls Secret must hold both keys (the API server validates it).
             {
-                "metadata": {"name": name},
+                "metadata": {"name": name, "labels": labels},
                 "type": "kubernetes.io/tls",
                 "data": {"tls.crt": "", "tls.key": ""},
             },
