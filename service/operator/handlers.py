@@ -102,6 +102,7 @@ from seedrl.service.operator.render.common import (
 from seedrl.service.operator.metrics import OperatorMetrics
 from seedrl.service.operator.poller import PeeringGate, Poller
 from seedrl.service.operator.reconciler import OperatorConfig, Reconciler, announce
+from seedrl.service.operator.status import status_patch
 from seedrl.service.operator.watch_cache import ChildCache
 
 log = logging.getLogger(__name__)
@@ -110,12 +111,11 @@ log = logging.getLogger(__name__)
 def _write_status(
     patch: kopf.Patch, status: Mapping[str, Any], current: Mapping[str, Any] | None
 ) -> None:
-    """Puts into kopf's patch only the keys of ``status`` that differ from ``current``, so that
-    an unchanged poll writes nothing."""
-    current = current or {}
-    for key, value in status.items():
-        if current.get(key) != value:
-            patch.status[key] = value
+    """Puts into kopf's patch (a JSON merge patch) only what differs from ``current``, so that
+    an unchanged poll writes nothing, with nulls for the nested keys that went
+    (:func:`~seedrl.service.operator.status.status_patch`)."""
+    for key, value in status_patch(current, status).items():
+        patch.status[key] = value
 
 
 def build_registry(

@@ -44,7 +44,7 @@ from seedrl.service.operator.render.tls import (
 )
 from seedrl.service.operator.render.volume import needs_run_volume
 from seedrl.service.operator.status import compute_status, condition, invalid_status, now_rfc3339
-from seedrl.service.operator.usage import LearnerUsage
+from seedrl.service.operator.usage import LearnerUsage, usage_now
 from seedrl.service.operator.metrics import OperatorMetrics
 from seedrl.service.operator.children import FIELD_MANAGER, APPLY, Children
 
@@ -108,21 +108,29 @@ _CREATE_ONLY = ("PersistentVolumeClaim",)
 def _job_patch(
     exp: Experiment, job: Mapping[str, Any], usage: LearnerUsage | None = None
 ) -> dict | None:
-    """What to change on an existing learner Job: only ``spec.suspend`` may change, and never
-    for a queued one (Kueue owns a queued Job's ``spec.suspend``: see :func:`workload_active`).
-    Resumed, its ``activeDeadlineSeconds`` becomes what is left of the spec's: the Job's own
-    timer starts again from zero at every resume.
+    """What to change on an existing learner Job (None: nothing).
+
+    Its ``spec.suspend`` follows the spec's, but never for a queued Job (Kueue owns a queued
+    Job's ``spec.suspend``: see :func:`workload_active`). Its ``activeDeadlineSeconds`` is what
+    is left of the spec's (``usage``: what was used, the run that a suspension ended included:
+    :func:`~seedrl.service.operator.usage.usage_now`) while it is suspended and as it is
+    resumed: the Job's own timer starts again from zero at every unsuspend, the operator's and
+    Kueue's admission alike ("Jobs": the timer is stopped and reset), so a Job that is
+    unsuspended by anyone starts with the right deadline.
     """
-    if exp.spec.queue_name:
-        return None
-    current = bool((job.get("spec") or {}).get("suspend"))
-    if exp.spec.suspend != current:
-        patch: dict[str, Any] = {"suspend": exp.spec.suspend}
-        deadline = (usage or LearnerUsage()).deadline(exp)
-        if not exp.spec.suspend and deadline is not None:
-            patch["activeDeadlineSeconds"] = deadline
-        return {"spec": patch}
-    return None
+    spec = job.get("spec") or {}
+    suspended = bool(spec.get("suspend"))
+    patch: dict[str, Any] = {}
+    if not exp.spec.queue_name and exp.spec.suspend != suspended:
+        patch["suspend"] = exp.spec.suspend
+    deadline = (usage or LearnerUsage()).deadline(exp)
+    if (
+        deadline is not None
+        and (suspended or patch.get("suspend") is False)
+        and spec.get("activeDeadlineSeconds") != deadline
+    ):
+        patch["activeDeadlineSeconds"] = deadline
+    return {"spec": patch} if patch else None
 
 
 def workload_active(exp: Experiment) -> bool:
@@ -196,7 +204,7 @@ class Reconciler:
         admitted = reconcile.admitted(exp, job)
         previous = (body or {}).get("status")
         images = reconcile.image_defaults(previous, self.config.images)
-        usage = LearnerUsage.from_status(previous)
+        usage = usage_now(previous, job, now_rfc3339())
         for obj in render(
             exp, owner, namespace, finished=finished, admitted=admitted, images=images, usage=usage
         ):
@@ -378,7 +386,7 @@ class Reconciler:
         if not refused:
             seen = seen or self.observe(exp, namespace)
             done_before = reconcile.finished_before(previous)
-            if not heal_only or self._needs_healing(exp, namespace, seen, done_before):
+            if not heal_only or self._needs_healing(exp, namespace, seen, done_before, previous):
                 try:
                     self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
                 except kubernetes.client.ApiException as exc:
@@ -399,7 +407,12 @@ class Reconciler:
             self.children.event(body, "Warning", "Forbidden", message)
 
     def _needs_healing(
-        self, exp: Experiment, namespace: str, seen: Observed, done_before: bool
+        self,
+        exp: Experiment,
+        namespace: str,
+        seen: Observed,
+        done_before: bool,
+        previous: Mapping[str, Any],
     ) -> bool:
         job, deployment = seen.job, seen.deployment
         if (job is None and not done_before) or deployment is None:
@@ -422,7 +435,8 @@ class Reconciler:
             exp, reconcile.job_finished(job) or done_before, reconcile.admitted(exp, job)
         )
         return (deployment.get("spec") or {}).get("replicas") != wanted or (
-            job is not None and _job_patch(exp, job) is not None
+            job is not None
+            and _job_patch(exp, job, usage_now(previous, job, now_rfc3339())) is not None
         )
 
     def forget(self, body: Mapping[str, Any]) -> None:

@@ -70,6 +70,32 @@ def set_condition(
     conditions.append(cond)
 
 
+def merge_patch(current: Any, wanted: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``wanted``: a key of a
+    mapping that ``wanted`` lacks becomes a null, the only thing that removes it (a key left out
+    of a merge patch keeps its stored value); anything but a mapping is replaced whole."""
+    if not isinstance(current, Mapping) or not isinstance(wanted, Mapping):
+        return wanted
+    patch: dict[str, Any] = {k: None for k in current if k not in wanted}
+    for key, value in wanted.items():
+        if key not in current or current[key] != value:
+            patch[key] = merge_patch(current.get(key), value)
+    return patch
+
+
+def status_patch(current: Mapping[str, Any] | None, status: Mapping[str, Any]) -> dict[str, Any]:
+    """What to merge-patch into the stored ``current`` status so that each key of ``status``
+    reads as computed, nested keys that went included (``status.learnerUsage.runStart`` once a
+    run ended); keys of ``current`` that ``status`` does not own are kept. Empty: nothing to
+    write."""
+    current = current or {}
+    return {
+        key: merge_patch(current.get(key), value)
+        for key, value in status.items()
+        if current.get(key) != value
+    }
+
+
 def condition(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
     """The condition of that type in a status, or None."""
     for cond in (status or {}).get("conditions") or []:
