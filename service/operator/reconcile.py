@@ -27,7 +27,7 @@ from seedrl.common.exit_codes import ExitCode
 from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER, names
-from seedrl.service.operator.render.learner_job import learner_hash
+from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
 
 
 #: Annotation prefixes of tools, not of the user: left out of the config the pods read.
@@ -136,10 +136,17 @@ def job_hash(job: Mapping[str, Any] | None) -> str | None:
     )
 
 
+def job_current(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
+    """Whether a learner Job runs ``exp``: its hash is :func:`learner_hash`, or the
+    :func:`legacy_learner_hash` of an earlier release's operator (whose annotation the
+    operator then rewrites)."""
+    return job_hash(job) in (learner_hash(exp), legacy_learner_hash(exp))
+
+
 def job_outdated(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
-    """Whether a learner Job that has not finished runs another spec than ``exp`` (its
-    :func:`learner_hash` differs): it is then replaced. A finished one is left as it is."""
-    return job is not None and not job_finished(job) and job_hash(job) != learner_hash(exp)
+    """Whether a learner Job that has not finished runs another spec than ``exp`` (see
+    :func:`job_current`): it is then replaced. A finished one is left as it is."""
+    return job is not None and not job_finished(job) and not job_current(exp, job)
 
 
 def learner_started(pods: list[Mapping[str, Any]] | tuple) -> bool:

@@ -28,7 +28,9 @@ from seedrl.service import cost
 from seedrl.service.operator import certificates, reconcile
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.actors import actor_replicas
+from seedrl.service.operator.render.learner_job import learner_hash
 from seedrl.service.operator.render.common import (
+    ANNOTATION_LEARNER_HASH,
     LABEL_EXPERIMENT,
     LABEL_ROLE,
     names,
@@ -116,7 +118,10 @@ def _job_patch(
     :func:`~seedrl.service.operator.usage.usage_now`) while it is suspended and as it is
     resumed: the Job's own timer starts again from zero at every unsuspend, the operator's and
     Kueue's admission alike ("Jobs": the timer is stopped and reset), so a Job that is
-    unsuspended by anyone starts with the right deadline.
+    unsuspended by anyone starts with the right deadline. Its ``ttlSecondsAfterFinished``
+    follows the spec's (the API lets it change; the learner never reads it), and a Job made
+    by an earlier release gets this release's learner hash (it runs the same spec:
+    :func:`~seedrl.service.operator.reconcile.job_current`).
     """
     spec = job.get("spec") or {}
     suspended = bool(spec.get("suspend"))
@@ -130,7 +135,13 @@ def _job_patch(
         and spec.get("activeDeadlineSeconds") != deadline
     ):
         patch["activeDeadlineSeconds"] = deadline
-    return {"spec": patch} if patch else None
+    if spec.get("ttlSecondsAfterFinished") != exp.spec.ttl_seconds_after_finished:
+        patch["ttlSecondsAfterFinished"] = exp.spec.ttl_seconds_after_finished  # None: removed
+    out: dict[str, Any] = {"spec": patch} if patch else {}
+    wanted = learner_hash(exp)
+    if reconcile.job_hash(job) != wanted and reconcile.job_current(exp, job):
+        out["metadata"] = {"annotations": {ANNOTATION_LEARNER_HASH: wanted}}
+    return out or None
 
 
 def workload_active(exp: Experiment) -> bool:

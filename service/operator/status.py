@@ -18,13 +18,13 @@ from seedrl.service.operator.reconcile import (
     immutable_part,
     job_condition,
     job_finished,
+    job_current,
     job_hash,
     learner_started,
     learner_unschedulable,
 )
 from seedrl.service.operator.render.actors import actor_replicas
 from seedrl.service.operator.render.common import selector_labels
-from seedrl.service.operator.render.learner_job import learner_hash
 from seedrl.service.operator.usage import advance_usage
 
 
@@ -226,7 +226,12 @@ def set_spec_applied(
             "The learner Job runs an older spec: it is being replaced, and its new "
             "pod resumes from the checkpoint.",
         )
-    elif job is not None and job_finished(job) and job_hash(job) not in (None, learner_hash(exp)):
+    elif (
+        job is not None
+        and job_finished(job)
+        and job_hash(job) is not None
+        and not job_current(exp, job)
+    ):
         put(
             "SpecApplied",
             False,

@@ -69,13 +69,53 @@ LEARNER_PERMANENT = tuple(
 )
 
 
+#: Fields of the resolved spec that nothing in the learner's pod reads (``spec`` paths): the
+#: actors' own pods (their resources, placement, Spot, service account, metrics port and
+#: worker processes: the learner reads only their count, envs and streams, and its init
+#: container only their image), the run volume's claim (made once, mounted by name), the
+#: finished Job's TTL (patched onto the running Job instead) and the operator's own progress
+#: check. They still reach the ConfigMap, which the actors read too: a learner pod started
+#: later reads them and ignores them, and the learner validates the whole Experiment it is
+#: given, cross-section rules included. An edit of one never replaces the learner.
+LEARNER_UNREAD = (
+    ("actors", "resources"),
+    ("actors", "placement"),
+    ("actors", "spot"),
+    ("actors", "serviceAccountName"),
+    ("actors", "metricsPort"),
+    ("actors", "processesPerActor"),
+    ("checkpoint", "volumeSize"),
+    ("checkpoint", "volumeStorageClassName"),
+    ("checkpoint", "volumeRetention"),
+    ("ttlSecondsAfterFinished",),
+    ("budget", "noProgressSeconds"),
+)
+
+
 def learner_hash(exp: Experiment) -> str:
     """A digest of what the learner Job runs: the whole resolved Experiment but its labels
-    and annotations, ``spec.suspend`` (a suspend is applied to the running Job) and
-    ``spec.actors.replicas`` (scaling is the actors' business), unless the agent's
-    exploration schedule is defined over the actor count (R2D2's per-actor epsilons and
-    evaluation actors): then a new count needs a learner that knows it. A Job whose digest
-    differs is replaced, and its new pod resumes from the checkpoint."""
+    and annotations, ``spec.suspend`` (a suspend is applied to the running Job),
+    :data:`LEARNER_UNREAD` and ``spec.actors.replicas`` (scaling is the actors' business),
+    unless the agent's exploration schedule is defined over the actor count (R2D2's per-actor
+    epsilons and evaluation actors): then a new count needs a learner that knows it. A Job
+    whose digest differs is replaced, and its new pod resumes from the checkpoint."""
+    document = _hashed_document(exp)
+    for path in LEARNER_UNREAD:
+        section = document["spec"]
+        for key in path[:-1]:
+            section = section[key]
+        section.pop(path[-1], None)
+    return digest(document)
+
+
+def legacy_learner_hash(exp: Experiment) -> str:
+    """The :func:`learner_hash` of releases before :data:`LEARNER_UNREAD`, which digested
+    those fields too: a Job made by such a release that runs ``exp`` has it, and is kept (its
+    annotation is rewritten) rather than replaced by an operator upgrade."""
+    return digest(_hashed_document(exp))
+
+
+def _hashed_document(exp: Experiment) -> dict[str, Any]:
     document = to_document(exp)
     # Labels and annotations are bookkeeping (kubectl label, Argo CD, the chart's labels):
     # the learner reads neither, and replacing a TPU learner for them wastes its hours.
@@ -84,7 +124,7 @@ def learner_hash(exp: Experiment) -> str:
     document["spec"]["suspend"] = False
     if exp.spec.agent.name != "r2d2":
         document["spec"]["actors"].pop("replicas")
-    return digest(document)
+    return document
 
 
 def learner_accelerator_args(exp: Experiment) -> list[str]:

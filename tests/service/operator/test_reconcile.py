@@ -21,7 +21,8 @@ from seedrl.service.operator.reconcile import (
     validate,
 )
 from seedrl.service.operator.render import render
-from seedrl.service.operator.render.common import ENV_SPEC_CONTAINER
+from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER
+from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
 from seedrl.service.operator.status import compute_status, condition
 
 
@@ -374,3 +375,13 @@ def test_a_learner_edit_replaces_an_unfinished_job_only(exp_of, by_kind):
 def test_a_bad_placement_is_refused_naming_the_field(placement, path, exp_of):
     with pytest.raises(ConfigError, match=path.replace("[", r"\[").replace("]", r"\]")):
         exp_of(learner={"placement": placement})
+
+
+def test_a_job_of_an_earlier_release_that_runs_the_spec_is_kept(exp_of, by_kind):
+    # Made before LEARNER_UNREAD: its hash digests the whole spec. An operator upgrade keeps it.
+    exp = exp_of()
+    job = by_kind(render(exp))["Job"]
+    job["metadata"]["annotations"][ANNOTATION_LEARNER_HASH] = legacy_learner_hash(exp)
+    assert legacy_learner_hash(exp) != learner_hash(exp)
+    assert not job_outdated(exp, job)
+    assert job_outdated(exp_of(budget={"maxEnvSteps": 99}), job)

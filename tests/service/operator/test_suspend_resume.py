@@ -8,87 +8,27 @@ waits on a condition with a deadline."""
 
 from __future__ import annotations
 
-import copy
 import datetime
-import json
-from pathlib import Path
 
-import kubernetes
 import pytest
-import yaml
 
-from seedrl.common.config import GROUP, PLURAL, VERSION
 from seedrl.service.operator.render.common import LABEL_EXPERIMENT, LABEL_ROLE
 from support.foreign_crds import open_crd
-from support.operator_harness import OperatorHarness, wait_for
+from support.operator_harness import wait_for
+from support.operator_live import LIVE_NS as NS
+from support.operator_live import STEP_S, now, parse_time
 
 pytestmark = [pytest.mark.cluster, pytest.mark.helm]
 
-NS = "budgets"
-ROOT = Path(__file__).parents[3]
-CARTPOLE = yaml.safe_load((ROOT / "k8s" / "examples" / "cartpole-vtrace-cpu.yaml").read_text())
-MERGE = "application/merge-patch+json"
 #: How far the deadline a Job is resumed with may be from what is left of the budget (the
 #: issue's bound): the operator counts a run from the Job's startTime to its Suspended
 #: condition, both whole seconds, so it is off by at most 2 s.
 TOLERANCE_S = 5
-#: A step of a scenario on a loaded 2-core machine (the Job controller, kopf and the poller
-#: each answer within a second when idle).
-STEP_S = 60
-
-
-@pytest.fixture(scope="module")
-def harness():
-    with OperatorHarness(NS, controllers=("job-controller",)) as h:
-        yield h
-        assert h.cluster.operator_refusals() == []
-
-
-class Client:
-    """The tests' side, as the cluster's admin."""
-
-    def __init__(self, harness):
-        self.custom = kubernetes.client.CustomObjectsApi(harness.api)
-        self.batch = kubernetes.client.BatchV1Api(harness.api)
-        self.core = kubernetes.client.CoreV1Api(harness.api)
-        self.api = harness.api
-
-    def create(self, name, **spec):
-        body = copy.deepcopy(CARTPOLE)
-        body["metadata"]["name"] = name
-        body["spec"].update(spec)
-        return self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
-
-    def patch_spec(self, name, spec):
-        self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, NS, PLURAL, name, {"spec": spec}, _content_type=MERGE
-        )
-
-    def usage(self, name):
-        exp = self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
-        return (exp.get("status") or {}).get("learnerUsage") or {}
-
-    def job(self, name):
-        try:
-            # As the API server wrote it (the client's models rewrite timestamps).
-            response = self.batch.read_namespaced_job(f"{name}-learner", NS, _preload_content=False)
-        except kubernetes.client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return json.loads(response.data)
-
-    def patch_job(self, name, spec):
-        self.batch.patch_namespaced_job(f"{name}-learner", NS, {"spec": spec})
 
 
 @pytest.fixture
-def k8s(harness):
-    return Client(harness)
-
-
-def parse_time(text):
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+def k8s(live):
+    return live
 
 
 def suspended_at(job):
@@ -115,7 +55,7 @@ def run_then_suspend(k8s, name, suspend, run_at_least_s=0.0):
     )
     until = parse_time(start) + datetime.timedelta(seconds=run_at_least_s)
     wait_for(
-        lambda: datetime.datetime.now(datetime.timezone.utc) >= until,
+        lambda: now() >= until,
         timeout=STEP_S + run_at_least_s,
         what=f"{run_at_least_s:g} s of the run",
     )
@@ -173,11 +113,11 @@ def test_a_run_suspended_for_4_s_resumes_with_what_is_left_of_its_deadline(k8s):
     assert abs(k8s.usage("pause")["earlierActiveSeconds"] - used) <= 1
 
 
-def test_a_kueue_job_readmitted_after_an_eviction_gets_what_is_left(k8s, harness):
+def test_a_kueue_job_readmitted_after_an_eviction_gets_what_is_left(k8s):
     # Kueue's Workloads are served; the test plays Kueue, which admits and evicts a queued
     # Job by writing its spec.suspend.
     workloads = open_crd("kueue.x-k8s.io", "Workload", "workloads", "v1beta1")
-    harness.cluster.create(workloads)
+    k8s.harness.cluster.create(workloads)
     k8s.create("queued", activeDeadlineSeconds=600, queueName="team-queue")
     job = wait_for(lambda: k8s.job("queued"), timeout=STEP_S, what="the queued Job")
     assert job["spec"]["suspend"] is True
@@ -220,7 +160,7 @@ def fail_learner_pod(k8s, name):
         timeout=STEP_S,
         what="the learner pod",
     )
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = now().strftime("%Y-%m-%dT%H:%M:%SZ")
     k8s.core.patch_namespaced_pod_status(
         pod.metadata.name,
         NS,
@@ -238,8 +178,8 @@ def fail_learner_pod(k8s, name):
                             "terminated": {
                                 "exitCode": 1,
                                 "reason": "Error",
-                                "startedAt": now,
-                                "finishedAt": now,
+                                "startedAt": at,
+                                "finishedAt": at,
                             }
                         },
                     }
