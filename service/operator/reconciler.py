@@ -397,7 +397,9 @@ class Reconciler:
         if not refused:
             seen = seen or self.observe(exp, namespace)
             done_before = reconcile.finished_before(previous)
-            if not heal_only or self._needs_healing(exp, namespace, seen, done_before, previous):
+            if not heal_only or self._needs_healing(
+                exp, namespace, seen, done_before, previous, meta["uid"]
+            ):
                 try:
                     self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
                 except kubernetes.client.ApiException as exc:
@@ -424,6 +426,7 @@ class Reconciler:
         seen: Observed,
         done_before: bool,
         previous: Mapping[str, Any],
+        uid: str,
     ) -> bool:
         job, deployment = seen.job, seen.deployment
         if (job is None and not done_before) or deployment is None:
@@ -442,6 +445,8 @@ class Reconciler:
         for kind, name in children:
             if self.children.read(kind, namespace, name) is None:
                 return True
+        if self._secrets_unowned(exp, namespace, uid):
+            return True
         wanted = actor_replicas(
             exp, reconcile.job_finished(job) or done_before, reconcile.admitted(exp, job)
         )
@@ -449,6 +454,23 @@ class Reconciler:
             job is not None
             and _job_patch(exp, job, usage_now(previous, job, now_rfc3339())) is not None
         )
+
+    def _secrets_unowned(self, exp: Experiment, namespace: str, uid: str) -> bool:
+        """Whether the learner's certificate Secrets need the operator: one that cert-manager
+        wrote (the leaf's, the CA's) is there but not owned by the Experiment, or the leaf's
+        is missing without cert-manager (the operator makes it). cert-manager writes them
+        after the reconcile that asked for them, so without this check only a later spec edit
+        would make the Experiment own them, and they would outlive it."""
+        if not exp.spec.learner.tls.enabled:
+            return False
+        name = exp.metadata.name
+        leaf = self.children.read("Secret", namespace, tls_secret_name(name))
+        if leaf is None:
+            return not self.cert_manager_installed()  # else cert-manager's to write
+        if not _owned_by(leaf, uid):
+            return True
+        ca = self.children.read("Secret", namespace, ca_secret_name(name))
+        return ca is not None and not _owned_by(ca, uid)
 
     def forget(self, body: Mapping[str, Any]) -> None:
         """Drops the series of an Experiment that is gone (its children are the garbage
@@ -523,17 +545,24 @@ class Reconciler:
         """Makes the Experiment own the Secrets cert-manager wrote for it: cert-manager does
         not delete a Certificate's Secret with it (unless started with
         ``--enable-certificate-owner-ref``), so the learner's key would outlive the
-        Experiment. A Secret not written yet is left for the next reconcile."""
+        Experiment. A Secret not written yet is left for the next reconcile: the poller
+        reconciles until both are owned (:meth:`_secrets_unowned`)."""
         for name in names:
             secret = self.children.read("Secret", namespace, name)
             if secret is None:
                 continue
-            refs = (secret.get("metadata") or {}).get("ownerReferences") or []
-            if any(r.get("uid") == owner["uid"] for r in refs):
+            if _owned_by(secret, owner["uid"]):
                 continue
+            refs = (secret.get("metadata") or {}).get("ownerReferences") or []
             self.children.merge(
                 "Secret", namespace, name, {"metadata": {"ownerReferences": [*refs, dict(owner)]}}
             )
+
+
+def _owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
+    """Whether ``obj`` exists and has an owner reference to ``uid``."""
+    refs = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid for r in refs)
 
 
 def _api_message(exc: kubernetes.client.ApiException) -> str:
