@@ -43,7 +43,8 @@ def validate(body: Mapping[str, Any]) -> Experiment:
     """Parses an Experiment object as the API server stored it.
 
     Server-side fields (uid, resourceVersion, status, ...) are dropped first; the namespace is
-    the object's own.
+    the object's own. An actor count past what the learner serves is capped, not refused
+    (:func:`_within_learner_limits`).
 
     Raises:
       ConfigError: naming each bad field, as ``seedrl validate`` would, plus cluster rules.
@@ -71,7 +72,10 @@ def validate(body: Mapping[str, Any]) -> Experiment:
         document["metadata"]["annotations"] = annotations
     else:
         document["metadata"].pop("annotations", None)
-    exp = parse_experiment(document)
+    try:
+        exp = parse_experiment(document)
+    except ConfigError as exc:
+        exp = _within_learner_limits(document, exc)
     if len(exp.metadata.name) > MAX_NAME_LENGTH:
         raise ConfigError(
             [
@@ -84,6 +88,62 @@ def validate(body: Mapping[str, Any]) -> Experiment:
             ]
         )
     return exp
+
+
+#: The rules an actor count past what the learner serves breaks (replicas x envsPerActor, and
+#: x streamsPerActor): :func:`validate` caps the count instead of refusing the Experiment.
+REPLICA_LIMITS = ("spec.learner.maxTotalEnvs", "spec.learner.maxStreams")
+
+
+def most_actors(exp: Experiment) -> int:
+    """The most actors the learner serves: ``spec.learner.maxTotalEnvs / envsPerActor`` and
+    ``maxStreams / streamsPerActor`` (a stream has at least one env), rounded down."""
+    actors, learner = exp.spec.actors, exp.spec.learner
+    streams = min(actors.streams_per_actor, actors.envs_per_actor)
+    return min(learner.max_total_envs // actors.envs_per_actor, learner.max_streams // streams)
+
+
+def _within_learner_limits(document: dict[str, Any], exc: ConfigError) -> Experiment:
+    """The Experiment of ``document`` with ``spec.actors.replicas`` capped at
+    :func:`most_actors`, when the count is all that ``exc`` refused it for.
+
+    The count is the scale subresource's (``kubectl scale``, a HorizontalPodAutoscaler), whose
+    writers know nothing of the learner's limits: refusing it would fail a running Experiment
+    while its learner trains on. Capped, the actors run at the most the learner serves and the
+    status says so (:func:`actors_limited`, condition ActorsLimited). Anything else invalid,
+    or an Experiment whose learner serves not even one actor, raises ``exc``.
+    """
+    if not exc.problems or any(path not in REPLICA_LIMITS for path, _ in exc.problems):
+        raise exc
+    spec = dict(document.get("spec") or {})
+    try:
+        one = parse_experiment({**document, "spec": {**spec, "actors": _replicas(spec, 1)}})
+    except ConfigError:
+        raise exc from None
+    most = most_actors(one)
+    if most < 1:
+        raise exc
+    return parse_experiment({**document, "spec": {**spec, "actors": _replicas(spec, most)}})
+
+
+def _replicas(spec: Mapping[str, Any], count: int) -> dict[str, Any]:
+    return {**(spec.get("actors") or {}), "replicas": count}
+
+
+def actors_limited(body: Mapping[str, Any], exp: Experiment) -> str | None:
+    """Why the Experiment runs fewer actors than its ``spec.actors.replicas`` asks (capped
+    by :func:`validate` at what the learner serves), or None when it runs them all."""
+    asked = ((body.get("spec") or {}).get("actors") or {}).get("replicas")
+    running = exp.spec.actors.replicas
+    if not isinstance(asked, int) or asked <= running:
+        return None
+    actors, learner = exp.spec.actors, exp.spec.learner
+    return (
+        f"spec.actors.replicas is {asked}, more than the learner serves: {running} actors run "
+        f"(spec.learner.maxTotalEnvs {learner.max_total_envs} / envsPerActor "
+        f"{actors.envs_per_actor}, spec.learner.maxStreams {learner.max_streams} / "
+        f"streamsPerActor {actors.streams_per_actor}); raise those to run more."
+    )
 
 
 def immutable_part(exp: Experiment) -> dict[str, Any]:

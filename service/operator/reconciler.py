@@ -280,9 +280,11 @@ class Reconciler:
         refused: list[str],
         seen: Observed | None = None,
         forbidden: str | None = None,
+        limited: str | None = None,
     ) -> dict:
         """The status to write, from what the children and the learner say now
-        (``forbidden``: the API server's refusal of a call applying the children)."""
+        (``forbidden``: the API server's refusal of a call applying the children;
+        ``limited``: why fewer actors run than asked)."""
         seen = seen or self.observe(exp, namespace)
         job, deployment = seen.job, seen.deployment
         learner, why = self.learner_status(exp, namespace, job)
@@ -315,6 +317,7 @@ class Reconciler:
             replacing=reconcile.job_outdated(exp, job),
             images=reconcile.image_defaults(body.get("status"), self.config.images),
             forbidden=forbidden,
+            limited=limited,
         )
         report = self.price(exp, namespace, body.get("status") or {}, status, pods)
         self.config.metrics.observe(
@@ -391,6 +394,9 @@ class Reconciler:
                 meta["name"], namespace, meta.get("uid"), status.get("phase"), None
             )
             return status
+        limited = reconcile.actors_limited(body, exp)
+        if limited:
+            self._announce_limited(body, limited)
         applied = previous.get("appliedImmutable")
         refused = reconcile.immutable_changes(applied, exp) if applied else []
         forbidden = None
@@ -409,7 +415,13 @@ class Reconciler:
                     forbidden = _api_message(exc)
                     self._announce_forbidden(body, forbidden)
                 seen = self.observe(exp, namespace)
-        return self.status(exp, namespace, body, refused, seen, forbidden)
+        return self.status(exp, namespace, body, refused, seen, forbidden, limited)
+
+    def _announce_limited(self, body: Mapping[str, Any], message: str) -> None:
+        """Posts a Warning Event when the actors become limited, or limited otherwise."""
+        before = condition(body.get("status") or {}, "ActorsLimited") or {}
+        if before.get("status") != "True" or before.get("message") != message:
+            self.children.event(body, "Warning", "ActorsLimited", message)
 
     def _announce_forbidden(self, body: Mapping[str, Any], message: str) -> None:
         """Logs a refused call and posts a Warning Event, once per new refusal."""

@@ -391,6 +391,16 @@ def set_suspended(put: Put, exp: Experiment) -> None:
     )
 
 
+def set_actors_limited(put: Put, limited: str | None, prev: Mapping[str, Any]) -> None:
+    """ActorsLimited: ``spec.actors.replicas`` (``kubectl scale``, an HPA) asks for more
+    actors than the learner serves, and the operator runs the most it serves instead of
+    failing the Experiment. Absent until that first happens."""
+    if limited:
+        put("ActorsLimited", True, "LearnerLimit", limited)
+    elif condition(prev, "ActorsLimited"):
+        put("ActorsLimited", False, "WithinLimit", "Every actor spec.actors.replicas asks runs.")
+
+
 def set_outcome(put: Put, seen: Observation, learner_pods: list[Mapping[str, Any]] | tuple) -> None:
     """Complete or Failed, once the learner Job has either (Failed with the cause the last
     failed learner pod tells: :func:`failure_reason`); neither before."""
@@ -477,6 +487,7 @@ def compute_status(
     replacing: bool = False,
     images: ImageDefaults | None = None,
     forbidden: str | None = None,
+    limited: str | None = None,
 ) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
@@ -498,6 +509,9 @@ def compute_status(
         ``status.images`` (:func:`image_defaults` reads them back).
       forbidden: the API server's message when it refused (403) a call applying the
         children: condition SpecApplied=False, reason Forbidden.
+      limited: why fewer actors run than ``spec.actors.replicas`` asks
+        (:func:`~seedrl.service.operator.reconcile.actors_limited`): condition
+        ActorsLimited=True, reason LearnerLimit.
 
     Returns:
       A status (the keys this function owns; cost is added by the operator).
@@ -516,6 +530,7 @@ def compute_status(
     actors_ok = set_actors_ready(put, seen)
     set_progressing(put, exp, learner, learner_error, seen.phase)
     set_suspended(put, exp)
+    set_actors_limited(put, limited, prev)
     set_outcome(put, seen, learner_pods)
     set_ready(put, seen, actors_ok)
     fields = status_fields(exp, prev, job, seen, learner, refused, images, now)

@@ -14,6 +14,7 @@ from seedrl.common.config import ConfigError
 from seedrl.common.schema import to_json_schema
 from seedrl.service.operator import crd
 from seedrl.service.operator.reconcile import (
+    actors_limited,
     failure_reason,
     immutable_changes,
     immutable_part,
@@ -385,3 +386,24 @@ def test_a_job_of_an_earlier_release_that_runs_the_spec_is_kept(exp_of, by_kind)
     assert legacy_learner_hash(exp) != learner_hash(exp)
     assert not job_outdated(exp, job)
     assert job_outdated(exp_of(budget={"maxEnvSteps": 99}), job)
+
+
+def _body(**spec):
+    return {"metadata": {"name": "exp", "namespace": "team-a"}, "spec": spec}
+
+
+def test_an_actor_count_past_what_the_learner_serves_is_capped_not_refused():
+    # kubectl scale / an HPA: 64 envs each into 512 (8 actors), 2 streams each into 10 (5).
+    body = _body(actors={"replicas": 20, "envsPerActor": 64}, learner={"maxTotalEnvs": 512})
+    exp = validate(body)
+    assert exp.spec.actors.replicas == 8
+    assert "spec.actors.replicas is 20" in actors_limited(body, exp)
+    streams = _body(actors={"replicas": 20, "streamsPerActor": 2}, learner={"maxStreams": 10})
+    assert validate(streams).spec.actors.replicas == 5
+    within = _body(actors={"replicas": 8, "envsPerActor": 64}, learner={"maxTotalEnvs": 512})
+    assert actors_limited(within, validate(within)) is None
+    # Not even one actor fits, or something else is wrong too: refused as before.
+    with pytest.raises(ConfigError, match="maxTotalEnvs"):
+        validate(_body(actors={"envsPerActor": 64}, learner={"maxTotalEnvs": 32}))
+    with pytest.raises(ConfigError, match="batchSize"):
+        validate(_body(actors={"replicas": 20}, learner={"maxTotalEnvs": 16, "batchSize": 0}))
