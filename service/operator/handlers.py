@@ -29,6 +29,10 @@ Experiment it:
   ``resync_seconds``, and soon after kopf re-lists, the poller lists each kind itself and
   replaces the cache's content (``ChildCache.replace``): a pod gone unseen stops being
   priced as running, an Experiment gone unseen stops being polled;
+- finishes the deletion of a learner pod stranded on a lost node (still Terminating
+  ``stranded_seconds`` past its grace period: its kubelet no longer acts) as the pod garbage
+  collector does for a node out of service, so that its Job replaces it
+  (:meth:`~seedrl.service.operator.reconciler.Reconciler.release_stranded`);
 - posts Kubernetes Events on the Experiment for phase changes, failures and learner
   replacements;
 - with ``spec.queueName`` (Kueue): the learner Job starts suspended and Kueue admits it by

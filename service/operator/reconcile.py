@@ -11,6 +11,8 @@ in these modules, where tests can reach it without a cluster.
 
 from __future__ import annotations
 
+import datetime
+
 from typing import Any, Mapping
 
 from seedrl.common import resume
@@ -219,6 +221,32 @@ def learner_started(pods: list[Mapping[str, Any]] | tuple) -> bool:
         for pod in pods
         if not (pod.get("metadata") or {}).get("deletionTimestamp")
     )
+
+
+def stranded_pods(
+    pods: list[Mapping[str, Any]] | tuple, now: datetime.datetime, after_seconds: float
+) -> list[Mapping[str, Any]]:
+    """The pods of ``pods`` that are being deleted on a node whose kubelet no longer acts:
+    bound to a node, not finished, and still there ``after_seconds`` past their
+    ``deletionTimestamp`` (the time by which their grace period ends). A kubelet that is up
+    stops a pod by then (SIGKILL at the end of the grace); one on a NotReady or unreachable
+    node never does, and the pod stays Terminating until the node is deleted or tainted out of
+    service, which a learner Job (``podReplacementPolicy: Failed``) waits for before it makes
+    the replacement."""
+    out = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        deleting = meta.get("deletionTimestamp")
+        if not deleting or not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            continue
+        try:
+            due = datetime.datetime.fromisoformat(deleting.replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        if (now - due).total_seconds() >= after_seconds:
+            out.append(pod)
+    return out
 
 
 def learner_unschedulable(pods: list[Mapping[str, Any]] | tuple) -> str | None:

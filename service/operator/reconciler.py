@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import http.client
 import json
 import logging
@@ -86,6 +87,10 @@ class OperatorConfig:
       resync_seconds: how often the poller lists what the watches feed the cache with and
         replaces the cache's content with it (``ChildCache.replace``), so that objects
         that vanished without a DELETED event are dropped; sooner after kopf re-lists.
+      stranded_seconds: how long past the end of its grace period a learner pod that is being
+        deleted may stay before the operator takes its kubelet for gone and finishes the
+        deletion (:meth:`Reconciler.release_stranded`); a kubelet that is up kills it at the
+        end of its grace.
     """
 
     api_client: kubernetes.client.ApiClient
@@ -101,6 +106,7 @@ class OperatorConfig:
     images: ImageDefaults = dataclasses.field(default_factory=ImageDefaults)
     namespaces: tuple[str, ...] = ()
     resync_seconds: float = 300.0
+    stranded_seconds: float = 60.0
 
 
 #: Kinds created once and never applied again (a claim's spec is immutable once bound).
@@ -301,6 +307,7 @@ class Reconciler:
             for p in pods or []
             if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) == "learner"
         ]
+        self.release_stranded(body, namespace, learner_pods)
         if learner is None and job is not None and reconcile.job_finished(job):
             # The learner is gone: its final status is in its pod's termination message.
             learner = reconcile.final_learner_status(learner_pods) or learner
@@ -324,6 +331,31 @@ class Reconciler:
             exp.metadata.name, namespace, body["metadata"].get("uid"), status.get("phase"), report
         )
         return status
+
+    def release_stranded(
+        self, body: Mapping[str, Any], namespace: str, learner_pods: list[dict]
+    ) -> None:
+        """Finishes the deletion of learner pods stranded on a lost node
+        (:func:`~seedrl.service.operator.reconcile.stranded_pods`: Terminating
+        ``stranded_seconds`` past their grace, their kubelet silent) as the pod garbage
+        collector would for a node out of service: Failed with condition DisruptionTarget,
+        then deleted. The learner Job then makes its replacement, without counting a failure,
+        instead of waiting until someone deletes the node. A learner that still runs on a
+        partitioned node is refused at its next checkpoint (another learner published since:
+        CheckpointConflict), and its kubelet kills it once it finds the pod gone."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for pod in reconcile.stranded_pods(learner_pods, now, self.config.stranded_seconds):
+            meta = pod["metadata"]
+            node = pod["spec"]["nodeName"]
+            message = (
+                f"Learner pod {meta['name']} was still Terminating "
+                f"{self.config.stranded_seconds:g} s after its grace period on node {node}, "
+                f"whose kubelet no longer answers: marked Failed and deleted so that its Job "
+                f"replaces it (not counted against spec.backoffLimit)."
+            )
+            if self.children.fail_pod(namespace, meta["name"], meta["uid"], "NodeLost", message):
+                log.warning("Experiment %s/%s: %s", namespace, body["metadata"]["name"], message)
+                self.children.event(body, "Warning", "LearnerNodeLost", message)
 
     def price(
         self,

@@ -322,7 +322,9 @@ class OperatorCluster:
 
 
 class OperatorHarness:
-    """The API server + learner status server + the operator, all running.
+    """The API server + learner status server + the operator, all running (``controllers``:
+    more controllers, see :class:`OperatorCluster`; ``settings``: more
+    :class:`~seedrl.service.operator.reconciler.OperatorConfig` fields).
 
     Attributes:
       cluster: the cluster (:class:`OperatorCluster`).
@@ -332,9 +334,14 @@ class OperatorHarness:
     """
 
     def __init__(
-        self, *namespaces: str, poll_seconds: float = 0.3, controllers: tuple[str, ...] = ()
+        self,
+        *namespaces: str,
+        poll_seconds: float = 0.3,
+        controllers: tuple[str, ...] = (),
+        settings: dict[str, Any] | None = None,
     ):
         self.poll_seconds = poll_seconds
+        self.settings = dict(settings or {})
         self.cluster = OperatorCluster(*namespaces, controllers=controllers)
         self.learners = LearnerStatusServer()
         self.metrics = OperatorMetrics()
@@ -352,6 +359,7 @@ class OperatorHarness:
             status_url=self.learners.url,
             metrics=self.metrics,
             connection=self.cluster.operator_connection(),
+            **self.settings,
         )
         registry = operator.build_registry(config)
 

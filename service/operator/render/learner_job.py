@@ -2,7 +2,8 @@
 ``podFailurePolicy`` follows the learner's exit codes (:mod:`seedrl.common.exit_codes`): 0 only
 when the Experiment is finished, so the Job completes only then; a pod disrupted (condition
 DisruptionTarget: drained, evicted, preempted) or stopped early (exit STOPPED after its final
-checkpoint) is replaced without counting; a bad configuration, an unusable checkpoint location
+checkpoint) or stopped by SIGTERM while initialising (its env-spec container exits 143) is
+replaced without counting; a bad configuration, an unusable checkpoint location
 or a missing accelerator fails the Job at once; any other failure (a crash, OOMKilled) counts
 against ``spec.backoffLimit``. Before the learner, the pod's init container derives the env spec
 with the actor image (an env that cannot be made fails the Job at once), and the learner serves
@@ -61,6 +62,10 @@ from seedrl.service.operator.usage import LearnerUsage
 
 #: The Job condition of a pod stopped by a disruption (eviction, preemption, node shutdown).
 DISRUPTION_TARGET = "DisruptionTarget"
+
+
+#: The exit code of a process that SIGTERM stopped (128 + 15, what the kubelet reports).
+SIGTERM_EXIT = 143
 
 
 #: The permanent exit codes a learner can exit with (REFUSED and ENV_FAILED are an actor's).
@@ -149,7 +154,10 @@ def learner_failure_policy() -> dict[str, Any]:
     failures"): a pod with condition DisruptionTarget (evicted, drained, preempted, node
     shutdown) is replaced without counting; so is one that exited STOPPED (a signal stopped
     it after its final checkpoint: a drain that deleted it, a suspend); a permanent code
-    fails the Job at once; anything else counts against backoffLimit: an exception,
+    fails the Job at once; so does an env that cannot be made (the init container's
+    BAD_CONFIG); the init container stopped by SIGTERM (exit 143, :data:`SIGTERM_EXIT`: the
+    kubelet's graceful deletion of a pod still initialising, e.g. by a suspend) is replaced
+    without counting; anything else counts against backoffLimit: an exception,
     SIGKILL/OOMKilled, and a learner stopped while its own /healthz was not answering, which
     exits FAILED (:mod:`seedrl.learner.health`), so that one its liveness probe kills again
     and again fails at the limit instead of cycling for ever.
@@ -174,6 +182,18 @@ def learner_failure_policy() -> dict[str, Any]:
                     "containerName": "learner",
                     "operator": "In",
                     "values": [int(c) for c in LEARNER_PERMANENT],
+                },
+            },
+            # The env-spec init container stopped by SIGTERM (128 + 15): the kubelet's graceful
+            # deletion of a pod still initialising (a suspend, a drain, a replacement), which
+            # Kubernetes marks DisruptionTarget only for some of them (not the Job
+            # controller's suspend). SIGKILL (137) stays counted: it is also an OOM kill.
+            {
+                "action": "Ignore",
+                "onExitCodes": {
+                    "containerName": ENV_SPEC_CONTAINER,
+                    "operator": "In",
+                    "values": [SIGTERM_EXIT],
                 },
             },
             # The env cannot be made from the Experiment: every new pod would find the same.

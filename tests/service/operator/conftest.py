@@ -145,7 +145,12 @@ def live():
     from support.operator_harness import OperatorHarness
     from support.operator_live import LIVE_NS, LiveClient
 
-    with OperatorHarness(LIVE_NS, controllers=("job-controller",)) as harness:
+    with OperatorHarness(
+        LIVE_NS,
+        controllers=("job-controller",),
+        # A pod stranded on a lost node is released 2 s past its grace, not a minute.
+        settings={"stranded_seconds": 2.0},
+    ) as harness:
         yield LiveClient(harness)
         # The chart's RBAC is enough for everything these tests make the operator do.
         assert harness.cluster.operator_refusals() == []

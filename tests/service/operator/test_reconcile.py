@@ -3,6 +3,7 @@ state and why it failed (service/operator/reconcile.py)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import jsonschema
@@ -19,6 +20,7 @@ from seedrl.service.operator.reconcile import (
     immutable_changes,
     immutable_part,
     job_outdated,
+    stranded_pods,
     validate,
 )
 from seedrl.service.operator.render import render
@@ -407,3 +409,19 @@ def test_an_actor_count_past_what_the_learner_serves_is_capped_not_refused():
         validate(_body(actors={"envsPerActor": 64}, learner={"maxTotalEnvs": 32}))
     with pytest.raises(ConfigError, match="batchSize"):
         validate(_body(actors={"replicas": 20}, learner={"maxTotalEnvs": 16, "batchSize": 0}))
+
+
+def test_a_pod_terminating_past_its_grace_on_a_silent_node_is_stranded():
+    now = datetime.datetime(2026, 1, 1, 0, 10, tzinfo=datetime.timezone.utc)
+
+    def pod(deleting, node="n1", phase="Running"):
+        meta = {"name": "p", "deletionTimestamp": deleting} if deleting else {"name": "p"}
+        return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+    stranded = pod("2026-01-01T00:08:59Z")  # its grace ended 61 s ago
+    assert stranded_pods([stranded], now, 60) == [stranded]
+    # Within the margin, not being deleted, never bound, or already finished: left alone.
+    assert stranded_pods([pod("2026-01-01T00:09:30Z")], now, 60) == []
+    assert stranded_pods([pod(None)], now, 60) == []
+    assert stranded_pods([pod("2026-01-01T00:00:00Z", node=None)], now, 60) == []
+    assert stranded_pods([pod("2026-01-01T00:00:00Z", phase="Failed")], now, 60) == []

@@ -83,6 +83,11 @@ def test_failure_policy_follows_the_exit_codes(exp_of, by_kind):
     assert _first_rule(policy, exit_code=ExitCode.FAILED, container=env_spec) is None
     assert _first_rule(policy, exit_code=ExitCode.STOPPED, container=env_spec) is None
     assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION, container=env_spec) is None
+    # Stopped by SIGTERM while initialising (a suspend, a drain): replaced without counting;
+    # SIGKILL (an OOM kill too) still counts, and so does 143 from the learner itself.
+    assert _first_rule(policy, exit_code=143, container=env_spec) == "Ignore"
+    assert _first_rule(policy, exit_code=137, container=env_spec) is None
+    assert _first_rule(policy, exit_code=143) is None
     for rule in policy["rules"]:
         assert 0 not in (rule.get("onExitCodes") or {}).get("values", [])  # the API refuses 0
 
