@@ -39,7 +39,9 @@ Experiment it:
   unsuspending it; the actors stay at zero replicas until then, and carry the same queue label
   so that Kueue accounts for their pods too. Suspending and resuming set the Job's Kueue
   Workload ``spec.active`` (Kueue then suspends or re-queues the Job itself), never the Job's
-  ``spec.suspend``, which Kueue owns;
+  ``spec.suspend``, which Kueue owns. While a learner Job is suspended (queued, evicted, or by
+  ``spec.suspend``) its ``activeDeadlineSeconds`` is kept at what is left of the spec's, since
+  the Job's timer starts from zero at every unsuspend, Kueue's admissions included;
 - prices the Experiment's pods at every status refresh (:func:`seedrl.service.cost.price_pods`: the
   resources each pod requested x the time it ran, learner and actors apart) into ``status.cost``,
   keeping the pods' records in ``status.costRecords`` so that a pod that is gone is still counted

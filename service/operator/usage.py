@@ -17,7 +17,8 @@ class LearnerUsage:
     otherwise start from zero: a replaced learner Job (an edit) counts its failures afresh,
     and a Job's deadline restarts each time it is resumed from a suspend ("Jobs": the timer
     is stopped and reset). Recorded in ``status.learnerUsage`` at every status refresh
-    (:func:`advance_usage`), so up to one poll of either is missed.
+    (:func:`advance_usage`): a run that a suspension ended counts up to the Job's Suspended
+    condition; of a replaced Job, up to one poll of its failures and run is missed.
 
     Attributes:
       failed: failures counted by learner Jobs replaced before the current one.
