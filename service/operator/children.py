@@ -179,3 +179,41 @@ class Children:
                 return False
             raise
         return True
+
+    def fail_pod(self, namespace: str, name: str, uid: str, reason: str, message: str) -> bool:
+        """Does for a pod whose kubelet is gone what the pod garbage collector does for one on
+        a node out of service: marks it Failed with condition DisruptionTarget (so that a
+        Job's podFailurePolicy does not count it) and deletes it at once (``uid``: never a
+        newer pod of that name). False if it was already gone."""
+        api = kubernetes.client.CoreV1Api(self.api_client)
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+        }
+        try:
+            api.patch_namespaced_pod_status(
+                name,
+                namespace,
+                # Strategic merge: the pod's conditions merge by type.
+                {"status": {"phase": "Failed", "conditions": [condition]}},
+                _content_type="application/strategic-merge-patch+json",
+                _preload_content=False,
+            )
+            api.delete_namespaced_pod(
+                name,
+                namespace,
+                body=kubernetes.client.V1DeleteOptions(
+                    grace_period_seconds=0,
+                    preconditions=kubernetes.client.V1Preconditions(uid=uid),
+                ),
+                _preload_content=False,
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True

@@ -83,7 +83,8 @@ def status_schema() -> dict[str, Any]:
             "type": _string(
                 "Condition type: Ready (children exist and are healthy), "
                 "LearnerReady, ActorsReady, Progressing (the learner is training), "
-                "Complete, Failed, Suspended, Valid, SpecApplied."
+                "Complete, Failed, Suspended, Valid, SpecApplied, ActorsLimited (fewer "
+                "actors run than spec.actors.replicas asks: the most the learner serves)."
             ),
             "status": _string("True, False or Unknown.", enum=["True", "False", "Unknown"]),
             "reason": _string("A CamelCase word for machines."),

@@ -29,13 +29,19 @@ Experiment it:
   ``resync_seconds``, and soon after kopf re-lists, the poller lists each kind itself and
   replaces the cache's content (``ChildCache.replace``): a pod gone unseen stops being
   priced as running, an Experiment gone unseen stops being polled;
+- finishes the deletion of a learner pod stranded on a lost node (still Terminating
+  ``stranded_seconds`` past its grace period: its kubelet no longer acts) as the pod garbage
+  collector does for a node out of service, so that its Job replaces it
+  (:meth:`~seedrl.service.operator.reconciler.Reconciler.release_stranded`);
 - posts Kubernetes Events on the Experiment for phase changes, failures and learner
   replacements;
 - with ``spec.queueName`` (Kueue): the learner Job starts suspended and Kueue admits it by
   unsuspending it; the actors stay at zero replicas until then, and carry the same queue label
   so that Kueue accounts for their pods too. Suspending and resuming set the Job's Kueue
   Workload ``spec.active`` (Kueue then suspends or re-queues the Job itself), never the Job's
-  ``spec.suspend``, which Kueue owns;
+  ``spec.suspend``, which Kueue owns. While a learner Job is suspended (queued, evicted, or by
+  ``spec.suspend``) its ``activeDeadlineSeconds`` is kept at what is left of the spec's, since
+  the Job's timer starts from zero at every unsuspend, Kueue's admissions included;
 - prices the Experiment's pods at every status refresh (:func:`seedrl.service.cost.price_pods`: the
   resources each pod requested x the time it ran, learner and actors apart) into ``status.cost``,
   keeping the pods' records in ``status.costRecords`` so that a pod that is gone is still counted
@@ -102,6 +108,7 @@ from seedrl.service.operator.render.common import (
 from seedrl.service.operator.metrics import OperatorMetrics
 from seedrl.service.operator.poller import PeeringGate, Poller
 from seedrl.service.operator.reconciler import OperatorConfig, Reconciler, announce
+from seedrl.service.operator.status import status_patch
 from seedrl.service.operator.watch_cache import ChildCache
 
 log = logging.getLogger(__name__)
@@ -110,12 +117,11 @@ log = logging.getLogger(__name__)
 def _write_status(
     patch: kopf.Patch, status: Mapping[str, Any], current: Mapping[str, Any] | None
 ) -> None:
-    """Puts into kopf's patch only the keys of ``status`` that differ from ``current``, so that
-    an unchanged poll writes nothing."""
-    current = current or {}
-    for key, value in status.items():
-        if current.get(key) != value:
-            patch.status[key] = value
+    """Puts into kopf's patch (a JSON merge patch) only what differs from ``current``, so that
+    an unchanged poll writes nothing, with nulls for the nested keys that went
+    (:func:`~seedrl.service.operator.status.status_patch`)."""
+    for key, value in status_patch(current, status).items():
+        patch.status[key] = value
 
 
 def build_registry(

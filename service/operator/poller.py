@@ -22,6 +22,7 @@ from seedrl.common.config import (
 )
 from seedrl.service.operator.children import MERGE
 from seedrl.service.operator.reconciler import OperatorConfig, Reconciler, announce
+from seedrl.service.operator.status import status_patch
 from seedrl.service.operator.watch_cache import WATCHED, ChildCache, list_watched
 
 log = logging.getLogger(__name__)
@@ -296,7 +297,7 @@ class Poller:
             status = self.rec.reconcile(
                 body, heal_only=True, seen=self.cache.observed(namespace, name)
             )
-            changed = {k: v for k, v in status.items() if (body.get("status") or {}).get(k) != v}
+            changed = status_patch(body.get("status"), status)
             if not changed:
                 return
             announce(self.rec.children, body, status)

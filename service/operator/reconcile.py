@@ -11,6 +11,8 @@ in these modules, where tests can reach it without a cluster.
 
 from __future__ import annotations
 
+import datetime
+
 from typing import Any, Mapping
 
 from seedrl.common import resume
@@ -27,7 +29,7 @@ from seedrl.common.exit_codes import ExitCode
 from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER, names
-from seedrl.service.operator.render.learner_job import learner_hash
+from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
 
 
 #: Annotation prefixes of tools, not of the user: left out of the config the pods read.
@@ -43,7 +45,8 @@ def validate(body: Mapping[str, Any]) -> Experiment:
     """Parses an Experiment object as the API server stored it.
 
     Server-side fields (uid, resourceVersion, status, ...) are dropped first; the namespace is
-    the object's own.
+    the object's own. An actor count past what the learner serves is capped, not refused
+    (:func:`_within_learner_limits`).
 
     Raises:
       ConfigError: naming each bad field, as ``seedrl validate`` would, plus cluster rules.
@@ -71,7 +74,10 @@ def validate(body: Mapping[str, Any]) -> Experiment:
         document["metadata"]["annotations"] = annotations
     else:
         document["metadata"].pop("annotations", None)
-    exp = parse_experiment(document)
+    try:
+        exp = parse_experiment(document)
+    except ConfigError as exc:
+        exp = _within_learner_limits(document, exc)
     if len(exp.metadata.name) > MAX_NAME_LENGTH:
         raise ConfigError(
             [
@@ -84,6 +90,62 @@ def validate(body: Mapping[str, Any]) -> Experiment:
             ]
         )
     return exp
+
+
+#: The rules an actor count past what the learner serves breaks (replicas x envsPerActor, and
+#: x streamsPerActor): :func:`validate` caps the count instead of refusing the Experiment.
+REPLICA_LIMITS = ("spec.learner.maxTotalEnvs", "spec.learner.maxStreams")
+
+
+def most_actors(exp: Experiment) -> int:
+    """The most actors the learner serves: ``spec.learner.maxTotalEnvs / envsPerActor`` and
+    ``maxStreams / streamsPerActor`` (a stream has at least one env), rounded down."""
+    actors, learner = exp.spec.actors, exp.spec.learner
+    streams = min(actors.streams_per_actor, actors.envs_per_actor)
+    return min(learner.max_total_envs // actors.envs_per_actor, learner.max_streams // streams)
+
+
+def _within_learner_limits(document: dict[str, Any], exc: ConfigError) -> Experiment:
+    """The Experiment of ``document`` with ``spec.actors.replicas`` capped at
+    :func:`most_actors`, when the count is all that ``exc`` refused it for.
+
+    The count is the scale subresource's (``kubectl scale``, a HorizontalPodAutoscaler), whose
+    writers know nothing of the learner's limits: refusing it would fail a running Experiment
+    while its learner trains on. Capped, the actors run at the most the learner serves and the
+    status says so (:func:`actors_limited`, condition ActorsLimited). Anything else invalid,
+    or an Experiment whose learner serves not even one actor, raises ``exc``.
+    """
+    if not exc.problems or any(path not in REPLICA_LIMITS for path, _ in exc.problems):
+        raise exc
+    spec = dict(document.get("spec") or {})
+    try:
+        one = parse_experiment({**document, "spec": {**spec, "actors": _replicas(spec, 1)}})
+    except ConfigError:
+        raise exc from None
+    most = most_actors(one)
+    if most < 1:
+        raise exc
+    return parse_experiment({**document, "spec": {**spec, "actors": _replicas(spec, most)}})
+
+
+def _replicas(spec: Mapping[str, Any], count: int) -> dict[str, Any]:
+    return {**(spec.get("actors") or {}), "replicas": count}
+
+
+def actors_limited(body: Mapping[str, Any], exp: Experiment) -> str | None:
+    """Why the Experiment runs fewer actors than its ``spec.actors.replicas`` asks (capped
+    by :func:`validate` at what the learner serves), or None when it runs them all."""
+    asked = ((body.get("spec") or {}).get("actors") or {}).get("replicas")
+    running = exp.spec.actors.replicas
+    if not isinstance(asked, int) or asked <= running:
+        return None
+    actors, learner = exp.spec.actors, exp.spec.learner
+    return (
+        f"spec.actors.replicas is {asked}, more than the learner serves: {running} actors run "
+        f"(spec.learner.maxTotalEnvs {learner.max_total_envs} / envsPerActor "
+        f"{actors.envs_per_actor}, spec.learner.maxStreams {learner.max_streams} / "
+        f"streamsPerActor {actors.streams_per_actor}); raise those to run more."
+    )
 
 
 def immutable_part(exp: Experiment) -> dict[str, Any]:
@@ -136,10 +198,17 @@ def job_hash(job: Mapping[str, Any] | None) -> str | None:
     )
 
 
+def job_current(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
+    """Whether a learner Job runs ``exp``: its hash is :func:`learner_hash`, or the
+    :func:`legacy_learner_hash` of an earlier release's operator (whose annotation the
+    operator then rewrites)."""
+    return job_hash(job) in (learner_hash(exp), legacy_learner_hash(exp))
+
+
 def job_outdated(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
-    """Whether a learner Job that has not finished runs another spec than ``exp`` (its
-    :func:`learner_hash` differs): it is then replaced. A finished one is left as it is."""
-    return job is not None and not job_finished(job) and job_hash(job) != learner_hash(exp)
+    """Whether a learner Job that has not finished runs another spec than ``exp`` (see
+    :func:`job_current`): it is then replaced. A finished one is left as it is."""
+    return job is not None and not job_finished(job) and not job_current(exp, job)
 
 
 def learner_started(pods: list[Mapping[str, Any]] | tuple) -> bool:
@@ -152,6 +221,32 @@ def learner_started(pods: list[Mapping[str, Any]] | tuple) -> bool:
         for pod in pods
         if not (pod.get("metadata") or {}).get("deletionTimestamp")
     )
+
+
+def stranded_pods(
+    pods: list[Mapping[str, Any]] | tuple, now: datetime.datetime, after_seconds: float
+) -> list[Mapping[str, Any]]:
+    """The pods of ``pods`` that are being deleted on a node whose kubelet no longer acts:
+    bound to a node, not finished, and still there ``after_seconds`` past their
+    ``deletionTimestamp`` (the time by which their grace period ends). A kubelet that is up
+    stops a pod by then (SIGKILL at the end of the grace); one on a NotReady or unreachable
+    node never does, and the pod stays Terminating until the node is deleted or tainted out of
+    service, which a learner Job (``podReplacementPolicy: Failed``) waits for before it makes
+    the replacement."""
+    out = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        deleting = meta.get("deletionTimestamp")
+        if not deleting or not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            continue
+        try:
+            due = datetime.datetime.fromisoformat(deleting.replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        if (now - due).total_seconds() >= after_seconds:
+            out.append(pod)
+    return out
 
 
 def learner_unschedulable(pods: list[Mapping[str, Any]] | tuple) -> str | None:

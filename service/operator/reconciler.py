@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import http.client
 import json
 import logging
@@ -28,7 +29,9 @@ from seedrl.service import cost
 from seedrl.service.operator import certificates, reconcile
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.actors import actor_replicas
+from seedrl.service.operator.render.learner_job import learner_hash
 from seedrl.service.operator.render.common import (
+    ANNOTATION_LEARNER_HASH,
     LABEL_EXPERIMENT,
     LABEL_ROLE,
     names,
@@ -44,7 +47,7 @@ from seedrl.service.operator.render.tls import (
 )
 from seedrl.service.operator.render.volume import needs_run_volume
 from seedrl.service.operator.status import compute_status, condition, invalid_status, now_rfc3339
-from seedrl.service.operator.usage import LearnerUsage
+from seedrl.service.operator.usage import LearnerUsage, usage_now
 from seedrl.service.operator.metrics import OperatorMetrics
 from seedrl.service.operator.children import FIELD_MANAGER, APPLY, Children
 
@@ -84,6 +87,10 @@ class OperatorConfig:
       resync_seconds: how often the poller lists what the watches feed the cache with and
         replaces the cache's content with it (``ChildCache.replace``), so that objects
         that vanished without a DELETED event are dropped; sooner after kopf re-lists.
+      stranded_seconds: how long past the end of its grace period a learner pod that is being
+        deleted may stay before the operator takes its kubelet for gone and finishes the
+        deletion (:meth:`Reconciler.release_stranded`); a kubelet that is up kills it at the
+        end of its grace.
     """
 
     api_client: kubernetes.client.ApiClient
@@ -99,6 +106,7 @@ class OperatorConfig:
     images: ImageDefaults = dataclasses.field(default_factory=ImageDefaults)
     namespaces: tuple[str, ...] = ()
     resync_seconds: float = 300.0
+    stranded_seconds: float = 60.0
 
 
 #: Kinds created once and never applied again (a claim's spec is immutable once bound).
@@ -108,21 +116,38 @@ _CREATE_ONLY = ("PersistentVolumeClaim",)
 def _job_patch(
     exp: Experiment, job: Mapping[str, Any], usage: LearnerUsage | None = None
 ) -> dict | None:
-    """What to change on an existing learner Job: only ``spec.suspend`` may change, and never
-    for a queued one (Kueue owns a queued Job's ``spec.suspend``: see :func:`workload_active`).
-    Resumed, its ``activeDeadlineSeconds`` becomes what is left of the spec's: the Job's own
-    timer starts again from zero at every resume.
+    """What to change on an existing learner Job (None: nothing).
+
+    Its ``spec.suspend`` follows the spec's, but never for a queued Job (Kueue owns a queued
+    Job's ``spec.suspend``: see :func:`workload_active`). Its ``activeDeadlineSeconds`` is what
+    is left of the spec's (``usage``: what was used, the run that a suspension ended included:
+    :func:`~seedrl.service.operator.usage.usage_now`) while it is suspended and as it is
+    resumed: the Job's own timer starts again from zero at every unsuspend, the operator's and
+    Kueue's admission alike ("Jobs": the timer is stopped and reset), so a Job that is
+    unsuspended by anyone starts with the right deadline. Its ``ttlSecondsAfterFinished``
+    follows the spec's (the API lets it change; the learner never reads it), and a Job made
+    by an earlier release gets this release's learner hash (it runs the same spec:
+    :func:`~seedrl.service.operator.reconcile.job_current`).
     """
-    if exp.spec.queue_name:
-        return None
-    current = bool((job.get("spec") or {}).get("suspend"))
-    if exp.spec.suspend != current:
-        patch: dict[str, Any] = {"suspend": exp.spec.suspend}
-        deadline = (usage or LearnerUsage()).deadline(exp)
-        if not exp.spec.suspend and deadline is not None:
-            patch["activeDeadlineSeconds"] = deadline
-        return {"spec": patch}
-    return None
+    spec = job.get("spec") or {}
+    suspended = bool(spec.get("suspend"))
+    patch: dict[str, Any] = {}
+    if not exp.spec.queue_name and exp.spec.suspend != suspended:
+        patch["suspend"] = exp.spec.suspend
+    deadline = (usage or LearnerUsage()).deadline(exp)
+    if (
+        deadline is not None
+        and (suspended or patch.get("suspend") is False)
+        and spec.get("activeDeadlineSeconds") != deadline
+    ):
+        patch["activeDeadlineSeconds"] = deadline
+    if spec.get("ttlSecondsAfterFinished") != exp.spec.ttl_seconds_after_finished:
+        patch["ttlSecondsAfterFinished"] = exp.spec.ttl_seconds_after_finished  # None: removed
+    out: dict[str, Any] = {"spec": patch} if patch else {}
+    wanted = learner_hash(exp)
+    if reconcile.job_hash(job) != wanted and reconcile.job_current(exp, job):
+        out["metadata"] = {"annotations": {ANNOTATION_LEARNER_HASH: wanted}}
+    return out or None
 
 
 def workload_active(exp: Experiment) -> bool:
@@ -196,7 +221,7 @@ class Reconciler:
         admitted = reconcile.admitted(exp, job)
         previous = (body or {}).get("status")
         images = reconcile.image_defaults(previous, self.config.images)
-        usage = LearnerUsage.from_status(previous)
+        usage = usage_now(previous, job, now_rfc3339())
         for obj in render(
             exp, owner, namespace, finished=finished, admitted=admitted, images=images, usage=usage
         ):
@@ -261,9 +286,11 @@ class Reconciler:
         refused: list[str],
         seen: Observed | None = None,
         forbidden: str | None = None,
+        limited: str | None = None,
     ) -> dict:
         """The status to write, from what the children and the learner say now
-        (``forbidden``: the API server's refusal of a call applying the children)."""
+        (``forbidden``: the API server's refusal of a call applying the children;
+        ``limited``: why fewer actors run than asked)."""
         seen = seen or self.observe(exp, namespace)
         job, deployment = seen.job, seen.deployment
         learner, why = self.learner_status(exp, namespace, job)
@@ -280,6 +307,7 @@ class Reconciler:
             for p in pods or []
             if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) == "learner"
         ]
+        self.release_stranded(body, namespace, learner_pods)
         if learner is None and job is not None and reconcile.job_finished(job):
             # The learner is gone: its final status is in its pod's termination message.
             learner = reconcile.final_learner_status(learner_pods) or learner
@@ -296,12 +324,38 @@ class Reconciler:
             replacing=reconcile.job_outdated(exp, job),
             images=reconcile.image_defaults(body.get("status"), self.config.images),
             forbidden=forbidden,
+            limited=limited,
         )
         report = self.price(exp, namespace, body.get("status") or {}, status, pods)
         self.config.metrics.observe(
             exp.metadata.name, namespace, body["metadata"].get("uid"), status.get("phase"), report
         )
         return status
+
+    def release_stranded(
+        self, body: Mapping[str, Any], namespace: str, learner_pods: list[dict]
+    ) -> None:
+        """Finishes the deletion of learner pods stranded on a lost node
+        (:func:`~seedrl.service.operator.reconcile.stranded_pods`: Terminating
+        ``stranded_seconds`` past their grace, their kubelet silent) as the pod garbage
+        collector would for a node out of service: Failed with condition DisruptionTarget,
+        then deleted. The learner Job then makes its replacement, without counting a failure,
+        instead of waiting until someone deletes the node. A learner that still runs on a
+        partitioned node is refused at its next checkpoint (another learner published since:
+        CheckpointConflict), and its kubelet kills it once it finds the pod gone."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for pod in reconcile.stranded_pods(learner_pods, now, self.config.stranded_seconds):
+            meta = pod["metadata"]
+            node = pod["spec"]["nodeName"]
+            message = (
+                f"Learner pod {meta['name']} was still Terminating "
+                f"{self.config.stranded_seconds:g} s after its grace period on node {node}, "
+                f"whose kubelet no longer answers: marked Failed and deleted so that its Job "
+                f"replaces it (not counted against spec.backoffLimit)."
+            )
+            if self.children.fail_pod(namespace, meta["name"], meta["uid"], "NodeLost", message):
+                log.warning("Experiment %s/%s: %s", namespace, body["metadata"]["name"], message)
+                self.children.event(body, "Warning", "LearnerNodeLost", message)
 
     def price(
         self,
@@ -372,13 +426,18 @@ class Reconciler:
                 meta["name"], namespace, meta.get("uid"), status.get("phase"), None
             )
             return status
+        limited = reconcile.actors_limited(body, exp)
+        if limited:
+            self._announce_limited(body, limited)
         applied = previous.get("appliedImmutable")
         refused = reconcile.immutable_changes(applied, exp) if applied else []
         forbidden = None
         if not refused:
             seen = seen or self.observe(exp, namespace)
             done_before = reconcile.finished_before(previous)
-            if not heal_only or self._needs_healing(exp, namespace, seen, done_before):
+            if not heal_only or self._needs_healing(
+                exp, namespace, seen, done_before, previous, meta["uid"]
+            ):
                 try:
                     self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
                 except kubernetes.client.ApiException as exc:
@@ -388,7 +447,13 @@ class Reconciler:
                     forbidden = _api_message(exc)
                     self._announce_forbidden(body, forbidden)
                 seen = self.observe(exp, namespace)
-        return self.status(exp, namespace, body, refused, seen, forbidden)
+        return self.status(exp, namespace, body, refused, seen, forbidden, limited)
+
+    def _announce_limited(self, body: Mapping[str, Any], message: str) -> None:
+        """Posts a Warning Event when the actors become limited, or limited otherwise."""
+        before = condition(body.get("status") or {}, "ActorsLimited") or {}
+        if before.get("status") != "True" or before.get("message") != message:
+            self.children.event(body, "Warning", "ActorsLimited", message)
 
     def _announce_forbidden(self, body: Mapping[str, Any], message: str) -> None:
         """Logs a refused call and posts a Warning Event, once per new refusal."""
@@ -399,7 +464,13 @@ class Reconciler:
             self.children.event(body, "Warning", "Forbidden", message)
 
     def _needs_healing(
-        self, exp: Experiment, namespace: str, seen: Observed, done_before: bool
+        self,
+        exp: Experiment,
+        namespace: str,
+        seen: Observed,
+        done_before: bool,
+        previous: Mapping[str, Any],
+        uid: str,
     ) -> bool:
         job, deployment = seen.job, seen.deployment
         if (job is None and not done_before) or deployment is None:
@@ -418,12 +489,32 @@ class Reconciler:
         for kind, name in children:
             if self.children.read(kind, namespace, name) is None:
                 return True
+        if self._secrets_unowned(exp, namespace, uid):
+            return True
         wanted = actor_replicas(
             exp, reconcile.job_finished(job) or done_before, reconcile.admitted(exp, job)
         )
         return (deployment.get("spec") or {}).get("replicas") != wanted or (
-            job is not None and _job_patch(exp, job) is not None
+            job is not None
+            and _job_patch(exp, job, usage_now(previous, job, now_rfc3339())) is not None
         )
+
+    def _secrets_unowned(self, exp: Experiment, namespace: str, uid: str) -> bool:
+        """Whether the learner's certificate Secrets need the operator: one that cert-manager
+        wrote (the leaf's, the CA's) is there but not owned by the Experiment, or the leaf's
+        is missing without cert-manager (the operator makes it). cert-manager writes them
+        after the reconcile that asked for them, so without this check only a later spec edit
+        would make the Experiment own them, and they would outlive it."""
+        if not exp.spec.learner.tls.enabled:
+            return False
+        name = exp.metadata.name
+        leaf = self.children.read("Secret", namespace, tls_secret_name(name))
+        if leaf is None:
+            return not self.cert_manager_installed()  # else cert-manager's to write
+        if not _owned_by(leaf, uid):
+            return True
+        ca = self.children.read("Secret", namespace, ca_secret_name(name))
+        return ca is not None and not _owned_by(ca, uid)
 
     def forget(self, body: Mapping[str, Any]) -> None:
         """Drops the series of an Experiment that is gone (its children are the garbage
@@ -498,17 +589,24 @@ class Reconciler:
         """Makes the Experiment own the Secrets cert-manager wrote for it: cert-manager does
         not delete a Certificate's Secret with it (unless started with
         ``--enable-certificate-owner-ref``), so the learner's key would outlive the
-        Experiment. A Secret not written yet is left for the next reconcile."""
+        Experiment. A Secret not written yet is left for the next reconcile: the poller
+        reconciles until both are owned (:meth:`_secrets_unowned`)."""
         for name in names:
             secret = self.children.read("Secret", namespace, name)
             if secret is None:
                 continue
-            refs = (secret.get("metadata") or {}).get("ownerReferences") or []
-            if any(r.get("uid") == owner["uid"] for r in refs):
+            if _owned_by(secret, owner["uid"]):
                 continue
+            refs = (secret.get("metadata") or {}).get("ownerReferences") or []
             self.children.merge(
                 "Secret", namespace, name, {"metadata": {"ownerReferences": [*refs, dict(owner)]}}
             )
+
+
+def _owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
+    """Whether ``obj`` exists and has an owner reference to ``uid``."""
+    refs = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid for r in refs)
 
 
 def _api_message(exc: kubernetes.client.ApiException) -> str:

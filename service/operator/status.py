@@ -18,13 +18,13 @@ from seedrl.service.operator.reconcile import (
     immutable_part,
     job_condition,
     job_finished,
+    job_current,
     job_hash,
     learner_started,
     learner_unschedulable,
 )
 from seedrl.service.operator.render.actors import actor_replicas
 from seedrl.service.operator.render.common import selector_labels
-from seedrl.service.operator.render.learner_job import learner_hash
 from seedrl.service.operator.usage import advance_usage
 
 
@@ -68,6 +68,32 @@ def set_condition(
     if generation is not None:
         cond["observedGeneration"] = generation
     conditions.append(cond)
+
+
+def merge_patch(current: Any, wanted: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``wanted``: a key of a
+    mapping that ``wanted`` lacks becomes a null, the only thing that removes it (a key left out
+    of a merge patch keeps its stored value); anything but a mapping is replaced whole."""
+    if not isinstance(current, Mapping) or not isinstance(wanted, Mapping):
+        return wanted
+    patch: dict[str, Any] = {k: None for k in current if k not in wanted}
+    for key, value in wanted.items():
+        if key not in current or current[key] != value:
+            patch[key] = merge_patch(current.get(key), value)
+    return patch
+
+
+def status_patch(current: Mapping[str, Any] | None, status: Mapping[str, Any]) -> dict[str, Any]:
+    """What to merge-patch into the stored ``current`` status so that each key of ``status``
+    reads as computed, nested keys that went included (``status.learnerUsage.runStart`` once a
+    run ended); keys of ``current`` that ``status`` does not own are kept. Empty: nothing to
+    write."""
+    current = current or {}
+    return {
+        key: merge_patch(current.get(key), value)
+        for key, value in status.items()
+        if current.get(key) != value
+    }
 
 
 def condition(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
@@ -200,7 +226,12 @@ def set_spec_applied(
             "The learner Job runs an older spec: it is being replaced, and its new "
             "pod resumes from the checkpoint.",
         )
-    elif job is not None and job_finished(job) and job_hash(job) not in (None, learner_hash(exp)):
+    elif (
+        job is not None
+        and job_finished(job)
+        and job_hash(job) is not None
+        and not job_current(exp, job)
+    ):
         put(
             "SpecApplied",
             False,
@@ -360,6 +391,16 @@ def set_suspended(put: Put, exp: Experiment) -> None:
     )
 
 
+def set_actors_limited(put: Put, limited: str | None, prev: Mapping[str, Any]) -> None:
+    """ActorsLimited: ``spec.actors.replicas`` (``kubectl scale``, an HPA) asks for more
+    actors than the learner serves, and the operator runs the most it serves instead of
+    failing the Experiment. Absent until that first happens."""
+    if limited:
+        put("ActorsLimited", True, "LearnerLimit", limited)
+    elif condition(prev, "ActorsLimited"):
+        put("ActorsLimited", False, "WithinLimit", "Every actor spec.actors.replicas asks runs.")
+
+
 def set_outcome(put: Put, seen: Observation, learner_pods: list[Mapping[str, Any]] | tuple) -> None:
     """Complete or Failed, once the learner Job has either (Failed with the cause the last
     failed learner pod tells: :func:`failure_reason`); neither before."""
@@ -446,6 +487,7 @@ def compute_status(
     replacing: bool = False,
     images: ImageDefaults | None = None,
     forbidden: str | None = None,
+    limited: str | None = None,
 ) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
@@ -467,6 +509,9 @@ def compute_status(
         ``status.images`` (:func:`image_defaults` reads them back).
       forbidden: the API server's message when it refused (403) a call applying the
         children: condition SpecApplied=False, reason Forbidden.
+      limited: why fewer actors run than ``spec.actors.replicas`` asks
+        (:func:`~seedrl.service.operator.reconcile.actors_limited`): condition
+        ActorsLimited=True, reason LearnerLimit.
 
     Returns:
       A status (the keys this function owns; cost is added by the operator).
@@ -485,6 +530,7 @@ def compute_status(
     actors_ok = set_actors_ready(put, seen)
     set_progressing(put, exp, learner, learner_error, seen.phase)
     set_suspended(put, exp)
+    set_actors_limited(put, limited, prev)
     set_outcome(put, seen, learner_pods)
     set_ready(put, seen, actors_ok)
     fields = status_fields(exp, prev, job, seen, learner, refused, images, now)

@@ -128,8 +128,10 @@ def _check_least_privilege(role):
         ("policy", "poddisruptionbudgets"),
     ]:
         assert rules[child] == {"get", "create", "patch", "delete"}, child
-    # Pods are only read and watched, to price them (status.cost) and name failures.
-    assert rules[("", "pods")] == {"get", "list", "watch"}
+    # Pods are read and watched, to price them (status.cost) and name failures; a learner pod
+    # stranded on a lost node is marked Failed and deleted, as the pod garbage collector does.
+    assert rules[("", "pods")] == {"get", "list", "watch", "delete"}
+    assert rules[("", "pods/status")] == {"patch"}
     assert rules[("", "events")] == {"create"}
     assert rules[("kueue.x-k8s.io", "workloads")] == {"get", "list", "patch"}
     assert rules[("kopf.dev", "clusterkopfpeerings")] == {"get", "list", "watch", "patch"}
@@ -146,6 +148,7 @@ def _check_least_privilege(role):
         ("networking.k8s.io", "networkpolicies"),
         ("", "events"),
         ("", "pods"),
+        ("", "pods/status"),
         ("kueue.x-k8s.io", "workloads"),
         ("kopf.dev", "kopfpeerings"),
         ("kopf.dev", "clusterkopfpeerings"),

@@ -129,13 +129,21 @@ class OperatorCluster:
     ``namespaces`` made: a cluster the operator's chart was installed on, whose workload
     controllers the tests play.
 
+    ``controllers``: more of kube-controller-manager's controllers to run, e.g.
+    ``"job-controller"`` for a test of what the real Job controller does with the operator's
+    Jobs (suspend, deadlines, failures counted from pods); with no scheduler its pods stay
+    Pending, and the test plays the kubelet by writing their status.
+
     Attributes:
       plane: the running :class:`ControlPlane` (once entered).
       url: the API server's URL.
     """
 
-    def __init__(self, *namespaces: str, workdir: Path | None = None):
+    def __init__(
+        self, *namespaces: str, workdir: Path | None = None, controllers: tuple[str, ...] = ()
+    ):
         self._namespaces = namespaces
+        self._controllers = controllers
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._workdir = workdir
         self.plane: ControlPlane | None = None
@@ -150,7 +158,9 @@ class OperatorCluster:
             self._tmp = tempfile.TemporaryDirectory(prefix="operator-cluster-")
             self._workdir = Path(self._tmp.name)
         self.plane = ControlPlane(
-            self._workdir, controller_names=NON_WORKLOAD_CONTROLLERS, scheduler=False
+            self._workdir,
+            controller_names=(*NON_WORKLOAD_CONTROLLERS, *self._controllers),
+            scheduler=False,
         )
         self.plane.__enter__()
         try:
@@ -314,7 +324,9 @@ class OperatorCluster:
 
 
 class OperatorHarness:
-    """The API server + learner status server + the operator, all running.
+    """The API server + learner status server + the operator, all running (``controllers``:
+    more controllers, see :class:`OperatorCluster`; ``settings``: more
+    :class:`~seedrl.service.operator.reconciler.OperatorConfig` fields).
 
     Attributes:
       cluster: the cluster (:class:`OperatorCluster`).
@@ -323,9 +335,16 @@ class OperatorHarness:
       metrics: the operator's metrics; :attr:`metrics_url` serves them over HTTP.
     """
 
-    def __init__(self, *namespaces: str, poll_seconds: float = 0.3):
+    def __init__(
+        self,
+        *namespaces: str,
+        poll_seconds: float = 0.3,
+        controllers: tuple[str, ...] = (),
+        settings: dict[str, Any] | None = None,
+    ):
         self.poll_seconds = poll_seconds
-        self.cluster = OperatorCluster(*namespaces)
+        self.settings = dict(settings or {})
+        self.cluster = OperatorCluster(*namespaces, controllers=controllers)
         self.learners = LearnerStatusServer()
         self.metrics = OperatorMetrics()
         self.metrics_server = MetricsServer(self.metrics.registry, host="127.0.0.1", port=0)
@@ -346,6 +365,7 @@ class OperatorHarness:
             status_url=self.learners.url,
             metrics=self.metrics,
             connection=self.cluster.operator_connection(),
+            **self.settings,
         )
         registry = operator.build_registry(config)
 

@@ -169,10 +169,15 @@ Experiments and the objects it renders for each, plus kopf's events.
   verbs: ["get", "create", "patch", "delete"]
 # Cost and failure reasons: the operator watches an Experiment's pods (label
 # seedrl.dev/experiment) to price what they requested for as long as they ran, and reads a
-# failed learner pod's exit. Read only: it never creates, changes or deletes a pod.
+# failed learner pod's exit. It never creates a pod; it changes and deletes only a learner pod
+# left Terminating on a lost node past its grace (marked Failed, DisruptionTarget, as the pod
+# garbage collector does), so that the learner Job replaces it.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "delete"]
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
 # Events on the Experiments (phase changes, failures, learner replacements) and kopf's own.
 - apiGroups: [""]
   resources: ["events"]

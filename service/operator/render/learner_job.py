@@ -2,7 +2,8 @@
 ``podFailurePolicy`` follows the learner's exit codes (:mod:`seedrl.common.exit_codes`): 0 only
 when the Experiment is finished, so the Job completes only then; a pod disrupted (condition
 DisruptionTarget: drained, evicted, preempted) or stopped early (exit STOPPED after its final
-checkpoint) is replaced without counting; a bad configuration, an unusable checkpoint location
+checkpoint) or stopped by SIGTERM while initialising (its env-spec container exits 143) is
+replaced without counting; a bad configuration, an unusable checkpoint location
 or a missing accelerator fails the Job at once; any other failure (a crash, OOMKilled) counts
 against ``spec.backoffLimit``. Before the learner, the pod's init container derives the env spec
 with the actor image (an env that cannot be made fails the Job at once), and the learner serves
@@ -63,19 +64,63 @@ from seedrl.service.operator.usage import LearnerUsage
 DISRUPTION_TARGET = "DisruptionTarget"
 
 
+#: The exit code of a process that SIGTERM stopped (128 + 15, what the kubelet reports).
+SIGTERM_EXIT = 143
+
+
 #: The permanent exit codes a learner can exit with (REFUSED and ENV_FAILED are an actor's).
 LEARNER_PERMANENT = tuple(
     sorted(c for c in PERMANENT if c not in (ExitCode.REFUSED, ExitCode.ENV_FAILED))
 )
 
 
+#: Fields of the resolved spec that nothing in the learner's pod reads (``spec`` paths): the
+#: actors' own pods (their resources, placement, Spot, service account, metrics port and
+#: worker processes: the learner reads only their count, envs and streams, and its init
+#: container only their image), the run volume's claim (made once, mounted by name), the
+#: finished Job's TTL (patched onto the running Job instead) and the operator's own progress
+#: check. They still reach the ConfigMap, which the actors read too: a learner pod started
+#: later reads them and ignores them, and the learner validates the whole Experiment it is
+#: given, cross-section rules included. An edit of one never replaces the learner.
+LEARNER_UNREAD = (
+    ("actors", "resources"),
+    ("actors", "placement"),
+    ("actors", "spot"),
+    ("actors", "serviceAccountName"),
+    ("actors", "metricsPort"),
+    ("actors", "processesPerActor"),
+    ("checkpoint", "volumeSize"),
+    ("checkpoint", "volumeStorageClassName"),
+    ("checkpoint", "volumeRetention"),
+    ("ttlSecondsAfterFinished",),
+    ("budget", "noProgressSeconds"),
+)
+
+
 def learner_hash(exp: Experiment) -> str:
     """A digest of what the learner Job runs: the whole resolved Experiment but its labels
-    and annotations, ``spec.suspend`` (a suspend is applied to the running Job) and
-    ``spec.actors.replicas`` (scaling is the actors' business), unless the agent's
-    exploration schedule is defined over the actor count (R2D2's per-actor epsilons and
-    evaluation actors): then a new count needs a learner that knows it. A Job whose digest
-    differs is replaced, and its new pod resumes from the checkpoint."""
+    and annotations, ``spec.suspend`` (a suspend is applied to the running Job),
+    :data:`LEARNER_UNREAD` and ``spec.actors.replicas`` (scaling is the actors' business),
+    unless the agent's exploration schedule is defined over the actor count (R2D2's per-actor
+    epsilons and evaluation actors): then a new count needs a learner that knows it. A Job
+    whose digest differs is replaced, and its new pod resumes from the checkpoint."""
+    document = _hashed_document(exp)
+    for path in LEARNER_UNREAD:
+        section = document["spec"]
+        for key in path[:-1]:
+            section = section[key]
+        section.pop(path[-1], None)
+    return digest(document)
+
+
+def legacy_learner_hash(exp: Experiment) -> str:
+    """The :func:`learner_hash` of releases before :data:`LEARNER_UNREAD`, which digested
+    those fields too: a Job made by such a release that runs ``exp`` has it, and is kept (its
+    annotation is rewritten) rather than replaced by an operator upgrade."""
+    return digest(_hashed_document(exp))
+
+
+def _hashed_document(exp: Experiment) -> dict[str, Any]:
     document = to_document(exp)
     # Labels and annotations are bookkeeping (kubectl label, Argo CD, the chart's labels):
     # the learner reads neither, and replacing a TPU learner for them wastes its hours.
@@ -84,7 +129,7 @@ def learner_hash(exp: Experiment) -> str:
     document["spec"]["suspend"] = False
     if exp.spec.agent.name != "r2d2":
         document["spec"]["actors"].pop("replicas")
-    return digest(document)
+    return document
 
 
 def learner_accelerator_args(exp: Experiment) -> list[str]:
@@ -109,7 +154,10 @@ def learner_failure_policy() -> dict[str, Any]:
     failures"): a pod with condition DisruptionTarget (evicted, drained, preempted, node
     shutdown) is replaced without counting; so is one that exited STOPPED (a signal stopped
     it after its final checkpoint: a drain that deleted it, a suspend); a permanent code
-    fails the Job at once; anything else counts against backoffLimit: an exception,
+    fails the Job at once; so does an env that cannot be made (the init container's
+    BAD_CONFIG); the init container stopped by SIGTERM (exit 143, :data:`SIGTERM_EXIT`: the
+    kubelet's graceful deletion of a pod still initialising, e.g. by a suspend) is replaced
+    without counting; anything else counts against backoffLimit: an exception,
     SIGKILL/OOMKilled, and a learner stopped while its own /healthz was not answering, which
     exits FAILED (:mod:`seedrl.learner.health`), so that one its liveness probe kills again
     and again fails at the limit instead of cycling for ever.
@@ -134,6 +182,18 @@ def learner_failure_policy() -> dict[str, Any]:
                     "containerName": "learner",
                     "operator": "In",
                     "values": [int(c) for c in LEARNER_PERMANENT],
+                },
+            },
+            # The env-spec init container stopped by SIGTERM (128 + 15): the kubelet's graceful
+            # deletion of a pod still initialising (a suspend, a drain, a replacement), which
+            # Kubernetes marks DisruptionTarget only for some of them (not the Job
+            # controller's suspend). SIGKILL (137) stays counted: it is also an OOM kill.
+            {
+                "action": "Ignore",
+                "onExitCodes": {
+                    "containerName": ENV_SPEC_CONTAINER,
+                    "operator": "In",
+                    "values": [SIGTERM_EXIT],
                 },
             },
             # The env cannot be made from the Experiment: every new pod would find the same.

@@ -134,3 +134,23 @@ def images_of():
     """``images_of(objs)``: the learner's, its init container's and the actors' images, of
     rendered objects by kind."""
     return _images
+
+
+@pytest.fixture(scope="session")
+def live():
+    """The real operator (its chart's RBAC) with the real Job controller, for the scenario
+    tests of the operator's behaviour over time (one control plane for all of them): a
+    :class:`support.operator_live.LiveClient` in namespace ``live``. Tests name their
+    Experiments apart."""
+    from support.operator_harness import OperatorHarness
+    from support.operator_live import LIVE_NS, LiveClient
+
+    with OperatorHarness(
+        LIVE_NS,
+        controllers=("job-controller",),
+        # A pod stranded on a lost node is released 2 s past its grace, not a minute.
+        settings={"stranded_seconds": 2.0},
+    ) as harness:
+        yield LiveClient(harness)
+        # The chart's RBAC is enough for everything these tests make the operator do.
+        assert harness.cluster.operator_refusals() == []

@@ -3,6 +3,7 @@ state and why it failed (service/operator/reconcile.py)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import jsonschema
@@ -14,14 +15,17 @@ from seedrl.common.config import ConfigError
 from seedrl.common.schema import to_json_schema
 from seedrl.service.operator import crd
 from seedrl.service.operator.reconcile import (
+    actors_limited,
     failure_reason,
     immutable_changes,
     immutable_part,
     job_outdated,
+    stranded_pods,
     validate,
 )
 from seedrl.service.operator.render import render
-from seedrl.service.operator.render.common import ENV_SPEC_CONTAINER
+from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER
+from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
 from seedrl.service.operator.status import compute_status, condition
 
 
@@ -377,3 +381,50 @@ def test_a_learner_edit_replaces_an_unfinished_job_only(exp_of, by_kind):
 def test_a_bad_placement_is_refused_naming_the_field(placement, path, exp_of):
     with pytest.raises(ConfigError, match=path.replace("[", r"\[").replace("]", r"\]")):
         exp_of(learner={"placement": placement})
+
+
+def test_a_job_of_an_earlier_release_that_runs_the_spec_is_kept(exp_of, by_kind):
+    # Made before LEARNER_UNREAD: its hash digests the whole spec. An operator upgrade keeps it.
+    exp = exp_of()
+    job = by_kind(render(exp))["Job"]
+    job["metadata"]["annotations"][ANNOTATION_LEARNER_HASH] = legacy_learner_hash(exp)
+    assert legacy_learner_hash(exp) != learner_hash(exp)
+    assert not job_outdated(exp, job)
+    assert job_outdated(exp_of(budget={"maxEnvSteps": 99}), job)
+
+
+def _body(**spec):
+    return {"metadata": {"name": "exp", "namespace": "team-a"}, "spec": spec}
+
+
+def test_an_actor_count_past_what_the_learner_serves_is_capped_not_refused():
+    # kubectl scale / an HPA: 64 envs each into 512 (8 actors), 2 streams each into 10 (5).
+    body = _body(actors={"replicas": 20, "envsPerActor": 64}, learner={"maxTotalEnvs": 512})
+    exp = validate(body)
+    assert exp.spec.actors.replicas == 8
+    assert "spec.actors.replicas is 20" in actors_limited(body, exp)
+    streams = _body(actors={"replicas": 20, "streamsPerActor": 2}, learner={"maxStreams": 10})
+    assert validate(streams).spec.actors.replicas == 5
+    within = _body(actors={"replicas": 8, "envsPerActor": 64}, learner={"maxTotalEnvs": 512})
+    assert actors_limited(within, validate(within)) is None
+    # Not even one actor fits, or something else is wrong too: refused as before.
+    with pytest.raises(ConfigError, match="maxTotalEnvs"):
+        validate(_body(actors={"envsPerActor": 64}, learner={"maxTotalEnvs": 32}))
+    with pytest.raises(ConfigError, match="batchSize"):
+        validate(_body(actors={"replicas": 20}, learner={"maxTotalEnvs": 16, "batchSize": 0}))
+
+
+def test_a_pod_terminating_past_its_grace_on_a_silent_node_is_stranded():
+    now = datetime.datetime(2026, 1, 1, 0, 10, tzinfo=datetime.timezone.utc)
+
+    def pod(deleting, node="n1", phase="Running"):
+        meta = {"name": "p", "deletionTimestamp": deleting} if deleting else {"name": "p"}
+        return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+    stranded = pod("2026-01-01T00:08:59Z")  # its grace ended 61 s ago
+    assert stranded_pods([stranded], now, 60) == [stranded]
+    # Within the margin, not being deleted, never bound, or already finished: left alone.
+    assert stranded_pods([pod("2026-01-01T00:09:30Z")], now, 60) == []
+    assert stranded_pods([pod(None)], now, 60) == []
+    assert stranded_pods([pod("2026-01-01T00:00:00Z", node=None)], now, 60) == []
+    assert stranded_pods([pod("2026-01-01T00:00:00Z", phase="Failed")], now, 60) == []

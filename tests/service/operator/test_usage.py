@@ -8,8 +8,8 @@ import jsonschema
 from seedrl.common.schema import to_json_schema
 from seedrl.service.operator import crd
 from seedrl.service.operator.render import render
-from seedrl.service.operator.status import compute_status
-from seedrl.service.operator.usage import LearnerUsage, advance_usage
+from seedrl.service.operator.status import compute_status, merge_patch, status_patch
+from seedrl.service.operator.usage import LearnerUsage, advance_usage, usage_now
 
 
 def _job_obj(uid, failed=0, start=None):
@@ -54,3 +54,41 @@ def test_a_replaced_or_resumed_learner_does_not_start_its_limits_from_zero(exp_o
     )
     assert status["learnerUsage"]["earlierFailed"] == 2
     jsonschema.validate(status, to_json_schema(crd.status_schema(), closed=True))
+
+
+def _suspended_job(uid, start, at):
+    job = _job_obj(uid, 0, start)
+    job["status"]["conditions"] = [
+        {"type": "Suspended", "status": "True", "lastTransitionTime": at, "reason": "JobSuspended"}
+    ]
+    return job
+
+
+def test_a_suspended_run_is_counted_once_up_to_its_suspension(exp_of):
+    exp = exp_of(activeDeadlineSeconds=600)
+    t0, t_s, t1, t2 = (
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:01:40Z",
+        "2026-01-01T00:01:45Z",
+        "2026-01-01T00:01:50Z",
+    )
+    usage = advance_usage(None, _job_obj("a", 0, t0), t0)
+    # Suspended at t_s; the Job may keep showing the run's startTime meanwhile.
+    usage = advance_usage(usage, _suspended_job("a", t0, t_s), t1)
+    assert "runStart" not in usage and usage["earlierActiveSeconds"] == 100.0
+    # Refreshes during the suspension count the run no more.
+    usage = advance_usage(usage, _suspended_job("a", t0, t_s), t2)
+    assert usage["earlierActiveSeconds"] == 100.0
+    assert usage_now({"learnerUsage": usage}, None, t2).deadline(exp) == 500
+    # A resume before any refresh saw the suspension: the Job counts up to it.
+    fresh = advance_usage(None, _job_obj("a", 0, t0), t0)
+    assert usage_now({"learnerUsage": fresh}, _suspended_job("a", t0, t_s), t1).deadline(exp) == 500
+
+
+def test_the_status_patch_removes_nested_keys_that_went():
+    stored = {"learnerUsage": {"runStart": "x", "jobUid": "a", "lastSeen": "t0"}, "phase": "P"}
+    status = {"learnerUsage": {"jobUid": "a", "lastSeen": "t1"}, "phase": "P"}
+    # A merge patch keeps a key it leaves out: only a null removes it.
+    assert status_patch(stored, status) == {"learnerUsage": {"runStart": None, "lastSeen": "t1"}}
+    assert status_patch(status, status) == {}
+    assert merge_patch({"a": 1}, [1]) == [1]

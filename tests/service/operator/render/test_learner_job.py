@@ -83,6 +83,11 @@ def test_failure_policy_follows_the_exit_codes(exp_of, by_kind):
     assert _first_rule(policy, exit_code=ExitCode.FAILED, container=env_spec) is None
     assert _first_rule(policy, exit_code=ExitCode.STOPPED, container=env_spec) is None
     assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION, container=env_spec) is None
+    # Stopped by SIGTERM while initialising (a suspend, a drain): replaced without counting;
+    # SIGKILL (an OOM kill too) still counts, and so does 143 from the learner itself.
+    assert _first_rule(policy, exit_code=143, container=env_spec) == "Ignore"
+    assert _first_rule(policy, exit_code=137, container=env_spec) is None
+    assert _first_rule(policy, exit_code=143) is None
     for rule in policy["rules"]:
         assert 0 not in (rule.get("onExitCodes") or {}).get("values", [])  # the API refuses 0
 
@@ -228,8 +233,27 @@ def test_learner_hash_covers_what_the_learner_runs_but_scaling_and_suspend(exp_o
         {"learner": {"image": "example.com/l:2"}},
     ):
         assert _job_hash(by_kind(render(exp_of(**change)))) != base, change
-    for change in ({"actors": {"replicas": 17}}, {"suspend": True}):
+    # What the learner's pod never reads: the actors' own pods, the run volume's claim, the
+    # finished Job's TTL, the operator's progress check.
+    for change in (
+        {"actors": {"replicas": 17}},
+        {"suspend": True},
+        {"actors": {"resources": {"cpu": "3"}, "spot": True, "metricsPort": 9999}},
+        {"actors": {"serviceAccountName": "envs", "processesPerActor": 2}},
+        {"actors": {"placement": {"nodeSelector": {"pool": "actors"}}}},
+        {"checkpoint": {"volumeSize": "99Gi", "volumeRetention": "Delete"}},
+        {"checkpoint": {"volumeStorageClassName": "ssd"}},
+        {"ttlSecondsAfterFinished": 60},
+        {"budget": {"noProgressSeconds": 5}},
+    ):
         assert _job_hash(by_kind(render(exp_of(**change)))) == base, change
+    # What the learner's pod does read of the actors: their envs, streams and image.
+    for change in (
+        {"actors": {"envsPerActor": 3}},
+        {"actors": {"streamsPerActor": 2}},
+        {"actors": {"image": "example.com/a:2"}},
+    ):
+        assert _job_hash(by_kind(render(exp_of(**change)))) != base, change
     # R2D2's exploration schedule is defined over the actor count: the learner must know it.
     r2d2 = {"agent": {"name": "r2d2"}}
     assert _job_hash(by_kind(render(exp_of(**r2d2)))) != _job_hash(
