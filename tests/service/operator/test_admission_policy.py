@@ -93,7 +93,7 @@ def test_the_operator_writes_only_its_experiments_children_outside_system_namesp
         assert "only write objects labelled" in _refusal(
             lambda: core.create_namespaced_config_map(NS, _config_map(owner, "x", labelled=False))
         )
-        assert "only write objects an Experiment owns" in _refusal(
+        assert "only write objects its Experiments own" in _refusal(
             lambda: core.create_namespaced_config_map(NS, _config_map(owner, "y", owned=False))
         )
         admin.create_namespaced_secret(NS, {"metadata": {"name": "db-password"}})
@@ -128,6 +128,17 @@ def test_the_operator_writes_only_its_experiments_children_outside_system_namesp
         )
         assert "only change or delete objects labelled" in _refusal(
             lambda: apps.delete_namespaced_deployment("web", NS)
+        )
+        # RBAC lets it delete pods (a learner stranded on a lost node): only its learners'.
+        admin.create_namespaced_pod(
+            NS,
+            {
+                "metadata": {"name": "web"},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+            },
+        )
+        assert "only change or delete objects labelled" in _refusal(
+            lambda: core.delete_namespaced_pod("web", NS)
         )
         # The admin is not bound by it.
         admin.delete_namespaced_secret("db-password", NS)
