@@ -4,9 +4,10 @@ Run it with ``python -m seedrl.service.operator`` (in a cluster it logs in with 
 account; elsewhere with the current kubeconfig: :mod:`seedrl.service.kube`). For every
 Experiment it:
 
-- validates the spec with :func:`seedrl.common.config.parse_experiment`; an invalid one gets phase
-  Failed, reason ValidationFailed and a message naming each field, and nothing else happens to
-  it (no retries: a new spec is a new event). Other Experiments are unaffected;
+- validates the spec with :func:`seedrl.common.config.parse_experiment`; an invalid one gets
+  Valid=False, reason ValidationFailed and a message naming each field, and nothing else happens
+  to it (no retries: a new spec is a new event): phase Failed if it never ran, else its phase
+  and children stay as last applied (SpecApplied=False). Other Experiments are unaffected;
 - refuses a change of an immutable field (``spec.env``, ``spec.agent``) by comparing with
   ``status.appliedImmutable``: condition SpecApplied=False, reason ImmutableFieldChanged, and
   the children keep running what they were made from;

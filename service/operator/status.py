@@ -107,12 +107,34 @@ def condition(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | 
 def invalid_status(
     previous: Mapping[str, Any] | None, generation: int | None, error: ConfigError, now: str
 ) -> dict[str, Any]:
-    """Status of an Experiment whose spec does not validate: Failed / ValidationFailed."""
-    conditions = [dict(c) for c in (previous or {}).get("conditions") or []]
+    """Status of an Experiment whose spec does not validate: Valid=False and Ready=False,
+    reason ValidationFailed, with a message naming each field.
+
+    One that never ran is Failed. One whose children run (an edit made it invalid) keeps its
+    phase: its learner and actors go on as the spec last applied made them, and the phase
+    must not read like a run that failed; SpecApplied=False says the edit waits."""
+    prev = previous or {}
+    conditions = [dict(c) for c in prev.get("conditions") or []]
     message = "; ".join(f"{path}: {reason}" for path, reason in error.problems)
     set_condition(conditions, "Valid", False, "ValidationFailed", message, generation, now)
     set_condition(conditions, "Ready", False, "ValidationFailed", message, generation, now)
-    return {"phase": "Failed", "conditions": conditions, "observedGeneration": generation}
+    phase = "Failed"
+    if prev.get("appliedImmutable") and prev.get("phase") in RUNNING_PHASES:
+        phase = prev["phase"]
+        set_condition(
+            conditions,
+            "SpecApplied",
+            False,
+            "ValidationFailed",
+            f"the edit is invalid; the run goes on as last applied: {message}",
+            generation,
+            now,
+        )
+    return {"phase": phase, "conditions": conditions, "observedGeneration": generation}
+
+
+#: Phases of an Experiment whose children exist and run (or wait to).
+RUNNING_PHASES = ("Pending", "Running", "Suspended")
 
 
 #: ``put(type_, status, reason, message)``: :func:`set_condition` on one status's conditions,
