@@ -268,6 +268,37 @@ def learner_unschedulable(pods: list[Mapping[str, Any]] | tuple) -> str | None:
     return None
 
 
+#: Waiting reasons of a container the kubelet cannot start as things stand: its image cannot
+#: be pulled, or its spec refers to what is missing (a Secret, a ConfigMap key).
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+def learner_stuck(pods: list[Mapping[str, Any]] | tuple) -> tuple[str, str] | None:
+    """(reason, message) when a learner pod that is not being deleted has a container (its
+    env-spec init container or the learner) waiting for a reason in :data:`STUCK_REASONS`,
+    as the kubelet reports it; None otherwise."""
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        status = pod.get("status") or {}
+        for kind in ("initContainerStatuses", "containerStatuses"):
+            for container in status.get(kind) or []:
+                waiting = (container.get("state") or {}).get("waiting") or {}
+                if waiting.get("reason") in STUCK_REASONS:
+                    message = waiting.get("message") or waiting["reason"]
+                    return waiting["reason"], f"container {container.get('name')}: {message}"
+    return None
+
+
 def _learner_state(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The learner container's ``state`` in ``pod`` (empty when it has none yet)."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:

@@ -21,6 +21,7 @@ from seedrl.service.operator.reconcile import (
     job_current,
     job_hash,
     learner_started,
+    learner_stuck,
     learner_unschedulable,
 )
 from seedrl.service.operator.render.actors import actor_replicas
@@ -294,6 +295,9 @@ def set_learner_ready(
             "Unschedulable",
             f"The learner pod cannot be scheduled: {unschedulable}",
         )
+    elif (stuck := learner_stuck(learner_pods)) is not None and not exp.spec.suspend:
+        # The kubelet's own words: an image it cannot pull, a Secret that is missing.
+        put("LearnerReady", False, stuck[0], f"The learner pod cannot start: {stuck[1]}")
     else:
         active = int(seen.job_status.get("active") or 0)
         put(

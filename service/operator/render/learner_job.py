@@ -229,6 +229,14 @@ def _learner_placement(exp: Experiment, pod_spec: dict[str, Any]) -> None:
             }
         ]
     apply_placement(exp.spec.learner.placement, pod_spec, node_selector, tolerations, node_terms)
+    # The env-spec init container runs the actor image: a private registry's credentials for
+    # it are the actors' (else the pod waits in ImagePullBackOff for good).
+    secrets = [
+        *exp.spec.learner.placement.image_pull_secrets,
+        *exp.spec.actors.placement.image_pull_secrets,
+    ]
+    if secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in dict.fromkeys(secrets)]
 
 
 def render_learner_job(

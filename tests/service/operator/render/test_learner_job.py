@@ -138,6 +138,28 @@ def test_the_learner_pod_derives_its_env_spec_with_the_actor_image_first(exp_of,
     kubernetes_validate.validate(job, "1.33.0", strict=True)
 
 
+def test_the_learner_pod_can_pull_the_actor_image_its_init_container_runs(exp_of, by_kind):
+    # The env-spec init container runs the actor image: from a private registry, the
+    # actors' pull secrets must reach the learner pod too, each once.
+    job = by_kind(
+        render(
+            exp_of(
+                learner={"placement": {"imagePullSecrets": ["learner-cred", "shared"]}},
+                actors={"placement": {"imagePullSecrets": ["shared", "actors-cred"]}},
+            )
+        )
+    )["Job"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [
+        {"name": "learner-cred"},
+        {"name": "shared"},
+        {"name": "actors-cred"},
+    ]
+    only_actors = by_kind(render(exp_of(actors={"placement": {"imagePullSecrets": ["a"]}})))
+    assert only_actors["Job"]["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "a"}]
+    assert "imagePullSecrets" not in by_kind(render(exp_of()))["Job"]["spec"]["template"]["spec"]
+
+
 def test_a_spot_learner_budgets_its_final_checkpoint_for_the_15_seconds_gke_gives(exp_of, by_kind):
     objs = by_kind(render(exp_of(learner={"spot": True})))
     pod = objs["Job"]["spec"]["template"]["spec"]
