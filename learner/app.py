@@ -60,6 +60,25 @@ STATUS_EVERY_S = 0.5
 METRICS_EVERY_S = 2.0
 #: Seconds the actors get to see ``finished`` before the server goes away.
 ACTORS_DRAIN_S = 3.0
+#: Seconds the trainer has to end its current step at the stop (less after a signal: see
+#: :meth:`App._serve`).
+TRAINER_JOIN_S = 30.0
+#: Seconds of the grace period kept back from the final checkpoint: the summary, the
+#: termination message and the exit after it.
+EXIT_RESERVE_S = 5.0
+
+
+def final_checkpoint_seconds(grace: float, signalled_at: float | None, now: float) -> float:
+    """Seconds the final checkpoint may take: the grace period less :data:`EXIT_RESERVE_S`,
+    counted from the signal (the kubelet's SIGKILL comes ``grace`` seconds after its SIGTERM,
+    whatever the learner did meanwhile), or from ``now`` when no signal stopped the run (a
+    budget reached: nothing kills it). Never below zero.
+
+    Shapes: scalars, seconds (``signalled_at`` and ``now`` on one monotonic clock)."""
+    start = now if signalled_at is None else signalled_at
+    return max(0.0, grace - EXIT_RESERVE_S - (now - start))
+
+
 #: After resuming, how long no new actor index is granted (see learner/actor_indices.py).
 RECLAIM_SECONDS = 15.0
 
@@ -138,6 +157,8 @@ class LearnerApp:
         #: Whether a stop was asked for before the event loop took the signals over (the
         #: entry point's :class:`seedrl.learner.main.EarlySignals`).
         self.stop_requested: Callable[[], bool] = lambda: False
+        #: time.monotonic() of the first SIGTERM or SIGINT, if one stopped the run.
+        self.signalled_at: float | None = None
         # The process must end at once (see run()).
         self._exit_now = False
         try:
@@ -400,15 +421,23 @@ class LearnerApp:
         loop = asyncio.get_running_loop()
         if threading.current_thread() is threading.main_thread():  # signals reach only it
             for signum, why in zip((signal.SIGTERM, signal.SIGINT), SIGNAL_REASONS):
-                loop.add_signal_handler(signum, runtime.finish, why)
+                loop.add_signal_handler(signum, self._stop_on_signal, why)
         if self.stop_requested():
-            runtime.finish(SIGNAL_REASONS[0])
+            self._stop_on_signal(SIGNAL_REASONS[0])
         await self._until_finished()
-        # Let actors see `finished` on their next step before the server goes away.
-        deadline = time.monotonic() + ACTORS_DRAIN_S
-        while runtime.connected_actors and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await loop.run_in_executor(None, runtime.shutdown)
+        if runtime.experiment_finished:
+            # Let actors see `finished` on their next step before the server goes away. (Not
+            # after a signal: they are not told, they reconnect to the next learner; and the
+            # grace period is the final checkpoint's.)
+            deadline = time.monotonic() + ACTORS_DRAIN_S
+            while runtime.connected_actors and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        # The trainer ends its step before the variables are saved; after a signal it has
+        # what the final checkpoint can spare of the grace period.
+        join = TRAINER_JOIN_S
+        if self.signalled_at is not None:
+            join = max(1.0, min(join, self._checkpoint_seconds_left() / 2))
+        await loop.run_in_executor(None, runtime.shutdown, join)
         await self._final_checkpoint(loop)
         self._write_final_files()
         await server.stop(grace=1.0)
@@ -456,14 +485,30 @@ class LearnerApp:
                     self.summaries.write(self.metrics.env_frames, self.scalars(status))
             await asyncio.sleep(STATUS_EVERY_S if self.files else 0.1)
 
+    def _stop_on_signal(self, why: str) -> None:
+        """Ends the run for a signal, noting when the first one came: the grace period the
+        kubelet gives (SIGKILL after it) counts from there."""
+        if self.signalled_at is None:
+            self.signalled_at = time.monotonic()
+        self.runtime.finish(why)
+
+    def _checkpoint_seconds_left(self, now: float | None = None) -> float:
+        """Seconds the final checkpoint may take: :func:`final_checkpoint_seconds` of the grace
+        period and the time since the signal."""
+        grace = getattr(self.args, "grace_seconds", None)
+        return final_checkpoint_seconds(
+            grace or self.exp.spec.learner.termination_grace_period_seconds,
+            self.signalled_at,
+            time.monotonic() if now is None else now,
+        )
+
     async def _final_checkpoint(self, loop: asyncio.AbstractEventLoop) -> None:
         runtime, checkpointer = self.runtime, self.checkpointer
         # After a training failure too: the variables are those of the last good step (a
         # checkpoint of non-finite ones is refused, and the previous one stays the newest).
         if not (checkpointer and runtime.learner_steps and checkpointer.conflict is None):
             return
-        grace = getattr(self.args, "grace_seconds", None)
-        timeout = (grace or self.exp.spec.learner.termination_grace_period_seconds) - 5
+        timeout = self._checkpoint_seconds_left()
         try:
             path = await asyncio.wait_for(loop.run_in_executor(None, checkpointer.save), timeout)
             log.info("final checkpoint %s", path)

@@ -347,3 +347,16 @@ def test_a_full_disk_neither_stops_training_nor_ends_the_learner(tmp_path, reque
     text = "".join(log)
     assert "exiting with" in text and "final checkpoint failed" in text
     assert "could not write tensorboard" in text
+
+
+def test_the_final_checkpoint_gets_the_grace_period_counted_from_the_signal():
+    # The kubelet's SIGKILL comes terminationGracePeriodSeconds after its SIGTERM, whatever the
+    # learner does meanwhile (15 s on a Spot node): the drain and the trainer's last step
+    # come out of the checkpoint's time, not on top of it.
+    from seedrl.learner.app import EXIT_RESERVE_S, final_checkpoint_seconds
+
+    assert final_checkpoint_seconds(15, signalled_at=100.0, now=100.0) == 15 - EXIT_RESERVE_S
+    assert final_checkpoint_seconds(15, signalled_at=100.0, now=104.5) == 15 - EXIT_RESERVE_S - 4.5
+    assert final_checkpoint_seconds(15, signalled_at=100.0, now=130.0) == 0.0
+    # A budget reached: no signal, nothing kills it; the whole period.
+    assert final_checkpoint_seconds(300, signalled_at=None, now=500.0) == 300 - EXIT_RESERVE_S
