@@ -42,12 +42,23 @@ def test_secrets_cert_manager_writes_later_are_owned_and_go_with_the_experiment(
         timeout=STEP_S,
         what="the learner's Certificate",
     )
-    # What cert-manager writes once it has issued them, after the reconcile that asked.
+    # What cert-manager writes once it has issued them, after the reconcile that asked (with
+    # each Certificate's secretTemplate labels).
     for name in SECRETS:
+        certificate = wait_for(
+            lambda name=name: live.custom.get_namespaced_custom_object(
+                "cert-manager.io", "v1", live.ns, "certificates", name
+            ),
+            timeout=STEP_S,
+            what=f"the Certificate {name}",
+        )
         live.core.create_namespaced_secret(
             live.ns,
             {
-                "metadata": {"name": name},
+                "metadata": {
+                    "name": name,
+                    "labels": certificate["spec"]["secretTemplate"]["labels"],
+                },
                 "type": "kubernetes.io/tls",
                 "data": {"tls.crt": "", "tls.key": ""},
             },
