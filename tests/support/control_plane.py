@@ -161,6 +161,16 @@ def _write_pair(pair: _KeyPair, directory: Path, stem: str) -> tuple[Path, Path]
     return cert, key
 
 
+def serving_certificate(directory: Path, names: Sequence[str]) -> bytes:
+    """A CA of its own and a serving certificate for ``names`` (IPs or DNS names) signed by it,
+    written into ``directory`` as ``tls.crt`` and ``tls.key`` (the names controller-runtime's
+    webhook server reads); returns the CA certificate as PEM, a webhook's ``caBundle``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = _certificate(_name(f"{names[0]}-ca"), None, ca=True)
+    _write_pair(_certificate(_name(names[0]), ca, server_names=names), directory, "tls")
+    return ca.cert.public_bytes(serialization.Encoding.PEM)
+
+
 @dataclass
 class Certificates:
     """The files of one control plane's PKI: a CA, the serving certificate every component

@@ -59,6 +59,11 @@ NON_WORKLOAD_CONTROLLERS = (
     "clusterrole-aggregation-controller",
 )
 
+#: The Job, Deployment and ReplicaSet controllers: a learner Job's pod made and deleted as Kueue
+#: unsuspends and suspends the Job, actor pods made for the Deployment's replicas. Still no
+#: scheduler: the pods stay Pending.
+WORKLOAD_CONTROLLERS = ("job-controller", "deployment-controller", "replicaset-controller")
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
     """Polls ``predicate`` until it returns something truthy; fails after ``timeout``."""
@@ -127,15 +132,22 @@ class OperatorCluster:
     """The real API server with the controllers that act on no workload (see the module
     docstring), the operator chart's CRDs, ServiceAccount and RBAC installed, and
     ``namespaces`` made: a cluster the operator's chart was installed on, whose workload
-    controllers the tests play.
+    controllers the tests play (or, given ``controllers``, kube-controller-manager runs those:
+    e.g. :data:`WORKLOAD_CONTROLLERS` as well, for Kueue's scenarios).
 
     Attributes:
       plane: the running :class:`ControlPlane` (once entered).
       url: the API server's URL.
     """
 
-    def __init__(self, *namespaces: str, workdir: Path | None = None):
+    def __init__(
+        self,
+        *namespaces: str,
+        workdir: Path | None = None,
+        controllers: tuple[str, ...] = NON_WORKLOAD_CONTROLLERS,
+    ):
         self._namespaces = namespaces
+        self._controllers = controllers
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._workdir = workdir
         self.plane: ControlPlane | None = None
@@ -150,7 +162,7 @@ class OperatorCluster:
             self._tmp = tempfile.TemporaryDirectory(prefix="operator-cluster-")
             self._workdir = Path(self._tmp.name)
         self.plane = ControlPlane(
-            self._workdir, controller_names=NON_WORKLOAD_CONTROLLERS, scheduler=False
+            self._workdir, controller_names=self._controllers, scheduler=False
         )
         self.plane.__enter__()
         try:
@@ -321,9 +333,14 @@ class OperatorHarness:
       metrics: the operator's metrics; :attr:`metrics_url` serves them over HTTP.
     """
 
-    def __init__(self, *namespaces: str, poll_seconds: float = 0.3):
+    def __init__(
+        self,
+        *namespaces: str,
+        poll_seconds: float = 0.3,
+        controllers: tuple[str, ...] = NON_WORKLOAD_CONTROLLERS,
+    ):
         self.poll_seconds = poll_seconds
-        self.cluster = OperatorCluster(*namespaces)
+        self.cluster = OperatorCluster(*namespaces, controllers=controllers)
         self.learners = LearnerStatusServer()
         self.metrics = OperatorMetrics()
         self.metrics_server = MetricsServer(self.metrics.registry, host="127.0.0.1", port=0)
