@@ -273,3 +273,10 @@ def test_a_cluster_queue_without_quota_keeps_the_experiment_queued(cluster):
         "LearnerReady Queued",
     )
     assert queue in ready["message"]
+    # Why, in Kueue's own words: the learner asks for more than the ClusterQueue holds.
+    assert reserved["message"] in wait_for(
+        lambda: "insufficient" in cluster.condition("starved", "LearnerReady")["message"]
+        and cluster.condition("starved", "LearnerReady")["message"],
+        STEP,
+        "Kueue's reason in LearnerReady",
+    )

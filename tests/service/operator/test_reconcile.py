@@ -19,6 +19,7 @@ from seedrl.service.operator.reconcile import (
     immutable_part,
     job_outdated,
     validate,
+    workload_pending,
 )
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.common import ENV_SPEC_CONTAINER
@@ -374,3 +375,38 @@ def test_a_learner_edit_replaces_an_unfinished_job_only(exp_of, by_kind):
 def test_a_bad_placement_is_refused_naming_the_field(placement, path, exp_of):
     with pytest.raises(ConfigError, match=path.replace("[", r"\[").replace("]", r"\]")):
         exp_of(learner={"placement": placement})
+
+
+def test_a_queued_learner_says_why_kueue_has_not_admitted_it(exp_of, by_kind):
+    exp = exp_of(queueName="team-a-queue")
+    job = by_kind(render(exp))["Job"]
+    # Kueue v0.17's Workload for a Job asking more CPU than its ClusterQueue holds
+    # (tests/service/operator/test_kueue.py meets it against the real Kueue).
+    why = (
+        "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor "
+        "default, previously considered podsets requests (0) + current podset request (2) > "
+        "maximum capacity (1)"
+    )
+    workload = {
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": why}
+            ]
+        }
+    }
+    assert workload_pending([workload]) == why
+    assert workload_pending([{"status": {}}]) is None and workload_pending([]) is None
+    status = compute_status(
+        exp,
+        generation=1,
+        previous=None,
+        job=job,
+        deployment=None,
+        learner=None,
+        queue_message=why,
+    )
+    ready = condition(status, "LearnerReady")
+    assert ready["reason"] == "Queued"
+    assert ready["message"].endswith(
+        f"in queue team-a-queue; the actors start once it is. Kueue: {why}"
+    )
