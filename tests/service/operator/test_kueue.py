@@ -49,6 +49,8 @@ def harness(tmp_path_factory):
         with Kueue(h.cluster.plane, tmp_path_factory.mktemp("kueue")) as kueue:
             print(describe(kueue))
             yield h
+            # Kueue ran with its own ServiceAccount: its release's RBAC was enough.
+            assert kueue.refusals() == []
         # The chart's RBAC is enough for what the operator does with Kueue's Workloads.
         assert h.cluster.operator_refusals() == []
 
