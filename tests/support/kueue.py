@@ -51,8 +51,8 @@ from support.control_plane import (
     Component,
     ControlPlane,
     StartError,
-    _die_with_parent,
-    _healthy,
+    die_with_parent,
+    healthy,
     free_port,
     serving_certificate,
     wait_until_served,
@@ -305,11 +305,11 @@ class Kueue:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # see support.control_plane
+                preexec_fn=die_with_parent,  # see support.control_plane
             )
         self.process = Component("kueue", process, log)
         deadline = time.monotonic() + START_TIMEOUT
-        while not _healthy(f"http://127.0.0.1:{health_port}/readyz", None):
+        while not healthy(f"http://127.0.0.1:{health_port}/readyz", None):
             if process.poll() is not None:
                 raise StartError(f"kueue exited with {process.returncode}")
             if time.monotonic() > deadline:
