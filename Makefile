@@ -37,7 +37,7 @@ HELP_GROUPS := Start:run,install,clean Test:test,test-all,test-unit,test-images,
 	Generated:generate,check-generated \
 	Benchmarks:bench-speed,bench-atari-speed,bench-gpu,bench-hostile,bench-throughput,bench-streams,bench-devices \
 	Curves:bench-atari,bench-atari-ppo,bench-mujoco,bench-pendulum,bench-football,bench-cartpole-r2d2 \
-	Tools:images,image-tools,football,helm,kubectl,control-plane,prometheus,sample-factory
+	Tools:images,image-tools,football,helm,kubectl,control-plane,kueue,prometheus,sample-factory
 
 .PHONY: help
 help: ## list the targets by group
@@ -52,11 +52,11 @@ help: ## list the targets by group
 run: $(STAMP) ## set up .venv and train the default experiment (CartPole V-trace)
 	$(VENV)/bin/seedrl train examples/cartpole-vtrace.yaml --set metadata.name=$(RUN_NAME)
 
-test: $(STAMP) football helm kubectl control-plane prometheus ## the test suite CI runs (not slow, no image builds)
+test: $(STAMP) football helm kubectl control-plane kueue prometheus ## the test suite CI runs (not slow, no image builds)
 	$(PY) -m pytest -m "not slow and not images" $(PYTEST_ARGS)
 
 # Everything but the image builds, which have their own target (make test-images).
-test-all: $(STAMP) football helm kubectl control-plane prometheus ## every test but the image builds, the slow suites too
+test-all: $(STAMP) football helm kubectl control-plane kueue prometheus ## every test but the image builds, the slow suites too
 	$(PY) -m pytest -m "not images" $(PYTEST_ARGS)
 
 # The inner loop: no system packages (no gfootball build, no helm, no Prometheus, no control
@@ -309,6 +309,14 @@ kubectl: ## install kubectl into .venv/bin
 .PHONY: control-plane
 control-plane: ## build etcd and the Kubernetes v1.37 control plane (cached)
 	$(PYTHON) tests/support/control_plane_build.py
+
+# Kueue's controller manager (sigs.k8s.io/kueue v0.17.0), which the Kueue scenarios run against
+# that control plane: built like it (Go >= 1.25, the module proxy, -trimpath) at the version the
+# go.mod/go.sum of tests/cluster/kueue/ pin, once into ~/.cache/seedrl/kueue/, in a folder named
+# by a hash of those files; prints how long it took.
+.PHONY: kueue
+kueue: ## build Kueue v0.17's controller manager (cached)
+	$(PYTHON) tests/support/kueue_build.py
 
 # Container images: the learner (LEARNER_ACCELERATOR cpu, gpu or tpu; gpu and tpu builds are
 # tagged -gpu and -tpu), the actors (FOOTBALL=1 adds Google Research Football from the wheel

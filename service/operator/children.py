@@ -34,8 +34,11 @@ _KINDS = {
 }
 
 
-#: Kueue's Workload, which owns a queued Job's admission.
-KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads")
+#: Kueue's Workload, which owns a queued Job's admission. v1beta2: served since Kueue 0.15 and
+#: stored since 0.16; Kueue 0.17 refuses a patch of an admitted Workload through the
+#: deprecated v1beta1 (its conversion drops spec.priorityClassSource, which a CEL rule then
+#: finds missing), so a suspend through v1beta1 never reaches Kueue.
+KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
 LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 
 

@@ -170,6 +170,19 @@ def admitted(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
     return job is not None and not bool((job.get("spec") or {}).get("suspend"))
 
 
+def workload_pending(workloads: list[Mapping[str, Any]]) -> str | None:
+    """Kueue's reason a queued Job's Workload is not admitted: the message of its
+    QuotaReserved condition while that is False (Kueue v0.17: "couldn't assign flavors to pod
+    set main: insufficient quota for cpu in flavor default, previously considered podsets
+    requests (0) + current podset request (2) > maximum capacity (1)"), or None when there is
+    no Workload or no such condition yet."""
+    for workload in workloads:
+        for cond in (workload.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "QuotaReserved" and cond.get("status") == "False":
+                return str(cond.get("message") or cond.get("reason") or "") or None
+    return None
+
+
 def finished_before(previous_status: Mapping[str, Any] | None) -> bool:
     """Whether the status already records a finished learner (Succeeded, or Failed at run time
     rather than by validation). Its Job may since be gone (``ttlSecondsAfterFinished``); it is

@@ -308,6 +308,7 @@ class Reconciler:
             if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) == "learner"
         ]
         self.release_stranded(body, namespace, learner_pods)
+        queue_message = self.queue_message(exp, namespace, job)
         if learner is None and job is not None and reconcile.job_finished(job):
             # The learner is gone: its final status is in its pod's termination message.
             learner = reconcile.final_learner_status(learner_pods) or learner
@@ -325,6 +326,7 @@ class Reconciler:
             images=reconcile.image_defaults(body.get("status"), self.config.images),
             forbidden=forbidden,
             limited=limited,
+            queue_message=queue_message,
         )
         report = self.price(exp, namespace, body.get("status") or {}, status, pods)
         self.config.metrics.observe(
@@ -356,6 +358,26 @@ class Reconciler:
             if self.children.fail_pod(namespace, meta["name"], meta["uid"], "NodeLost", message):
                 log.warning("Experiment %s/%s: %s", namespace, body["metadata"]["name"], message)
                 self.children.event(body, "Warning", "LearnerNodeLost", message)
+
+    def queue_message(
+        self, exp: Experiment, namespace: str, job: Mapping[str, Any] | None
+    ) -> str | None:
+        """Kueue's reason the learner Job waits (:func:`reconcile.workload_pending`), read
+        only while it does; None otherwise, or when the Workloads cannot be read (logged: the
+        status still says the learner is queued)."""
+        if job is None or exp.spec.suspend or reconcile.admitted(exp, job):
+            return None
+        try:
+            workloads = self.children.workloads(namespace, job["metadata"]["uid"])
+        except kubernetes.client.ApiException as exc:
+            log.warning(
+                "Experiment %s/%s: cannot read its Kueue Workload: %s",
+                namespace,
+                exp.metadata.name,
+                exc,
+            )
+            return None
+        return reconcile.workload_pending(workloads)
 
     def price(
         self,

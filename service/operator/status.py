@@ -272,8 +272,10 @@ def set_learner_ready(
     job: Mapping[str, Any] | None,
     seen: Observation,
     learner_pods: list[Mapping[str, Any]] | tuple,
+    queue_message: str | None = None,
 ) -> None:
-    """LearnerReady: whether the learner pod is ready, else what it waits for."""
+    """LearnerReady: whether the learner pod is ready, else what it waits for (while queued,
+    with Kueue's ``queue_message`` when there is one)."""
     if seen.cleaned_up:
         put(
             "LearnerReady",
@@ -312,6 +314,7 @@ def set_learner_ready(
             if exp.spec.suspend
             else f"Waiting for Kueue to admit the learner in queue "
             f"{exp.spec.queue_name}; the actors start once it is."
+            + (f" Kueue: {queue_message}" if queue_message else "")
             if seen.queued
             else (
                 f"{active} learner pod(s), none ready." if active else "No learner pod is running."
@@ -514,6 +517,7 @@ def compute_status(
     images: ImageDefaults | None = None,
     forbidden: str | None = None,
     limited: str | None = None,
+    queue_message: str | None = None,
 ) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
@@ -538,6 +542,9 @@ def compute_status(
       limited: why fewer actors run than ``spec.actors.replicas`` asks
         (:func:`~seedrl.service.operator.reconcile.actors_limited`): condition
         ActorsLimited=True, reason LearnerLimit.
+      queue_message: why Kueue has not admitted the queued learner yet (its Workload's
+        QuotaReserved message: :func:`~seedrl.service.operator.reconcile.workload_pending`),
+        appended to LearnerReady's Queued message.
 
     Returns:
       A status (the keys this function owns; cost is added by the operator).
@@ -552,7 +559,7 @@ def compute_status(
     put("Valid", True, "Validated", "The spec is valid.")
     set_spec_applied(put, exp, job, refused, forbidden, replacing)
     seen = observation(exp, prev, job, deployment, learner_pods)
-    set_learner_ready(put, exp, job, seen, learner_pods)
+    set_learner_ready(put, exp, job, seen, learner_pods, queue_message)
     actors_ok = set_actors_ready(put, seen)
     set_progressing(put, exp, learner, learner_error, seen.phase)
     set_suspended(put, exp)

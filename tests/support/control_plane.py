@@ -161,6 +161,16 @@ def _write_pair(pair: _KeyPair, directory: Path, stem: str) -> tuple[Path, Path]
     return cert, key
 
 
+def serving_certificate(directory: Path, names: Sequence[str]) -> bytes:
+    """A CA of its own and a serving certificate for ``names`` (IPs or DNS names) signed by it,
+    written into ``directory`` as ``tls.crt`` and ``tls.key`` (the names controller-runtime's
+    webhook server reads); returns the CA certificate as PEM, a webhook's ``caBundle``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = _certificate(_name(f"{names[0]}-ca"), None, ca=True)
+    _write_pair(_certificate(_name(names[0]), ca, server_names=names), directory, "tls")
+    return ca.cert.public_bytes(serialization.Encoding.PEM)
+
+
 @dataclass
 class Certificates:
     """The files of one control plane's PKI: a CA, the serving certificate every component
@@ -284,7 +294,7 @@ class Component:
             self.process.wait(STOP_TIMEOUT)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Run in the child before exec: the kernel sends it SIGKILL when the test process dies,
     even by SIGKILL (which runs no finalizer), so no component outlives its session."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -293,7 +303,8 @@ def _die_with_parent() -> None:
 _PR_SET_PDEATHSIG = 1
 
 
-def _healthy(url: str, context: ssl.SSLContext | None) -> bool:
+def healthy(url: str, context: ssl.SSLContext | None) -> bool:
+    """Whether ``url`` (a component's health endpoint) answers 200 within 5 s."""
     try:
         # Only the http(s) URLs of the components built here.
         with urllib.request.urlopen(url, timeout=5, context=context) as answer:  # noqa: S310
@@ -386,7 +397,7 @@ class ControlPlane:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # the fixture forks from one thread: see there
+                preexec_fn=die_with_parent,  # the fixture forks from one thread: see there
             )
         component = Component(name, process, log)
         self.components.append(component)
@@ -423,7 +434,7 @@ class ControlPlane:
             ],
             attempt,
         )
-        self._wait(etcd, lambda: _healthy(f"{etcd_url}/health", None))
+        self._wait(etcd, lambda: healthy(f"{etcd_url}/health", None))
 
         self.etcd_url = etcd_url
         self.server = f"https://127.0.0.1:{api_port}"
@@ -454,7 +465,7 @@ class ControlPlane:
             "--profiling=false",
         ]
         apiserver = self._spawn("kube-apiserver", self._apiserver_args, attempt)
-        self._wait(apiserver, lambda: _healthy(f"{self.server}/readyz", admin_context))
+        self._wait(apiserver, lambda: healthy(f"{self.server}/readyz", admin_context))
         certs.kubeconfig(self.kubeconfig, self.server, ADMIN_USER)
 
         if self.controllers:
@@ -489,7 +500,7 @@ class ControlPlane:
         self.components[self.components.index(old)] = new
         try:
             self._wait(
-                new, lambda: _healthy(f"{self.server}/readyz", self.certificates.ssl_context())
+                new, lambda: healthy(f"{self.server}/readyz", self.certificates.ssl_context())
             )
         except StartError as exc:
             raise StartError(f"{exc}\n{new.tail()}") from None
@@ -593,7 +604,7 @@ class ControlPlane:
             )
             started.append((scheduler, scheduler_port))
         for component, port in started:
-            self._wait(component, lambda p=port: _healthy(f"https://127.0.0.1:{p}/healthz", trust))
+            self._wait(component, lambda p=port: healthy(f"https://127.0.0.1:{p}/healthz", trust))
 
     def _audit_policy(self) -> Path:
         path = self.workdir / "audit-policy.yaml"

@@ -25,7 +25,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,16 +67,16 @@ def _recipe() -> str:
 def cache_key() -> str:
     """What the binaries are built from: both modules' go.mod and go.sum, etcd's main and
     this recipe; a change to any of them builds anew into another directory."""
-    digest = hashlib.sha256(_recipe().encode())
-    for path in (
-        MODULE / "go.mod",
-        MODULE / "go.sum",
-        ETCD_MODULE / "go.mod",
-        ETCD_MODULE / "go.sum",
-        ETCD_MODULE / "main.go",
-    ):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    return file_digest(
+        _recipe(),
+        (
+            MODULE / "go.mod",
+            MODULE / "go.sum",
+            ETCD_MODULE / "go.mod",
+            ETCD_MODULE / "go.sum",
+            ETCD_MODULE / "main.go",
+        ),
+    )
 
 
 def cache_root() -> Path:
@@ -94,50 +95,81 @@ def missing() -> list[str]:
     return [name for name in BINARIES if not os.access(binary_dir() / name, os.X_OK)]
 
 
-def _go() -> str:
+def go_command(target: str = "control-plane") -> str:
+    """The Go toolchain (``$GO``, else ``go`` on PATH); exits naming ``make TARGET`` if none."""
     found = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
     if not os.access(found, os.X_OK):
-        sys.exit("make control-plane: no Go toolchain (Go >= 1.26 on PATH, or GO=/path/to/go)")
+        sys.exit(f"make {target}: no Go toolchain (Go >= 1.26 on PATH, or GO=/path/to/go)")
     return found
 
 
 @contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    # Worktrees of one machine share the cache: one build at a time, the others then find it.
+def locked(root: Path) -> Iterator[None]:
+    """Holds ``root/.lock``: worktrees of one machine share a cache, so one build at a time
+    (the others then find it built)."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
-def build() -> dict[str, float]:
-    """Builds each missing binary into :func:`binary_dir`; returns the seconds each took."""
-    target = binary_dir()
+@dataclass(frozen=True)
+class GoBuild:
+    """One binary to build: ``go build PACKAGE`` in the module at ``module``."""
+
+    name: str
+    module: Path
+    package: str
+    ldflags: str = ""
+
+
+def build_binaries(
+    label: str, root: Path, target: Path, wanted: Sequence[GoBuild]
+) -> dict[str, float]:
+    """Builds each of ``wanted`` missing from ``target`` (under the cache ``root``, locked),
+    with :data:`BUILD_FLAGS` and :data:`BUILD_ENV`, into a staging folder first so that a
+    failed build leaves no half of a set; prints and returns the seconds each took."""
     timings: dict[str, float] = {}
-    with _locked(cache_root()):
-        todo = missing()
+    with locked(root):
+        todo = [b for b in wanted if not os.access(target / b.name, os.X_OK)]
         if not todo:
             return timings
-        go = _go()
+        go = go_command(label)
         staging = target.with_name(target.name + ".partial")
         staging.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **BUILD_ENV}
-        for name in todo:
-            if name == "etcd":
-                cwd, package, ldflags = ETCD_MODULE, ".", ""
-            else:
-                cwd, package, ldflags = MODULE, f"k8s.io/kubernetes/cmd/{name}", _version_ldflags()
-            command = [go, "build", *BUILD_FLAGS, "-ldflags", ldflags, "-o", str(staging / name)]
-            print(f"control-plane: building {name} ...", flush=True)
+        for step in todo:
+            output = str(staging / step.name)
+            command = [go, "build", *BUILD_FLAGS, "-ldflags", step.ldflags, "-o", output]
+            print(f"{label}: building {step.name} ...", flush=True)
             start = time.monotonic()
-            subprocess.run([*command, package], cwd=cwd, env=env, check=True)
-            timings[name] = time.monotonic() - start
-            print(f"control-plane: {name} built in {timings[name]:.0f} s", flush=True)
+            subprocess.run([*command, step.package], cwd=step.module, env=env, check=True)
+            timings[step.name] = time.monotonic() - start
+            print(f"{label}: {step.name} built in {timings[step.name]:.0f} s", flush=True)
         target.mkdir(parents=True, exist_ok=True)
-        for name in todo:
-            os.replace(staging / name, target / name)
+        for step in todo:
+            os.replace(staging / step.name, target / step.name)
         shutil.rmtree(staging, ignore_errors=True)
     return timings
+
+
+def file_digest(recipe: str, paths: Sequence[Path]) -> str:
+    """A short digest of a build recipe and the files it builds from (their names and bytes)."""
+    digest = hashlib.sha256(recipe.encode())
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build() -> dict[str, float]:
+    """Builds each missing binary into :func:`binary_dir`; returns the seconds each took."""
+    steps = [
+        GoBuild(name, ETCD_MODULE, ".")
+        if name == "etcd"
+        else GoBuild(name, MODULE, f"k8s.io/kubernetes/cmd/{name}", _version_ldflags())
+        for name in BINARIES
+    ]
+    return build_binaries("control-plane", cache_root(), binary_dir(), steps)
 
 
 def main(argv: list[str] | None = None) -> int:

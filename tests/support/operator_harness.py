@@ -59,6 +59,11 @@ NON_WORKLOAD_CONTROLLERS = (
     "clusterrole-aggregation-controller",
 )
 
+#: The Job, Deployment and ReplicaSet controllers: a learner Job's pod made and deleted as Kueue
+#: unsuspends and suspends the Job, actor pods made for the Deployment's replicas. Still no
+#: scheduler: the pods stay Pending.
+WORKLOAD_CONTROLLERS = ("job-controller", "deployment-controller", "replicaset-controller")
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
     """Polls ``predicate`` until it returns something truthy; fails after ``timeout``."""
@@ -131,8 +136,9 @@ class OperatorCluster:
 
     ``controllers``: more of kube-controller-manager's controllers to run, e.g.
     ``"job-controller"`` for a test of what the real Job controller does with the operator's
-    Jobs (suspend, deadlines, failures counted from pods); with no scheduler its pods stay
-    Pending, and the test plays the kubelet by writing their status.
+    Jobs (suspend, deadlines, failures counted from pods), or :data:`WORKLOAD_CONTROLLERS` for
+    Kueue's scenarios; with no scheduler their pods stay Pending, and a test plays the kubelet
+    by writing their status.
 
     Attributes:
       plane: the running :class:`ControlPlane` (once entered).

@@ -108,8 +108,9 @@ def render_actors(
     }
     meta = object_meta(exp, n.actors, "actor", owner, namespace)
     if spec.queue_name:
-        # Kueue's Deployment integration admits each actor pod in the same queue, so that the
-        # actors' resources count against the quota as the learner's do.
+        # Kueue's pod integration gates each actor pod of the queue (a Workload of its own)
+        # until its quota is reserved, so the actors count against the quota as the learner
+        # does; on the template, the pods are labelled without Kueue's Deployment integration.
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
         template_meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
     return {

@@ -743,9 +743,9 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
 
 def open_crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
     """A CustomResourceDefinition of another project's kind whose controller a test plays
-    (Kueue's, cert-manager's): served like the project's own, with a schema left open
-    (``x-kubernetes-preserve-unknown-fields``: nothing pruned) since the test, not that
-    controller, decides what the objects hold."""
+    (cert-manager's; Kueue's scenarios run the real Kueue: test_kueue.py): served like the
+    project's own, with a schema left open (``x-kubernetes-preserve-unknown-fields``: nothing
+    pruned) since the test, not that controller, decides what the objects hold."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -770,73 +770,6 @@ def open_crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
             ],
         },
     }
-
-
-def test_kueue_admission_gates_the_actors_and_suspend_goes_through_the_workload(k8s, harness):
-    # Kueue is installed: its Workloads are served.
-    workloads = open_crd("kueue.x-k8s.io", "Workload", "workloads", "v1beta1")
-    if harness.cluster.get(*CRDS, "", workloads["metadata"]["name"]) is None:
-        harness.cluster.create(workloads)
-    k8s.create("queued", queueName="team-a-queue")
-    wait_for(lambda: all(k8s.children("queued").values()), what="children")
-    job = k8s.child("Job", "queued-learner")
-    assert job["spec"]["suspend"] is True  # Kueue admits it by unsuspending it
-    # Not admitted yet: no actor runs outside the quota, and the status says why.
-    assert k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0
-    deployment = k8s.child("Deployment", "queued-actors")
-    assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
-    wait_for(
-        lambda: k8s.condition("queued", "LearnerReady").get("reason") == "Queued",
-        what="LearnerReady Queued",
-    )
-    # Kueue makes a Workload for the Job and admits it: it unsuspends the Job.
-    k8s.custom.create_namespaced_custom_object(
-        "kueue.x-k8s.io",
-        "v1beta1",
-        NS,
-        "workloads",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "Workload",
-            "metadata": {
-                "name": "job-queued-learner-abcde",
-                "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]},
-                # Kueue's Workload is its Job's (the admission policy checks it).
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": "queued-learner",
-                        "uid": job["metadata"]["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {"active": True, "queueName": "team-a-queue", "podSets": []},
-        },
-    )
-    k8s.batch.patch_namespaced_job("queued-learner", NS, {"spec": {"suspend": False}})
-    wait_for(
-        lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 4,
-        what="actors once admitted",
-    )
-    # Suspend: the operator deactivates the Workload (Kueue then suspends the Job) and never
-    # writes the Job's spec.suspend, which Kueue owns: no patch fight.
-    k8s.patch_spec("queued", {"suspend": True})
-
-    def workload_active():
-        return k8s.custom.get_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta1", NS, "workloads", "job-queued-learner-abcde"
-        )["spec"]["active"]
-
-    wait_for(lambda: workload_active() is False, what="Workload deactivated")
-    wait_for(
-        lambda: k8s.child("Deployment", "queued-actors")["spec"]["replicas"] == 0,
-        what="actors scaled to zero",
-    )
-    assert k8s.child("Job", "queued-learner")["spec"]["suspend"] is False
-    k8s.patch_spec("queued", {"suspend": False})
-    wait_for(lambda: workload_active() is True, what="Workload active again")
 
 
 def test_an_experiment_keeps_the_images_of_its_first_reconcile(k8s):

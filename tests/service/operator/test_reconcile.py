@@ -22,6 +22,7 @@ from seedrl.service.operator.reconcile import (
     job_outdated,
     stranded_pods,
     validate,
+    workload_pending,
 )
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER
@@ -428,3 +429,38 @@ def test_a_pod_terminating_past_its_grace_on_a_silent_node_is_stranded():
     assert stranded_pods([pod(None)], now, 60) == []
     assert stranded_pods([pod("2026-01-01T00:00:00Z", node=None)], now, 60) == []
     assert stranded_pods([pod("2026-01-01T00:00:00Z", phase="Failed")], now, 60) == []
+
+
+def test_a_queued_learner_says_why_kueue_has_not_admitted_it(exp_of, by_kind):
+    exp = exp_of(queueName="team-a-queue")
+    job = by_kind(render(exp))["Job"]
+    # Kueue v0.17's Workload for a Job asking more CPU than its ClusterQueue holds
+    # (tests/service/operator/test_kueue.py meets it against the real Kueue).
+    why = (
+        "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor "
+        "default, previously considered podsets requests (0) + current podset request (2) > "
+        "maximum capacity (1)"
+    )
+    workload = {
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": why}
+            ]
+        }
+    }
+    assert workload_pending([workload]) == why
+    assert workload_pending([{"status": {}}]) is None and workload_pending([]) is None
+    status = compute_status(
+        exp,
+        generation=1,
+        previous=None,
+        job=job,
+        deployment=None,
+        learner=None,
+        queue_message=why,
+    )
+    ready = condition(status, "LearnerReady")
+    assert ready["reason"] == "Queued"
+    assert ready["message"].endswith(
+        f"in queue team-a-queue; the actors start once it is. Kueue: {why}"
+    )
