@@ -300,18 +300,28 @@ class Poller:
             changed = status_patch(body.get("status"), status)
             if not changed:
                 return
-            announce(self.rec.children, body, status)
             try:
+                # Only onto the Experiment as read: a status computed from an older body (an
+                # edit, or the change handler's write, landed meanwhile) would overwrite a
+                # newer one (an invalid edit's Valid=False flipped back). 409: the next round
+                # computes it afresh.
                 self.api.patch_namespaced_custom_object_status(
                     GROUP,
                     VERSION,
                     namespace,
                     PLURAL,
                     name,
-                    {"status": changed},
+                    {
+                        "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+                        "status": changed,
+                    },
                     _content_type=MERGE,
                     _preload_content=False,
                 )
             except kubernetes.client.ApiException as exc:
-                if exc.status != 404:
-                    raise
+                if exc.status == 409:
+                    log.debug("Experiment %s/%s changed while refreshed", namespace, name)
+                if exc.status in (404, 409):
+                    return  # gone, or refreshed at the next round
+                raise
+            announce(self.rec.children, body, status)
