@@ -204,11 +204,33 @@ def _nullable_choices_as_patterns(node: Any) -> None:
             _nullable_choices_as_patterns(value)
 
 
+#: Fields an earlier release's Experiments may hold (``spec`` paths): the API server would prune
+#: them from stored objects once the CRD no longer names them, and the Experiment would then
+#: silently mean another run; the operator reads them as their release meant them
+#: (:func:`seedrl.common.config.retired.upgrade_spec`).
+RETIRED_FIELDS = {
+    ("agent", "r2d2", "sequenceLength"): _integer(
+        "Deprecated: write trainLength, burnIn and sequencePeriod. Read by the operator as "
+        "trainLength sequenceLength - burnIn and sequencePeriod sequenceLength - burnIn (it "
+        "counted the burn-in)."
+    ),
+}
+
+
+def _keep_retired_fields(schema: dict[str, Any]) -> None:
+    for path, field in RETIRED_FIELDS.items():
+        node = schema["properties"]["spec"]
+        for key in path[:-1]:
+            node = node["properties"][key]
+        node["properties"][path[-1]] = field
+
+
 def openapi_schema() -> dict[str, Any]:
     """The CRD's ``openAPIV3Schema``: the Experiment's schema with the operator's status and
     the name it can run, in the forms the API server reads as meant."""
     schema = experiment_schema(status_schema())
     schema["properties"]["metadata"] = metadata_schema()
+    _keep_retired_fields(schema)
     _nullable_choices_as_patterns(schema)
     return schema
 

@@ -223,7 +223,14 @@ class Reconciler:
         images = reconcile.image_defaults(previous, self.config.images)
         usage = usage_now(previous, job, now_rfc3339())
         for obj in render(
-            exp, owner, namespace, finished=finished, admitted=admitted, images=images, usage=usage
+            exp,
+            owner,
+            namespace,
+            finished=finished,
+            admitted=admitted,
+            images=images,
+            usage=usage,
+            config=self.config_text(exp, namespace),
         ):
             kind = obj["kind"]
             if kind in _CREATE_ONLY:
@@ -241,6 +248,34 @@ class Reconciler:
                     self.children.merge("Job", namespace, obj["metadata"]["name"], patch)
                 if exp.spec.queue_name:
                     self.activate_workload(exp, namespace, job)
+
+    def config_text(self, exp: Experiment, namespace: str) -> str | None:
+        """The ``config.yaml`` the Experiment's ConfigMap holds now, or None."""
+        config = self.children.read("ConfigMap", namespace, names(exp.metadata.name).config)
+        text = ((config or {}).get("data") or {}).get("config.yaml")
+        return text if isinstance(text, str) else None
+
+    def adopt_earlier_job(self, exp: Experiment, namespace: str, seen: Observed) -> Observed:
+        """Gives a learner Job that an earlier release made this release's hash when it runs
+        ``exp`` (:func:`~seedrl.service.operator.reconcile.job_runs_config`), so that an
+        operator upgrade replaces no learner; ``seen`` as it is then."""
+        job = seen.job
+        if job is None or reconcile.job_finished(job) or reconcile.job_current(exp, job):
+            return seen
+        if not reconcile.job_runs_config(exp, job, self.config_text(exp, namespace)):
+            return seen
+        name = job["metadata"]["name"]
+        wanted = learner_hash(exp)
+        self.children.merge(
+            "Job", namespace, name, {"metadata": {"annotations": {ANNOTATION_LEARNER_HASH: wanted}}}
+        )
+        log.info(
+            "Experiment %s/%s: learner Job %s of an earlier release runs this spec: kept",
+            namespace,
+            exp.metadata.name,
+            name,
+        )
+        return dataclasses.replace(seen, job=self.children.read("Job", namespace, name))
 
     def replace_learner(
         self,
@@ -426,6 +461,8 @@ class Reconciler:
                 meta["name"], namespace, meta.get("uid"), status.get("phase"), None
             )
             return status
+        if not heal_only:
+            self._announce_retired(body)
         limited = reconcile.actors_limited(body, exp)
         if limited:
             self._announce_limited(body, limited)
@@ -433,7 +470,7 @@ class Reconciler:
         refused = reconcile.immutable_changes(applied, exp) if applied else []
         forbidden = None
         if not refused:
-            seen = seen or self.observe(exp, namespace)
+            seen = self.adopt_earlier_job(exp, namespace, seen or self.observe(exp, namespace))
             done_before = reconcile.finished_before(previous)
             if not heal_only or self._needs_healing(
                 exp, namespace, seen, done_before, previous, meta["uid"]
@@ -448,6 +485,18 @@ class Reconciler:
                     self._announce_forbidden(body, forbidden)
                 seen = self.observe(exp, namespace)
         return self.status(exp, namespace, body, refused, seen, forbidden, limited)
+
+    def _announce_retired(self, body: Mapping[str, Any]) -> None:
+        """Posts a Warning Event naming the spec's retired fields and how they were read, at
+        each change handler's run (creation, an edit, the operator's start), not at polls."""
+        notes = reconcile.retired_fields(body)
+        if notes:
+            self.children.event(
+                body,
+                "Warning",
+                "DeprecatedField",
+                "; ".join(notes) + ". Write the new fields: the next API version drops these.",
+            )
 
     def _announce_limited(self, body: Mapping[str, Any], message: str) -> None:
         """Posts a Warning Event when the actors become limited, or limited otherwise."""

@@ -156,6 +156,9 @@ class OperatorReplica:
         self.peering, self.priority, self.poll_seconds = peering, priority, poll_seconds
         self.log = workdir / f"{name}.log"
         self.process: subprocess.Popen | None = None
+        #: Folders put before the tests' on its ``PYTHONPATH`` (an earlier release's tree:
+        #: :class:`support.operator_release.ReleaseOperator`).
+        self.python_path: tuple[Path, ...] = ()
 
     @property
     def identity(self) -> str:
@@ -170,7 +173,7 @@ class OperatorReplica:
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
-            "PYTHONPATH": str(ROOT / "tests"),
+            "PYTHONPATH": os.pathsep.join(map(str, (*self.python_path, ROOT / "tests"))),
             "SEEDRL_TEST_LEARNER_STATUS_PORT": str(self.learners.port),
             "PYTHONUNBUFFERED": "1",
         }
