@@ -33,6 +33,7 @@ from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_S
 from seedrl.service.operator.render.config_map import read_config
 from seedrl.service.operator.render.learner_job import (
     earlier_learner_hash,
+    learner_document,
     learner_hash,
     legacy_learner_hash,
 )
@@ -254,7 +255,9 @@ def job_runs_config(exp: Experiment, job: Mapping[str, Any] | None, config: str 
         then = parse_experiment(read)
     except ConfigError:
         return False
-    return learner_hash(then) == learner_hash(exp)
+    # As data, not digests: a float field's default may be an int (0) here and a float (0.0)
+    # when read back from YAML.
+    return learner_document(then) == learner_document(exp)
 
 
 def job_outdated(exp: Experiment, job: Mapping[str, Any] | None) -> bool:

@@ -106,13 +106,19 @@ def learner_hash(exp: Experiment) -> str:
     unless the agent's exploration schedule is defined over the actor count (R2D2's per-actor
     epsilons and evaluation actors): then a new count needs a learner that knows it. A Job
     whose digest differs is replaced, and its new pod resumes from the checkpoint."""
+    return digest(learner_document(exp))
+
+
+def learner_document(exp: Experiment) -> dict[str, Any]:
+    """What :func:`learner_hash` digests: compared as data (``0 == 0.0``), it tells whether
+    two Experiments ask the learner for the same, whatever their numbers' spelling."""
     document = _hashed_document(exp)
     for path in LEARNER_UNREAD:
         section = document["spec"]
         for key in path[:-1]:
             section = section[key]
         section.pop(path[-1], None)
-    return digest(document)
+    return document
 
 
 def legacy_learner_hash(exp: Experiment) -> str:
