@@ -29,7 +29,12 @@ from seedrl.common.config.retired import fill_absent, upgrade_spec
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
-from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER, names
+from seedrl.service.operator.render.common import (
+    ANNOTATION_ADOPTED_HASH,
+    ANNOTATION_LEARNER_HASH,
+    ENV_SPEC_CONTAINER,
+    names,
+)
 from seedrl.service.operator.render.config_map import read_config
 from seedrl.service.operator.render.learner_job import (
     earlier_learner_hash,
@@ -232,8 +237,14 @@ def job_hash(job: Mapping[str, Any] | None) -> str | None:
 def job_current(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
     """Whether a learner Job runs ``exp``: its hash is :func:`learner_hash`, or the
     :func:`legacy_learner_hash` of an earlier release's operator (whose annotation the
-    operator then rewrites)."""
-    return job_hash(job) in (learner_hash(exp), legacy_learner_hash(exp))
+    operator then rewrites), or it was kept from an earlier release
+    (:func:`job_runs_config`) for what ``exp`` is now."""
+    if job_hash(job) in (learner_hash(exp), legacy_learner_hash(exp)):
+        return True
+    adopted = (((job or {}).get("metadata") or {}).get("annotations") or {}).get(
+        ANNOTATION_ADOPTED_HASH
+    )
+    return adopted is not None and adopted == learner_hash(exp)
 
 
 def job_runs_config(exp: Experiment, job: Mapping[str, Any] | None, config: str | None) -> bool:
@@ -242,7 +253,8 @@ def job_runs_config(exp: Experiment, job: Mapping[str, Any] | None, config: str 
     ``config.yaml``, which it wrote with the Job), and ``config`` read by this release (fields
     retired since rewritten, fields added since at their defaults) asks the learner for what
     ``exp`` does. An upgrade that adds fields, or renames them, thus keeps the Job; the
-    operator then rewrites its hash."""
+    operator then records this release's hash beside the earlier one
+    (:data:`~seedrl.service.operator.render.common.ANNOTATION_ADOPTED_HASH`)."""
     if job is None or config is None:
         return False
     docs = read_config(config)

@@ -29,8 +29,9 @@ from seedrl.service import cost
 from seedrl.service.operator import certificates, reconcile
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.actors import actor_replicas
-from seedrl.service.operator.render.learner_job import learner_hash
+from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
 from seedrl.service.operator.render.common import (
+    ANNOTATION_ADOPTED_HASH,
     ANNOTATION_LEARNER_HASH,
     LABEL_EXPERIMENT,
     LABEL_ROLE,
@@ -145,7 +146,9 @@ def _job_patch(
         patch["ttlSecondsAfterFinished"] = exp.spec.ttl_seconds_after_finished  # None: removed
     out: dict[str, Any] = {"spec": patch} if patch else {}
     wanted = learner_hash(exp)
-    if reconcile.job_hash(job) != wanted and reconcile.job_current(exp, job):
+    # A Job kept from an earlier release by what it runs keeps that release's hash (see
+    # adopt_earlier_job): only the legacy digest of the same spec is rewritten.
+    if reconcile.job_hash(job) != wanted and reconcile.job_hash(job) == legacy_learner_hash(exp):
         out["metadata"] = {"annotations": {ANNOTATION_LEARNER_HASH: wanted}}
     return out or None
 
@@ -256,9 +259,10 @@ class Reconciler:
         return text if isinstance(text, str) else None
 
     def adopt_earlier_job(self, exp: Experiment, namespace: str, seen: Observed) -> Observed:
-        """Gives a learner Job that an earlier release made this release's hash when it runs
-        ``exp`` (:func:`~seedrl.service.operator.reconcile.job_runs_config`), so that an
-        operator upgrade replaces no learner; ``seen`` as it is then."""
+        """Records this release's hash beside the earlier one on a learner Job that an
+        earlier release made when it runs ``exp``
+        (:func:`~seedrl.service.operator.reconcile.job_runs_config`), so that an operator
+        upgrade replaces no learner, nor a rollback; ``seen`` as it is then."""
         job = seen.job
         if job is None or reconcile.job_finished(job) or reconcile.job_current(exp, job):
             return seen
@@ -267,7 +271,7 @@ class Reconciler:
         name = job["metadata"]["name"]
         wanted = learner_hash(exp)
         self.children.merge(
-            "Job", namespace, name, {"metadata": {"annotations": {ANNOTATION_LEARNER_HASH: wanted}}}
+            "Job", namespace, name, {"metadata": {"annotations": {ANNOTATION_ADOPTED_HASH: wanted}}}
         )
         log.info(
             "Experiment %s/%s: learner Job %s of an earlier release runs this spec: kept",

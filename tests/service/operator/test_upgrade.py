@@ -8,7 +8,8 @@ applied as the chart's upgrade applies it (server-side, ``--force-conflicts``). 
 user wrote changed, so: no Experiment is refused (SpecApplied stays True), no learner Job is
 replaced (same uid), every ConfigMap still reads with the previous release's parser (the images
 pinned in ``status.images`` are that release's), and a ``kubectl scale``, a suspend and a
-resume issued after the upgrade take effect.
+resume issued after the upgrade take effect. Then back to the previous release (its operator
+and CRD): again nothing is refused or replaced, and a scale and a resume take effect.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ EXAMPLES = {
     "pp": "examples/cartpole-ppo.yaml",
 }
 ANNOTATION_HASH = "seedrl.dev/learner-hash"
+ANNOTATION_ADOPTED = "seedrl.dev/learner-hash-adopted"
 
 
 class ReleaseCluster(OperatorCluster):
@@ -141,15 +143,18 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
             head = ReleaseOperator(cluster, learners, tmp_path, "head", poll_seconds=0.5).start()
 
             def looked_at(name: str) -> bool:
-                """HEAD's operator has acted on ``name``: it rewrote its Job's hash, or
-                replaced the Job, or refused the Experiment."""
+                """HEAD's operator has acted on ``name``: it kept its Job (recorded its
+                own hash beside the previous release's) or rewrote its hash, or replaced the
+                Job, or refused the Experiment."""
                 job = _read(cluster, "job", f"{name}-learner")
                 if job is None or job["metadata"]["uid"] != before[name]["metadata"]["uid"]:
                     return True
-                hashed = job["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
+                annotations = job["metadata"].get("annotations", {})
                 refused = _condition(_experiment(cluster, name), "SpecApplied")
                 return (
-                    hashed != before[name]["metadata"]["annotations"][ANNOTATION_HASH]
+                    ANNOTATION_ADOPTED in annotations
+                    or annotations.get(ANNOTATION_HASH)
+                    != before[name]["metadata"]["annotations"][ANNOTATION_HASH]
                     or refused.get("status") == "False"
                 )
 
@@ -209,6 +214,37 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
                 "a DeprecatedField Warning about r2",
             )
             assert cluster.operator_refusals() == []
+
+            # And back: the previous release's operator and CRD again (a rollback of a chart
+            # that upgrades its CRD), which scales too and replaces nothing.
+            head.stop()
+            cluster.install_operator_crds()
+            old = ReleaseOperator(
+                cluster, learners, tmp_path, "rollback", tree=tree, poll_seconds=0.5
+            ).start()
+            cluster.kubectl("scale", "experiment", "vt", "-n", NS, "--replicas=3")
+            wait_for(
+                lambda: (_read(cluster, "deployment", "vt-actors") or {})["spec"]["replicas"] == 3,
+                STEP_S,
+                f"vt's actors scaled to 3 after the rollback: {_conditions(cluster, 'vt')}",
+            )
+            _merge(cluster, "r2", {"suspend": False})
+            wait_for(
+                lambda: not (_read(cluster, "job", "r2-learner") or {})["spec"].get("suspend"),
+                STEP_S,
+                f"r2's learner resumed after the rollback: {_conditions(cluster, 'r2')}",
+            )
+            for name in EXAMPLES:
+                body = _experiment(cluster, name)
+                assert _condition(body, "SpecApplied").get("status") == "True", (
+                    name,
+                    _conditions(cluster, name),
+                )
+                job = _read(cluster, "job", f"{name}-learner")
+                assert job is not None
+                assert job["metadata"]["uid"] == before[name]["metadata"]["uid"], (
+                    f"{name}'s learner Job was replaced by the rollback"
+                )
         finally:
             old.stop()
             if head is not None:
