@@ -23,9 +23,10 @@ from support.operator_faults import OperatorReplica
 from support.operator_harness import ROOT
 
 #: The release before the R2D2 sequence rename (``sequenceLength`` became ``trainLength``,
-#: ``burnIn`` and ``sequencePeriod``) and before ``env.backend``, the per-agent defaults and
+#: ``burnIn`` and ``sequencePeriod``) and before ``env.backend``, ``learner.maxStreams`` and
+#: the other fields added since, and before
 #: :data:`~seedrl.service.operator.render.learner_job.LEARNER_UNREAD`: the last commit of the
-#: operator that issue 37 item 2 upgraded from.
+#: operator that issue 37 item 2 upgraded from (proposed tag v0.1.0, CHANGELOG.md).
 PREVIOUS_RELEASE = "9c6761e"
 
 

@@ -1,15 +1,16 @@
 """An operator upgrade changes no running Experiment (issue 37 item 2).
 
 The previous release's operator (:data:`support.operator_release.PREVIOUS_RELEASE`, before the
-R2D2 sequence rename, ``env.backend`` and the per-agent defaults) runs Experiments of each
-agent, its chart's CRD installed, on the real control plane with the real Job controller; one
-is suspended. Then it is stopped and HEAD's takes over on the same cluster with HEAD's CRD
-applied as the chart's upgrade applies it (server-side, ``--force-conflicts``). Nothing the
-user wrote changed, so: no Experiment is refused (SpecApplied stays True), no learner Job is
-replaced (same uid), every ConfigMap still reads with the previous release's parser (the images
-pinned in ``status.images`` are that release's), and a ``kubectl scale``, a suspend and a
-resume issued after the upgrade take effect. Then back to the previous release (its operator
-and CRD): again nothing is refused or replaced, and a scale and a resume take effect.
+R2D2 sequence rename and the fields added since) runs Experiments of each agent, its chart's
+CRD installed, on the real control plane with the real Job controller; one is suspended, one
+queued in Kueue (its Workloads served, nothing admitting it). Then it is stopped and HEAD's
+takes over on the same cluster with HEAD's CRD applied as the chart's upgrade applies it
+(server-side, ``--force-conflicts``). Nothing the user wrote changed, so: no Experiment is
+refused (SpecApplied stays True), no learner Job is replaced (same uid), every ConfigMap still
+reads with the previous release's parser (the images pinned in ``status.images`` are that
+release's), and a ``kubectl scale``, a suspend and a resume issued after the upgrade take
+effect. Then back to the previous release (its operator and CRD): again nothing is refused or
+replaced, and a scale and a resume take effect.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from support.operator_release import (
     release_tree,
 )
 from support.control_plane import wait_until_served
+from support.foreign_crds import open_crd
 
 NS = "upgrade"
 #: A step on a loaded 2-core machine (each operator answers within seconds when idle).
@@ -43,6 +45,8 @@ EXAMPLES = {
     "vt": "k8s/examples/cartpole-vtrace-cpu.yaml",
     "r2": "examples/cartpole-r2d2.yaml",
     "pp": "examples/cartpole-ppo.yaml",
+    # Queued in Kueue (whose Workloads are served; nothing admits it here).
+    "qd": "k8s/examples/cartpole-vtrace-cpu.yaml",
 }
 ANNOTATION_HASH = "seedrl.dev/learner-hash"
 ANNOTATION_ADOPTED = "seedrl.dev/learner-hash-adopted"
@@ -108,6 +112,13 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
     learners = LearnerStatusServer()
     learners.serve()
     with ReleaseCluster(NS, crds=release_crds(tree), controllers=("job-controller",)) as cluster:
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps(open_crd("kueue.x-k8s.io", "Workload", "workloads", "v1beta1")),
+        )
+        wait_until_served(cluster.plane, "workloads.kueue.x-k8s.io")
         old = ReleaseOperator(
             cluster, learners, tmp_path, "previous", tree=tree, poll_seconds=0.5
         ).start()
@@ -117,6 +128,8 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
                 body = yaml.safe_load(release_example(tree, example))
                 body["metadata"] = {"name": name, "namespace": NS}
                 body["spec"]["suspend"] = name == "pp"
+                if name == "qd":
+                    body["spec"]["queueName"] = "team-queue"
                 cluster.create(body)
             before, images = {}, {}
             for name in EXAMPLES:
@@ -132,11 +145,14 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
                 assert job is not None
                 before[name] = job
                 images[name] = _experiment(cluster, name)["status"].get("images")
-            wait_for(
-                lambda: (_read(cluster, "job", "pp-learner") or {})["spec"].get("suspend"),
-                STEP_S,
-                "pp's learner suspended",
-            )
+            for name in ("pp", "qd"):
+                wait_for(
+                    lambda name=name: (_read(cluster, "job", f"{name}-learner") or {})["spec"].get(
+                        "suspend"
+                    ),
+                    STEP_S,
+                    f"{name}'s learner suspended",
+                )
             old.stop()
 
             cluster.upgrade()
@@ -181,6 +197,8 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
                 f"pp's learner resumed: {_conditions(cluster, 'pp')}",
             )
 
+            # Nothing admitted the queued learner: it still waits, suspended.
+            assert (_read(cluster, "job", "qd-learner") or {})["spec"].get("suspend")
             for name in EXAMPLES:
                 body = _experiment(cluster, name)
                 applied = _condition(body, "SpecApplied")
