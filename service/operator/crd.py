@@ -9,6 +9,8 @@ declared here.
 
 from __future__ import annotations
 
+import copy
+
 import re
 import sys
 import typing
@@ -330,6 +332,33 @@ def crd() -> dict[str, Any]:
             ],
         },
     }
+
+
+def versioned_crd(client_config: dict[str, Any]) -> dict[str, Any]:
+    """The CRD serving ``v1alpha1`` and ``v1beta1`` (stored), converted by the operator's
+    webhook (:mod:`seedrl.service.operator.conversion`) at ``client_config`` (a
+    ``WebhookClientConfig``: ``url`` or ``service``, and the ``caBundle`` that signs its
+    certificate). ``v1beta1`` is ``v1alpha1`` without :data:`RETIRED_FIELDS`. Not yet what the
+    chart installs (see docs/guides/upgrades.md)."""
+    from seedrl.service.operator.conversion import STORAGE_VERSION, VERSIONS
+
+    out = crd()
+    (alpha,) = out["spec"]["versions"]
+    beta = copy.deepcopy(alpha)
+    spec = beta["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for path in RETIRED_FIELDS:
+        node = spec
+        for key in path[:-1]:
+            node = node["properties"][key]
+        node["properties"].pop(path[-1])
+    alpha.update(name=VERSIONS[0], storage=False)
+    beta.update(name=STORAGE_VERSION, storage=True)
+    out["spec"]["versions"] = [alpha, beta]
+    out["spec"]["conversion"] = {
+        "strategy": "Webhook",
+        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": client_config},
+    }
+    return out
 
 
 def crd_text() -> str:
