@@ -159,6 +159,8 @@ class OperatorReplica:
         #: Folders put before the tests' on its ``PYTHONPATH`` (an earlier release's tree:
         #: :class:`support.operator_release.ReleaseOperator`).
         self.python_path: tuple[Path, ...] = ()
+        #: More arguments of ``main`` (``--conversion-webhook-port=...``).
+        self.extra_args: tuple[str, ...] = ()
 
     @property
     def identity(self) -> str:
@@ -188,6 +190,7 @@ class OperatorReplica:
                     f"--poll-seconds={self.poll_seconds}",
                     "--metrics-port=0",
                     f"--liveness=http://127.0.0.1:{free_port()}/healthz",
+                    *self.extra_args,
                 ],
                 env=env,
                 stdin=subprocess.DEVNULL,

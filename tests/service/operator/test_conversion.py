@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 
 import yaml
 
 from seedrl.common.config import GROUP, PLURAL
-from seedrl.service.operator.conversion import ConversionWebhook, convert, review
+from seedrl.service.operator.conversion import convert, review
 from seedrl.service.operator.crd import versioned_crd
-from support.control_plane import wait_until_served
-from support.operator_harness import OperatorCluster, ROOT, wait_for
+from support.control_plane import free_port, wait_until_served
+from support.operator_harness import LearnerStatusServer, OperatorCluster, ROOT, wait_for
+from support.operator_release import ReleaseOperator
 
 NS = "conversion"
 CRD_NAME = f"{PLURAL}.{GROUP}"
@@ -59,6 +61,24 @@ def test_a_review_answers_in_order_or_fails_whole():
     assert failed["result"]["status"] == "Failure" and "v9" in failed["result"]["message"]
 
 
+def _get_or_none(cluster: OperatorCluster, version: str) -> dict | None:
+    """The Experiment in ``version``, or None while the API server cannot serve it (the
+    webhook not listening yet)."""
+    assert cluster.plane is not None
+    done = cluster.plane.kubectl(
+        "get", f"{PLURAL}.{version}.{GROUP}", "r2", "-n", NS, "-o", "json", check=False
+    )
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def _write_back(cluster: OperatorCluster) -> bool:
+    """Reads the Experiment as v1beta1 and writes it back unchanged (the storage migration of
+    one object); False on a conflict with a concurrent write."""
+    assert cluster.plane is not None
+    current = json.dumps(_get(cluster, "v1beta1"))
+    return cluster.plane.kubectl("replace", "-f", "-", input=current, check=False).returncode == 0
+
+
 def _get(cluster: OperatorCluster, version: str) -> dict:
     return json.loads(
         cluster.kubectl("get", f"{PLURAL}.{version}.{GROUP}", "r2", "-n", NS, "-o", "json")
@@ -67,8 +87,9 @@ def _get(cluster: OperatorCluster, version: str) -> dict:
 
 def test_stored_as_v1alpha1_reads_back_as_v1beta1_and_migrates(tmp_path):
     """On the real API server: an Experiment stored as v1alpha1 (the CRD as every release so
-    far installs it) reads as v1beta1 through the webhook once the CRD serves both; written
-    back, it is stored as v1beta1 and reads without the webhook."""
+    far installs it) reads as v1beta1 through the webhook the operator process serves once
+    the CRD serves both; written back, it is stored as v1beta1 and reads without the
+    webhook."""
     example = yaml.safe_load((ROOT / "examples" / "cartpole-r2d2.yaml").read_text())
     example["metadata"] = {"name": "r2", "namespace": NS}
     r2d2 = example["spec"]["agent"]["r2d2"]
@@ -79,12 +100,24 @@ def test_stored_as_v1alpha1_reads_back_as_v1beta1_and_migrates(tmp_path):
         assert cluster.plane is not None
         cluster.create(example)
         certificates = cluster.plane.certificates
-        webhook = ConversionWebhook(
-            "127.0.0.1", 0, certificates.serving_cert, certificates.serving_key
-        ).start()
+        # The operator as the chart would run it with the webhook on: main's own flags, its
+        # serving certificate in a folder as a mounted kubernetes.io/tls Secret.
+        folder = tmp_path / "webhook"
+        folder.mkdir()
+        shutil.copy(certificates.serving_cert, folder / "tls.crt")
+        shutil.copy(certificates.serving_key, folder / "tls.key")
+        port = free_port()
+        learners = LearnerStatusServer()
+        learners.serve()
+        operator = ReleaseOperator(cluster, learners, tmp_path, "operator")
+        operator.extra_args = (
+            f"--conversion-webhook-port={port}",
+            f"--conversion-webhook-cert-dir={folder}",
+        )
+        operator.start()
         try:
             client_config = {
-                "url": f"https://127.0.0.1:{webhook.port}/convert",
+                "url": f"https://127.0.0.1:{port}/convert",
                 "caBundle": base64.b64encode(certificates.ca.read_bytes()).decode(),
             }
             cluster.kubectl(
@@ -97,7 +130,9 @@ def test_stored_as_v1alpha1_reads_back_as_v1beta1_and_migrates(tmp_path):
             )
             wait_until_served(cluster.plane, CRD_NAME)
             beta = wait_for(
-                lambda: _get(cluster, "v1beta1"), 60, "the Experiment served as v1beta1"
+                lambda: _get_or_none(cluster, "v1beta1"),
+                120,
+                f"the Experiment served as v1beta1 (operator: {operator.tail()})",
             )
             assert beta["apiVersion"] == f"{GROUP}/v1beta1"
             converted = beta["spec"]["agent"]["r2d2"]
@@ -112,7 +147,8 @@ def test_stored_as_v1alpha1_reads_back_as_v1beta1_and_migrates(tmp_path):
             assert alpha["spec"]["agent"]["r2d2"]["sequenceLength"] == 30
 
             # The migration: read and write back, then drop v1alpha1 from storedVersions.
-            cluster.kubectl("replace", "-f", "-", input=json.dumps(beta))
+            # The operator writes the status meanwhile: read again on a conflict.
+            wait_for(lambda: _write_back(cluster), 60, "the Experiment written back as v1beta1")
             stored = json.loads(cluster.kubectl("get", "crd", CRD_NAME, "-o", "json"))
             assert set(stored["status"]["storedVersions"]) == {"v1alpha1", "v1beta1"}
             cluster.kubectl(
@@ -125,7 +161,8 @@ def test_stored_as_v1alpha1_reads_back_as_v1beta1_and_migrates(tmp_path):
                 json.dumps({"status": {"storedVersions": ["v1beta1"]}}),
             )
         finally:
-            webhook.stop()
+            operator.stop()
+            learners.close()
         # Stored as v1beta1 now: read in that version, it needs no webhook.
         again = _get(cluster, "v1beta1")
         assert again["spec"]["agent"]["r2d2"]["trainLength"] == 20
