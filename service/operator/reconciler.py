@@ -32,7 +32,6 @@ from seedrl.service.operator.render.actors import actor_replicas
 from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
 from seedrl.service.operator.render.common import (
     ANNOTATION_ADOPTED_HASH,
-    ANNOTATION_LEARNER_HASH,
     LABEL_EXPERIMENT,
     LABEL_ROLE,
     names,
@@ -127,8 +126,8 @@ def _job_patch(
     Kueue's admission alike ("Jobs": the timer is stopped and reset), so a Job that is
     unsuspended by anyone starts with the right deadline. Its ``ttlSecondsAfterFinished``
     follows the spec's (the API lets it change; the learner never reads it), and a Job made
-    by an earlier release gets this release's learner hash (it runs the same spec:
-    :func:`~seedrl.service.operator.reconcile.job_current`).
+    by an earlier release that runs the same spec gets this release's learner hash beside its
+    own (:func:`~seedrl.service.operator.reconcile.job_current`).
     """
     spec = job.get("spec") or {}
     suspended = bool(spec.get("suspend"))
@@ -146,10 +145,15 @@ def _job_patch(
         patch["ttlSecondsAfterFinished"] = exp.spec.ttl_seconds_after_finished  # None: removed
     out: dict[str, Any] = {"spec": patch} if patch else {}
     wanted = learner_hash(exp)
-    # A Job kept from an earlier release by what it runs keeps that release's hash (see
-    # adopt_earlier_job): only the legacy digest of the same spec is rewritten.
-    if reconcile.job_hash(job) != wanted and reconcile.job_hash(job) == legacy_learner_hash(exp):
-        out["metadata"] = {"annotations": {ANNOTATION_LEARNER_HASH: wanted}}
+    # A Job of an earlier release that runs the same spec keeps that release's hash, which a
+    # rollback reads; this release's goes beside it (see adopt_earlier_job).
+    adopted = ((job.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ADOPTED_HASH)
+    if (
+        reconcile.job_hash(job) != wanted
+        and reconcile.job_hash(job) == legacy_learner_hash(exp)
+        and adopted != wanted
+    ):
+        out["metadata"] = {"annotations": {ANNOTATION_ADOPTED_HASH: wanted}}
     return out or None
 
 

@@ -10,9 +10,15 @@ import yaml
 
 from seedrl.common.config import dump_experiment, to_document
 from seedrl.service.operator import reconcile
-from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH
+from seedrl.service.operator.reconciler import _job_patch
+from seedrl.service.operator.render import render
+from seedrl.service.operator.render.common import ANNOTATION_ADOPTED_HASH, ANNOTATION_LEARNER_HASH
 from seedrl.service.operator.render.config_map import config_text_like
-from seedrl.service.operator.render.learner_job import earlier_learner_hash, learner_hash
+from seedrl.service.operator.render.learner_job import (
+    earlier_learner_hash,
+    learner_hash,
+    legacy_learner_hash,
+)
 
 #: Fields added after the previous release (tests/support/operator_release.py), by path.
 ADDED = (
@@ -93,3 +99,16 @@ def test_the_config_map_keeps_the_shape_its_image_reads(exp_of):
 def test_a_new_config_map_holds_the_whole_resolved_experiment(exp_of):
     exp = exp_of(agent=AGENT, env={"id": "CartPole-v1"})
     assert config_text_like(exp, None) == dump_experiment(exp)
+
+
+def test_a_legacy_hash_stays_for_a_rollback_and_this_releases_goes_beside_it(exp_of, by_kind):
+    exp = exp_of()
+    job = by_kind(render(exp))["Job"]
+    job["metadata"]["annotations"][ANNOTATION_LEARNER_HASH] = legacy_learner_hash(exp)
+    patch = _job_patch(exp, job) or {}
+    assert patch["metadata"] == {"annotations": {ANNOTATION_ADOPTED_HASH: learner_hash(exp)}}
+    job["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    # An edit the learner never reads changes the legacy digest, not the adopted hash.
+    edited = exp_of(actors={"metricsPort": 9555})
+    assert not reconcile.job_outdated(edited, job)
+    assert "metadata" not in (_job_patch(edited, job) or {})
