@@ -492,7 +492,42 @@ class Reconciler:
                     forbidden = _api_message(exc)
                     self._announce_forbidden(body, forbidden)
                 seen = self.observe(exp, namespace)
+        else:
+            seen = seen or self.observe(exp, namespace)
+            if self.scale_and_suspend(exp, namespace, seen, previous):
+                seen = self.observe(exp, namespace)
         return self.status(exp, namespace, body, refused, seen, forbidden, limited)
+
+    def scale_and_suspend(
+        self, exp: Experiment, namespace: str, seen: Observed, previous: Mapping[str, Any]
+    ) -> bool:
+        """While an edit of an immutable field is refused the children keep the spec they were
+        made from, but a suspend, a resume and a scale still reach them: none changes what the
+        checkpoints are bound to, and an edit nobody can apply must not freeze the run (an
+        operator upgrade that misread a spec once did). Not the count of an agent whose
+        learner knows it (R2D2's exploration): that needs a new learner. True when something
+        was patched."""
+        job, deployment = seen.job, seen.deployment
+        changed = False
+        if job is not None and not reconcile.job_finished(job):
+            patch = (_job_patch(exp, job, usage_now(previous, job, now_rfc3339())) or {}).get(
+                "spec"
+            ) or {}
+            patch = {k: v for k, v in patch.items() if k in ("suspend", "activeDeadlineSeconds")}
+            if patch:
+                self.children.merge("Job", namespace, job["metadata"]["name"], {"spec": patch})
+                changed = True
+        if deployment is not None:
+            finished = reconcile.job_finished(job) or reconcile.finished_before(previous)
+            wanted = actor_replicas(exp, finished, reconcile.admitted(exp, job))
+            current = (deployment.get("spec") or {}).get("replicas")
+            if exp.spec.agent.name == "r2d2" and wanted and current:
+                wanted = current
+            if current != wanted:
+                name = deployment["metadata"]["name"]
+                self.children.merge("Deployment", namespace, name, {"spec": {"replicas": wanted}})
+                changed = True
+        return changed
 
     def _announce_retired(self, body: Mapping[str, Any]) -> None:
         """Posts a Warning Event naming the spec's retired fields and how they were read, at
