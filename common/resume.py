@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from seedrl.common.config import ConfigError, parse_experiment, to_document
+from seedrl.common.config.retired import upgrade_spec
 
 #: Sections of ``spec`` a run's checkpoints are bound to.
 BOUND_SECTIONS = ("env", "agent")
@@ -30,9 +31,10 @@ def bound_changes(
 
     ``old`` may have been written by an earlier seedrl (a run directory's config, a
     checkpoint, the operator's record of what it applied): a field added since then is
-    missing there, and is read as this version reads the document, at its default. An
-    upgrade that adds fields thus changes nothing; a field this version no longer knows
-    still differs.
+    missing there, and is read as this version reads the document, at its default; a field
+    retired since is read as :func:`~seedrl.common.config.retired.upgrade_spec` rewrites it.
+    An upgrade that adds or renames fields thus changes nothing; a field this version cannot
+    read still differs.
     """
     sections = tuple(sections)
     changed = _differences(old, new, sections)
@@ -67,6 +69,7 @@ def _as_read_now(
     present = [key for key in sections if isinstance(old.get(key), Mapping)]
     if not present:
         return old
+    old = upgrade_spec(old)[0]
     # The other sections from ``new``: rules across sections then judge the old ones against
     # the run they are compared with.
     merged = {**new, **{key: old[key] for key in present}}

@@ -9,6 +9,8 @@ declared here.
 
 from __future__ import annotations
 
+import copy
+
 import re
 import sys
 import typing
@@ -204,11 +206,33 @@ def _nullable_choices_as_patterns(node: Any) -> None:
             _nullable_choices_as_patterns(value)
 
 
+#: Fields an earlier release's Experiments may hold (``spec`` paths): the API server would prune
+#: them from stored objects once the CRD no longer names them, and the Experiment would then
+#: silently mean another run; the operator reads them as their release meant them
+#: (:func:`seedrl.common.config.retired.upgrade_spec`).
+RETIRED_FIELDS = {
+    ("agent", "r2d2", "sequenceLength"): _integer(
+        "Deprecated: write trainLength, burnIn and sequencePeriod. Read by the operator as "
+        "trainLength sequenceLength - burnIn and sequencePeriod sequenceLength - burnIn (it "
+        "counted the burn-in)."
+    ),
+}
+
+
+def _keep_retired_fields(schema: dict[str, Any]) -> None:
+    for path, field in RETIRED_FIELDS.items():
+        node = schema["properties"]["spec"]
+        for key in path[:-1]:
+            node = node["properties"][key]
+        node["properties"][path[-1]] = field
+
+
 def openapi_schema() -> dict[str, Any]:
     """The CRD's ``openAPIV3Schema``: the Experiment's schema with the operator's status and
     the name it can run, in the forms the API server reads as meant."""
     schema = experiment_schema(status_schema())
     schema["properties"]["metadata"] = metadata_schema()
+    _keep_retired_fields(schema)
     _nullable_choices_as_patterns(schema)
     return schema
 
@@ -308,6 +332,33 @@ def crd() -> dict[str, Any]:
             ],
         },
     }
+
+
+def versioned_crd(client_config: dict[str, Any]) -> dict[str, Any]:
+    """The CRD serving ``v1alpha1`` and ``v1beta1`` (stored), converted by the operator's
+    webhook (:mod:`seedrl.service.operator.conversion`) at ``client_config`` (a
+    ``WebhookClientConfig``: ``url`` or ``service``, and the ``caBundle`` that signs its
+    certificate). ``v1beta1`` is ``v1alpha1`` without :data:`RETIRED_FIELDS`. Not yet what the
+    chart installs (see docs/guides/upgrades.md)."""
+    from seedrl.service.operator.conversion import STORAGE_VERSION, VERSIONS
+
+    out = crd()
+    (alpha,) = out["spec"]["versions"]
+    beta = copy.deepcopy(alpha)
+    spec = beta["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for path in RETIRED_FIELDS:
+        node = spec
+        for key in path[:-1]:
+            node = node["properties"][key]
+        node["properties"].pop(path[-1])
+    alpha.update(name=VERSIONS[0], storage=False)
+    beta.update(name=STORAGE_VERSION, storage=True)
+    out["spec"]["versions"] = [alpha, beta]
+    out["spec"]["conversion"] = {
+        "strategy": "Webhook",
+        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": client_config},
+    }
+    return out
 
 
 def crd_text() -> str:

@@ -86,6 +86,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import Any, Mapping
 
 import kopf
@@ -106,6 +107,7 @@ from seedrl.service.operator.render.common import (
     LABEL_ROLE,
     MANAGED_BY,
 )
+from seedrl.service.operator.conversion import ConversionWebhook
 from seedrl.service.operator.metrics import OperatorMetrics
 from seedrl.service.operator.poller import PeeringGate, Poller
 from seedrl.service.operator.reconciler import OperatorConfig, Reconciler, announce
@@ -316,7 +318,23 @@ def main(argv: list[str] | None = None) -> int:
         help="this replica's peering priority (the highest is active); default: "
         "random, so that replicas never tie (tied peers all pause)",
     )
+    p.add_argument(
+        "--conversion-webhook-port",
+        type=int,
+        default=0,
+        help="serve the Experiment's conversion webhook (HTTPS, POST /convert; "
+        "seedrl.service.operator.conversion) on this port of 0.0.0.0, on every replica; "
+        "0 (default): not served",
+    )
+    p.add_argument(
+        "--conversion-webhook-cert-dir",
+        default="/etc/seedrl/webhook",
+        help="folder of the webhook's serving certificate and key (tls.crt, tls.key: a "
+        "kubernetes.io/tls Secret mounted), signed by the CRD's caBundle",
+    )
     args = p.parse_args(argv)
+    if not 0 <= args.conversion_webhook_port <= 65535:
+        p.error(f"--conversion-webhook-port must be 0 to 65535, got {args.conversion_webhook_port}")
     if not 0 <= args.metrics_port <= 65535:
         p.error(f"--metrics-port must be 0 to 65535, got {args.metrics_port}")
     if args.resync_seconds <= 0:
@@ -350,6 +368,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         log.info("peering %s as %s, priority %d", args.peering, identity, priority)
     server = serve_metrics(config.metrics, args.metrics_port)
+    webhook = None
+    if args.conversion_webhook_port:
+        # Before kopf: with the CRD converting through it, kopf's own reads of a version
+        # other than the stored one wait on it.
+        folder = Path(args.conversion_webhook_cert_dir)
+        webhook = ConversionWebhook(
+            "0.0.0.0", args.conversion_webhook_port, folder / "tls.crt", folder / "tls.key"
+        ).start()
+        log.info("conversion webhook on port %d", webhook.port)
     try:
         kopf.run(
             registry=build_registry(config),
@@ -364,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+        if webhook is not None:
+            webhook.stop()
     return 0
 
 

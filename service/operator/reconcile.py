@@ -25,11 +25,23 @@ from seedrl.common.config import (
     parse_experiment,
     to_document,
 )
+from seedrl.common.config.retired import fill_absent, upgrade_spec
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.exit_codes import describe as describe_exit
 from seedrl.common.learner_status import LearnerStatus
-from seedrl.service.operator.render.common import ANNOTATION_LEARNER_HASH, ENV_SPEC_CONTAINER, names
-from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
+from seedrl.service.operator.render.common import (
+    ANNOTATION_ADOPTED_HASH,
+    ANNOTATION_LEARNER_HASH,
+    ENV_SPEC_CONTAINER,
+    names,
+)
+from seedrl.service.operator.render.config_map import read_config
+from seedrl.service.operator.render.learner_job import (
+    earlier_learner_hash,
+    learner_document,
+    learner_hash,
+    legacy_learner_hash,
+)
 
 
 #: Annotation prefixes of tools, not of the user: left out of the config the pods read.
@@ -46,7 +58,8 @@ def validate(body: Mapping[str, Any]) -> Experiment:
 
     Server-side fields (uid, resourceVersion, status, ...) are dropped first; the namespace is
     the object's own. An actor count past what the learner serves is capped, not refused
-    (:func:`_within_learner_limits`).
+    (:func:`_within_learner_limits`). The spec is read as :func:`stored_spec` reads it: with
+    the meaning of the release that first ran it.
 
     Raises:
       ConfigError: naming each bad field, as ``seedrl validate`` would, plus cluster rules.
@@ -60,7 +73,7 @@ def validate(body: Mapping[str, Any]) -> Experiment:
             for k in ("name", "namespace", "labels", "annotations")
             if meta.get(k) is not None
         },
-        "spec": body.get("spec") or {},
+        "spec": stored_spec(body),
     }
     # Bookkeeping of kubectl (its last-applied copy) and of the operator's kopf (progress,
     # last-handled spec) says nothing about the experiment; kept, it would change the pods'
@@ -90,6 +103,29 @@ def validate(body: Mapping[str, Any]) -> Experiment:
             ]
         )
     return exp
+
+
+def stored_spec(body: Mapping[str, Any]) -> dict[str, Any]:
+    """An Experiment's spec with the meaning of the release that first ran it: fields an
+    earlier release retired rewritten as this release's
+    (:func:`~seedrl.common.config.retired.upgrade_spec`), and, in the sections its checkpoints
+    are bound to (which cannot change), every field the spec leaves out at the value that
+    release resolved and recorded in ``status.appliedImmutable``: a default changed since
+    (R2D2's sequence length) neither changes a running Experiment nor refuses it."""
+    spec, _ = upgrade_spec(body.get("spec") or {})
+    applied = (body.get("status") or {}).get("appliedImmutable")
+    if isinstance(applied, Mapping):
+        applied, _ = upgrade_spec(applied)
+        for key in resume.BOUND_SECTIONS:
+            if isinstance(spec.get(key), Mapping) and isinstance(applied.get(key), Mapping):
+                spec[key] = fill_absent(spec[key], applied[key])
+    return spec
+
+
+def retired_fields(body: Mapping[str, Any]) -> list[str]:
+    """What :func:`stored_spec` rewrote of the spec's retired fields (``path: how``), for a
+    Warning: the user's copy should say it the new way."""
+    return upgrade_spec(body.get("spec") or {})[1]
 
 
 #: The rules an actor count past what the learner serves breaks (replicas x envsPerActor, and
@@ -214,8 +250,39 @@ def job_hash(job: Mapping[str, Any] | None) -> str | None:
 def job_current(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
     """Whether a learner Job runs ``exp``: its hash is :func:`learner_hash`, or the
     :func:`legacy_learner_hash` of an earlier release's operator (whose annotation the
-    operator then rewrites)."""
-    return job_hash(job) in (learner_hash(exp), legacy_learner_hash(exp))
+    operator then rewrites), or it was kept from an earlier release
+    (:func:`job_runs_config`) for what ``exp`` is now."""
+    if job_hash(job) in (learner_hash(exp), legacy_learner_hash(exp)):
+        return True
+    adopted = (((job or {}).get("metadata") or {}).get("annotations") or {}).get(
+        ANNOTATION_ADOPTED_HASH
+    )
+    return adopted is not None and adopted == learner_hash(exp)
+
+
+def job_runs_config(exp: Experiment, job: Mapping[str, Any] | None, config: str | None) -> bool:
+    """Whether a learner Job an earlier release made runs ``exp``, judged by what it was
+    given: its hash is the one that release computed for ``config`` (the ConfigMap's
+    ``config.yaml``, which it wrote with the Job), and ``config`` read by this release (fields
+    retired since rewritten, fields added since at their defaults) asks the learner for what
+    ``exp`` does. An upgrade that adds fields, or renames them, thus keeps the Job; the
+    operator then records this release's hash beside the earlier one
+    (:data:`~seedrl.service.operator.render.common.ANNOTATION_ADOPTED_HASH`)."""
+    if job is None or config is None:
+        return False
+    docs = read_config(config)
+    if docs is None:
+        return False
+    written, read = docs
+    if job_hash(job) != earlier_learner_hash(written):
+        return False
+    try:
+        then = parse_experiment(read)
+    except ConfigError:
+        return False
+    # As data, not digests: a float field's default may be an int (0) here and a float (0.0)
+    # when read back from YAML.
+    return learner_document(then) == learner_document(exp)
 
 
 def job_outdated(exp: Experiment, job: Mapping[str, Any] | None) -> bool:

@@ -29,9 +29,9 @@ from seedrl.service import cost
 from seedrl.service.operator import certificates, reconcile
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.actors import actor_replicas
-from seedrl.service.operator.render.learner_job import learner_hash
+from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
 from seedrl.service.operator.render.common import (
-    ANNOTATION_LEARNER_HASH,
+    ANNOTATION_ADOPTED_HASH,
     LABEL_EXPERIMENT,
     LABEL_ROLE,
     names,
@@ -126,8 +126,8 @@ def _job_patch(
     Kueue's admission alike ("Jobs": the timer is stopped and reset), so a Job that is
     unsuspended by anyone starts with the right deadline. Its ``ttlSecondsAfterFinished``
     follows the spec's (the API lets it change; the learner never reads it), and a Job made
-    by an earlier release gets this release's learner hash (it runs the same spec:
-    :func:`~seedrl.service.operator.reconcile.job_current`).
+    by an earlier release that runs the same spec gets this release's learner hash beside its
+    own (:func:`~seedrl.service.operator.reconcile.job_current`).
     """
     spec = job.get("spec") or {}
     suspended = bool(spec.get("suspend"))
@@ -145,8 +145,15 @@ def _job_patch(
         patch["ttlSecondsAfterFinished"] = exp.spec.ttl_seconds_after_finished  # None: removed
     out: dict[str, Any] = {"spec": patch} if patch else {}
     wanted = learner_hash(exp)
-    if reconcile.job_hash(job) != wanted and reconcile.job_current(exp, job):
-        out["metadata"] = {"annotations": {ANNOTATION_LEARNER_HASH: wanted}}
+    # A Job of an earlier release that runs the same spec keeps that release's hash, which a
+    # rollback reads; this release's goes beside it (see adopt_earlier_job).
+    adopted = ((job.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ADOPTED_HASH)
+    if (
+        reconcile.job_hash(job) != wanted
+        and reconcile.job_hash(job) == legacy_learner_hash(exp)
+        and adopted != wanted
+    ):
+        out["metadata"] = {"annotations": {ANNOTATION_ADOPTED_HASH: wanted}}
     return out or None
 
 
@@ -223,7 +230,14 @@ class Reconciler:
         images = reconcile.image_defaults(previous, self.config.images)
         usage = usage_now(previous, job, now_rfc3339())
         for obj in render(
-            exp, owner, namespace, finished=finished, admitted=admitted, images=images, usage=usage
+            exp,
+            owner,
+            namespace,
+            finished=finished,
+            admitted=admitted,
+            images=images,
+            usage=usage,
+            config=self.config_text(exp, namespace),
         ):
             kind = obj["kind"]
             if kind in _CREATE_ONLY:
@@ -241,6 +255,35 @@ class Reconciler:
                     self.children.merge("Job", namespace, obj["metadata"]["name"], patch)
                 if exp.spec.queue_name:
                     self.activate_workload(exp, namespace, job)
+
+    def config_text(self, exp: Experiment, namespace: str) -> str | None:
+        """The ``config.yaml`` the Experiment's ConfigMap holds now, or None."""
+        config = self.children.read("ConfigMap", namespace, names(exp.metadata.name).config)
+        text = ((config or {}).get("data") or {}).get("config.yaml")
+        return text if isinstance(text, str) else None
+
+    def adopt_earlier_job(self, exp: Experiment, namespace: str, seen: Observed) -> Observed:
+        """Records this release's hash beside the earlier one on a learner Job that an
+        earlier release made when it runs ``exp``
+        (:func:`~seedrl.service.operator.reconcile.job_runs_config`), so that an operator
+        upgrade replaces no learner, nor a rollback; ``seen`` as it is then."""
+        job = seen.job
+        if job is None or reconcile.job_finished(job) or reconcile.job_current(exp, job):
+            return seen
+        if not reconcile.job_runs_config(exp, job, self.config_text(exp, namespace)):
+            return seen
+        name = job["metadata"]["name"]
+        wanted = learner_hash(exp)
+        self.children.merge(
+            "Job", namespace, name, {"metadata": {"annotations": {ANNOTATION_ADOPTED_HASH: wanted}}}
+        )
+        log.info(
+            "Experiment %s/%s: learner Job %s of an earlier release runs this spec: kept",
+            namespace,
+            exp.metadata.name,
+            name,
+        )
+        return dataclasses.replace(seen, job=self.children.read("Job", namespace, name))
 
     def replace_learner(
         self,
@@ -448,6 +491,8 @@ class Reconciler:
                 meta["name"], namespace, meta.get("uid"), status.get("phase"), None
             )
             return status
+        if not heal_only:
+            self._announce_retired(body)
         limited = reconcile.actors_limited(body, exp)
         if limited:
             self._announce_limited(body, limited)
@@ -455,7 +500,7 @@ class Reconciler:
         refused = reconcile.immutable_changes(applied, exp) if applied else []
         forbidden = None
         if not refused:
-            seen = seen or self.observe(exp, namespace)
+            seen = self.adopt_earlier_job(exp, namespace, seen or self.observe(exp, namespace))
             done_before = reconcile.finished_before(previous)
             if not heal_only or self._needs_healing(
                 exp, namespace, seen, done_before, previous, meta["uid"]
@@ -469,7 +514,54 @@ class Reconciler:
                     forbidden = _api_message(exc)
                     self._announce_forbidden(body, forbidden)
                 seen = self.observe(exp, namespace)
+        else:
+            seen = seen or self.observe(exp, namespace)
+            if self.scale_and_suspend(exp, namespace, seen, previous):
+                seen = self.observe(exp, namespace)
         return self.status(exp, namespace, body, refused, seen, forbidden, limited)
+
+    def scale_and_suspend(
+        self, exp: Experiment, namespace: str, seen: Observed, previous: Mapping[str, Any]
+    ) -> bool:
+        """While an edit of an immutable field is refused the children keep the spec they were
+        made from, but a suspend, a resume and a scale still reach them: none changes what the
+        checkpoints are bound to, and an edit nobody can apply must not freeze the run (an
+        operator upgrade that misread a spec once did). Not the count of an agent whose
+        learner knows it (R2D2's exploration): that needs a new learner. True when something
+        was patched."""
+        job, deployment = seen.job, seen.deployment
+        changed = False
+        if job is not None and not reconcile.job_finished(job):
+            patch = (_job_patch(exp, job, usage_now(previous, job, now_rfc3339())) or {}).get(
+                "spec"
+            ) or {}
+            patch = {k: v for k, v in patch.items() if k in ("suspend", "activeDeadlineSeconds")}
+            if patch:
+                self.children.merge("Job", namespace, job["metadata"]["name"], {"spec": patch})
+                changed = True
+        if deployment is not None:
+            finished = reconcile.job_finished(job) or reconcile.finished_before(previous)
+            wanted = actor_replicas(exp, finished, reconcile.admitted(exp, job))
+            current = (deployment.get("spec") or {}).get("replicas")
+            if exp.spec.agent.name == "r2d2" and wanted and current:
+                wanted = current
+            if current != wanted:
+                name = deployment["metadata"]["name"]
+                self.children.merge("Deployment", namespace, name, {"spec": {"replicas": wanted}})
+                changed = True
+        return changed
+
+    def _announce_retired(self, body: Mapping[str, Any]) -> None:
+        """Posts a Warning Event naming the spec's retired fields and how they were read, at
+        each change handler's run (creation, an edit, the operator's start), not at polls."""
+        notes = reconcile.retired_fields(body)
+        if notes:
+            self.children.event(
+                body,
+                "Warning",
+                "DeprecatedField",
+                "; ".join(notes) + ". Write the new fields: the next API version drops these.",
+            )
 
     def _announce_limited(self, body: Mapping[str, Any], message: str) -> None:
         """Posts a Warning Event when the actors become limited, or limited otherwise."""

@@ -15,6 +15,7 @@ from seedrl.service.operator.reconcile import (
     admitted,
     failure_reason,
     finished_before,
+    immutable_changes,
     immutable_part,
     job_condition,
     job_finished,
@@ -482,7 +483,15 @@ def status_fields(
         },
     }
     if not refused:
-        status["appliedImmutable"] = immutable_part(exp)
+        # As an earlier release wrote it while it means the same (immutable_changes reads it
+        # as this one does): that release reads it back after a rollback.
+        applied = prev.get("appliedImmutable")
+        keep = (
+            isinstance(applied, Mapping)
+            and all(key in applied for key in ("env", "agent"))
+            and not immutable_changes(applied, exp)
+        )
+        status["appliedImmutable"] = applied if keep else immutable_part(exp)
     if images is not None:
         status["images"] = images_status(images)
     status["learnerUsage"] = advance_usage(prev.get("learnerUsage"), job, now)

@@ -156,6 +156,11 @@ class OperatorReplica:
         self.peering, self.priority, self.poll_seconds = peering, priority, poll_seconds
         self.log = workdir / f"{name}.log"
         self.process: subprocess.Popen | None = None
+        #: Folders put before the tests' on its ``PYTHONPATH`` (an earlier release's tree:
+        #: :class:`support.operator_release.ReleaseOperator`).
+        self.python_path: tuple[Path, ...] = ()
+        #: More arguments of ``main`` (``--conversion-webhook-port=...``).
+        self.extra_args: tuple[str, ...] = ()
 
     @property
     def identity(self) -> str:
@@ -170,7 +175,7 @@ class OperatorReplica:
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
-            "PYTHONPATH": str(ROOT / "tests"),
+            "PYTHONPATH": os.pathsep.join(map(str, (*self.python_path, ROOT / "tests"))),
             "SEEDRL_TEST_LEARNER_STATUS_PORT": str(self.learners.port),
             "PYTHONUNBUFFERED": "1",
         }
@@ -185,6 +190,7 @@ class OperatorReplica:
                     f"--poll-seconds={self.poll_seconds}",
                     "--metrics-port=0",
                     f"--liveness=http://127.0.0.1:{free_port()}/healthz",
+                    *self.extra_args,
                 ],
                 env=env,
                 stdin=subprocess.DEVNULL,

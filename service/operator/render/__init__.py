@@ -45,6 +45,7 @@ def render(
     admitted: bool = True,
     images: ImageDefaults = RELEASE_IMAGES,
     usage: LearnerUsage | None = None,
+    config: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every object that runs ``exp``, in the order to create them (config first).
 
@@ -56,11 +57,13 @@ def render(
       admitted: whether Kueue admitted the learner (see :func:`admitted`); no actors before.
       images: where the images the spec does not name come from (:func:`image_defaults`).
       usage: what earlier learner Jobs used of the backoff limit and the deadline.
+      config: the ``config.yaml`` the ConfigMap holds now, whose shape the pods' images read
+        (:func:`~.config_map.config_text_like`); None: none yet.
     """
     ns = namespace or exp.metadata.namespace
     volume = [render_run_volume(exp, owner, ns)] if needs_run_volume(exp) else []
     return [
-        render_config_map(exp, owner, ns),
+        render_config_map(exp, owner, ns, config),
         *volume,
         render_service(exp, owner, ns),
         render_network_policy(exp, owner, ns),

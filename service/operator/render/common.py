@@ -35,6 +35,10 @@ ANNOTATION_CONFIG_HASH = "seedrl.dev/config-hash"
 #: On the learner Job: the digest of what its pod runs (:func:`learner_hash`); a Job whose
 #: digest differs from the spec's is replaced.
 ANNOTATION_LEARNER_HASH = "seedrl.dev/learner-hash"
+#: On a learner Job an earlier release made and this one kept (it runs the same spec): this
+#: release's :func:`learner_hash` of it. :data:`ANNOTATION_LEARNER_HASH` keeps the earlier
+#: release's, so that a rollback to that release keeps the Job too.
+ANNOTATION_ADOPTED_HASH = "seedrl.dev/learner-hash-adopted"
 #: The cluster autoscaler does not remove a node that runs a pod with this annotation "false".
 ANNOTATION_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 #: GKE's label of Spot VM nodes.

@@ -14,6 +14,8 @@ Spot nodes unless ``spec.learner.spot`` asks for them."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 from seedrl.common.config import (
@@ -104,13 +106,19 @@ def learner_hash(exp: Experiment) -> str:
     unless the agent's exploration schedule is defined over the actor count (R2D2's per-actor
     epsilons and evaluation actors): then a new count needs a learner that knows it. A Job
     whose digest differs is replaced, and its new pod resumes from the checkpoint."""
+    return digest(learner_document(exp))
+
+
+def learner_document(exp: Experiment) -> dict[str, Any]:
+    """What :func:`learner_hash` digests: compared as data (``0 == 0.0``), it tells whether
+    two Experiments ask the learner for the same, whatever their numbers' spelling."""
     document = _hashed_document(exp)
     for path in LEARNER_UNREAD:
         section = document["spec"]
         for key in path[:-1]:
             section = section[key]
         section.pop(path[-1], None)
-    return digest(document)
+    return document
 
 
 def legacy_learner_hash(exp: Experiment) -> str:
@@ -120,15 +128,25 @@ def legacy_learner_hash(exp: Experiment) -> str:
     return digest(_hashed_document(exp))
 
 
+def earlier_learner_hash(document: Mapping[str, Any]) -> str:
+    """The :func:`legacy_learner_hash` an earlier release computed for the resolved
+    Experiment ``document`` it wrote (its ConfigMap's ``config.yaml``): the same rules on its
+    own fields."""
+    return digest(_learner_document(copy.deepcopy(dict(document))))
+
+
 def _hashed_document(exp: Experiment) -> dict[str, Any]:
-    document = to_document(exp)
+    return _learner_document(to_document(exp))
+
+
+def _learner_document(document: dict[str, Any]) -> dict[str, Any]:
     # Labels and annotations are bookkeeping (kubectl label, Argo CD, the chart's labels):
     # the learner reads neither, and replacing a TPU learner for them wastes its hours.
     document["metadata"].pop("labels", None)
     document["metadata"].pop("annotations", None)
     document["spec"]["suspend"] = False
-    if exp.spec.agent.name != "r2d2":
-        document["spec"]["actors"].pop("replicas")
+    if (document["spec"].get("agent") or {}).get("name") != "r2d2":
+        (document["spec"].get("actors") or {}).pop("replicas", None)
     return document
 
 
