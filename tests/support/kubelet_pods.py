@@ -56,7 +56,7 @@ from support.container_processes import (
     terminated_state,
     termination_message,
 )
-from support.kube_http import ApiError
+from support.kube_http import ApiError, transient
 from support.kubelet_images import PullError, normalize
 from support.kubelet_volumes import (
     SERVICE_ACCOUNT_DIR,
@@ -321,12 +321,17 @@ class PodWorker:
         ttl = self.volumes.token_ttl()
         if ttl is None:
             return
+        failures = 0
         while True:
-            await asyncio.sleep(0.8 * ttl)  # the kubelet renews at 80% of a token's life
+            # The kubelet renews at 80% of a token's life; one it could not renew, again soon.
+            await asyncio.sleep(min(1.0 * failures, 0.1 * ttl) if failures else 0.8 * ttl)
             try:
                 await self.volumes.refresh()
-            except (ApiError, MountPending, aiohttp.ClientError) as exc:
-                self.node.kubelet.errors.append(f"{self.namespace}/{self.name}: token: {exc}")
+                failures = 0
+            except (ApiError, MountPending, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                failures += 1
+                if not transient(exc, failures):
+                    self.node.kubelet.errors.append(f"{self.namespace}/{self.name}: token: {exc}")
 
     async def _init_container(self, c: Container) -> bool:
         backoff: float | None = None
@@ -484,17 +489,20 @@ class PodWorker:
             "SIM_POD_IP": self.ip,
             "SIM_POD_NAMESPACE": self.namespace,
             "SIM_DNS_FILE": str(kubelet.dns_file),
-            # The API server's Service address as the kubelet publishes it, here its loopback
-            # address (no kube-proxy): in-cluster clients read these two.
+            # The `kubernetes` Service's address as the kubelet publishes it, here the loopback
+            # relay that plays kube-proxy for it: in-cluster clients read these two.
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": str(kubelet.server_port),
+            "KUBERNETES_SERVICE_PORT": str(kubelet.service_port),
             **kubelet.node_env,
         }
         for mount, host in mounts:
             if mount.rstrip("/") == SERVICE_ACCOUNT_DIR:
                 env["KUBECONFIG"] = str(
                     service_account_kubeconfig(
-                        self.dir / f"{c.name}.kubeconfig", host, kubelet.server, self.namespace
+                        self.dir / f"{c.name}.kubeconfig",
+                        host,
+                        kubelet.service_server,
+                        self.namespace,
                     )
                 )
         env.update({k: map_path(v, mounts) for k, v in declared.items()})
@@ -830,10 +838,13 @@ class PodWorker:
                     return
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 # 403: the Node authorizer's graph, fed by the API server's own watch, may not
-                # link a just-bound pod to this node yet; the kubelet retries.
+                # link a just-bound pod to this node yet; the API server may be away. The
+                # kubelet's status manager retries.
                 failures += 1
-                if failures >= 20 or getattr(exc, "status", 0) != 403:
+                if not transient(exc, failures):
                     self.node.kubelet.errors.append(f"{self.namespace}/{self.name}: status: {exc}")
+                else:
+                    self.node.kubelet.unavailable += 1
                 await asyncio.sleep(0.5)
                 self.dirty.set()
                 continue
