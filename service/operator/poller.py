@@ -14,6 +14,7 @@ import time
 from typing import Any, Mapping
 
 import kubernetes
+import urllib3
 
 from seedrl.common.config import (
     GROUP,
@@ -74,9 +75,12 @@ class PeeringGate:
                 body = self.api.get_namespaced_custom_object(
                     "kopf.dev", "v1", namespace, "kopfpeerings", self.name
                 )
-        except kubernetes.client.ApiException as exc:
+        except (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            # Refused, or no answer at all (the API server unreachable: the client's retries
+            # end in urllib3's MaxRetryError, no ApiException).
             where = "cluster-wide" if self.clusterwide else f"in {namespace}"
-            log.warning("cannot read peering %s %s: %s; pausing", self.name, where, exc.reason)
+            reason = getattr(exc, "reason", None) or exc
+            log.warning("cannot read peering %s %s: %s; pausing", self.name, where, reason)
             return False
         return is_active_peer(body.get("status") or {}, self.identity, self.priority)
 
@@ -180,7 +184,10 @@ class Poller:
                 self._woken.clear()
             else:
                 targets, self._woken = list(self._woken), set()
-            self.poll(targets)
+            try:
+                self.poll(targets)
+            except Exception:  # the poller outlives any round: it is the status's only writer
+                log.exception("polling %d Experiment(s) failed", len(targets))
 
     def poll(self, targets: list[tuple[str, str]]) -> None:
         """Refreshes the given Experiments (namespace, name) of the namespaces where this

@@ -951,6 +951,21 @@ def test_the_poller_follows_the_peering_of_each_experiments_namespace(cluster):
     assert refreshed == targets
 
 
+def test_the_poller_pauses_while_the_api_server_cannot_be_reached():
+    """The API server unreachable (no answer at all, not a refusal): the gate says pause
+    rather than raising, which ended the poller's thread and with it every status update of
+    the active replica for good (seen on the real cluster after a network cut)."""
+    from seedrl.service.operator.poller import PeeringGate
+    from support.control_plane import free_port
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = f"https://127.0.0.1:{free_port()}"  # nothing listens there
+    api = kubernetes.client.ApiClient(configuration)
+    for clusterwide in (True, False):
+        gate = PeeringGate(api, "seedrl", "me", 5, clusterwide=clusterwide)
+        assert gate("team-a") is False
+
+
 def test_an_experiment_gone_without_its_deleted_event_is_not_healed_again(cluster):
     api = cluster.api_client()
     k8s = Client(types.SimpleNamespace(api=api))
