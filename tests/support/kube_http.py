@@ -101,8 +101,9 @@ class ApiError(Exception):
 
 
 #: How many 401/403 answers in a row a retrying loop takes as the API server's own start-up (it
-#: refuses every request until its authorization caches are filled) before they are an error.
-STARTUP_REFUSALS = 20
+#: refuses every request until its authorization caches are filled, and a node what its Node
+#: authorizer's graph does not link to it yet) before they are an error.
+STARTUP_REFUSALS = 60
 
 
 def transient(exc: BaseException, failures: int) -> bool:

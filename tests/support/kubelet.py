@@ -11,7 +11,8 @@ judge every call ("Using Node Authorization"):
   its addresses through ``nodes/status`` ("Nodes: Self-registration of Nodes");
 - heartbeats: it renews its Lease in ``kube-node-lease`` every 10 s (``nodeLeaseDurationSeconds``
   40, renewed at a quarter of that: "Nodes: Heartbeats"), so the node lifecycle controller keeps
-  it Ready;
+  it Ready, and reports Ready again where that controller set it Unknown meanwhile; each pod's
+  status is compared with the API's every 10 s and written again where another changed it;
 - pods: it lists and watches the pods with ``spec.nodeName`` = its name (the only ones the Node
   authorizer lets it see), lists again on 410 Gone, starts a worker per new pod, stops a pod
   when it gets a ``deletionTimestamp`` (SIGTERM, SIGKILL after ``deletionGracePeriodSeconds``),
@@ -205,6 +206,7 @@ class NodeAgent:
             )
             try:
                 await self._renew_lease()
+                await self._sync_ready()
                 failures = 0
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 failures += 1
@@ -212,6 +214,21 @@ class NodeAgent:
                     self.kubelet.errors.append(f"{self.name}: lease: {exc}")
                 else:
                     self.kubelet.unavailable += 1
+
+    async def _sync_ready(self) -> None:
+        """The kubelet's node status update (every ``nodeStatusUpdateFrequency``, 10 s, beside
+        the Lease): the node's status is patched where it differs from the kubelet's, as when
+        the node lifecycle controller set Ready Unknown on finding the Lease stale (after the
+        API server was away longer than ``--node-monitor-grace-period``)."""
+        if self.shutting_down:
+            return
+        node = await self.http.get(f"/api/v1/nodes/{self.name}")
+        ready = next(
+            (c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"),
+            {},
+        )
+        if ready.get("status") != "True":
+            await self._report(True, "kubelet is posting ready status")
 
     async def _watch_pods(self) -> None:
         params = {"fieldSelector": f"spec.nodeName={self.name}"}

@@ -81,6 +81,11 @@ ERR_IMAGE_PULL_S = 1.0
 OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
 
 
+#: How often the status manager compares each pod's status in the API with its own (the
+#: kubelet's ``syncBatch`` period).
+STATUS_SYNC_S = 10.0
+
+
 def now_rfc3339() -> str:
     """Now, as the API's timestamps."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -299,6 +304,7 @@ class PodWorker:
         self.ip = next(POD_IPS)
         self.dirty.set()
         refresher = asyncio.ensure_future(self._refresh_tokens())
+        reconciler = asyncio.ensure_future(self._reconcile_status())
         try:
             for c in self.init:
                 if not await self._init_container(c):
@@ -308,6 +314,16 @@ class PodWorker:
             await asyncio.gather(*(self._app_container(c) for c in self.apps))
         finally:
             refresher.cancel()
+            reconciler.cancel()
+
+    async def _reconcile_status(self) -> None:
+        """The status manager's periodic sync (``syncBatch``, every 10 s): the pod's status as
+        the API server has it is compared with the kubelet's and written again where someone
+        else changed it, e.g. the node lifecycle controller marking the pods of a node it took
+        for lost Ready=False (``MarkPodsNotReady``) while the node was in fact fine."""
+        while True:
+            await asyncio.sleep(STATUS_SYNC_S)
+            self.dirty.set()
 
     async def _wait_stop(self, seconds: float) -> bool:
         """Waits ``seconds`` or until the pod is stopped; True when stopped."""
@@ -841,11 +857,15 @@ class PodWorker:
                 # link a just-bound pod to this node yet; the API server may be away. The
                 # kubelet's status manager retries.
                 failures += 1
+                if getattr(exc, "status", 0) == 403 and self.uid not in self.node.workers:
+                    # Gone from the API (the node's watch said so): the Node authorizer no
+                    # longer links it to this node, and the status manager forgets it.
+                    return
                 if not transient(exc, failures):
                     self.node.kubelet.errors.append(f"{self.namespace}/{self.name}: status: {exc}")
                 else:
                     self.node.kubelet.unavailable += 1
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(min(0.5 * failures, 5.0))
                 self.dirty.set()
                 continue
             failures = 0
