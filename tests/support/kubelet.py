@@ -489,7 +489,8 @@ class Kubelet:
         self.python = sys.executable
         self.attachments = Attachments()
         self.errors: list[str] = []
-        #: Events the API server refused (the kubelet drops those too).
+        #: Events the API server refused (the kubelet drops those too), but while it was away
+        #: or starting (counted in :attr:`unavailable`).
         self.dropped_events = 0
         #: Calls retried because the API server was away (:func:`support.kube_http.transient`).
         self.unavailable = 0

@@ -250,8 +250,11 @@ class PodWorker:
                 await self.node.http.request(
                     "POST", f"/api/v1/namespaces/{self.namespace}/events", event
                 )
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError):
-                self.node.kubelet.dropped_events += 1
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                if transient(exc, 1):  # the API server away or starting: dropped as well
+                    self.node.kubelet.unavailable += 1
+                else:
+                    self.node.kubelet.dropped_events += 1
 
         asyncio.ensure_future(post())
 
@@ -472,8 +475,10 @@ class PodWorker:
                 secret = await self.node.http.get_or_none(
                     f"/api/v1/namespaces/{self.namespace}/secrets/{ref['name']}"
                 )
-            except ApiError as exc:
-                if exc.status != 403:
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                # Unreadable (refused, or the API server away): the kubelet warns "Unable to
+                # retrieve some image pull secrets" and pulls without it.
+                if getattr(exc, "status", 0) != 403 and not transient(exc, 1):
                     raise
                 secret = None
             if secret is not None:  # a missing one: the kubelet warns and pulls without it
