@@ -117,8 +117,9 @@ class Poller:
     series with it, never healed (its children would be made again for a dead owner, which
     the garbage collector deletes again, every poll). Status is written only where it changed.
     Each Experiment is refreshed only where this replica is active for its namespace
-    (``config.active``). Every ``resync_seconds``, and at the next round after kopf re-listed
-    a kind, it :meth:`resync`\\ s the cache with the API server.
+    (``config.active``). Every ``resync_seconds``, at the next round after kopf re-listed
+    a kind, and before its first refresh where it becomes active, it :meth:`resync`\\ s the
+    cache with the API server.
     """
 
     def __init__(self, config: OperatorConfig, rec: "Reconciler", cache: ChildCache):
@@ -129,6 +130,8 @@ class Poller:
         self._woken: set[tuple[str, str]] = set()
         self._wake = threading.Event()
         self._relisted = threading.Event()
+        #: The namespaces where this replica was active at its last look.
+        self._working: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="seedrl-poller", daemon=True)
         self.api = kubernetes.client.CustomObjectsApi(config.api_client)
 
@@ -198,6 +201,12 @@ class Poller:
                 return
             if namespace not in active:
                 active[namespace] = self.active(namespace)
+                if active[namespace] and namespace not in self._working:
+                    # Taking over: while another replica worked here kopf's watches were
+                    # paused, and the cache holds what they delivered back then (a learner not
+                    # started yet, a Job not ready): list afresh before writing any status.
+                    self.resync()
+                (self._working.add if active[namespace] else self._working.discard)(namespace)
             if not active[namespace]:
                 continue
             try:
