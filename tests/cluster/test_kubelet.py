@@ -665,3 +665,45 @@ def test_a_service_name_resolves_to_a_ready_pod(cluster, namespace):
     assert _finished(admin, job) == "Complete"
     pods = admin.call("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=job-name%3Dclient")
     assert "status 200" in kubelet.log(namespace, pods["items"][0]["metadata"]["name"])
+
+
+def test_pods_run_on_while_the_api_server_is_away(cluster, namespace):
+    """kube-apiserver stopped for longer than a lease renewal (a control plane upgraded): the
+    kubelet's pods run on, untouched, and what it could not say meanwhile (its Lease) it says
+    once the API server is back, retrying without taking the outage for an error of its own
+    (the fixture checks :attr:`Kubelet.errors`)."""
+    plane, kubelet = cluster
+    admin = Admin(plane)
+    admin.create(
+        f"/api/v1/namespaces/{namespace}/pods",
+        _stubborn_pod(namespace, "steady", "exit", 5),
+    )
+    before = _running(admin, namespace, "steady")
+    node = before["spec"]["nodeName"]
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
+    renewed = admin.call("GET", lease)["spec"]["renewTime"]
+    beats = kubelet.log(namespace, "steady").count("beat")
+    retried = kubelet.unavailable
+    plane.stop_apiserver()
+    try:
+        # Away for more than the 10 s between renewals: one at least fails. Meanwhile the
+        # pod's process beats on.
+        wait_for(
+            lambda: (
+                kubelet.unavailable > retried
+                and kubelet.log(namespace, "steady").count("beat") > beats + 20
+            ),
+            60,
+            "a failed renewal and the pod running on",
+        )
+    finally:
+        plane.start_apiserver()
+    wait_for(
+        lambda: admin.call("GET", lease)["spec"]["renewTime"] != renewed,
+        60,
+        "the lease renewed once the API server is back",
+    )
+    after = admin.call("GET", f"/api/v1/namespaces/{namespace}/pods/steady")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+    admin.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/steady")

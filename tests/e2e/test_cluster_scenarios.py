@@ -1,18 +1,16 @@
 """What happens to an Experiment on a cluster when nodes drain, Spot VMs go, learners crash,
-users scale, suspend and delete: proven on the real control plane (kube-apiserver, controllers
-and scheduler v1.37.2) with our kubelet on GKE's kinds of nodes (tests/support/cluster.py), the
-real operator (installed by `helm install` as two replicas electing one, running as its chart's
-ServiceAccount under its chart's RBAC), the real learner and actors (pods run as processes) and
-real checkpoints (the learner's PersistentVolumeClaim on a zonal disk), driven with the real
-kubectl and helm. One scenario still needs the simulated cluster's insides (expiring every
-watch at will) and runs there."""
+users scale, suspend and delete, and when the operator's watches expire: proven on the real
+control plane (kube-apiserver, controllers and scheduler v1.37.2) with our kubelet on GKE's kinds
+of nodes (tests/support/cluster.py), the real operator (installed by `helm install` as two
+replicas electing one, running as its chart's ServiceAccount under its chart's RBAC), the real
+learner and actors (pods run as processes) and real checkpoints (the learner's
+PersistentVolumeClaim on a zonal disk), driven with the real kubectl and helm."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,34 +19,23 @@ import yaml
 from seedrl.common.exit_codes import ExitCode
 from support.charts import chart_at_version
 from support.cluster import ROOT, KubeCluster
-from support.sim_cluster import SimulatedCluster, wait_until
-from support.pods import free_port
-
-EXPERIMENTS = ("seedrl.dev", "v1alpha1", "experiments")
-
-
-def install_operator(c: KubeCluster | SimulatedCluster, *sets: str) -> None:
-    """`helm install` of the operator chart (two replicas, a 1 s poll; ``sets`` more values),
-    then waits for both replicas to run."""
-    args = [f"--set={s}" for s in ("operator.pollSeconds=1", *sets)]
-    c.helm(
-        "install",
-        "seedrl",
-        str(ROOT / "helm" / "seedrl-operator"),
-        "-n",
-        "seedrl-system",
-        "--create-namespace",
-        *args,
-        "--wait=false",
-    )
-    wait_until(
-        lambda: (
-            len([p for p in c.pods("seedrl-system") if p["status"].get("phase") == "Running"]) == 2
-        ),
-        120,
-        "both operator replicas running",
-        c,
-    )
+from support.cluster_scenarios import (
+    EXPERIMENTS,
+    PhaseRecorder,
+    actor_pods,
+    apply,
+    condition,
+    diagnosis,
+    experiment,
+    install_operator,
+    learner_pods,
+    logs,
+    peers,
+    resumed,
+    status,
+    wait_for_pod,
+)
+from support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -59,175 +46,53 @@ def cluster(tmp_path_factory):
         assert not c.errors(), c.errors()
 
 
-def experiment(name: str, **spec) -> dict:
-    """A small CartPole Experiment; ``spec`` keys are merged in (dicts one level deep)."""
-    base = {
-        "agent": {"name": "vtrace", "vtrace": {"rewardScale": 0.1}},
-        "learner": {
-            "batchSize": 8,
-            "port": free_port(),
-            "resources": {"cpu": "1", "memory": "4Gi"},
-            "terminationGracePeriodSeconds": 30,
-        },
-        "actors": {"replicas": 2, "envsPerActor": 8, "resources": {"cpu": "500m", "memory": "1Gi"}},
-        "budget": {"maxEnvSteps": 40000, "targetReturn": None, "returnWindow": 20},
-        "checkpoint": {"intervalSeconds": 3, "intervalSteps": 0},
-    }
-    for key, value in spec.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = {**base[key], **value}
-        else:
-            base[key] = value
-    return {
-        "apiVersion": "seedrl.dev/v1alpha1",
-        "kind": "Experiment",
-        "metadata": {"name": name},
-        "spec": base,
-    }
-
-
-def apply(cluster, namespace: str, document: dict, tmp_path: Path) -> None:
-    """`kubectl apply -f` of a document, in its own namespace (created if missing)."""
-    if cluster.get("", "v1", "namespaces", "", namespace) is None:
-        cluster.kubectl("create", "namespace", namespace)
-    path = tmp_path / f"{document['metadata']['name']}.yaml"
-    path.write_text(yaml.safe_dump(document))
-    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
-
-
-def status(cluster, namespace: str, name: str) -> dict:
-    return ((cluster.get(*EXPERIMENTS, namespace, name) or {}).get("status")) or {}
-
-
-def condition(cluster, namespace: str, name: str, type_: str) -> dict:
-    return next(
-        (c for c in status(cluster, namespace, name).get("conditions") or [] if c["type"] == type_),
-        {},
-    )
-
-
-def learner_pods(cluster, namespace: str, name: str) -> list[dict]:
-    return sorted(
-        cluster.pods(namespace, **{"seedrl.dev__experiment": name, "seedrl.dev__role": "learner"}),
-        key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"],
-    )
-
-
-def actor_pods(cluster, namespace: str, name: str) -> list[dict]:
-    return [
-        p
-        for p in cluster.pods(
-            namespace, **{"seedrl.dev__experiment": name, "seedrl.dev__role": "actor"}
-        )
-        if p["status"].get("phase") not in ("Succeeded", "Failed")
-        and not p["metadata"].get("deletionTimestamp")
-    ]
-
-
-def wait_for_pod(cluster, namespace: str, name: str, old: dict) -> bool:
-    """Waits for a learner pod other than ``old``; fails with a diagnosis."""
-    try:
-        wait_until(
-            lambda: [
-                p
-                for p in learner_pods(cluster, namespace, name)
-                if p["metadata"]["uid"] != old["metadata"]["uid"]
-            ],
-            180,
-            "a new learner pod",
-            cluster,
-        )
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}{diagnosis(cluster, namespace, name)}") from None
-    return True
-
-
-def resumed(cluster, namespace: str, name: str, old: dict, what: str) -> dict:
-    """Waits for a learner pod other than ``old`` to say it resumed; returns it."""
-    return wait_until(
-        lambda: next(
-            (
-                p
-                for p in learner_pods(cluster, namespace, name)
-                if p["metadata"]["uid"] != old["metadata"]["uid"]
-                and "resumed from" in cluster.pod_log(p)
-            ),
-            None,
-        ),
-        240,
-        what,
-        cluster,
-    )
-
-
-class PhaseRecorder:
-    """Records every phase and envFrames an Experiment's status shows, from a thread."""
-
-    def __init__(self, cluster, namespace: str, name: str):
-        self.seen: list[tuple[str | None, int]] = []
-        self._stop = threading.Event()
-
-        def run():
-            # One last reading after the stop: the phase a caller waited for is recorded even
-            # when its wait saw it first.
-            while True:
-                stopping = self._stop.is_set()
-                s = status(cluster, namespace, name)
-                entry = (s.get("phase"), int(s.get("envFrames") or 0))
-                if not self.seen or self.seen[-1] != entry:
-                    self.seen.append(entry)
-                if stopping:
-                    return
-                self._stop.wait(0.2)
-
-        self._thread = threading.Thread(target=run, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(5)
-
-
-def peers(cluster) -> dict:
-    """The operator replicas in the kopf peering (by id), as the peering object lists them."""
-    peering = cluster.get("kopf.dev", "v1", "clusterkopfpeerings", "", "seedrl-seedrl-operator")
-    return (peering or {}).get("status") or {}
-
-
-def diagnosis(cluster, namespace: str, name: str) -> str:
-    """What to look at when a scenario times out: the Job, the learner pods and their logs."""
-    job = cluster.get("batch", "v1", "jobs", namespace, f"{name}-learner") or {}
-    pods = learner_pods(cluster, namespace, name)
-    return (
-        f"\nJob status: {json.dumps(job.get('status'))}\nExperiment status phase: "
-        f"{status(cluster, namespace, name).get('phase')}\nlearner pods: "
-        f"{[(p['metadata']['name'], p['status']) for p in pods]}\n{logs(cluster, pods)}"
-    )
-
-
-def logs(cluster, pods) -> str:
-    return "\n".join(f"--- {p['metadata']['name']}\n{cluster.pod_log(p)[-3000:]}" for p in pods)
-
-
 # --------------------------------------------------------------------------------------------
 
 
-# The one scenario still on the simulated cluster (it expires every watch at will, which the
-# real API server offers no way to do). First in the module, so that it runs before the real
-# cluster of the module's fixture starts (with both clusters up on 2 busy cores it timed out
-# once).
+#: The kinds an Experiment's children are among, as the audit log names their resources.
+CHILD_RESOURCES = {
+    "configmaps",
+    "services",
+    "secrets",
+    "networkpolicies",
+    "jobs",
+    "deployments",
+    "poddisruptionbudgets",
+    "persistentvolumeclaims",
+    "pods",
+    "replicasets",
+}
+
+
+def operator_writes(cluster: KubeCluster, since: int, namespace: str) -> list[str]:
+    """What the operator's ServiceAccount created in ``namespace`` (and the API server did),
+    among the audit events after the first ``since``: creates, and server-side applies that
+    created (201). Events are left out (telling is not making)."""
+    user = "system:serviceaccount:seedrl-system:seedrl-seedrl-operator"
+    found = []
+    for event in cluster.plane.audit_events()[since:]:
+        ref = event.get("objectRef") or {}
+        if (event.get("user") or {}).get("username") != user:
+            continue
+        if ref.get("namespace") != namespace or ref.get("resource") not in CHILD_RESOURCES:
+            continue
+        verb, code = event.get("verb"), (event.get("responseStatus") or {}).get("code", 0)
+        if (verb == "create" and code < 300) or (verb == "patch" and code == 201):
+            found.append(f"{verb} {ref.get('resource')} {ref.get('name')} ({code})")
+    return found
+
+
+# First in the module, so that its cluster is gone before the module's fixture starts its own
+# (two clusters with their pods at once on 2 busy cores time out).
 @pytest.mark.slow
 def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_path_factory):
     """An operator of two replicas watching two namespaces (a KopfPeering in each), then
-    every watch expired while an Experiment is deleted and an actor pod of another one goes:
-    kopf lists again, seeing no DELETED event for either."""
+    every watch of theirs expired (cut off, etcd compacted, the API server restarted) while an
+    Experiment is deleted and an actor pod of another one goes: kopf lists again, seeing no
+    DELETED event for either."""
     tmp_path = tmp_path_factory.mktemp("relist")
-    with SimulatedCluster(tmp_path_factory.mktemp("cluster-ns")) as c:
-        for ns in ("team-a", "team-b"):
-            c.kubectl("create", "namespace", ns)
+    with KubeCluster(tmp_path_factory.mktemp("cluster-ns")) as c:
+        c.create_namespaces("team-a", "team-b")
         install_operator(c, "watch.scope=namespaces", "watch.namespaces={team-a,team-b}")
         gone, kept = ("team-a", "cartpole"), ("team-b", "cartpole")
         for ns, name in (gone, kept):
@@ -244,14 +109,6 @@ def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_pa
                 lambda ns=ns, name=name: f"{ns}/{name} training{diagnosis(c, ns, name)}",
                 c,
             )
-        created: list[str] = []
-
-        def record(event) -> None:
-            meta = event.obj["metadata"]
-            if event.type == "ADDED" and meta.get("namespace") == gone[0]:
-                created.append(f"{event.obj['kind']}/{meta['name']}")
-
-        c.call(lambda: c.api.store.listeners.append(record))
         victim = actor_pods(c, *kept)[0]
         with c.watches_down():
             c.kubectl("delete", "experiment", gone[1], "-n", gone[0], "--wait=false")
@@ -262,7 +119,8 @@ def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_pa
                 "the deleted experiment's children collected",
                 c,
             )
-            created.clear()
+            # What the operator does from here on is what the relist made it do.
+            since = len(c.plane.audit_events())
 
         # kopf lists again. The deleted Experiment is not healed (no child re-created, with
         # an owner that is gone), and the actor pod that went stops being priced.
@@ -271,7 +129,15 @@ def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_pa
             mine = [r for r in records if r["name"] == victim["metadata"]["uid"]]
             return bool(mine) and all(end is not None for _, end in mine[0]["intervals"])
 
-        wait_until(closed, 60, "the gone actor pod's cost interval closed", c)
+        wait_until(
+            closed,
+            120,
+            lambda: (
+                f"the gone actor pod's cost interval closed: "
+                f"{status(c, *kept).get('costRecords')}\n{logs(c, c.pods('seedrl-system'))}"
+            ),
+            c,
+        )
         frames = status(c, *kept)["envFrames"]
         wait_until(
             lambda: (status(c, *kept).get("envFrames") or 0) > frames + 1000,
@@ -279,7 +145,7 @@ def test_two_watched_namespaces_reconcile_and_a_relist_resurrects_nothing(tmp_pa
             "the kept experiment training on",
             c,
         )
-        assert not created, created
+        assert operator_writes(c, since, gone[0]) == []
         assert c.get(*EXPERIMENTS, *gone) is None
         assert not c.list("batch", "v1", "jobs", gone[0])
         peerings = c.list("kopf.dev", "v1", "kopfpeerings")

@@ -4,10 +4,13 @@ kind of GKE node (:mod:`support.kubelet`), driven as users drive it: :meth:`Kube
 (the kubectl built with the server) and :meth:`KubeCluster.helm` run the real binaries with the
 administrator's kubeconfig.
 
-Its methods are those of :class:`support.sim_cluster.SimulatedCluster` that scenarios use
-(``get``, ``list``, ``pods``, ``pod_log``, ``events``, ``preempt``, ``errors``...), so a scenario
-moves by changing the class it starts. What it cannot offer is the simulator's insides (its
-object store, dropping watches at will): a scenario that reaches into them needs rewriting.
+Pods reach the API server as in a real cluster, through the ``kubernetes`` Service: a
+:class:`~support.tcp_proxy.TcpProxy` plays kube-proxy for it (``KUBERNETES_SERVICE_HOST``/``PORT``
+and the pods' service-account kubeconfig name it), while the kubelets, the controllers and the
+tests' admin clients reach the API server directly. So a scenario can cut the pods (the
+operator's among them) off the API server while it goes on serving everyone else
+(:meth:`KubeCluster.pods_cut_off`), and expire every watch of theirs
+(:meth:`KubeCluster.watches_down`).
 
 The release's images (:data:`seedrl.common.config.cluster.LEARNER_IMAGES`, ``ACTOR_IMAGE``,
 the operator's) are pullable; their containers name their commands, which run with this
@@ -16,12 +19,15 @@ machine's Python.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import urllib3
 
@@ -31,6 +37,7 @@ from support.gke_nodes import GKE_CLUSTER, NodeSpec
 from support.kubelet import Kubelet
 from support.kube_http import json_call
 from support.kubelet_images import Registries
+from support.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
@@ -57,6 +64,8 @@ class KubeCluster:
       kubeconfig: the administrator's kubeconfig (kubectl, helm, the official client).
       plane: the control plane.
       kubelet: the kubelets of the nodes.
+      service: the relay that plays kube-proxy for the ``kubernetes`` Service: the pods' way
+        to the API server.
     """
 
     def __init__(
@@ -77,12 +86,15 @@ class KubeCluster:
         self._spare = 0
         self.kubelet: Kubelet | None = None
         self._http: urllib3.PoolManager | None = None
+        self.service: TcpProxy | None = None
 
     def __enter__(self) -> KubeCluster:
         self.plane.__enter__()
         try:
             self.url = self.plane.server
             certs = self.plane.certificates
+            target = urlparse(self.plane.server)
+            self.service = TcpProxy((target.hostname or "127.0.0.1", target.port or 443))
             self._http = urllib3.PoolManager(
                 ssl_context=certs.ssl_context(), retries=False, maxsize=8
             )
@@ -94,8 +106,12 @@ class KubeCluster:
                 self._registries,
                 root=self.root / "kubelet",
                 node_env=self._node_env,
+                # The serving certificate names 127.0.0.1 whatever the port: TLS as before.
+                service_server=f"https://127.0.0.1:{self.service.port}",
             ).__enter__()
         except BaseException:
+            if self.service is not None:
+                self.service.close()
             self.plane.__exit__(None, None, None)
             raise
         return self
@@ -105,6 +121,8 @@ class KubeCluster:
             if self.kubelet is not None:
                 self.kubelet.__exit__(*exc)
         finally:
+            if self.service is not None:
+                self.service.close()
             self.plane.__exit__(*exc)
             if self._tmp is not None:
                 self._tmp.cleanup()
@@ -207,6 +225,37 @@ class KubeCluster:
     ) -> subprocess.CompletedProcess:
         """Runs the real helm against this cluster."""
         return self._run(BIN / "helm", args, check, timeout, None)
+
+    # -- faults of the control plane ------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pods_cut_off(self) -> Iterator[None]:
+        """For the ``with`` block the pods cannot reach the API server (the ``kubernetes``
+        Service refuses them, their open connections reset: a network partition between the
+        nodes' pods and the control plane), while the kubelets, the controllers and the
+        test's admin clients still do."""
+        assert self.service is not None
+        self.service.cut()
+        try:
+            yield
+        finally:
+            self.service.restore()
+
+    @contextlib.contextmanager
+    def watches_down(self) -> Iterator[None]:
+        """For the ``with`` block the pods are cut off (:meth:`pods_cut_off`), so the test
+        changes things as the admin unseen by their watches; on leaving, etcd's history is
+        compacted and the API server restarted with a fresh watch cache before the pods reach
+        it again: no watch of theirs can resume from where it was (410 Gone), every client
+        (kopf among them) lists again."""
+        assert self.service is not None
+        self.service.cut()
+        try:
+            yield
+            self.plane.compact_etcd()
+            self.plane.restart_apiserver()
+        finally:
+            self.service.restore()
 
     # -- what happens to nodes --------------------------------------------------------------
 

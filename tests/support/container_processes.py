@@ -1,6 +1,5 @@
-"""What a kubelet does to run a container as a local process, shared by the tests' kubelets
-(:mod:`support.kubelet` on the real control plane, :mod:`support.sim_kubelet` on the simulated
-one until its scenarios move).
+"""What a kubelet does to run a container as a local process, for the tests' kubelet
+(:mod:`support.kubelet`, on the real control plane).
 
 The processes share this machine's network namespace and have no mount namespace, so
 :data:`SITECUSTOMIZE` gives Python processes a pod IP and cluster DNS, and the callers map mount

@@ -100,6 +100,28 @@ class ApiError(Exception):
         self.reason = reason
 
 
+#: How many 401/403 answers in a row a retrying loop takes as the API server's own start-up (it
+#: refuses every request until its authorization caches are filled, and a node what its Node
+#: authorizer's graph does not link to it yet) before they are an error.
+STARTUP_REFUSALS = 60
+
+
+def transient(exc: BaseException, failures: int) -> bool:
+    """Whether a failed call, the ``failures``-th in a row, is the API server being away rather
+    than a fault of the caller: no connection, a reset or a timeout, 429 or 5xx (unbounded: a
+    control plane can be down for minutes, an upgrade of a zonal one is), or a refusal while it
+    starts (at most :data:`STARTUP_REFUSALS` in a row). The kubelet's loops retry those, logging
+    them, without giving up (client-go's reflector and the kubelet's lease and status
+    managers)."""
+    if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)):
+        return True
+    if isinstance(exc, ApiError):
+        if exc.status == 429 or exc.status >= 500:
+            return True
+        return exc.status in (401, 403) and failures < STARTUP_REFUSALS
+    return False
+
+
 class KubeHttp:
     """One identity's connection to the API server.
 
@@ -227,4 +249,4 @@ class KubeHttp:
                     break
 
 
-__all__ = ["ApiError", "KubeHttp", "client_certificate"]
+__all__ = ["STARTUP_REFUSALS", "ApiError", "KubeHttp", "client_certificate", "transient"]

@@ -11,7 +11,8 @@ judge every call ("Using Node Authorization"):
   its addresses through ``nodes/status`` ("Nodes: Self-registration of Nodes");
 - heartbeats: it renews its Lease in ``kube-node-lease`` every 10 s (``nodeLeaseDurationSeconds``
   40, renewed at a quarter of that: "Nodes: Heartbeats"), so the node lifecycle controller keeps
-  it Ready;
+  it Ready, and reports Ready again where that controller set it Unknown meanwhile; each pod's
+  status is compared with the API's every 10 s and written again where another changed it;
 - pods: it lists and watches the pods with ``spec.nodeName`` = its name (the only ones the Node
   authorizer lets it see), lists again on 410 Gone, starts a worker per new pod, stops a pod
   when it gets a ``deletionTimestamp`` (SIGTERM, SIGKILL after ``deletionGracePeriodSeconds``),
@@ -46,7 +47,7 @@ import aiohttp
 
 from support.container_processes import SHUTDOWN_GRACE_S, SITECUSTOMIZE, signal_group
 from support.gke_nodes import NodeSpec
-from support.kube_http import ApiError, KubeHttp, client_certificate
+from support.kube_http import ApiError, KubeHttp, client_certificate, transient
 from support.kubelet_images import Registries
 from support.kubelet_pods import PodWorker, now_rfc3339
 from support.kubelet_volumes import Attachments
@@ -54,6 +55,9 @@ from support.pv_provisioner import DiskProvisioner
 
 #: The Lease's duration and how often it is renewed (a quarter of it), as the kubelet does.
 LEASE_DURATION_S, LEASE_RENEW_S = 40, 10.0
+#: A failed renewal is retried after 0.2 s, doubling up to 7 s (the lease controller of
+#: k8s.io/component-helpers: ``maxBackoff``), until the API server answers again.
+LEASE_RETRY_S, LEASE_MAX_BACKOFF_S = 0.2, 7.0
 #: Grace the kubelet gives a pod that vanished from the API without it (a forced deletion).
 FORCED_GRACE_S = 2.0
 #: How long a new node may wait for the node lifecycle controller to find it Ready (it looks
@@ -193,15 +197,42 @@ class NodeAgent:
         await self.http.request("PUT", path, lease)
 
     async def _heartbeats(self) -> None:
+        failures = 0
         while True:
-            await asyncio.sleep(LEASE_RENEW_S)
+            await asyncio.sleep(
+                min(LEASE_RETRY_S * 2 ** (failures - 1), LEASE_MAX_BACKOFF_S)
+                if failures
+                else LEASE_RENEW_S
+            )
             try:
                 await self._renew_lease()
+                await self._sync_ready()
+                failures = 0
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                self.kubelet.errors.append(f"{self.name}: lease: {exc}")
+                failures += 1
+                if not transient(exc, failures):
+                    self.kubelet.errors.append(f"{self.name}: lease: {exc}")
+                else:
+                    self.kubelet.unavailable += 1
+
+    async def _sync_ready(self) -> None:
+        """The kubelet's node status update (every ``nodeStatusUpdateFrequency``, 10 s, beside
+        the Lease): the node's status is patched where it differs from the kubelet's, as when
+        the node lifecycle controller set Ready Unknown on finding the Lease stale (after the
+        API server was away longer than ``--node-monitor-grace-period``)."""
+        if self.shutting_down:
+            return
+        node = await self.http.get(f"/api/v1/nodes/{self.name}")
+        ready = next(
+            (c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"),
+            {},
+        )
+        if ready.get("status") != "True":
+            await self._report(True, "kubelet is posting ready status")
 
     async def _watch_pods(self) -> None:
         params = {"fieldSelector": f"spec.nodeName={self.name}"}
+        failures = 0
         while True:
             try:
                 async for kind, obj in self.http.watch("/api/v1/pods", params):
@@ -215,8 +246,15 @@ class NodeAgent:
                         self._gone(obj["metadata"]["uid"])
                     else:
                         await self._seen(obj)
+                    failures = 0
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                self.kubelet.errors.append(f"{self.name}: watch: {exc}")
+                # What runs goes on running meanwhile: a kubelet cut off from the API server
+                # keeps its pods (it only stops those it is told are deleted).
+                failures += 1
+                if not transient(exc, failures):
+                    self.kubelet.errors.append(f"{self.name}: watch: {exc}")
+                else:
+                    self.kubelet.unavailable += 1
                 await asyncio.sleep(1.0)
 
     async def _seen(self, pod: dict) -> None:
@@ -418,6 +456,8 @@ class Kubelet:
       registries: what images can be pulled (:class:`support.kubelet_images.Registries`).
       root: where pods' directories, volumes and logs go (a temporary directory if None).
       node_env: variables every container gets from its node.
+      service_server: the URL pods reach the API server at (the ``kubernetes`` Service, which
+        kube-proxy relays to it); ``server`` if None. The kubelets themselves use ``server``.
     """
 
     def __init__(
@@ -429,6 +469,7 @@ class Kubelet:
         registries: Registries,
         root: Path | None = None,
         node_env: dict[str, str] | None = None,
+        service_server: str | None = None,
     ):
         self._tmp: tempfile.TemporaryDirectory | None = None
         if root is None:
@@ -436,7 +477,10 @@ class Kubelet:
             root = Path(self._tmp.name)
         self.root = Path(root)
         self.server = server
-        self.server_port = int(server.rsplit(":", 1)[1])
+        #: Where pods reach the API server (``KUBERNETES_SERVICE_HOST``/``PORT``, their
+        #: service-account kubeconfig).
+        self.service_server = service_server or server
+        self.service_port = int(self.service_server.rsplit(":", 1)[1])
         self.ca_file = Path(ca_file)
         self.ca_cert = self.ca_file.read_bytes()
         self.ca_key = Path(ca_key_file).read_bytes()
@@ -445,8 +489,11 @@ class Kubelet:
         self.python = sys.executable
         self.attachments = Attachments()
         self.errors: list[str] = []
-        #: Events the API server refused (the kubelet drops those too).
+        #: Events the API server refused (the kubelet drops those too), but while it was away
+        #: or starting (counted in :attr:`unavailable`).
         self.dropped_events = 0
+        #: Calls retried because the API server was away (:func:`support.kube_http.transient`).
+        self.unavailable = 0
         self.site_dir = self.root / "site"
         self.site_dir.mkdir(parents=True, exist_ok=True)
         (self.site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)

@@ -56,7 +56,7 @@ from support.container_processes import (
     terminated_state,
     termination_message,
 )
-from support.kube_http import ApiError
+from support.kube_http import ApiError, transient
 from support.kubelet_images import PullError, normalize
 from support.kubelet_volumes import (
     SERVICE_ACCOUNT_DIR,
@@ -79,6 +79,11 @@ PULL_BACKOFF_S, PULL_BACKOFF_CAP_S = 10.0, 300.0
 ERR_IMAGE_PULL_S = 1.0
 #: The kubelet's own conditions; others' (PodScheduled, DisruptionTarget...) are kept.
 OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+
+
+#: How often the status manager compares each pod's status in the API with its own (the
+#: kubelet's ``syncBatch`` period).
+STATUS_SYNC_S = 10.0
 
 
 def now_rfc3339() -> str:
@@ -245,8 +250,11 @@ class PodWorker:
                 await self.node.http.request(
                     "POST", f"/api/v1/namespaces/{self.namespace}/events", event
                 )
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError):
-                self.node.kubelet.dropped_events += 1
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                if transient(exc, 1):  # the API server away or starting: dropped as well
+                    self.node.kubelet.unavailable += 1
+                else:
+                    self.node.kubelet.dropped_events += 1
 
         asyncio.ensure_future(post())
 
@@ -299,6 +307,7 @@ class PodWorker:
         self.ip = next(POD_IPS)
         self.dirty.set()
         refresher = asyncio.ensure_future(self._refresh_tokens())
+        reconciler = asyncio.ensure_future(self._reconcile_status())
         try:
             for c in self.init:
                 if not await self._init_container(c):
@@ -308,6 +317,16 @@ class PodWorker:
             await asyncio.gather(*(self._app_container(c) for c in self.apps))
         finally:
             refresher.cancel()
+            reconciler.cancel()
+
+    async def _reconcile_status(self) -> None:
+        """The status manager's periodic sync (``syncBatch``, every 10 s): the pod's status as
+        the API server has it is compared with the kubelet's and written again where someone
+        else changed it, e.g. the node lifecycle controller marking the pods of a node it took
+        for lost Ready=False (``MarkPodsNotReady``) while the node was in fact fine."""
+        while True:
+            await asyncio.sleep(STATUS_SYNC_S)
+            self.dirty.set()
 
     async def _wait_stop(self, seconds: float) -> bool:
         """Waits ``seconds`` or until the pod is stopped; True when stopped."""
@@ -321,12 +340,17 @@ class PodWorker:
         ttl = self.volumes.token_ttl()
         if ttl is None:
             return
+        failures = 0
         while True:
-            await asyncio.sleep(0.8 * ttl)  # the kubelet renews at 80% of a token's life
+            # The kubelet renews at 80% of a token's life; one it could not renew, again soon.
+            await asyncio.sleep(min(1.0 * failures, 0.1 * ttl) if failures else 0.8 * ttl)
             try:
                 await self.volumes.refresh()
-            except (ApiError, MountPending, aiohttp.ClientError) as exc:
-                self.node.kubelet.errors.append(f"{self.namespace}/{self.name}: token: {exc}")
+                failures = 0
+            except (ApiError, MountPending, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                failures += 1
+                if not transient(exc, failures):
+                    self.node.kubelet.errors.append(f"{self.namespace}/{self.name}: token: {exc}")
 
     async def _init_container(self, c: Container) -> bool:
         backoff: float | None = None
@@ -451,8 +475,10 @@ class PodWorker:
                 secret = await self.node.http.get_or_none(
                     f"/api/v1/namespaces/{self.namespace}/secrets/{ref['name']}"
                 )
-            except ApiError as exc:
-                if exc.status != 403:
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                # Unreadable (refused, or the API server away): the kubelet warns "Unable to
+                # retrieve some image pull secrets" and pulls without it.
+                if getattr(exc, "status", 0) != 403 and not transient(exc, 1):
                     raise
                 secret = None
             if secret is not None:  # a missing one: the kubelet warns and pulls without it
@@ -484,17 +510,20 @@ class PodWorker:
             "SIM_POD_IP": self.ip,
             "SIM_POD_NAMESPACE": self.namespace,
             "SIM_DNS_FILE": str(kubelet.dns_file),
-            # The API server's Service address as the kubelet publishes it, here its loopback
-            # address (no kube-proxy): in-cluster clients read these two.
+            # The `kubernetes` Service's address as the kubelet publishes it, here the loopback
+            # relay that plays kube-proxy for it: in-cluster clients read these two.
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": str(kubelet.server_port),
+            "KUBERNETES_SERVICE_PORT": str(kubelet.service_port),
             **kubelet.node_env,
         }
         for mount, host in mounts:
             if mount.rstrip("/") == SERVICE_ACCOUNT_DIR:
                 env["KUBECONFIG"] = str(
                     service_account_kubeconfig(
-                        self.dir / f"{c.name}.kubeconfig", host, kubelet.server, self.namespace
+                        self.dir / f"{c.name}.kubeconfig",
+                        host,
+                        kubelet.service_server,
+                        self.namespace,
                     )
                 )
         env.update({k: map_path(v, mounts) for k, v in declared.items()})
@@ -830,11 +859,18 @@ class PodWorker:
                     return
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 # 403: the Node authorizer's graph, fed by the API server's own watch, may not
-                # link a just-bound pod to this node yet; the kubelet retries.
+                # link a just-bound pod to this node yet; the API server may be away. The
+                # kubelet's status manager retries.
                 failures += 1
-                if failures >= 20 or getattr(exc, "status", 0) != 403:
+                if getattr(exc, "status", 0) == 403 and self.uid not in self.node.workers:
+                    # Gone from the API (the node's watch said so): the Node authorizer no
+                    # longer links it to this node, and the status manager forgets it.
+                    return
+                if not transient(exc, failures):
                     self.node.kubelet.errors.append(f"{self.namespace}/{self.name}: status: {exc}")
-                await asyncio.sleep(0.5)
+                else:
+                    self.node.kubelet.unavailable += 1
+                await asyncio.sleep(min(0.5 * failures, 5.0))
                 self.dirty.set()
                 continue
             failures = 0

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import aiohttp
 
-from support.kube_http import ApiError, KubeHttp
+from support.kube_http import ApiError, KubeHttp, transient
 
 DRIVER = "pd.csi.storage.gke.io"
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
@@ -92,7 +92,9 @@ class DiskProvisioner:
                         try:
                             await handle(item)
                         except (ApiError, aiohttp.ClientError) as exc:
-                            self.errors.append(f"provisioner: {exc}")
+                            # The API server away: the item comes again with the next list.
+                            if not transient(exc, 1):
+                                self.errors.append(f"provisioner: {exc}")
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError):
                 await asyncio.sleep(1.0)
 

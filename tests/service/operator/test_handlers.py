@@ -894,6 +894,44 @@ def test_the_poller_follows_the_peering_of_each_experiments_namespace(cluster):
     assert refreshed == targets
 
 
+def test_the_poller_pauses_while_the_api_server_cannot_be_reached():
+    """The API server unreachable (no answer at all, not a refusal): the gate says pause
+    rather than raising, which ended the poller's thread and with it every status update of
+    the active replica for good (seen on the real cluster after a network cut)."""
+    from seedrl.service.operator.poller import PeeringGate
+    from support.control_plane import free_port
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = f"https://127.0.0.1:{free_port()}"  # nothing listens there
+    api = kubernetes.client.ApiClient(configuration)
+    for clusterwide in (True, False):
+        gate = PeeringGate(api, "seedrl", "me", 5, clusterwide=clusterwide)
+        assert gate("team-a") is False
+
+
+def test_a_replica_taking_over_lists_afresh_before_it_writes(cluster):
+    """A standby replica's cache is what kopf's watches delivered before they paused. After a
+    60 s outage (longer than the peering lifetime) every record has expired and the standby's
+    gate may say active at once: writing status from that cache would show what it last saw,
+    e.g. a learner still starting (once on the real cluster the Experiment read phase Pending
+    after such an outage while its learner trained). Becoming active, the poller resyncs its
+    cache before refreshing anything, once."""
+    poller, _ = standalone_poller(cluster)
+    calls = []
+    poller.resync = lambda: calls.append("resync")
+    poller.refresh = lambda namespace, name: calls.append(f"refresh {name}")
+    working = {"team-a": False}
+    poller.active = lambda namespace: working[namespace]
+    poller.poll([("team-a", "x")])
+    assert calls == []
+    working["team-a"] = True
+    poller.poll([("team-a", "x"), ("team-a", "y")])
+    assert calls == ["resync", "refresh x", "refresh y"]
+    calls.clear()
+    poller.poll([("team-a", "x")])
+    assert calls == ["refresh x"]  # still active: its watches keep the cache current
+
+
 def test_an_experiment_gone_without_its_deleted_event_is_not_healed_again(cluster):
     api = cluster.api_client()
     k8s = Client(types.SimpleNamespace(api=api))
