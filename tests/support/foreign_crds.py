@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 
-def open_crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
+def open_crd(group: str, kind: str, plural: str, *versions: str) -> dict:
     """A CustomResourceDefinition of another project's kind whose controller a test plays
-    (Kueue's, cert-manager's): served like the project's own, with a schema left open
-    (``x-kubernetes-preserve-unknown-fields``: nothing pruned) since the test, not that
-    controller, decides what the objects hold."""
+    (Kueue's, cert-manager's): served like the project's own at ``versions`` (default
+    ``v1``; the first is stored, the others served through conversion None, as alike as an
+    open schema makes them), with a schema left open (``x-kubernetes-preserve-unknown-fields``:
+    nothing pruned) since the test, not that controller, decides what the objects hold."""
+    versions = versions or ("v1",)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -20,7 +22,7 @@ def open_crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
                 {
                     "name": version,
                     "served": True,
-                    "storage": True,
+                    "storage": version == versions[0],
                     "subresources": {"status": {}},
                     "schema": {
                         "openAPIV3Schema": {
@@ -29,6 +31,7 @@ def open_crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
                         }
                     },
                 }
+                for version in versions
             ],
         },
     }

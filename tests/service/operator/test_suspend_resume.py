@@ -116,7 +116,7 @@ def test_a_run_suspended_for_4_s_resumes_with_what_is_left_of_its_deadline(k8s):
 def test_a_kueue_job_readmitted_after_an_eviction_gets_what_is_left(k8s):
     # Kueue's Workloads are served; the test plays Kueue, which admits and evicts a queued
     # Job by writing its spec.suspend.
-    workloads = open_crd("kueue.x-k8s.io", "Workload", "workloads", "v1beta1")
+    workloads = open_crd("kueue.x-k8s.io", "Workload", "workloads", "v1beta2", "v1beta1")
     k8s.harness.cluster.create(workloads)
     k8s.create("queued", activeDeadlineSeconds=600, queueName="team-queue")
     job = wait_for(lambda: k8s.job("queued"), timeout=STEP_S, what="the queued Job")

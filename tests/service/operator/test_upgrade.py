@@ -116,7 +116,9 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
             "apply",
             "-f",
             "-",
-            input=json.dumps(open_crd("kueue.x-k8s.io", "Workload", "workloads", "v1beta1")),
+            input=json.dumps(
+                open_crd("kueue.x-k8s.io", "Workload", "workloads", "v1beta2", "v1beta1")
+            ),
         )
         wait_until_served(cluster.plane, "workloads.kueue.x-k8s.io")
         old = ReleaseOperator(
