@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,25 +172,38 @@ def build() -> dict[str, float]:
     return build_binaries("control-plane", cache_root(), binary_dir(), steps)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Builds what is missing and prints the timings, or (``--dir``) prints where they go."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_build(
+    label: str,
+    version: str,
+    build: Callable[[], dict[str, float]],
+    where: Callable[[], Path],
+    argv: list[str] | None = None,
+) -> int:
+    """The command line of a cached Go build (``make control-plane``, ``make kueue``): builds
+    what is missing with ``build`` and prints how long it took, or (``--dir``) prints
+    ``where()`` the binaries go; 1 when the build fails."""
+    parser = argparse.ArgumentParser(description=f"Build {label} {version} (cached).")
     parser.add_argument("--dir", action="store_true", help="print the binaries' directory")
     args = parser.parse_args(argv)
     if args.dir:
-        print(binary_dir())
+        print(where())
         return 0
     start = time.monotonic()
     try:
         timings = build()
     except subprocess.CalledProcessError as exc:
-        print(f"control-plane: build failed: {exc}", file=sys.stderr)
+        print(f"{label}: build failed: {exc}", file=sys.stderr)
         return 1
     if timings:
-        print(f"control-plane: built {', '.join(timings)} in {time.monotonic() - start:.0f} s")
+        print(f"{label}: built {', '.join(timings)} in {time.monotonic() - start:.0f} s")
     else:
-        print(f"control-plane: {KUBERNETES_VERSION} up to date in {binary_dir()}")
+        print(f"{label}: {version} up to date in {where()}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``make control-plane``: :func:`run_build` of :func:`build`."""
+    return run_build("control-plane", KUBERNETES_VERSION, build, binary_dir, argv)
 
 
 if __name__ == "__main__":

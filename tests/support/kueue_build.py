@@ -16,12 +16,10 @@ Only the standard library is used, as in :mod:`support.control_plane_build`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 # Run as a script, this folder is on sys.path; imported by the tests, ``support`` is.
@@ -34,6 +32,7 @@ try:
         build_binaries,
         file_digest,
         go_command,
+        run_build,
     )
 except ImportError:  # pragma: no cover - the script's own path
     from control_plane_build import (  # type: ignore[no-redef]
@@ -44,6 +43,7 @@ except ImportError:  # pragma: no cover - the script's own path
         build_binaries,
         file_digest,
         go_command,
+        run_build,
     )
 
 MODULE = ROOT / "tests" / "cluster" / "kueue"
@@ -105,24 +105,8 @@ def build() -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Builds what is missing and prints the time, or (``--dir``) prints where it goes."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", action="store_true", help="print the binary's directory")
-    args = parser.parse_args(argv)
-    if args.dir:
-        print(binary_dir())
-        return 0
-    start = time.monotonic()
-    try:
-        timings = build()
-    except subprocess.CalledProcessError as exc:
-        print(f"kueue: build failed: {exc}", file=sys.stderr)
-        return 1
-    if timings:
-        print(f"kueue: built {KUEUE_VERSION} in {time.monotonic() - start:.0f} s")
-    else:
-        print(f"kueue: {KUEUE_VERSION} up to date in {binary_dir()}")
-    return 0
+    """``make kueue``: :func:`~control_plane_build.run_build` of :func:`build`."""
+    return run_build("kueue", KUEUE_VERSION, build, binary_dir, argv)
 
 
 if __name__ == "__main__":

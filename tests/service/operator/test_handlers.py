@@ -30,6 +30,7 @@ from seedrl.service.operator.render.common import (
 )
 from seedrl.service.operator.status import condition
 from seedrl.service.operator.metrics import OperatorMetrics
+from support.foreign_crds import open_crd
 from support.operator_harness import OperatorCluster, OperatorHarness, wait_for
 
 #: The real control plane, and helm to render the operator chart's RBAC.
@@ -739,37 +740,6 @@ def test_a_raising_reconcile_is_counted_as_an_error_and_raised_again():
     assert (
         reg.get_sample_value("seedrl_operator_reconcile_errors_total", {"trigger": "change"}) == 0
     )
-
-
-def open_crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
-    """A CustomResourceDefinition of another project's kind whose controller a test plays
-    (cert-manager's; Kueue's scenarios run the real Kueue: test_kueue.py): served like the
-    project's own, with a schema left open (``x-kubernetes-preserve-unknown-fields``: nothing
-    pruned) since the test, not that controller, decides what the objects hold."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
 
 
 def test_an_experiment_keeps_the_images_of_its_first_reconcile(k8s):
