@@ -25,6 +25,7 @@ from support.gke_nodes import GKE_CLUSTER, POOLS, ZONES, NodeSpec, gke_allocatab
 from support.kubelet import SHUTDOWN_MESSAGE, Kubelet
 from support.kube_http import json_call
 from support.kubelet_images import Registries
+from support.kubelet_pods import POD_IP_BLOCK
 
 PRIVATE = "us-docker.pkg.dev/seedrl-test/private/app:1"
 ROBOT = ("_json_key", "robot-secret")
@@ -262,7 +263,7 @@ def test_deployment_pods_are_scheduled_run_and_become_ready(cluster, namespace):
         assert _condition(pod, "Ready")["status"] == "True"
         assert "serving" in kubelet.log(namespace, pod["metadata"]["name"])
         # The probe reached the process at the pod IP the kubelet reported.
-        assert pod["status"]["podIP"].startswith("127.1.")
+        assert pod["status"]["podIP"].startswith(f"127.{POD_IP_BLOCK}.")
 
 
 WHOAMI = """

@@ -37,9 +37,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
+import fcntl
 import os
 import re
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -71,8 +73,33 @@ from support.kubelet_volumes import (
 if TYPE_CHECKING:
     from support.kubelet import NodeAgent
 
-#: Pod addresses: loopback addresses no other cluster of the tests hands out.
-POD_IPS = iter(f"127.1.{i // 250}.{i % 250 + 2}" for i in range(60000))
+
+def _pod_ip_block() -> int:
+    """The second octet of this process's pod addresses (127.B.x.y): the first of 1-99 that
+    no other test process on the machine holds, held through an exclusive lock on a file in
+    the temporary directory for as long as this process lives. Two suites run at once (two
+    worktrees, a slow suite beside CI) otherwise hand out the same addresses, and two pods'
+    servers then fight over one address and port. (127.100.x.x are the nodes'.)"""
+    folder = Path(tempfile.gettempdir()) / "seedrl-pod-ips"
+    folder.mkdir(exist_ok=True)
+    for block in range(1, 100):
+        handle = open(folder / f"{block}.lock", "w")  # noqa: SIM115 - held till exit
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _HELD.append(handle)
+        return block
+    raise RuntimeError(f"every pod address block of {folder} is held by another process")
+
+
+_HELD: list[Any] = []
+#: This process's block of pod addresses (127.POD_IP_BLOCK.x.y).
+POD_IP_BLOCK = _pod_ip_block()
+#: Pod addresses: loopback addresses no other cluster of the tests hands out, in this
+#: process or another (:func:`_pod_ip_block`).
+POD_IPS = iter(f"127.{POD_IP_BLOCK}.{i // 250}.{i % 250 + 2}" for i in range(60000))
 #: The image pull back-off: 10 s doubling to 300 s (the kubelet's image backoff).
 PULL_BACKOFF_S, PULL_BACKOFF_CAP_S = 10.0, 300.0
 #: How long ErrImagePull shows before the kubelet's next sync reports ImagePullBackOff.
@@ -925,4 +952,4 @@ def _target(svc: dict, port: str) -> str:
     return port
 
 
-__all__ = ["POD_IPS", "Container", "PodWorker", "now_rfc3339"]
+__all__ = ["POD_IPS", "POD_IP_BLOCK", "Container", "PodWorker", "now_rfc3339"]
