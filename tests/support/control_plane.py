@@ -632,6 +632,22 @@ class ControlPlane:
                 continue  # the line being written
         return events
 
+    def refusals(self, user: str) -> list[str]:
+        """Every request of ``user`` the API server refused as forbidden (403), as ``VERB
+        RESOURCE NAMESPACE/NAME``, from the audit log."""
+        refused = []
+        for event in self.audit_events():
+            if (event.get("user") or {}).get("username") != user:
+                continue
+            if (event.get("responseStatus") or {}).get("code") != 403:
+                continue
+            ref = event.get("objectRef") or {}
+            refused.append(
+                f"{event.get('verb')} {ref.get('resource')} "
+                f"{ref.get('namespace', '')}/{ref.get('name', '')}"
+            )
+        return refused
+
     # -- clients ----------------------------------------------------------------------------
 
     def token_kubeconfig(self, token: str, name: str) -> Path:

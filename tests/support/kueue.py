@@ -180,18 +180,7 @@ class Kueue:
         """Every request of Kueue's ServiceAccount the API server refused as forbidden (403),
         as ``VERB RESOURCE NAMESPACE/NAME``, from the audit log: its own RBAC should be enough."""
         user = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-        refused = []
-        for event in self.plane.audit_events():
-            if (event.get("user") or {}).get("username") != user:
-                continue
-            if (event.get("responseStatus") or {}).get("code") != 403:
-                continue
-            ref = event.get("objectRef") or {}
-            refused.append(
-                f"{event.get('verb')} {ref.get('resource')} "
-                f"{ref.get('namespace', '')}/{ref.get('name', '')}"
-            )
-        return refused
+        return self.plane.refusals(user)
 
     def _install(self, port: int) -> None:
         documents = []

@@ -264,18 +264,7 @@ class OperatorCluster:
         """Every request of the operator's ServiceAccount the API server refused as
         forbidden (403), as ``VERB RESOURCE NAMESPACE/NAME``, from the audit log."""
         assert self.plane is not None
-        refused = []
-        for event in self.plane.audit_events():
-            if (event.get("user") or {}).get("username") != self.operator_user:
-                continue
-            if (event.get("responseStatus") or {}).get("code") != 403:
-                continue
-            ref = event.get("objectRef") or {}
-            refused.append(
-                f"{event.get('verb')} {ref.get('resource')} "
-                f"{ref.get('namespace', '')}/{ref.get('name', '')}"
-            )
-        return refused
+        return self.plane.refusals(self.operator_user)
 
     def api_client(self) -> kubernetes.client.ApiClient:
         """A ``kubernetes`` client as the cluster's admin (the tests' own)."""
