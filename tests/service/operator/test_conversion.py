@@ -142,9 +142,14 @@ def test_stored_as_v1alpha1_reads_back_as_v1beta1_and_migrates(tmp_path):
                 10,
                 20,
             )
-            # v1alpha1 still serves it, as stored.
+            # v1alpha1 still serves it, meaning the same. Stored as created it reads back as
+            # written; once the operator's first status write has stored it as v1beta1 (the API
+            # server converts every write to the storage version) it reads in v1beta1's fields.
             alpha = _get(cluster, "v1alpha1")
-            assert alpha["spec"]["agent"]["r2d2"]["sequenceLength"] == 30
+            assert alpha["apiVersion"] == f"{GROUP}/v1alpha1"
+            as_read = alpha["spec"]["agent"]["r2d2"]
+            assert as_read.get("sequenceLength", 30) == 30
+            assert convert(alpha, f"{GROUP}/v1beta1")["spec"]["agent"]["r2d2"] == converted
 
             # The migration: read and write back, then drop v1alpha1 from storedVersions.
             # The operator writes the status meanwhile: read again on a conflict.
