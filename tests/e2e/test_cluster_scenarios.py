@@ -878,6 +878,10 @@ def test_accelerator_learners_schedule_only_where_their_chips_are(cluster, tmp_p
     apply(cluster, ns, experiment("tpu-2x4", learner={"accelerator": big}), tmp_path)
     gpus = {"kind": "gpu", "gpu": {"type": "nvidia-l4", "count": 2}}
     apply(cluster, ns, experiment("gpu-2", learner={"accelerator": gpus}), tmp_path)
+    # An R2D2 learner stages its replay (up to replayCheckpointMaxGb) with each checkpoint in
+    # its /tmp: it asks for that much node disk, and no node has 200 GB to give.
+    replay = {"name": "r2d2", "r2d2": {"replayCheckpointMaxGb": 200.0}}
+    apply(cluster, ns, experiment("replay-200g", agent=replay), tmp_path)
     # The 2x2 slice fits the v5e host (labels, taint, 4 google.com/tpu chips); this machine
     # has no TPU, so the learner says so and the Job fails at once instead of training on CPU.
     wait_until(
@@ -893,6 +897,7 @@ def test_accelerator_learners_schedule_only_where_their_chips_are(cluster, tmp_p
     for name, why in (
         ("tpu-2x4", "didn't match Pod's node affinity/selector"),
         ("gpu-2", "Insufficient nvidia.com/gpu"),
+        ("replay-200g", "Insufficient ephemeral-storage"),
     ):
         wait_until(
             lambda name=name: (
@@ -905,7 +910,7 @@ def test_accelerator_learners_schedule_only_where_their_chips_are(cluster, tmp_p
         assert why in condition(cluster, ns, name, "LearnerReady")["message"]
         assert status(cluster, ns, name)["phase"] == "Pending"
         assert not any(p["spec"].get("nodeName") for p in learner_pods(cluster, ns, name))
-    for name in ("tpu", "tpu-2x4", "gpu-2"):
+    for name in ("tpu", "tpu-2x4", "gpu-2", "replay-200g"):
         cluster.kubectl("delete", "experiment", name, "-n", ns, "--wait=false")
 
 

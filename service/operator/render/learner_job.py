@@ -70,6 +70,41 @@ DISRUPTION_TARGET = "DisruptionTarget"
 SIGTERM_EXIT = 143
 
 
+#: What a learner's /tmp holds besides a checkpoint's extra state (R2D2's replay): the staged
+#: variables and optimiser slots of one checkpoint (the largest built-in network's are under
+#: 100 MB) and TensorFlow's and matplotlib's caches (HOME is /tmp).
+LEARNER_SCRATCH_BYTES = 2 * 2**30
+
+
+def learner_scratch_bytes(exp: Experiment) -> int:
+    """The most a learner pod's /tmp holds: every checkpoint is staged there before it is
+    published (:meth:`seedrl.learner.checkpoint.Checkpointer.save`), one at a time, and R2D2
+    stages its replay with it when the replay is at most ``replayCheckpointMaxGb``."""
+    extra = 0
+    if exp.spec.agent.name == "r2d2":
+        extra = int(exp.spec.agent.r2d2.replay_checkpoint_max_gb * 1e9)
+    return LEARNER_SCRATCH_BYTES + extra
+
+
+def _mebibytes(count: int) -> str:
+    return f"{-(-count // 2**20)}Mi"
+
+
+def bound_learner_scratch(exp: Experiment, container: dict[str, Any], pod_spec: dict[str, Any]):
+    """Bounds the learner pod's /tmp emptyDir (``sizeLimit``) and asks the scheduler for that
+    much node disk (an ``ephemeral-storage`` request), in place: without them a large staged
+    checkpoint fills the node's disk, and the kubelet's eviction under disk pressure takes
+    pods using more than they requested first ("Node-pressure Eviction"), the learner then
+    among them. ``spec.learner.resources.ephemeralStorage``, when set, is the request, the
+    limit and the bound."""
+    own = exp.spec.learner.resources.ephemeral_storage
+    size = own or _mebibytes(learner_scratch_bytes(exp))
+    for volume in pod_spec["volumes"]:
+        if volume["name"] == "tmp":
+            volume["emptyDir"] = {"sizeLimit": size}
+    container["resources"]["requests"].setdefault("ephemeral-storage", size)
+
+
 #: The permanent exit codes a learner can exit with (REFUSED and ENV_FAILED are an actor's).
 LEARNER_PERMANENT = tuple(
     sorted(c for c in PERMANENT if c not in (ExitCode.REFUSED, ExitCode.ENV_FAILED))
@@ -315,6 +350,7 @@ def render_learner_job(
     pod_spec = base_pod_spec(exp, container, "Never", learner_grace_seconds(exp), "learner")
     pod_spec["initContainers"] = [render_env_spec_container(exp, images)]
     pod_spec["volumes"].append({"name": "shared", "emptyDir": {}})
+    bound_learner_scratch(exp, container, pod_spec)
     add_tls(exp, "learner", container, pod_spec)
     _learner_placement(exp, pod_spec)
     template_meta = {

@@ -237,7 +237,7 @@ def test_gpu_and_cpu_learners(exp_of, by_kind):
     assert cpu["containers"][0]["image"] == "ghcr.io/seedrl/learner:0.1.0"
     assert "nodeSelector" not in cpu and "tolerations" not in cpu
     assert cpu["containers"][0]["resources"] == {
-        "requests": {"cpu": "4", "memory": "16Gi"},
+        "requests": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "2048Mi"},
         "limits": {"memory": "16Gi"},
     }
 
@@ -281,3 +281,34 @@ def test_learner_hash_covers_what_the_learner_runs_but_scaling_and_suspend(exp_o
     assert _job_hash(by_kind(render(exp_of(**r2d2)))) != _job_hash(
         by_kind(render(exp_of(actors={"replicas": 3}, **r2d2)))
     )
+
+
+def _scratch(job):
+    pod = job["spec"]["template"]["spec"]
+    (tmp,) = [v for v in pod["volumes"] if v["name"] == "tmp"]
+    (learner,) = [c for c in pod["containers"] if c["name"] == "learner"]
+    return tmp["emptyDir"].get("sizeLimit"), learner["resources"]
+
+
+def test_the_learners_tmp_is_bounded_by_what_a_checkpoint_stages(exp_of, by_kind):
+    """Every checkpoint is staged in /tmp before it is published: its emptyDir is bounded and
+    that much node disk requested, R2D2's replay included (at most replayCheckpointMaxGb)."""
+    size, resources = _scratch(by_kind(render(exp_of()))["Job"])
+    assert size == "2048Mi" and resources["requests"]["ephemeral-storage"] == size
+    assert "ephemeral-storage" not in resources["limits"]  # the sizeLimit bounds /tmp
+    r2d2 = exp_of(agent={"name": "r2d2", "r2d2": {"replayCheckpointMaxGb": 1.5}})
+    size, resources = _scratch(by_kind(render(r2d2))["Job"])
+    assert size == f"{2048 + -(-1_500_000_000 // 2**20)}Mi"
+    assert resources["requests"]["ephemeral-storage"] == size
+    # The user's own figure is the request, the limit and the bound.
+    own = exp_of(learner={"resources": {"cpu": "1", "memory": "2Gi", "ephemeralStorage": "7Gi"}})
+    size, resources = _scratch(by_kind(render(own))["Job"])
+    assert size == "7Gi" and resources["requests"]["ephemeral-storage"] == "7Gi"
+    assert resources["limits"]["ephemeral-storage"] == "7Gi"
+
+
+def test_actor_pods_keep_an_unbounded_tmp(exp_of, by_kind):
+    """Actors stage nothing: their /tmp stays as it was."""
+    deployment = by_kind(render(exp_of()))["Deployment"]
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert [v for v in volumes if v["name"] == "tmp"] == [{"name": "tmp", "emptyDir": {}}]
