@@ -7,7 +7,9 @@ on a bad Experiment or environment, REFUSED (3) if the learner refuses this acto
 
 ``--env-spec-out FILE`` instead makes one environment, writes its wire spec as JSON and exits
 (OK, or BAD_CONFIG with the reason when the env cannot be made): the learner serves that spec,
-derived from the Experiment by the very code the actors step with.
+derived from the Experiment by the very code the actors step with. ``--env-spec-message FILE``
+does the same into a container's termination message: in a cluster the operator runs it as its
+own Job under the actors' identity, so no user env code runs in the learner's pod.
 """
 
 from __future__ import annotations
@@ -34,12 +36,21 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="actors", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="the Experiment YAML file")
     p.add_argument(
-        "--learner", help="learner address: host:port or unix:PATH (required unless --env-spec-out)"
+        "--learner",
+        help="learner address: host:port or unix:PATH (required unless --env-spec-out or "
+        "--env-spec-message)",
     )
     p.add_argument(
         "--env-spec-out",
         metavar="FILE",
         help="make one env, write its spec as JSON to FILE ('-': stdout) and exit",
+    )
+    p.add_argument(
+        "--env-spec-message",
+        metavar="FILE",
+        help="make one env, write its spec in place to FILE as a container termination "
+        "message (a file the kubelet mounts: written, never replaced; compressed past 4096 "
+        "bytes) and exit",
     )
     p.add_argument(
         "--index",
@@ -72,8 +83,8 @@ def parse_args(argv):
     )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
-    if not args.learner and not args.env_spec_out:
-        p.error("--learner is required (unless --env-spec-out)")
+    if not args.learner and not (args.env_spec_out or args.env_spec_message):
+        p.error("--learner is required (unless --env-spec-out or --env-spec-message)")
     return args
 
 
@@ -199,18 +210,35 @@ def serve_metrics(args, exp, clients):
     return http
 
 
-def write_env_spec(exp, path: str) -> int:
+def write_env_spec(exp, path: str, message: bool = False) -> int:
     """Writes the env spec of ``spec.env`` as JSON to ``path`` ('-': stdout); returns the exit
-    code (2, with the reason on stderr, when the env cannot be made)."""
+    code (2, with the reason on stderr, when the env cannot be made).
+
+    Args:
+      message: ``path`` is the container's termination message file
+        (:meth:`~seedrl.common.wire.EnvSpec.to_message`), which the operator reads once the
+        env-spec Job's pod has stopped: written in place, since the kubelet mounts that one
+        file and a rename cannot replace it.
+    """
     import json
 
     from seedrl.actors.envs import probe_spec
+    from seedrl.common.wire import WireError
 
     try:
         spec = probe_spec(exp.spec.env)
     except ValueError as exc:
         print(f"cannot make environments: {exc}", file=sys.stderr)
         return ExitCode.BAD_CONFIG
+    if message:
+        try:
+            text = spec.to_message()
+        except WireError as exc:
+            print(f"cannot report the env spec: {exc}", file=sys.stderr)
+            return ExitCode.BAD_CONFIG
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return ExitCode.OK
     text = json.dumps(spec.to_json(), sort_keys=True) + "\n"
     if path == "-":
         sys.stdout.write(text)
@@ -231,6 +259,8 @@ def main(argv=None) -> int:
         return ExitCode.BAD_CONFIG
     if args.env_spec_out:
         return write_env_spec(exp, args.env_spec_out)
+    if args.env_spec_message:
+        return write_env_spec(exp, args.env_spec_message, message=True)
     from seedrl.actors.client import ActorClient, ActorRefused, request_index
     from seedrl.actors.envs import EnvsKeepFailing
 

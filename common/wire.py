@@ -8,11 +8,14 @@ field, so the learner can fail that one stream with INVALID_ARGUMENT and keep se
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import functools
 import json
 import math
 import sys
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,6 +38,14 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 #: Largest env spec file read (a real one is about 200 bytes).
 MAX_SPEC_FILE_BYTES = 64 * 1024
+
+#: The most a container's termination message holds (the kubelet keeps its first 4096 bytes):
+#: the learner's final status travels in one, and so does the env spec an actor image derives
+#: for the operator (:meth:`EnvSpec.to_message`).
+TERMINATION_MESSAGE_BYTES = 4096
+
+#: What starts an env spec message compressed to fit :data:`TERMINATION_MESSAGE_BYTES`.
+_PACKED = "zlib+base64:"
 
 #: Most dimensions of an observation or action (numpy itself stops at 64; real observations
 #: have at most 3 or 4). A Hello beyond it is refused before anything is allocated.
@@ -270,6 +281,48 @@ class EnvSpec:
         except (TypeError, ValueError) as exc:
             raise WireError(f"env spec: {exc}") from None
         return cls.from_proto(msg)
+
+    def to_message(self) -> str:
+        """The spec as a container's termination message (what the operator reads from the
+        env-spec Job's pod): compact JSON, or when that is longer than
+        :data:`TERMINATION_MESSAGE_BYTES` (hundreds of action bounds), zlib-compressed and
+        base64-encoded after a ``zlib+base64:`` prefix.
+
+        Raises:
+          WireError: even compressed, it does not fit.
+        """
+        text = json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
+        if len(text.encode()) <= TERMINATION_MESSAGE_BYTES:
+            return text
+        packed = _PACKED + base64.b64encode(zlib.compress(text.encode(), 9)).decode()
+        if len(packed) > TERMINATION_MESSAGE_BYTES:
+            raise WireError(
+                f"env spec: {len(text.encode())} bytes of JSON, {len(packed)} compressed: more "
+                f"than the {TERMINATION_MESSAGE_BYTES} a termination message holds"
+            )
+        return packed
+
+    @classmethod
+    def from_message(cls, text: str) -> "EnvSpec":
+        """Reads a spec written by :meth:`to_message`, with the checks of :meth:`from_json`.
+
+        Raises:
+          WireError: not such a message, or not a valid spec.
+        """
+        raw = text.strip()
+        if raw.startswith(_PACKED):
+            try:
+                packed = base64.b64decode(raw[len(_PACKED) :], validate=True)
+                inflate = zlib.decompressobj()
+                raw = inflate.decompress(packed, MAX_SPEC_FILE_BYTES + 1).decode()
+            except (binascii.Error, zlib.error, UnicodeDecodeError) as exc:
+                raise WireError(f"env spec message: {exc}") from None
+            if len(raw) > MAX_SPEC_FILE_BYTES or inflate.unconsumed_tail:
+                raise WireError(f"env spec message: over {MAX_SPEC_FILE_BYTES} bytes unpacked")
+        try:
+            return cls.from_json(json.loads(raw))
+        except ValueError as exc:
+            raise WireError(f"env spec message: {exc}") from None
 
     @classmethod
     def read(cls, path: str) -> "EnvSpec":

@@ -32,6 +32,7 @@ from typing import Any
 from seedrl.common.config import ConfigError, load_experiment
 from seedrl.common.exit_codes import ExitCode
 from seedrl.common.learner_status import LearnerStatus
+from seedrl.common.wire import TERMINATION_MESSAGE_BYTES
 
 log = logging.getLogger("learner")
 
@@ -101,7 +102,7 @@ def parse_args(argv):
 
 
 #: The most a kubelet keeps of a termination message.
-TERMINATION_LOG_BYTES = 4096
+TERMINATION_LOG_BYTES = TERMINATION_MESSAGE_BYTES
 #: The fields of the final status the termination message keeps (what the operator reports).
 TERMINATION_FIELDS = (
     "state",

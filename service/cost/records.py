@@ -24,7 +24,12 @@ from typing import Any, Optional
 from seedrl.common.config import Experiment, param, parse_document, to_document
 from seedrl.common.quantity import cpu_cores, memory_gib, parse_quantity
 from seedrl.service.operator import render
-from seedrl.service.operator.render.common import GPU_RESOURCE, LABEL_ROLE, TPU_RESOURCE
+from seedrl.service.operator.render.common import (
+    ENV_SPEC_ROLE,
+    GPU_RESOURCE,
+    LABEL_ROLE,
+    TPU_RESOURCE,
+)
 
 #: Roles a record can have; the report's breakdown is keyed by them.
 ROLES = ("learner", "actor")
@@ -358,7 +363,8 @@ def pod_record(pod: Mapping[str, Any], role: str | None = None) -> PodRecord:
     """The record of a Kubernetes pod object (a dict as the API returns it).
 
     - role: the argument, else the pod label ``seedrl.dev/role`` or
-      ``app.kubernetes.io/component`` (``actors`` counts as ``actor``).
+      ``app.kubernetes.io/component`` (``actors`` counts as ``actor``, and so does the
+      env-spec Job's pod, which runs the actor image as an actor).
     - resources and Spot: :func:`machine_of` its spec.
     - interval: from ``status.startTime`` (the kubelet took the pod; GKE bills from there,
       image pulls included) to the last container's ``finishedAt`` once the pod has
@@ -376,7 +382,7 @@ def pod_record(pod: Mapping[str, Any], role: str | None = None) -> PodRecord:
     if role is None:
         labels = meta.get("labels") or {}
         role = next((labels[k] for k in ROLE_LABELS if k in labels), None)
-    role = "actor" if role == "actors" else role
+    role = "actor" if role in ("actors", ENV_SPEC_ROLE) else role
     if role not in ROLES:
         raise ValueError(
             f"pod {meta.get('name')}: cannot tell its role (learner or actor) "

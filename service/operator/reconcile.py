@@ -33,6 +33,8 @@ from seedrl.service.operator.render.common import (
     ANNOTATION_ADOPTED_HASH,
     ANNOTATION_LEARNER_HASH,
     ENV_SPEC_CONTAINER,
+    ENV_SPEC_VOLUME,
+    LABEL_ROLE,
     names,
 )
 from seedrl.service.operator.render.config_map import read_config
@@ -291,6 +293,14 @@ def job_outdated(exp: Experiment, job: Mapping[str, Any] | None) -> bool:
     return job is not None and not job_finished(job) and not job_current(exp, job)
 
 
+def reads_derived_env_spec(job: Mapping[str, Any] | None) -> bool:
+    """Whether a learner Job's pod mounts its env spec from the env-spec Job's ConfigMap (this
+    release's Jobs) rather than deriving it in an init container (earlier releases')."""
+    template = (((job or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    volumes = template.get("volumes") or []
+    return any("configMap" in v for v in volumes if v.get("name") == ENV_SPEC_VOLUME)
+
+
 def learner_started(pods: list[Mapping[str, Any]] | tuple) -> bool:
     """Whether a learner container runs in one of ``pods`` (the learner's) that is not being
     deleted: the learner imports TensorFlow, restores and trains before and after its pod is
@@ -363,9 +373,9 @@ STUCK_REASONS = frozenset(
 
 
 def learner_stuck(pods: list[Mapping[str, Any]] | tuple) -> tuple[str, str] | None:
-    """(reason, message) when a learner pod that is not being deleted has a container (its
-    env-spec init container or the learner) waiting for a reason in :data:`STUCK_REASONS`,
-    as the kubelet reports it; None otherwise."""
+    """(reason, message) when a pod (the learner's, or the env-spec Job's) that is not being
+    deleted has a container waiting for a reason in :data:`STUCK_REASONS`, as the kubelet
+    reports it; None otherwise."""
     for pod in pods:
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
@@ -391,13 +401,16 @@ def _terminated(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     return _learner_state(pod).get("terminated")
 
 
-def _init_failed(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The terminated state of the learner pod's env spec init container, when it failed."""
-    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
-        if status.get("name") == ENV_SPEC_CONTAINER:
-            term = (status.get("state") or {}).get("terminated")
-            if term and term.get("exitCode"):
-                return term
+def _env_spec_failed(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The terminated state of a pod's env-spec container, when it failed: the env-spec Job's
+    container, or the learner pod's init container of releases before 0.2."""
+    status = pod.get("status") or {}
+    for kind in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(kind) or []:
+            if container.get("name") == ENV_SPEC_CONTAINER:
+                term = (container.get("state") or {}).get("terminated")
+                if term and term.get("exitCode"):
+                    return term
     return None
 
 
@@ -417,13 +430,14 @@ def final_learner_status(pods: list[Mapping[str, Any]] | tuple) -> LearnerStatus
 def failure_reason(
     failed: Mapping[str, Any], pods: list[Mapping[str, Any]] | tuple = ()
 ) -> tuple[str, str]:
-    """The reason and message of a failed learner Job's Experiment.
+    """The reason and message of a failed learner Job's Experiment (or of its env-spec Job's,
+    with that Job's pods).
 
-    The reason names the cause when the last failed learner pod tells it: its exit code's
-    reason (CheckpointLocationUnusable, InvalidConfiguration, ...) or the kubelet's (OOMKilled),
-    else the Job's (BackoffLimitExceeded, DeadlineExceeded). The message is the Job's, then
-    that pod's exit and the end of its log (``terminationMessagePolicy: FallbackToLogsOnError``).
-    A pod whose env spec init container failed (the learner never ran) is told by that one.
+    The reason names the cause when the last failed pod tells it: its exit code's reason
+    (CheckpointLocationUnusable, InvalidConfiguration, ...) or the kubelet's (OOMKilled), else
+    the Job's (BackoffLimitExceeded, DeadlineExceeded). The message is the Job's, then that
+    pod's exit and the end of its log (``terminationMessagePolicy: FallbackToLogsOnError``).
+    A pod whose env-spec container failed (the learner never ran) is told by that one.
     """
     reason = failed.get("reason") or "JobFailed"
     message = failed.get("message") or "The learner Job failed."
@@ -431,7 +445,7 @@ def failure_reason(
         (t, p)
         for p in pods
         if (p.get("status") or {}).get("phase") == "Failed"
-        and (t := _terminated(p) or _init_failed(p)) is not None
+        and (t := _terminated(p) or _env_spec_failed(p)) is not None
     ]
     if not ended:
         return reason, message
@@ -445,9 +459,12 @@ def failure_reason(
         reason = "OOMKilled"
     elif known is not None and known != ExitCode.OK:
         reason = known.reason
-    # No learner exit: the init container failed, and the learner never ran.
-    which = f", init container {ENV_SPEC_CONTAINER}" if _terminated(pod) is None else ""
-    detail = f"learner pod {pod['metadata']['name']}{which}: {describe_exit(code)}"
+    # No learner exit: the env spec could not be derived, and the learner never ran.
+    role = (pod["metadata"].get("labels") or {}).get(LABEL_ROLE) or "learner"
+    which = f", init container {ENV_SPEC_CONTAINER}" if role == "learner" else ""
+    if _terminated(pod) is not None:
+        which = ""
+    detail = f"{role} pod {pod['metadata']['name']}{which}: {describe_exit(code)}"
     if term.get("reason") not in (None, "Error", "Completed"):
         detail += f", reason {term['reason']}"
     last = (term.get("message") or "").strip()

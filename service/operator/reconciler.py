@@ -7,7 +7,6 @@ changes. :class:`OperatorConfig` is what it needs from outside.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime
 import http.client
@@ -26,7 +25,7 @@ from seedrl.common.config import (
 )
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.service import cost
-from seedrl.service.operator import certificates, reconcile
+from seedrl.service.operator import reconcile
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.actors import actor_replicas
 from seedrl.service.operator.render.learner_job import learner_hash, legacy_learner_hash
@@ -37,19 +36,13 @@ from seedrl.service.operator.render.common import (
     names,
     owner_reference,
 )
-from seedrl.service.operator.render.tls import (
-    CERT_MANAGER_GROUP,
-    ca_secret_name,
-    learner_dns_names,
-    render_certificate,
-    render_tls_secret,
-    tls_secret_name,
-)
 from seedrl.service.operator.render.volume import needs_run_volume
 from seedrl.service.operator.status import compute_status, condition, invalid_status, now_rfc3339
 from seedrl.service.operator.usage import LearnerUsage, usage_now
 from seedrl.service.operator.metrics import OperatorMetrics
-from seedrl.service.operator.children import FIELD_MANAGER, APPLY, Children
+from seedrl.service.operator.children import Children
+from seedrl.service.operator.env_spec import EnvSpecProgress, EnvSpecs
+from seedrl.service.operator.learner_certificates import LearnerCertificates
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +178,8 @@ class Reconciler:
     def __init__(self, config: OperatorConfig):
         self.config = config
         self.children = Children(config.api_client)
+        self.env_specs = EnvSpecs(self.children)
+        self.certificates = LearnerCertificates(self.children)
 
     def observe(self, exp: Experiment, namespace: str) -> Observed:
         """The learner Job and the actor Deployment as the API server has them now."""
@@ -214,21 +209,39 @@ class Reconciler:
         job: Mapping[str, Any] | None,
         done_before: bool = False,
         body: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Brings every child to what ``exp`` renders to.
+    ) -> EnvSpecProgress | None:
+        """Brings every child to what ``exp`` renders to, the env spec of a new learner Job
+        among them (:class:`~seedrl.service.operator.env_spec.EnvSpecs`).
 
         Args:
           done_before: the status records a finished learner: its Job, if gone, is not made
             again and no actors run.
           body: the Experiment, for the Events posted about what was done.
+
+        Returns:
+          Where the env spec of a learner Job that needs it stands, else None.
         """
         owner = owner_reference(exp.metadata.name, uid)
-        finished = reconcile.job_finished(job) or done_before
-        self.ensure_learner_certificate(exp, namespace, owner)
+        self.certificates.ensure(exp, namespace, owner)
         admitted = reconcile.admitted(exp, job)
         previous = (body or {}).get("status")
         images = reconcile.image_defaults(previous, self.config.images)
         usage = usage_now(previous, job, now_rfc3339())
+        config = self.config_text(exp, namespace)
+        # A new learner Job's pod serves the env spec the env-spec Job derives beside it: the
+        # kubelet mounts its ConfigMap once the operator has made it, and the pod waits till
+        # then. The env-spec Job mounts the Experiment's ConfigMap, so it comes after that.
+        needs_spec = not done_before and (
+            job is None
+            or (not reconcile.job_finished(job) and reconcile.reads_derived_env_spec(job))
+        )
+        progress = None
+        if needs_spec and config is not None:
+            progress = self.env_specs.ensure(exp, namespace, owner, images, now_rfc3339())
+        failed_spec = progress is not None and progress.failed is not None
+        if failed_spec and job is not None:
+            self.stop_learner(exp, namespace, job, body)
+        finished = reconcile.job_finished(job) or done_before or failed_spec
         for obj in render(
             exp,
             owner,
@@ -237,14 +250,20 @@ class Reconciler:
             admitted=admitted,
             images=images,
             usage=usage,
-            config=self.config_text(exp, namespace),
+            config=config,
         ):
             kind = obj["kind"]
             if kind in _CREATE_ONLY:
                 self.children.create(obj)
             elif kind != "Job":
                 self.children.apply(obj)
+            elif failed_spec:
+                continue
             elif job is None:
+                if needs_spec and progress is None:  # its ConfigMap was made just now
+                    progress = self.env_specs.ensure(exp, namespace, owner, images, now_rfc3339())
+                    if progress.failed is not None:
+                        continue
                 if not done_before:
                     self.children.create(obj)
             elif reconcile.job_outdated(exp, job):
@@ -255,6 +274,7 @@ class Reconciler:
                     self.children.merge("Job", namespace, obj["metadata"]["name"], patch)
                 if exp.spec.queue_name:
                     self.activate_workload(exp, namespace, job)
+        return progress
 
     def config_text(self, exp: Experiment, namespace: str) -> str | None:
         """The ``config.yaml`` the Experiment's ConfigMap holds now, or None."""
@@ -314,6 +334,26 @@ class Reconciler:
                     f"replaced; the new learner resumes from the checkpoint.",
                 )
 
+    def stop_learner(
+        self,
+        exp: Experiment,
+        namespace: str,
+        job: Mapping[str, Any],
+        body: Mapping[str, Any] | None,
+    ) -> None:
+        """Deletes a learner Job whose env spec could not be derived: its pod waits for a
+        spec that will never come (the Experiment fails with the env-spec Job's reason)."""
+        if (job.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        name = job["metadata"]["name"]
+        if self.children.delete("Job", namespace, name) and body is not None:
+            self.children.event(
+                body,
+                "Warning",
+                "EnvSpecFailed",
+                f"The env spec could not be derived: learner Job {name} is deleted.",
+            )
+
     def activate_workload(self, exp: Experiment, namespace: str, job: Mapping[str, Any]) -> None:
         """Sets the queued Job's Kueue Workload ``spec.active`` from ``spec.suspend``."""
         wanted = workload_active(exp)
@@ -330,10 +370,12 @@ class Reconciler:
         seen: Observed | None = None,
         forbidden: str | None = None,
         limited: str | None = None,
+        env_spec: EnvSpecProgress | None = None,
     ) -> dict:
         """The status to write, from what the children and the learner say now
         (``forbidden``: the API server's refusal of a call applying the children;
-        ``limited``: why fewer actors run than asked)."""
+        ``limited``: why fewer actors run than asked; ``env_spec``: where the env spec of a
+        learner not started yet stands)."""
         seen = seen or self.observe(exp, namespace)
         job, deployment = seen.job, seen.deployment
         learner, why = self.learner_status(exp, namespace, job)
@@ -345,11 +387,7 @@ class Reconciler:
                 log.warning(
                     "Experiment %s/%s: cannot list its pods: %s", namespace, exp.metadata.name, exc
                 )
-        learner_pods = [
-            p
-            for p in pods or []
-            if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) == "learner"
-        ]
+        learner_pods = _learner_pods(pods)
         self.release_stranded(body, namespace, learner_pods)
         queue_message = self.queue_message(exp, namespace, job)
         if learner is None and job is not None and reconcile.job_finished(job):
@@ -370,6 +408,7 @@ class Reconciler:
             forbidden=forbidden,
             limited=limited,
             queue_message=queue_message,
+            env_spec=env_spec,
         )
         report = self.price(exp, namespace, body.get("status") or {}, status, pods)
         self.config.metrics.observe(
@@ -499,14 +538,18 @@ class Reconciler:
         applied = previous.get("appliedImmutable")
         refused = reconcile.immutable_changes(applied, exp) if applied else []
         forbidden = None
+        progress = None
         if not refused:
             seen = self.adopt_earlier_job(exp, namespace, seen or self.observe(exp, namespace))
             done_before = reconcile.finished_before(previous)
-            if not heal_only or self._needs_healing(
-                exp, namespace, seen, done_before, previous, meta["uid"]
+            progress = self.env_spec_progress(exp, namespace, seen, done_before)
+            if (
+                not heal_only
+                or (progress is not None and progress.actionable)
+                or self._needs_healing(exp, namespace, seen, done_before, previous, meta["uid"])
             ):
                 try:
-                    self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
+                    progress = self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
                 except kubernetes.client.ApiException as exc:
                     if exc.status != 403:
                         raise
@@ -518,7 +561,25 @@ class Reconciler:
             seen = seen or self.observe(exp, namespace)
             if self.scale_and_suspend(exp, namespace, seen, previous):
                 seen = self.observe(exp, namespace)
-        return self.status(exp, namespace, body, refused, seen, forbidden, limited)
+        return self.status(exp, namespace, body, refused, seen, forbidden, limited, progress)
+
+    def env_spec_progress(
+        self, exp: Experiment, namespace: str, seen: Observed, done_before: bool
+    ) -> EnvSpecProgress | None:
+        """Where the env spec stands (as read) while a learner is to be made or its pod has not
+        started (it waits for the spec to mount); None when no learner needs it."""
+        job = seen.job
+        if done_before or (
+            job is not None
+            and (
+                reconcile.job_finished(job)
+                or not reconcile.reads_derived_env_spec(job)
+                or reconcile.learner_started(_learner_pods(seen.pods))
+                or int(((job.get("status") or {}).get("ready")) or 0) >= 1
+            )
+        ):
+            return None
+        return self.env_specs.progress(exp, namespace, now_rfc3339())
 
     def scale_and_suspend(
         self, exp: Experiment, namespace: str, seen: Observed, previous: Mapping[str, Any]
@@ -603,7 +664,7 @@ class Reconciler:
         for kind, name in children:
             if self.children.read(kind, namespace, name) is None:
                 return True
-        if self._secrets_unowned(exp, namespace, uid):
+        if self.certificates.secrets_unowned(exp, namespace, uid):
             return True
         wanted = actor_replicas(
             exp, reconcile.job_finished(job) or done_before, reconcile.admitted(exp, job)
@@ -613,23 +674,6 @@ class Reconciler:
             and _job_patch(exp, job, usage_now(previous, job, now_rfc3339())) is not None
         )
 
-    def _secrets_unowned(self, exp: Experiment, namespace: str, uid: str) -> bool:
-        """Whether the learner's certificate Secrets need the operator: one that cert-manager
-        wrote (the leaf's, the CA's) is there but not owned by the Experiment, or the leaf's
-        is missing without cert-manager (the operator makes it). cert-manager writes them
-        after the reconcile that asked for them, so without this check only a later spec edit
-        would make the Experiment own them, and they would outlive it."""
-        if not exp.spec.learner.tls.enabled:
-            return False
-        name = exp.metadata.name
-        leaf = self.children.read("Secret", namespace, tls_secret_name(name))
-        if leaf is None:
-            return not self.cert_manager_installed()  # else cert-manager's to write
-        if not _owned_by(leaf, uid):
-            return True
-        ca = self.children.read("Secret", namespace, ca_secret_name(name))
-        return ca is not None and not _owned_by(ca, uid)
-
     def forget(self, body: Mapping[str, Any]) -> None:
         """Drops the series of an Experiment that is gone (its children are the garbage
         collector's: they carry owner references)."""
@@ -637,90 +681,12 @@ class Reconciler:
             body["metadata"]["name"], body["metadata"]["namespace"], body["metadata"].get("uid")
         )
 
-    # -- the learner's TLS certificate ---------------------------------------------------------
 
-    def cert_manager_installed(self) -> bool:
-        """Whether the cluster serves cert-manager's API (read from API discovery, which every
-        authenticated client may read: no extra rights needed)."""
-        api = kubernetes.client.CustomObjectsApi(self.children.api_client)
-        try:
-            resources = api.get_api_resources(CERT_MANAGER_GROUP, "v1")
-        except kubernetes.client.ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return any(r.name == "certificates" for r in resources.resources or [])
-
-    def ensure_learner_certificate(
-        self, exp: Experiment, namespace: str, owner: Mapping[str, Any]
-    ) -> None:
-        """Provisions the learner's certificate when ``spec.learner.tls.enabled``: a
-        cert-manager Issuer and Certificate where cert-manager runs (it writes and renews the
-        Secret), else a Secret with a self-signed CA and leaf made here, made again when
-        missing, for other names or near its end. The pods mount the Secret by name and wait
-        for it."""
-        if not exp.spec.learner.tls.enabled:
-            return
-        if self.cert_manager_installed():
-            api = kubernetes.client.CustomObjectsApi(self.children.api_client)
-            for obj in render_certificate(exp, owner, namespace):
-                api.patch_namespaced_custom_object(
-                    CERT_MANAGER_GROUP,
-                    "v1",
-                    namespace,
-                    obj["kind"].lower() + "s",
-                    obj["metadata"]["name"],
-                    obj,
-                    field_manager=FIELD_MANAGER,
-                    force=True,
-                    _content_type=APPLY,
-                )
-            self.own_secrets(
-                namespace,
-                [
-                    tls_secret_name(exp.metadata.name),
-                    ca_secret_name(exp.metadata.name),
-                ],
-                owner,
-            )
-            return
-        name = tls_secret_name(exp.metadata.name)
-        current = self.children.read("Secret", namespace, name)
-        data = {k: base64.b64decode(v) for k, v in ((current or {}).get("data") or {}).items()}
-        dns_names = learner_dns_names(exp.metadata.name, namespace)
-        if certificates.needs_new(data, dns_names):
-            log.info(
-                "Experiment %s/%s: making the learner's TLS certificate (%s)",
-                namespace,
-                exp.metadata.name,
-                ", ".join(dns_names),
-            )
-            self.children.apply(
-                render_tls_secret(exp, certificates.self_signed(dns_names), owner, namespace)
-            )
-
-    def own_secrets(self, namespace: str, names: list[str], owner: Mapping[str, Any]) -> None:
-        """Makes the Experiment own the Secrets cert-manager wrote for it: cert-manager does
-        not delete a Certificate's Secret with it (unless started with
-        ``--enable-certificate-owner-ref``), so the learner's key would outlive the
-        Experiment. A Secret not written yet is left for the next reconcile: the poller
-        reconciles until both are owned (:meth:`_secrets_unowned`)."""
-        for name in names:
-            secret = self.children.read("Secret", namespace, name)
-            if secret is None:
-                continue
-            if _owned_by(secret, owner["uid"]):
-                continue
-            refs = (secret.get("metadata") or {}).get("ownerReferences") or []
-            self.children.merge(
-                "Secret", namespace, name, {"metadata": {"ownerReferences": [*refs, dict(owner)]}}
-            )
-
-
-def _owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
-    """Whether ``obj`` exists and has an owner reference to ``uid``."""
-    refs = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid for r in refs)
+def _learner_pods(pods: list[dict] | None) -> list[dict]:
+    """The learner's pods among an Experiment's (none when they were not looked at)."""
+    return [
+        p for p in pods or [] if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) == "learner"
+    ]
 
 
 def _api_message(exc: kubernetes.client.ApiException) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 
 from seedrl.common.config import ConfigError, Experiment, ImageDefaults
 from seedrl.common.learner_status import LearnerStatus
+from seedrl.service.operator.env_spec import EnvSpecProgress
 from seedrl.service.operator.reconcile import (
     admitted,
     failure_reason,
@@ -26,7 +27,7 @@ from seedrl.service.operator.reconcile import (
     learner_unschedulable,
 )
 from seedrl.service.operator.render.actors import actor_replicas
-from seedrl.service.operator.render.common import selector_labels
+from seedrl.service.operator.render.common import names, selector_labels
 from seedrl.service.operator.usage import advance_usage
 
 
@@ -171,18 +172,28 @@ class Observation:
     phase: str
 
 
+def failed_env_spec(job: Mapping[str, Any] | None, env_spec: EnvSpecProgress | None) -> bool:
+    """Whether the Experiment failed because its env spec could not be derived (a learner Job
+    that finished by itself tells its own outcome)."""
+    return env_spec is not None and env_spec.failed is not None and not job_finished(job)
+
+
 def observation(
     exp: Experiment,
     prev: Mapping[str, Any],
     job: Mapping[str, Any] | None,
     deployment: Mapping[str, Any] | None,
     learner_pods: list[Mapping[str, Any]] | tuple,
+    env_spec: EnvSpecProgress | None = None,
 ) -> Observation:
-    """The facts every condition is derived from, the phase among them."""
+    """The facts every condition is derived from, the phase among them (Failed too when,
+    without a learner Job, its env spec could not be derived)."""
     job_status = (job or {}).get("status") or {}
     dep_status = (deployment or {}).get("status") or {}
     complete = job_condition(job, "Complete")
     failed = job_condition(job, "Failed")
+    if env_spec is not None and failed_env_spec(job, env_spec):
+        failed = dict(env_spec.failed or {})
     cleaned_up = job is None and finished_before(prev)
     queued = job is not None and not admitted(exp, job) and not exp.spec.suspend
     desired = actor_replicas(exp, bool(complete or failed or cleaned_up), job is None or not queued)
@@ -274,16 +285,26 @@ def set_learner_ready(
     seen: Observation,
     learner_pods: list[Mapping[str, Any]] | tuple,
     queue_message: str | None = None,
+    env_spec: EnvSpecProgress | None = None,
+    before: Mapping[str, Any] | None = None,
 ) -> None:
     """LearnerReady: whether the learner pod is ready, else what it waits for (while queued,
-    with Kueue's ``queue_message`` when there is one)."""
-    if seen.cleaned_up:
+    with Kueue's ``queue_message`` when there is one; before the learner starts, its env
+    spec: ``env_spec``). ``before``: LearnerReady as stored."""
+    before = before or {}
+    if seen.cleaned_up and before.get("reason") == "EnvSpecFailed":
+        put("LearnerReady", False, "EnvSpecFailed", str(before.get("message") or ""))
+    elif seen.cleaned_up:
         put(
             "LearnerReady",
             False,
             "Finished",
             "The learner finished; its Job was deleted after ttlSecondsAfterFinished.",
         )
+    elif env_spec is not None and (
+        failed_env_spec(job, env_spec) or (job is None and not env_spec.ready)
+    ):
+        set_env_spec_pending(put, exp, env_spec)
     elif job is None:
         put("LearnerReady", False, "Creating", "The learner Job does not exist yet.")
     elif seen.learner_ready:
@@ -301,6 +322,9 @@ def set_learner_ready(
     elif (stuck := learner_stuck(learner_pods)) is not None and not exp.spec.suspend:
         # The kubelet's own words: an image it cannot pull, a Secret that is missing.
         put("LearnerReady", False, stuck[0], f"The learner pod cannot start: {stuck[1]}")
+    elif env_spec is not None and not env_spec.ready and not exp.spec.suspend:
+        # Its pod waits for the env spec to mount (ContainerCreating) meanwhile.
+        set_env_spec_pending(put, exp, env_spec)
     else:
         active = int(seen.job_status.get("active") or 0)
         put(
@@ -320,6 +344,38 @@ def set_learner_ready(
             else (
                 f"{active} learner pod(s), none ready." if active else "No learner pod is running."
             ),
+        )
+
+
+def set_env_spec_pending(put: Put, exp: Experiment, env_spec: EnvSpecProgress) -> None:
+    """LearnerReady while the env-spec Job derives the env spec the learner Job needs: the
+    reason it failed, or a pod of it cannot be scheduled or started, or that it runs."""
+    job = names(exp.metadata.name).env_spec
+    if env_spec.failed is not None:
+        put(
+            "LearnerReady",
+            False,
+            "EnvSpecFailed",
+            f"No learner was started: the env-spec Job {job} could not derive the env spec "
+            f"(condition Failed says why).",
+        )
+    elif (unschedulable := learner_unschedulable(env_spec.pods)) is not None:
+        put(
+            "LearnerReady",
+            False,
+            "Unschedulable",
+            f"The env-spec pod (Job {job}) cannot be scheduled: {unschedulable}",
+        )
+    elif (stuck := learner_stuck(env_spec.pods)) is not None:
+        message = f"The env-spec pod (Job {job}) cannot start: {stuck[1]}"
+        put("LearnerReady", False, stuck[0], message)
+    else:
+        put(
+            "LearnerReady",
+            False,
+            "DerivingEnvSpec",
+            f"Job {job} makes the env with the actor image to derive its spec; the learner "
+            f"starts once it has.",
         )
 
 
@@ -527,6 +583,7 @@ def compute_status(
     forbidden: str | None = None,
     limited: str | None = None,
     queue_message: str | None = None,
+    env_spec: EnvSpecProgress | None = None,
 ) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
@@ -554,6 +611,8 @@ def compute_status(
       queue_message: why Kueue has not admitted the queued learner yet (its Workload's
         QuotaReserved message: :func:`~seedrl.service.operator.reconcile.workload_pending`),
         appended to LearnerReady's Queued message.
+      env_spec: where the env spec of a learner not started yet stands (the env-spec Job
+        runs, or failed: LearnerReady says so, and a failure fails the Experiment).
 
     Returns:
       A status (the keys this function owns; cost is added by the operator).
@@ -567,13 +626,14 @@ def compute_status(
 
     put("Valid", True, "Validated", "The spec is valid.")
     set_spec_applied(put, exp, job, refused, forbidden, replacing)
-    seen = observation(exp, prev, job, deployment, learner_pods)
-    set_learner_ready(put, exp, job, seen, learner_pods, queue_message)
+    seen = observation(exp, prev, job, deployment, learner_pods, env_spec)
+    before = condition(prev, "LearnerReady")
+    set_learner_ready(put, exp, job, seen, learner_pods, queue_message, env_spec, before)
     actors_ok = set_actors_ready(put, seen)
     set_progressing(put, exp, learner, learner_error, seen.phase)
     set_suspended(put, exp)
     set_actors_limited(put, limited, prev)
-    set_outcome(put, seen, learner_pods)
+    set_outcome(put, seen, env_spec.pods if failed_env_spec(job, env_spec) else learner_pods)
     set_ready(put, seen, actors_ok)
     fields = status_fields(exp, prev, job, seen, learner, refused, images, now)
     # The keys in the order the status always had: phase, conditions, observedGeneration, ...

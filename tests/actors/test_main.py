@@ -95,3 +95,27 @@ def test_the_largest_seed_the_experiment_accepts_seeds_every_env():
     finally:
         for b in first + again:
             b.close()
+
+
+def test_the_env_spec_goes_into_a_termination_message_written_in_place(tmp_path, capsys):
+    """``--env-spec-message``: the kubelet mounts that one file, so it is written in place (a
+    rename could not replace it), as the operator reads it back."""
+    from seedrl.actors.main import main
+    from seedrl.common.exit_codes import ExitCode
+    from seedrl.common.wire import EnvSpec
+
+    config = tmp_path / "experiment.yaml"
+    config.write_text("metadata: {name: spec}\nspec: {env: {id: CartPole-v1}}\n")
+    message = tmp_path / "termination-log"
+    message.write_text("")
+    inode = message.stat().st_ino
+    assert main(["--config", str(config), "--env-spec-message", str(message)]) == ExitCode.OK
+    assert message.stat().st_ino == inode
+    spec = EnvSpec.from_message(message.read_text())
+    assert (spec.env_id, spec.num_actions, spec.observation_shape) == ("CartPole-v1", 2, (4,))
+    config.write_text("metadata: {name: spec}\nspec: {env: {id: NoSuchEnv-v0}}\n")
+    message.write_text("")
+    code = main(["--config", str(config), "--env-spec-message", str(message)])
+    assert code == ExitCode.BAD_CONFIG
+    assert message.read_text() == ""
+    assert "cannot make environments" in capsys.readouterr().err

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import zlib
 
 import numpy as np
 import pytest
 
 from seedrl.common import seedrl_pb2
-from seedrl.common.wire import ALLOWED_DTYPES, EnvSpec, WireError, decode_array, encode_array
+from seedrl.common.wire import (
+    ALLOWED_DTYPES,
+    TERMINATION_MESSAGE_BYTES,
+    EnvSpec,
+    WireError,
+    decode_array,
+    encode_array,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,3 +435,40 @@ def test_a_bad_env_spec_file_is_refused(tmp_path, data, reason):
     path.write_text("{not json")
     with pytest.raises(WireError, match="env_spec.json"):
         EnvSpec.read(str(path))
+
+
+def test_an_env_spec_fits_a_termination_message_compressed_when_it_must():
+    """The env-spec Job reports the spec in its termination message (4096 bytes): plain JSON
+    when it fits, compressed when its action bounds make it longer, refused past that."""
+    small = EnvSpec("ALE/Pong-v5", "uint8", (84, 84, 4), "int32", (), 6)
+    assert json.loads(small.to_message())["num_actions"] == 6
+    assert EnvSpec.from_message(small.to_message()) == small
+    wide = EnvSpec("Arm-v0", "float32", (40,), "float32", (600,), 0, (-2.0,) * 600, (2.0,) * 600)
+    assert len(json.dumps(wide.to_json()).encode()) > TERMINATION_MESSAGE_BYTES
+    packed = wide.to_message()
+    assert packed.startswith("zlib+base64:") and len(packed) <= TERMINATION_MESSAGE_BYTES
+    assert EnvSpec.from_message(packed) == wide
+    rng = np.random.default_rng(0)
+    bounds = tuple(float(x) for x in rng.uniform(1, 2, 2000))
+    noisy = EnvSpec(
+        "Noisy-v0", "float32", (4,), "float32", (2000,), 0, tuple(-b for b in bounds), bounds
+    )
+    with pytest.raises(WireError, match="more than the 4096"):
+        noisy.to_message()
+
+
+@pytest.mark.parametrize(
+    "message, reason",
+    [
+        ("", "env spec message"),
+        ("not json", "env spec message"),
+        ('{"env_id": "x"}', "expected the keys"),
+        ("zlib+base64:!!!", "env spec message"),
+        ("zlib+base64:" + base64.b64encode(b"not zlib").decode(), "env spec message"),
+        # A bomb: a small message that inflates past any real spec.
+        ("zlib+base64:" + base64.b64encode(zlib.compress(b" " * 10**6)).decode(), "unpacked"),
+    ],
+)
+def test_a_bad_env_spec_message_is_refused(message, reason):
+    with pytest.raises(WireError, match=reason):
+        EnvSpec.from_message(message)

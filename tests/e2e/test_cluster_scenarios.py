@@ -463,8 +463,8 @@ def test_an_unusable_checkpoint_location_fails_at_once_with_the_reason(cluster, 
 
 def test_an_env_that_cannot_be_made_fails_before_the_learner_starts(cluster, tmp_path):
     ns, name = "noenv", "cartpole"
-    # Valid as a document; only making the env tells: the learner pod's init container does
-    # it with the actors' code (as `seedrl train` does before it starts anything).
+    # Valid as a document; only making the env tells: the env-spec Job does it with the actors'
+    # image, code and identity (as `seedrl train` does before it starts anything).
     apply(cluster, ns, experiment(name, env={"id": "NoSuchEnv-v99"}), tmp_path)
     wait_until(
         lambda: status(cluster, ns, name).get("phase") == "Failed",
@@ -474,22 +474,31 @@ def test_an_env_that_cannot_be_made_fails_before_the_learner_starts(cluster, tmp
     )
     failed = condition(cluster, ns, name, "Failed")
     assert failed["reason"] == "InvalidConfiguration", failed
-    assert "init container env-spec: exit code 2" in failed["message"], failed
-    assert "NoSuchEnv-v99" in failed["message"], failed
-    # Failed at once by the podFailurePolicy, and no learner ever ran.
-    (pod,) = learner_pods(cluster, ns, name)
-    (init,) = pod["status"]["initContainerStatuses"]
-    assert init["state"]["terminated"]["exitCode"] == ExitCode.BAD_CONFIG
-    assert pod["status"]["containerStatuses"][0]["state"] == {
-        "waiting": {"reason": "PodInitializing"}
-    }
-    job = cluster.get("batch", "v1", "jobs", ns, f"{name}-learner")
+    assert f"env-spec pod {name}-envspec-" in failed["message"], failed
+    assert ": exit code 2" in failed["message"] and "NoSuchEnv-v99" in failed["message"], failed
+    assert condition(cluster, ns, name, "LearnerReady")["reason"] == "EnvSpecFailed"
+    # Failed at once by its podFailurePolicy, under the actors' identity.
+    job = cluster.get("batch", "v1", "jobs", ns, f"{name}-envspec")
     assert any(
         c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
         for c in job["status"]["conditions"]
     )
-    table = cluster.kubectl("get", "pods", "-n", ns, "-l", "seedrl.dev/role=learner").stdout
-    assert "Init:Error" in table, table
+    (pod,) = cluster.list("", "v1", "pods", ns, labels={"job-name": f"{name}-envspec"})
+    (container,) = pod["status"]["containerStatuses"]
+    assert container["state"]["terminated"]["exitCode"] == ExitCode.BAD_CONFIG
+    # The learner never ran: its Job is deleted (its pod waited for the spec) and no actor
+    # is left retrying.
+    wait_until(
+        lambda: cluster.get("batch", "v1", "jobs", ns, f"{name}-learner") is None
+        and not learner_pods(cluster, ns, name),
+        60,
+        "the learner Job and its pod gone",
+        cluster,
+    )
+    assert status(cluster, ns, name)["actors"]["desired"] == 0
+    assert "EnvSpecFailed" in [e["reason"] for e in cluster.events(ns, name)]
+    table = cluster.kubectl("get", "pods", "-n", ns, "-l", "seedrl.dev/role=env-spec").stdout
+    assert "Error" in table, table
 
 
 @pytest.mark.slow

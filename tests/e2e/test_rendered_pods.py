@@ -20,7 +20,7 @@ from seedrl.service.operator import reconcile
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.tls import learner_dns_names
 from seedrl.service.operator.reconciler import fetch_url
-from support.pods import free_port, localize
+from support.pods import derive_env_spec, free_port, localize
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,21 +55,10 @@ def test_rendered_learner_and_actor_commands_train_to_the_budget(tmp_path):
     write_certificate(tmp_path, "pods", "ml")
     service = objs["Service"]["metadata"]["name"]
     learner = objs["Job"]["spec"]["template"]["spec"]["containers"][0]
-    (init,) = objs["Job"]["spec"]["template"]["spec"]["initContainers"]
     actor = objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    # The learner pod's init container first: the env spec, made with the actors' code.
-    (tmp_path / "shared").mkdir()
-    derived = subprocess.run(
-        localize(init["command"], tmp_path, service, port),
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert derived.returncode == 0, derived.stderr
-    spec = json.loads((tmp_path / "shared" / "env_spec.json").read_text())
+    # The env-spec Job first: the env spec, made with the actors' code, as the learner mounts it.
+    spec = derive_env_spec(exp, tmp_path, env)
     assert spec["env_id"] == "CartPole-v1" and spec["observation_shape"] == [4]
     # The actors first, as a Deployment's pods often are, and the learner once both ask it
     # for an index: an actor still importing TensorFlow on a loaded machine when the learner

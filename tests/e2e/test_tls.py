@@ -21,10 +21,10 @@ import kubernetes
 import pytest
 
 from seedrl.common import seedrl_pb2, seedrl_pb2_grpc
-from seedrl.common.config import GROUP, PLURAL, VERSION
+from seedrl.common.config import GROUP, PLURAL, VERSION, load_experiment
 from seedrl.service.operator import certificates
 from support.operator_harness import OperatorHarness, wait_for
-from support.pods import free_port, localize
+from support.pods import derive_env_spec, free_port, localize
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,18 +131,10 @@ def test_actors_stream_over_tls_with_the_operators_certificate(tmp_path):
     for key, value in data.items():
         (tmp_path / "tls" / key).write_bytes(value)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    # The learner pod's init container (the env spec) runs first, without the certificate.
-    (init,) = pod["initContainers"]
-    assert "tls" not in {m["name"] for m in init["volumeMounts"]}
-    (tmp_path / "shared").mkdir()
-    subprocess.run(
-        localize(init["command"], tmp_path, "tls-learner", port),
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    # The env spec, as the env-spec Job derives it (it gets no certificate), and the
+    # operator puts it where the learner pod mounts it.
+    assert "initContainers" not in pod
+    derive_env_spec(load_experiment(str(tmp_path / "config.yaml")), tmp_path, env)
     command = localize(learner["command"], tmp_path, "tls-learner", port)
     assert "--tls-cert" in command and "--tls-key" in command
     procs = [

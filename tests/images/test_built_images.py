@@ -20,7 +20,13 @@ import yaml
 from seedrl.common.config import parse_experiment
 from seedrl.service.operator import certificates
 from seedrl.service.operator.render import render
-from seedrl.service.operator.render.common import ENV_SPEC_CONTAINER, names
+from seedrl.common.wire import EnvSpec
+from seedrl.service.operator.env_spec import reported_spec
+from seedrl.service.operator.render.common import ENV_SPEC_CONTAINER, ENV_SPEC_KEY, names
+from seedrl.service.operator.render.env_spec import (
+    render_env_spec_config_map,
+    render_env_spec_job,
+)
 from seedrl.service.operator.render.tls import learner_dns_names, tls_secret_name
 from support.buildah import Pod
 
@@ -149,7 +155,19 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
             learner_dns_names(exp.metadata.name, "default")
         )
     }
-    # The learner pod's init container derives the env spec in the actor image first.
+    # The env-spec Job derives the env spec in the actor image first, into its termination
+    # message, which the operator reads and puts in the ConfigMap the learner pod mounts.
+    with Pod(
+        store,
+        actor_image,
+        render_env_spec_job(exp, namespace="default"),
+        objects,
+        tmp_path,
+        "cartpole-images-envspec-b4n8c",
+    ) as deriving:
+        assert deriving.wait(300) == 0, deriving.output()[-4000:]
+        message = deriving.termination_message()
+    objects.append(_env_spec_config_map(exp, message))
     with Pod(
         store,
         learner_image,
@@ -158,7 +176,6 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
         tmp_path,
         "cartpole-images-learner-x7k2p",
         secrets=secrets,
-        init_images={ENV_SPEC_CONTAINER: actor_image},
     ) as learner:
         with Pod(
             store,
@@ -184,9 +201,29 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
     assert f"connected to {service}:" in actor.output(), actor.output()[-3000:]
     assert "--tls-ca" in actor.command() and "--tls-cert" in learner.command()
     # The learner served the spec the actor image derived, and checked the actor against it.
-    spec = json.loads((learner.volume_dirs["shared"] / "env_spec.json").read_text())
+    spec = json.loads((learner.volume_dirs["shared"] / ENV_SPEC_KEY).read_text())
     assert spec["env_id"] == "CartPole-v1", spec
     assert "no --env-spec" not in learner.output()
+
+
+#: CartPole's env spec as the env-spec Job reports it, for learners run without deriving it.
+CARTPOLE_SPEC = EnvSpec("CartPole-v1", "float32", (4,), "int32", (), 2).to_message()
+
+
+def _env_spec_config_map(exp, message: str) -> dict:
+    """The ConfigMap the operator makes from the env-spec Job's termination message."""
+    pod = {
+        "metadata": {"name": "env-spec"},
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [
+                {"name": ENV_SPEC_CONTAINER, "state": {"terminated": {"message": message}}}
+            ],
+        },
+    }
+    text, why = reported_spec([pod])
+    assert text is not None, why
+    return render_env_spec_config_map(exp, text, namespace="default")
 
 
 #: No GCE metadata server answers here: libtpu would retry it for minutes at `import
@@ -218,7 +255,7 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
     exp = parse_experiment(
         cartpole("tpu-learner", image, images("actors"), accelerator={"kind": "tpu"})
     )
-    objects = render(exp, namespace="default")
+    objects = [*render(exp, namespace="default"), _env_spec_config_map(exp, CARTPOLE_SPEC)]
     with Pod(
         store,
         image,
@@ -228,7 +265,6 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
         "tpu-learner-learner-h8j2k",
         extra_env=NO_METADATA_SERVER,
         secrets=_certificate(exp),
-        init_images={ENV_SPEC_CONTAINER: images("actors")},
     ) as pod:
         assert pod.wait(300) == ExitCode.NO_ACCELERATOR, pod.output()[-4000:]
         assert (
@@ -238,7 +274,7 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
     # Not told it is on a TPU (a CPU Experiment), it reports that no TPU is present and runs
     # on the CPU, as learner/devices.py documents.
     exp = parse_experiment(cartpole("cpu-learner", image, images("actors")))
-    objects = render(exp, namespace="default")
+    objects = [*render(exp, namespace="default"), _env_spec_config_map(exp, CARTPOLE_SPEC)]
     with Pod(
         store,
         image,
@@ -248,7 +284,6 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
         "cpu-learner-learner-p4m9x",
         extra_env=NO_METADATA_SERVER,
         secrets=_certificate(exp),
-        init_images={ENV_SPEC_CONTAINER: images("actors")},
     ) as pod:
         wait_for(
             lambda: "serving cpu-learner" in pod.output(), 600, "the learner serving", pods=[pod]

@@ -303,12 +303,16 @@ class Container:
             user,
         ]
         targets = []
-        for _, path, _ in volumes:
+        for host, path, _ in volumes:
             # Mount points are resolved inside the container's root, as runc does (buildah's
             # chroot isolation silently skips a mount whose path crosses a symbolic link, such
             # as /var/run -> /run), and made before the folders above them turn read-only.
             resolved = self.resolve(path)
-            resolved.mkdir(parents=True, exist_ok=True)
+            if Path(host).is_file():  # one file (a termination message): a file to mount on
+                resolved.parent.mkdir(parents=True, exist_ok=True)
+                resolved.touch(exist_ok=True)
+            else:
+                resolved.mkdir(parents=True, exist_ok=True)
             targets.append("/" + str(resolved.relative_to(self.mountpoint)))
         if read_only_root:
             for entry in sorted(self.mountpoint.iterdir()):
@@ -474,6 +478,14 @@ class Pod:
             elif item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
                 env[item["name"]] = self.pod_name
         env.update(self.extra_env)
+        # The kubelet mounts one file of its own at terminationMessagePath, writable by the
+        # container's user, and reads it once the container has stopped.
+        message = self.workdir / f"{self.pod_name}-{container['name']}.termination-log"
+        message.touch()
+        os.chmod(message, 0o666)
+        mounts.append(
+            (message, container.get("terminationMessagePath", "/dev/termination-log"), False)
+        )
         read_only = bool(container.get("securityContext", {}).get("readOnlyRootFilesystem"))
         return {"user": f"{uid}:{gid}", "env": env, "volumes": mounts, "read_only_root": read_only}
 
@@ -566,6 +578,12 @@ class Pod:
             except (OSError, ProcessLookupError):
                 continue
         return pids
+
+    def termination_message(self) -> str:
+        """What the container wrote at its terminationMessagePath (at most 4096 bytes, as the
+        kubelet keeps)."""
+        path = self.workdir / f"{self.pod_name}-{self.spec_container['name']}.termination-log"
+        return path.read_bytes()[:4096].decode(errors="replace") if path.exists() else ""
 
     def output(self) -> str:
         """What the container printed so far."""

@@ -2,6 +2,7 @@
 the pod's mounts and Service to this machine."""
 
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,3 +34,45 @@ def localize(command: list[str], tmp_path: Path, service: str, port: int) -> lis
         out.append(arg)
     assert out[0] == "python", out
     return [sys.executable, *out[1:]]
+
+
+def derive_env_spec(exp, tmp_path: Path, env: dict[str, str]) -> dict:
+    """What the operator does before a learner starts, with the pods as local processes: runs
+    the env-spec Job's container command (it writes the spec into its termination message),
+    reads that message as the operator does and writes the spec where the learner pod mounts
+    its ConfigMap. Returns the spec as JSON data."""
+    import json
+
+    from seedrl.service.operator.env_spec import reported_spec
+    from seedrl.service.operator.render.common import ENV_SPEC_KEY
+    from seedrl.service.operator.render.env_spec import render_env_spec_job
+
+    container = render_env_spec_job(exp)["spec"]["template"]["spec"]["containers"][0]
+    message = tmp_path / "termination-log"
+    message.write_text("")
+    done = subprocess.run(
+        localize(container["command"], tmp_path, "", 0),
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    pod = {
+        "metadata": {"name": "env-spec"},
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [
+                {
+                    "name": container["name"],
+                    "state": {"terminated": {"exitCode": 0, "message": message.read_text()}},
+                }
+            ],
+        },
+    }
+    text, why = reported_spec([pod])
+    assert text is not None, why
+    (tmp_path / "shared").mkdir(exist_ok=True)
+    (tmp_path / "shared" / ENV_SPEC_KEY).write_text(text)
+    return json.loads(text)

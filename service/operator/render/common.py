@@ -17,14 +17,21 @@ CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 RUN_DIR = "/var/run/seedrl"
 #: Where the learner writes its final status (the container's terminationMessagePath).
 TERMINATION_LOG = "/dev/termination-log"
-#: The learner pod's emptyDir shared by its init container and the learner.
+#: Where the learner pod mounts its env spec ConfigMap (releases before 0.2 shared an emptyDir
+#: there between an init container and the learner).
 SHARED_DIR = "/shared"
-#: The env spec the learner pod's init container derives from the Experiment with the actor
-#: image's code (``python -m seedrl.actors --env-spec-out``), which the learner then serves
-#: (``--env-spec``), as ``seedrl train`` does locally.
-ENV_SPEC_FILE = f"{SHARED_DIR}/env_spec.json"
-#: The name of that init container (the Job's podFailurePolicy names it).
+#: The learner pod's volume of the env spec ConfigMap.
+ENV_SPEC_VOLUME = "shared"
+#: The key of the env spec in its ConfigMap (:attr:`Names.env_spec`).
+ENV_SPEC_KEY = "env_spec.json"
+#: The env spec the learner serves (``--env-spec``): derived from the Experiment with the actor
+#: image's code by the env-spec Job (:mod:`.env_spec`), under the actors' identity, and put
+#: in a ConfigMap by the operator, as ``seedrl train`` derives it locally.
+ENV_SPEC_FILE = f"{SHARED_DIR}/{ENV_SPEC_KEY}"
+#: The env-spec Job's container (and the learner pod's init container in releases before 0.2).
 ENV_SPEC_CONTAINER = "env-spec"
+#: The env-spec Job's pods' role label (``seedrl.dev/role``).
+ENV_SPEC_ROLE = "env-spec"
 #: UID/GID the containers run as (the images create this user; any non-root id works).
 RUN_AS = 1000
 MANAGED_BY = "seedrl-operator"
@@ -63,13 +70,15 @@ class Names:
     network_policy: str
     disruption_budget: str
     run_volume: str
+    env_spec: str
 
 
 def names(experiment_name: str) -> Names:
     """Children's names: ``<name>-config``, ``<name>-learner`` (Job, Service, NetworkPolicy),
-    ``<name>-actors``. Experiment names are DNS labels of at most 63 characters; the suffixes
-    keep Service names (limit 63) valid up to a 55-character Experiment name, which validation
-    of the operator enforces through :func:`validate`."""
+    ``<name>-actors``, ``<name>-envspec`` (Job, ConfigMap). Experiment names are DNS labels
+    of at most 63 characters; the suffixes keep Service and Job names (limit 63) valid up to a
+    55-character Experiment name, which validation of the operator enforces through
+    :func:`validate`."""
     return Names(
         config=f"{experiment_name}-config",
         learner=f"{experiment_name}-learner",
@@ -78,6 +87,8 @@ def names(experiment_name: str) -> Names:
         network_policy=f"{experiment_name}-learner",
         disruption_budget=f"{experiment_name}-learner",
         run_volume=f"{experiment_name}-learner-run",
+        # A Job's name is at most 63 characters (its pods' job-name label): 55 + 8.
+        env_spec=f"{experiment_name}-envspec",
     )
 
 

@@ -2,12 +2,11 @@
 ``podFailurePolicy`` follows the learner's exit codes (:mod:`seedrl.common.exit_codes`): 0 only
 when the Experiment is finished, so the Job completes only then; a pod disrupted (condition
 DisruptionTarget: drained, evicted, preempted) or stopped early (exit STOPPED after its final
-checkpoint) or stopped by SIGTERM while initialising (its env-spec container exits 143) is
-replaced without counting; a bad configuration, an unusable checkpoint location
+checkpoint) is replaced without counting; a bad configuration, an unusable checkpoint location
 or a missing accelerator fails the Job at once; any other failure (a crash, OOMKilled) counts
-against ``spec.backoffLimit``. Before the learner, the pod's init container derives the env spec
-with the actor image (an env that cannot be made fails the Job at once), and the learner serves
-that spec. Each new pod resumes from the latest checkpoint. The cluster autoscaler's
+against ``spec.backoffLimit``. The learner serves the env spec the env-spec Job derived
+(:mod:`.env_spec`), mounted from its ConfigMap: no user env code runs in the learner's pod.
+Each new pod resumes from the latest checkpoint. The cluster autoscaler's
 safe-to-evict annotation keeps the autoscaler from taking its node away (the PodDisruptionBudget
 of :mod:`.disruption_budget` keeps off the other voluntary disruptions), and a learner stays off
 Spot nodes unless ``spec.learner.spot`` asks for them."""
@@ -22,7 +21,6 @@ from seedrl.common.config import (
     RELEASE_IMAGES,
     Experiment,
     ImageDefaults,
-    actor_image,
     learner_image,
     to_document,
 )
@@ -30,10 +28,9 @@ from seedrl.common.exit_codes import PERMANENT, RETRY_FREELY, ExitCode
 from seedrl.service.operator.render.common import (
     ANNOTATION_LEARNER_HASH,
     ANNOTATION_SAFE_TO_EVICT,
-    CONFIG_DIR,
     CONFIG_FILE,
-    ENV_SPEC_CONTAINER,
     ENV_SPEC_FILE,
+    ENV_SPEC_VOLUME,
     LABEL_KUEUE_QUEUE,
     LABEL_PREEMPTIBLE,
     LABEL_SPOT,
@@ -47,7 +44,6 @@ from seedrl.service.operator.render.common import (
     pod_labels,
 )
 from seedrl.service.operator.render.pod import (
-    actors_command,
     SPOT_TOLERATION,
     accelerator_placement,
     apply_placement,
@@ -64,10 +60,6 @@ from seedrl.service.operator.usage import LearnerUsage
 
 #: The Job condition of a pod stopped by a disruption (eviction, preemption, node shutdown).
 DISRUPTION_TARGET = "DisruptionTarget"
-
-
-#: The exit code of a process that SIGTERM stopped (128 + 15, what the kubelet reports).
-SIGTERM_EXIT = 143
 
 
 #: What a learner's /tmp holds besides a checkpoint's extra state (R2D2's replay): the staged
@@ -207,10 +199,7 @@ def learner_failure_policy() -> dict[str, Any]:
     failures"): a pod with condition DisruptionTarget (evicted, drained, preempted, node
     shutdown) is replaced without counting; so is one that exited STOPPED (a signal stopped
     it after its final checkpoint: a drain that deleted it, a suspend); a permanent code
-    fails the Job at once; so does an env that cannot be made (the init container's
-    BAD_CONFIG); the init container stopped by SIGTERM (exit 143, :data:`SIGTERM_EXIT`: the
-    kubelet's graceful deletion of a pod still initialising, e.g. by a suspend) is replaced
-    without counting; anything else counts against backoffLimit: an exception,
+    fails the Job at once; anything else counts against backoffLimit: an exception,
     SIGKILL/OOMKilled, and a learner stopped while its own /healthz was not answering, which
     exits FAILED (:mod:`seedrl.learner.health`), so that one its liveness probe kills again
     and again fails at the limit instead of cycling for ever.
@@ -237,27 +226,6 @@ def learner_failure_policy() -> dict[str, Any]:
                     "values": [int(c) for c in LEARNER_PERMANENT],
                 },
             },
-            # The env-spec init container stopped by SIGTERM (128 + 15): the kubelet's graceful
-            # deletion of a pod still initialising (a suspend, a drain, a replacement), which
-            # Kubernetes marks DisruptionTarget only for some of them (not the Job
-            # controller's suspend). SIGKILL (137) stays counted: it is also an OOM kill.
-            {
-                "action": "Ignore",
-                "onExitCodes": {
-                    "containerName": ENV_SPEC_CONTAINER,
-                    "operator": "In",
-                    "values": [SIGTERM_EXIT],
-                },
-            },
-            # The env cannot be made from the Experiment: every new pod would find the same.
-            {
-                "action": "FailJob",
-                "onExitCodes": {
-                    "containerName": ENV_SPEC_CONTAINER,
-                    "operator": "In",
-                    "values": [int(ExitCode.BAD_CONFIG)],
-                },
-            },
         ]
     }
 
@@ -282,14 +250,6 @@ def _learner_placement(exp: Experiment, pod_spec: dict[str, Any]) -> None:
             }
         ]
     apply_placement(exp.spec.learner.placement, pod_spec, node_selector, tolerations, node_terms)
-    # The env-spec init container runs the actor image: a private registry's credentials for
-    # it are the actors' (else the pod waits in ImagePullBackOff for good).
-    secrets = [
-        *exp.spec.learner.placement.image_pull_secrets,
-        *exp.spec.actors.placement.image_pull_secrets,
-    ]
-    if secrets:
-        pod_spec["imagePullSecrets"] = [{"name": n} for n in dict.fromkeys(secrets)]
 
 
 def render_learner_job(
@@ -335,7 +295,7 @@ def render_learner_job(
         "resources": container_resources(learner.resources, extra),
         "volumeMounts": [
             *container_mounts(),
-            {"name": "shared", "mountPath": SHARED_DIR, "readOnly": True},
+            {"name": ENV_SPEC_VOLUME, "mountPath": SHARED_DIR, "readOnly": True},
         ],
         "securityContext": container_security_context(),
         # Ready once it serves the actors' streams (after restoring its checkpoint). The actors
@@ -348,8 +308,7 @@ def render_learner_job(
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_spec = base_pod_spec(exp, container, "Never", learner_grace_seconds(exp), "learner")
-    pod_spec["initContainers"] = [render_env_spec_container(exp, images)]
-    pod_spec["volumes"].append({"name": "shared", "emptyDir": {}})
+    pod_spec["volumes"].append({"name": ENV_SPEC_VOLUME, "configMap": {"name": n.env_spec}})
     bound_learner_scratch(exp, container, pod_spec)
     add_tls(exp, "learner", container, pod_spec)
     _learner_placement(exp, pod_spec)
@@ -380,30 +339,3 @@ def render_learner_job(
     if spec.queue_name:
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.queue_name
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
-
-
-def render_env_spec_container(
-    exp: Experiment, images: ImageDefaults = RELEASE_IMAGES
-) -> dict[str, Any]:
-    """The learner pod's init container: the actor image derives the env spec from the
-    Experiment (it makes the env once, with the actors' own code and packages, which the
-    learner image need not have) into :data:`ENV_SPEC_FILE`, and the learner serves that spec.
-    An env that cannot be made fails the pod with BAD_CONFIG and the reason (the end of its
-    log), and the Job at once, before a learner starts. It asks for the learner's CPU and
-    memory, without accelerators: an init container runs before the learner, so it never
-    raises what the pod asks for."""
-    return {
-        "name": ENV_SPEC_CONTAINER,
-        "image": actor_image(exp.spec.actors, images),
-        "imagePullPolicy": "IfNotPresent",
-        "command": actors_command("--env-spec-out", ENV_SPEC_FILE),
-        "env": container_env(exp),
-        "resources": container_resources(exp.spec.learner.resources),
-        "volumeMounts": [
-            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "shared", "mountPath": SHARED_DIR},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-        "securityContext": container_security_context(),
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }

@@ -81,6 +81,34 @@ def test_gpu_and_spot_come_from_node_affinity_and_actors_from_the_component_labe
     assert report.total_usd == pytest.approx(0.112)
 
 
+def test_the_env_spec_jobs_pod_is_priced_as_actor_work():
+    """The env-spec Job's pod runs the actor image with the actors' resources: counted with
+    the actors, not refused (which would leave the whole Experiment unpriced)."""
+    from seedrl.common.config import parse_experiment
+    from seedrl.service.operator.render.env_spec import render_env_spec_job
+
+    exp = parse_experiment(
+        {
+            "metadata": {"name": "exp"},
+            "spec": {"actors": {"resources": {"cpu": "2", "memory": "4Gi"}}},
+        }
+    )
+    job = render_env_spec_job(exp)
+    pod = {
+        "metadata": {"name": "exp-envspec-x1", **job["spec"]["template"]["metadata"]},
+        "spec": job["spec"]["template"]["spec"],
+        "status": {
+            "phase": "Succeeded",
+            "startTime": iso(T0),
+            "containerStatuses": [{"state": {"terminated": {"finishedAt": iso(T0 + 36)}}}],
+        },
+    }
+    record = cost.pod_record(pod)
+    assert record.role == "actor" and record.resources == Resources(cpu=2, memory_gib=4)
+    # 0.01 h on demand x (2 x 0.04 + 4 x 0.005)
+    assert cost.compute_cost([record], PRICES, now=T0 + H).total_usd == pytest.approx(0.001)
+
+
 def test_an_init_container_larger_than_the_others_sets_the_request():
     pod = tpu_pod("c", T0)
     pod["spec"]["initContainers"][0]["resources"]["requests"]["cpu"] = "12"

@@ -61,7 +61,6 @@ def _images(objs):
     learner = objs["Job"]["spec"]["template"]["spec"]
     return (
         learner["containers"][0]["image"],
-        learner["initContainers"][0]["image"],
         objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"],
     )
 
@@ -131,8 +130,8 @@ def load():
 
 @pytest.fixture
 def images_of():
-    """``images_of(objs)``: the learner's, its init container's and the actors' images, of
-    rendered objects by kind."""
+    """``images_of(objs)``: the learner's and the actors' images, of rendered objects by
+    kind."""
     return _images
 
 

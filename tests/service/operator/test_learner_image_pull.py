@@ -1,14 +1,13 @@
-"""A learner pod whose image cannot be pulled (its env-spec init container's, the actor image,
-from a private registry) says so in the Experiment's status instead of waiting with no reason:
-the real operator and Job controller (the ``live`` fixture); the test writes the pod's
-container statuses as the kubelet does when a pull fails (ErrImagePull, then
-ImagePullBackOff with the registry's message)."""
+"""The env-spec Job's pod (the actor image, from a private registry) pulls with the actors'
+credentials, and one whose image cannot be pulled says so in the Experiment's status instead
+of waiting with no reason: the real operator and Job controller (the ``live`` fixture); the
+test writes the pod's container statuses as the kubelet does when a pull fails (ErrImagePull,
+then ImagePullBackOff with the registry's message)."""
 
 from __future__ import annotations
 
 import datetime
 
-import kubernetes
 import pytest
 
 from seedrl.service.operator.status import condition
@@ -18,22 +17,29 @@ from support.operator_live import STEP_S
 pytestmark = [pytest.mark.cluster, pytest.mark.helm]
 
 
-def test_a_learner_that_cannot_pull_its_image_says_why(live):
-    live.create("private", actors={"placement": {"imagePullSecrets": ["regcred"]}})
-    job = wait_for(lambda: live.job("private"), timeout=STEP_S, what="the learner Job")
+def test_an_env_spec_pod_that_cannot_pull_its_image_says_why(live):
+    live.create(
+        "private",
+        actors={
+            "image": "registry.example/seedrl/actors:0.1.0",
+            "placement": {"imagePullSecrets": ["regcred"]},
+        },
+    )
+    job = wait_for(lambda: live.read("Job", "private-envspec"), timeout=STEP_S, what="the Job")
     assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
-    core = kubernetes.client.CoreV1Api(live.harness.api)
+    # The learner's pod runs no actor code and needs no actor credentials.
+    learner = wait_for(lambda: live.job("private"), timeout=STEP_S, what="the learner Job")
+    assert "imagePullSecrets" not in learner["spec"]["template"]["spec"]
+    assert "initContainers" not in learner["spec"]["template"]["spec"]
 
-    def learner_pod():
-        pods = core.list_namespaced_pod(
-            live.ns, label_selector="seedrl.dev/experiment=private,seedrl.dev/role=learner"
-        ).items
-        return pods[0] if pods else None
+    def env_spec_pod():
+        pods = live.core.list_namespaced_pod(live.ns, label_selector="job-name=private-envspec")
+        return pods.items[0] if pods.items else None
 
-    pod = wait_for(learner_pod, timeout=STEP_S, what="the learner pod (the Job controller's)")
+    pod = wait_for(env_spec_pod, timeout=STEP_S, what="the env-spec pod (the Job controller's)")
     message = 'Back-off pulling image "registry.example/seedrl/actors:0.1.0"'
     now = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    core.patch_namespaced_pod_status(
+    live.core.patch_namespaced_pod_status(
         pod.metadata.name,
         live.ns,
         {
@@ -42,7 +48,7 @@ def test_a_learner_that_cannot_pull_its_image_says_why(live):
                 "conditions": [
                     {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
                 ],
-                "initContainerStatuses": [
+                "containerStatuses": [
                     {
                         "name": "env-spec",
                         "image": "registry.example/seedrl/actors:0.1.0",
@@ -65,5 +71,5 @@ def test_a_learner_that_cannot_pull_its_image_says_why(live):
         what="LearnerReady ImagePullBackOff",
     )
     assert learner_ready()["message"] == (
-        f"The learner pod cannot start: container env-spec: {message}"
+        f"The env-spec pod (Job private-envspec) cannot start: container env-spec: {message}"
     )

@@ -1,4 +1,4 @@
-"""The learner Job: its failure policy, init container, accelerators and hash
+"""The learner Job: its failure policy, env spec, accelerators, scratch space and hash
 (render/learner_job.py)."""
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ import pytest
 from seedrl.service.operator.render import render
 from seedrl.service.operator.render.common import (
     ANNOTATION_LEARNER_HASH,
-    CONFIG_FILE,
-    ENV_SPEC_CONTAINER,
     ENV_SPEC_FILE,
-    GPU_RESOURCE,
+    ENV_SPEC_KEY,
     SHARED_DIR,
 )
 
@@ -76,88 +74,41 @@ def test_failure_policy_follows_the_exit_codes(exp_of, by_kind):
     # Crashes count against backoffLimit.
     assert _first_rule(policy, exit_code=ExitCode.FAILED) is None
     assert _first_rule(policy, exit_code=137) is None
-    # The env spec init container: an env the Experiment cannot make fails the Job at once; a
-    # crash of it counts as one; only the learner's codes mean the learner's outcome.
-    env_spec = ENV_SPEC_CONTAINER
-    assert _first_rule(policy, exit_code=ExitCode.BAD_CONFIG, container=env_spec) == "FailJob"
-    assert _first_rule(policy, exit_code=ExitCode.FAILED, container=env_spec) is None
-    assert _first_rule(policy, exit_code=ExitCode.STOPPED, container=env_spec) is None
-    assert _first_rule(policy, exit_code=ExitCode.CHECKPOINT_LOCATION, container=env_spec) is None
-    # Stopped by SIGTERM while initialising (a suspend, a drain): replaced without counting;
-    # SIGKILL (an OOM kill too) still counts, and so does 143 from the learner itself.
-    assert _first_rule(policy, exit_code=143, container=env_spec) == "Ignore"
-    assert _first_rule(policy, exit_code=137, container=env_spec) is None
+    # SIGTERM from the learner itself (143) is no clean stop: counted.
     assert _first_rule(policy, exit_code=143) is None
+    # No rule names a container the pod lacks (the API server refuses such a Job).
+    assert {r["onExitCodes"]["containerName"] for r in policy["rules"] if "onExitCodes" in r} == {
+        "learner"
+    }
     for rule in policy["rules"]:
         assert 0 not in (rule.get("onExitCodes") or {}).get("values", [])  # the API refuses 0
 
 
-def test_the_learner_pod_derives_its_env_spec_with_the_actor_image_first(exp_of, by_kind, owner):
-    # As `seedrl train` does locally: the actors' code makes the env once and writes its spec,
-    # which the learner serves (--env-spec) and checks every actor's hello against.
+def test_the_learner_pod_runs_no_actor_code_and_serves_the_derived_env_spec(exp_of, by_kind, owner):
+    """The env spec comes from the env-spec Job, through its ConfigMap: the learner pod has no
+    init container, runs only the learner image and pulls only with the learner's secrets."""
     exp = exp_of(
         env={"id": "ALE/Pong-v5"},
-        learner={"resources": {"cpu": "3", "memory": "12Gi"}, "accelerator": {"kind": "gpu"}},
-        actors={"image": "registry.example/seedrl/actors:custom"},
+        learner={"placement": {"imagePullSecrets": ["learner-cred"]}},
+        actors={
+            "image": "registry.example/seedrl/actors:custom",
+            "placement": {"imagePullSecrets": ["actors-cred"]},
+        },
     )
     job = by_kind(render(exp, owner, "team-a"))["Job"]
     pod = job["spec"]["template"]["spec"]
-    (init,) = pod["initContainers"]
+    assert "initContainers" not in pod
     (learner,) = pod["containers"]
-    assert init["name"] == ENV_SPEC_CONTAINER
-    assert init["image"] == "registry.example/seedrl/actors:custom"
-    assert init["command"] == [
-        "python",
-        "-m",
-        "seedrl.actors",
-        "--config",
-        CONFIG_FILE,
-        "--env-spec-out",
-        ENV_SPEC_FILE,
-    ]
+    assert learner["image"].split("/")[-1].startswith("learner:")
     at = learner["command"].index("--env-spec")
     assert learner["command"][at + 1] == ENV_SPEC_FILE
-    assert ENV_SPEC_FILE.startswith(SHARED_DIR + "/")
-    # One emptyDir between them: written by the init container, read-only to the learner.
+    assert ENV_SPEC_FILE == f"{SHARED_DIR}/{ENV_SPEC_KEY}"
     (shared,) = [v for v in pod["volumes"] if v["name"] == "shared"]
-    assert shared == {"name": "shared", "emptyDir": {}}
-    mounts = {m["name"]: m for m in init["volumeMounts"]}
-    assert mounts["shared"]["mountPath"] == SHARED_DIR
-    assert not mounts["shared"].get("readOnly") and mounts["config"]["readOnly"]
+    assert shared == {"name": "shared", "configMap": {"name": "exp-envspec"}}
     assert {"name": "shared", "mountPath": SHARED_DIR, "readOnly": True} in learner["volumeMounts"]
-    # Least privilege: no run directory, no TLS key; locked down as the learner is.
-    assert set(mounts) == {"config", "shared", "tmp"}
-    assert init["securityContext"] == learner["securityContext"]
-    assert init["securityContext"]["readOnlyRootFilesystem"] is True
-    # The learner's CPU and memory, none of its GPU: the pod asks for no more than before.
-    assert init["resources"]["requests"] == {"cpu": "3", "memory": "12Gi"}
-    assert GPU_RESOURCE in learner["resources"]["limits"]
-    assert GPU_RESOURCE not in init["resources"]["limits"]
-    # Why it failed reaches the Experiment: the end of its log.
-    assert init["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    kubernetes_validate.validate(job, "1.33.0", strict=True)
-
-
-def test_the_learner_pod_can_pull_the_actor_image_its_init_container_runs(exp_of, by_kind):
-    # The env-spec init container runs the actor image: from a private registry, the
-    # actors' pull secrets must reach the learner pod too, each once.
-    job = by_kind(
-        render(
-            exp_of(
-                learner={"placement": {"imagePullSecrets": ["learner-cred", "shared"]}},
-                actors={"placement": {"imagePullSecrets": ["shared", "actors-cred"]}},
-            )
-        )
-    )["Job"]
-    pod = job["spec"]["template"]["spec"]
-    assert pod["imagePullSecrets"] == [
-        {"name": "learner-cred"},
-        {"name": "shared"},
-        {"name": "actors-cred"},
-    ]
-    only_actors = by_kind(render(exp_of(actors={"placement": {"imagePullSecrets": ["a"]}})))
-    assert only_actors["Job"]["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "a"}]
+    assert pod["imagePullSecrets"] == [{"name": "learner-cred"}]
     assert "imagePullSecrets" not in by_kind(render(exp_of()))["Job"]["spec"]["template"]["spec"]
+    kubernetes_validate.validate(job, "1.33.0", strict=True)
 
 
 def test_a_spot_learner_budgets_its_final_checkpoint_for_the_15_seconds_gke_gives(exp_of, by_kind):

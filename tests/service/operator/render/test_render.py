@@ -134,19 +134,16 @@ def test_both_roles_take_their_default_images_from_one_registry_and_release(
     assert images_of(by_kind(render(exp_of()))) == (
         "ghcr.io/seedrl/learner:0.1.0",
         "ghcr.io/seedrl/actors:0.1.0",
-        "ghcr.io/seedrl/actors:0.1.0",
     )
     mirror = ImageDefaults(registry="europe-docker.pkg.dev/p/seedrl", release="0.2.0")
     gpu = exp_of(learner={"accelerator": {"kind": "gpu"}})
     assert images_of(by_kind(render(gpu, images=mirror))) == (
         "europe-docker.pkg.dev/p/seedrl/learner:0.2.0-gpu",
         "europe-docker.pkg.dev/p/seedrl/actors:0.2.0",
-        "europe-docker.pkg.dev/p/seedrl/actors:0.2.0",
     )
     # An image the spec names wins, for either role.
     named = exp_of(actors={"image": "example.com/a:1"}, learner={"image": "example.com/l:1"})
     assert images_of(by_kind(render(named, images=mirror))) == (
         "example.com/l:1",
-        "example.com/a:1",
         "example.com/a:1",
     )
