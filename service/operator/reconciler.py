@@ -12,6 +12,8 @@ import datetime
 import http.client
 import json
 import logging
+import math
+import time
 import urllib.request
 from typing import Any, Callable, Mapping, Optional
 
@@ -180,6 +182,10 @@ class Reconciler:
         self.children = Children(config.api_client)
         self.env_specs = EnvSpecs(self.children)
         self.certificates = LearnerCertificates(self.children)
+        #: When each Experiment's (by uid) unwatched children were last found all there.
+        self._looked_up: dict[str, float] = {}
+        #: The Experiments whose certificate Secrets were found owned.
+        self._secrets_owned: set[str] = set()
 
     def observe(self, exp: Experiment, namespace: str) -> Observed:
         """The learner Job and the actor Deployment as the API server has them now."""
@@ -567,7 +573,7 @@ class Reconciler:
         self, exp: Experiment, namespace: str, seen: Observed, done_before: bool
     ) -> EnvSpecProgress | None:
         """Where the env spec stands (as read) while a learner is to be made or its pod has not
-        started (it waits for the spec to mount); None when no learner needs it."""
+        started (it waits for the spec to mount); None when no learner needs it now."""
         job = seen.job
         if done_before or (
             job is not None
@@ -576,6 +582,9 @@ class Reconciler:
                 or not reconcile.reads_derived_env_spec(job)
                 or reconcile.learner_started(_learner_pods(seen.pods))
                 or int(((job.get("status") or {}).get("ready")) or 0) >= 1
+                # Suspended or queued, its pod is not there to wait: the spec is copied once
+                # it is unsuspended (a Job event wakes the poller then).
+                or bool((job.get("spec") or {}).get("suspend"))
             )
         ):
             return None
@@ -652,19 +661,7 @@ class Reconciler:
             return True
         if reconcile.job_outdated(exp, job):
             return True
-        n = names(exp.metadata.name)
-        children = [
-            ("ConfigMap", n.config),
-            ("Service", n.service),
-            ("NetworkPolicy", n.network_policy),
-            ("PodDisruptionBudget", n.disruption_budget),
-        ]
-        if needs_run_volume(exp):
-            children.append(("PersistentVolumeClaim", n.run_volume))
-        for kind, name in children:
-            if self.children.read(kind, namespace, name) is None:
-                return True
-        if self.certificates.secrets_unowned(exp, namespace, uid):
+        if self._children_missing(exp, namespace, uid):
             return True
         wanted = actor_replicas(
             exp, reconcile.job_finished(job) or done_before, reconcile.admitted(exp, job)
@@ -674,12 +671,45 @@ class Reconciler:
             and _job_patch(exp, job, usage_now(previous, job, now_rfc3339())) is not None
         )
 
+    def _children_missing(self, exp: Experiment, namespace: str, uid: str) -> bool:
+        """Whether a child no watch delivers (the ConfigMap, Service, NetworkPolicy,
+        PodDisruptionBudget, run volume) is missing, or the learner's certificate Secrets
+        need the operator.
+
+        Each lookup is a request per Experiment, and at every poll they were most of an idle
+        operator's requests to the API server: the children are looked up at most every
+        ``resync_seconds`` per Experiment (one deleted by hand comes back within that), the
+        Secrets at every poll only until the Experiment owns them."""
+        now = time.monotonic()
+        if uid not in self._secrets_owned:
+            if self.certificates.secrets_unowned(exp, namespace, uid):
+                return True
+            self._secrets_owned.add(uid)
+        if now - self._looked_up.get(uid, -math.inf) < self.config.resync_seconds:
+            return False
+        n = names(exp.metadata.name)
+        children = [
+            ("ConfigMap", n.config),
+            ("Service", n.service),
+            ("NetworkPolicy", n.network_policy),
+            ("PodDisruptionBudget", n.disruption_budget),
+        ]
+        if needs_run_volume(exp):
+            children.append(("PersistentVolumeClaim", n.run_volume))
+        if any(self.children.read(kind, namespace, name) is None for kind, name in children):
+            return True
+        if self.certificates.secrets_unowned(exp, namespace, uid):
+            return True
+        self._looked_up[uid] = now
+        return False
+
     def forget(self, body: Mapping[str, Any]) -> None:
         """Drops the series of an Experiment that is gone (its children are the garbage
         collector's: they carry owner references)."""
-        self.config.metrics.forget(
-            body["metadata"]["name"], body["metadata"]["namespace"], body["metadata"].get("uid")
-        )
+        uid = body["metadata"].get("uid")
+        self.config.metrics.forget(body["metadata"]["name"], body["metadata"]["namespace"], uid)
+        self._looked_up.pop(uid, None)
+        self._secrets_owned.discard(uid)
 
 
 def _learner_pods(pods: list[dict] | None) -> list[dict]:

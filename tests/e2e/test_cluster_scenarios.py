@@ -489,8 +489,10 @@ def test_an_env_that_cannot_be_made_fails_before_the_learner_starts(cluster, tmp
     # The learner never ran: its Job is deleted (its pod waited for the spec) and no actor
     # is left retrying.
     wait_until(
-        lambda: cluster.get("batch", "v1", "jobs", ns, f"{name}-learner") is None
-        and not learner_pods(cluster, ns, name),
+        lambda: (
+            cluster.get("batch", "v1", "jobs", ns, f"{name}-learner") is None
+            and not learner_pods(cluster, ns, name)
+        ),
         60,
         "the learner Job and its pod gone",
         cluster,
