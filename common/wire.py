@@ -326,7 +326,8 @@ class EnvSpec:
 
     @classmethod
     def read(cls, path: str) -> "EnvSpec":
-        """Reads a spec from a JSON file written with :meth:`to_json`.
+        """Reads a spec from a JSON file written with :meth:`to_json`, or one holding a
+        message of :meth:`to_message`.
 
         Raises:
           OSError: the file cannot be read.
@@ -337,8 +338,10 @@ class EnvSpec:
         if len(data) > MAX_SPEC_FILE_BYTES:
             raise WireError(f"{path}: over {MAX_SPEC_FILE_BYTES} bytes, not an env spec")
         try:
-            return cls.from_json(json.loads(data))
-        except ValueError as exc:
+            # Also a message of :meth:`to_message`, as the operator copies it from the
+            # env-spec Job's pod into the learner's ConfigMap.
+            return cls.from_message(data.decode())
+        except (ValueError, UnicodeDecodeError) as exc:
             raise WireError(f"{path}: {exc}") from None
 
     def describe(self) -> str:

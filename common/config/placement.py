@@ -43,7 +43,8 @@ class ResourcesConfig:
         "",
         "Ephemeral storage request and limit (logs, scratch). Empty: none for actors; the "
         "learner requests what one checkpoint stages in its /tmp before publishing it (2 GiB, "
-        "plus R2D2's replayCheckpointMaxGb), and its /tmp is bounded at that.",
+        "plus R2D2's replayCheckpointMaxGb; not when queued through Kueue) and its /tmp is "
+        "bounded at that.",
         pattern=f"({QUANTITY_PATTERN})?",
         pattern_hint=QUANTITY_HINT,
         max_len=32,

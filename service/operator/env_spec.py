@@ -8,13 +8,11 @@ into the ConfigMap the learner pod mounts, and says where that stands
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from seedrl.common.config import Experiment, ImageDefaults
-from seedrl.common.wire import EnvSpec, WireError
 from seedrl.service.operator.render.common import ENV_SPEC_CONTAINER, names
 from seedrl.service.operator.render.env_spec import (
     render_env_spec_config_map,
@@ -38,8 +36,9 @@ class EnvSpecProgress:
         pod reported cannot be read.
       job: the env-spec Job as read (None once the spec is ready, or before it is made).
       pods: that Job's pods, for the reason a pod waits or failed.
-      spec_json: the spec its pod reported, once the Job has succeeded, to copy into the
-        ConfigMap.
+      spec_json: the spec its pod reported (JSON, or compressed when long:
+        :meth:`~seedrl.common.wire.EnvSpec.to_message`), once the Job has succeeded, to copy
+        into the ConfigMap.
     """
 
     ready: bool
@@ -74,11 +73,16 @@ def job_condition(job: Mapping[str, Any] | None, type_: str) -> dict[str, Any] |
     return None
 
 
+#: The most the kubelet keeps of a termination message.
+TERMINATION_MESSAGE_BYTES = 4096
+
+
 def reported_spec(pods: list[Mapping[str, Any]] | tuple) -> tuple[str | None, str | None]:
-    """(the env spec as JSON, None) from the termination message of the env-spec Job's pod
-    that succeeded, or (None, why not) when there is none or it is not a valid spec
-    (:meth:`~seedrl.common.wire.EnvSpec.from_message`: a hostile or broken actor image gets
-    no further than this)."""
+    """(the env spec message, None) from the termination message of the env-spec Job's pod
+    that succeeded, or (None, why not) when there is none. The message is copied as it is:
+    the learner reads it (:meth:`seedrl.common.wire.EnvSpec.read`) and refuses one that is no
+    spec with BAD_CONFIG, which fails the run with its reason (the operator image has none
+    of the wire format's packages)."""
     for pod in pods:
         if (pod.get("status") or {}).get("phase") != "Succeeded":
             continue
@@ -86,11 +90,10 @@ def reported_spec(pods: list[Mapping[str, Any]] | tuple) -> tuple[str | None, st
             if status.get("name") != ENV_SPEC_CONTAINER:
                 continue
             term = (status.get("state") or {}).get("terminated") or {}
-            try:
-                spec = EnvSpec.from_message(term.get("message") or "")
-            except WireError as exc:
-                return None, f"pod {pod['metadata']['name']} reported no valid env spec: {exc}"
-            return json.dumps(spec.to_json(), sort_keys=True) + "\n", None
+            message = (term.get("message") or "").strip()
+            if not message or len(message.encode()) > TERMINATION_MESSAGE_BYTES:
+                return None, f"pod {pod['metadata']['name']} reported no env spec"
+            return message + "\n", None
     return None, "no pod of the env-spec Job that succeeded is left to read"
 
 

@@ -22,7 +22,7 @@ from seedrl.common.config import (
 )
 from seedrl.service.operator.children import MERGE
 from seedrl.service.operator.reconciler import OperatorConfig, Reconciler, announce
-from seedrl.service.operator.status import status_patch
+from seedrl.service.operator.status import status_patch, worth_writing
 from seedrl.service.operator.watch_cache import WATCHED, ChildCache, list_watched
 
 log = logging.getLogger(__name__)
@@ -310,7 +310,9 @@ class Poller:
                 body, heal_only=True, seen=self.cache.observed(namespace, name)
             )
             changed = status_patch(body.get("status"), status)
-            if not changed:
+            if not changed or not worth_writing(
+                body.get("status"), status, self.config.heartbeat_seconds
+            ):
                 return
             try:
                 # Only onto the Experiment as read: a status computed from an older body (an

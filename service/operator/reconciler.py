@@ -39,7 +39,13 @@ from seedrl.service.operator.render.common import (
     owner_reference,
 )
 from seedrl.service.operator.render.volume import needs_run_volume
-from seedrl.service.operator.status import compute_status, condition, invalid_status, now_rfc3339
+from seedrl.service.operator.status import (
+    HEARTBEAT_SECONDS,
+    compute_status,
+    condition,
+    invalid_status,
+    now_rfc3339,
+)
 from seedrl.service.operator.usage import LearnerUsage, usage_now
 from seedrl.service.operator.metrics import OperatorMetrics
 from seedrl.service.operator.children import Children
@@ -82,6 +88,9 @@ class OperatorConfig:
       resync_seconds: how often the poller lists what the watches feed the cache with and
         replaces the cache's content with it (``ChildCache.replace``), so that objects
         that vanished without a DELETED event are dropped; sooner after kopf re-lists.
+      heartbeat_seconds: how often a status whose only change is when the operator looked
+        (``learnerUsage.lastSeen``, ``cost.asOf``) is written anyway
+        (:func:`~seedrl.service.operator.status.worth_writing`).
       stranded_seconds: how long past the end of its grace period a learner pod that is being
         deleted may stay before the operator takes its kubelet for gone and finishes the
         deletion (:meth:`Reconciler.release_stranded`); a kubelet that is up kills it at the
@@ -101,6 +110,7 @@ class OperatorConfig:
     images: ImageDefaults = dataclasses.field(default_factory=ImageDefaults)
     namespaces: tuple[str, ...] = ()
     resync_seconds: float = 300.0
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
     stranded_seconds: float = 60.0
 
 

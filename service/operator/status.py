@@ -79,10 +79,14 @@ def merge_patch(current: Any, wanted: Any) -> Any:
     of a merge patch keeps its stored value); anything but a mapping is replaced whole."""
     if not isinstance(current, Mapping) or not isinstance(wanted, Mapping):
         return wanted
-    patch: dict[str, Any] = {k: None for k in current if k not in wanted}
+    # A null in ``wanted`` means the key is absent, as a merge patch stores it.
+    patch: dict[str, Any] = {k: None for k in current if wanted.get(k) is None}
     for key, value in wanted.items():
-        if key not in current or current[key] != value:
-            patch[key] = merge_patch(current.get(key), value)
+        if value is None or (key in current and current[key] == value):
+            continue
+        nested = merge_patch(current.get(key), value)
+        if nested != {} or not isinstance(current.get(key), Mapping):
+            patch[key] = nested
     return patch
 
 
@@ -91,12 +95,50 @@ def status_patch(current: Mapping[str, Any] | None, status: Mapping[str, Any]) -
     reads as computed, nested keys that went included (``status.learnerUsage.runStart`` once a
     run ended); keys of ``current`` that ``status`` does not own are kept. Empty: nothing to
     write."""
-    current = current or {}
-    return {
-        key: merge_patch(current.get(key), value)
-        for key, value in status.items()
-        if current.get(key) != value
-    }
+    return merge_patch({k: v for k, v in (current or {}).items() if k in status}, dict(status))
+
+
+#: The status fields that only say when the operator last looked (key, nested key). A status
+#: that differs in them alone is written at most every ``heartbeat_seconds``
+#: (:func:`worth_writing`): an idle Experiment's status would otherwise be written at every
+#: poll.
+VOLATILE = (("learnerUsage", "lastSeen"), ("cost", "asOf"))
+
+#: How stale ``learnerUsage.lastSeen`` may get by default. A learner Job that ends unseen
+#: (replaced, its run restarted) is counted as active up to it, so this bounds what its
+#: deadline can miss.
+HEARTBEAT_SECONDS = 60.0
+
+
+def _without_volatile(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    out = dict(status or {})
+    for key, nested in VOLATILE:
+        if isinstance(out.get(key), Mapping):
+            out[key] = {k: v for k, v in out[key].items() if k != nested}
+    return out
+
+
+def worth_writing(
+    current: Mapping[str, Any] | None,
+    status: Mapping[str, Any],
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
+) -> bool:
+    """Whether ``status`` says something the stored ``current`` does not: a change besides
+    the :data:`VOLATILE` timestamps, or ``learnerUsage.lastSeen`` stored at least
+    ``heartbeat_seconds`` before the new one."""
+    if status_patch(_without_volatile(current), _without_volatile(status)):
+        return True
+    stored = ((current or {}).get("learnerUsage") or {}).get("lastSeen")
+    seen = (status.get("learnerUsage") or {}).get("lastSeen")
+    if not stored or not seen:
+        return stored != seen
+    try:
+        age = datetime.datetime.fromisoformat(seen.replace("Z", "+00:00")) - (
+            datetime.datetime.fromisoformat(stored.replace("Z", "+00:00"))
+        )
+    except ValueError:
+        return True
+    return age.total_seconds() >= heartbeat_seconds
 
 
 def condition(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:

@@ -472,3 +472,15 @@ def test_an_env_spec_fits_a_termination_message_compressed_when_it_must():
 def test_a_bad_env_spec_message_is_refused(message, reason):
     with pytest.raises(WireError, match=reason):
         EnvSpec.from_message(message)
+
+
+def test_a_file_may_hold_the_message_as_the_operator_copies_it(tmp_path):
+    """The learner's --env-spec file is the env-spec pod's message copied as it is (a
+    ConfigMap): plain JSON or compressed; anything else is refused with the reason."""
+    wide = EnvSpec("Arm-v0", "float32", (4,), "float32", (600,), 0, (-1.0,) * 600, (1.0,) * 600)
+    path = tmp_path / "env_spec.json"
+    path.write_text(wide.to_message() + "\n")
+    assert EnvSpec.read(str(path)) == wide
+    path.write_text('{"env_id": "x"}')
+    with pytest.raises(WireError, match="expected the keys"):
+        EnvSpec.read(str(path))

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from seedrl.common.exit_codes import ExitCode
+from seedrl.common.wire import EnvSpec
 from support.charts import chart_at_version
 from support.cluster import ROOT, KubeCluster
 from support.cluster_scenarios import (
@@ -177,10 +178,17 @@ def test_happy_path_reaches_the_target_and_reports_progress_and_cost(cluster, tm
         "the learner granted index" in logs(cluster, actor_pods(cluster, ns, name))
         or final["actors"]["desired"] == 0
     )
-    # The learner served the env spec its init container derived with the actor image.
+    # The learner served the env spec the env-spec Job derived with the actor image, as the
+    # operator copied it from that pod's termination message into the ConfigMap it mounts.
     assert "--env-spec" in pod["spec"]["containers"][0]["command"]
-    (init,) = pod["status"]["initContainerStatuses"]
-    assert init["name"] == "env-spec" and init["state"]["terminated"]["exitCode"] == 0
+    assert "initContainers" not in pod["spec"]
+    (deriving,) = cluster.list("", "v1", "pods", ns, labels={"job-name": f"{name}-envspec"})
+    (container,) = deriving["status"]["containerStatuses"]
+    assert container["state"]["terminated"]["exitCode"] == 0
+    derived = EnvSpec.from_message(container["state"]["terminated"]["message"])
+    config_map = cluster.get("", "v1", "configmaps", ns, f"{name}-envspec")
+    assert EnvSpec.from_message(config_map["data"]["env_spec.json"]) == derived
+    assert derived.env_id == "CartPole-v1"
     assert "no --env-spec" not in cluster.pod_log(pod)
     # Over TLS: the learner served with the certificate the operator made (kubectl shows its
     # Secret), the actors verifying the learner Service's name with the CA alone.

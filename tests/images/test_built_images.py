@@ -201,8 +201,8 @@ def test_cartpole_trains_to_its_budget_inside_the_learner_and_actor_images(image
     assert f"connected to {service}:" in actor.output(), actor.output()[-3000:]
     assert "--tls-ca" in actor.command() and "--tls-cert" in learner.command()
     # The learner served the spec the actor image derived, and checked the actor against it.
-    spec = json.loads((learner.volume_dirs["shared"] / ENV_SPEC_KEY).read_text())
-    assert spec["env_id"] == "CartPole-v1", spec
+    spec = EnvSpec.read(str(learner.volume_dirs["shared"] / ENV_SPEC_KEY))
+    assert spec.env_id == "CartPole-v1", spec
     assert "no --env-spec" not in learner.output()
 
 

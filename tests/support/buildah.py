@@ -50,6 +50,9 @@ BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "libpython3.11"
 #: own, and /tmp, an emptyDir in the pods.
 _NOT_READ_ONLY = {"proc", "sys", "dev", "run", "tmp", "var"}
 
+#: Where a container's termination message folder is mounted (:meth:`Pod._runtime`).
+TERMINATION_DIR = "/termination"
+
 
 class BuildahError(RuntimeError):
     """A buildah (or mmdebstrap) command failed; the message ends with its output's tail."""
@@ -303,16 +306,12 @@ class Container:
             user,
         ]
         targets = []
-        for host, path, _ in volumes:
+        for _, path, _ in volumes:
             # Mount points are resolved inside the container's root, as runc does (buildah's
             # chroot isolation silently skips a mount whose path crosses a symbolic link, such
             # as /var/run -> /run), and made before the folders above them turn read-only.
             resolved = self.resolve(path)
-            if Path(host).is_file():  # one file (a termination message): a file to mount on
-                resolved.parent.mkdir(parents=True, exist_ok=True)
-                resolved.touch(exist_ok=True)
-            else:
-                resolved.mkdir(parents=True, exist_ok=True)
+            resolved.mkdir(parents=True, exist_ok=True)
             targets.append("/" + str(resolved.relative_to(self.mountpoint)))
         if read_only_root:
             for entry in sorted(self.mountpoint.iterdir()):
@@ -479,13 +478,11 @@ class Pod:
                 env[item["name"]] = self.pod_name
         env.update(self.extra_env)
         # The kubelet mounts one file of its own at terminationMessagePath, writable by the
-        # container's user, and reads it once the container has stopped.
-        message = self.workdir / f"{self.pod_name}-{container['name']}.termination-log"
-        message.touch()
-        os.chmod(message, 0o666)
-        mounts.append(
-            (message, container.get("terminationMessagePath", "/dev/termination-log"), False)
-        )
+        # container's user, and reads it once the container has stopped. buildah's chroot
+        # isolation makes /dev its own, read-only: the file is in a folder of this machine
+        # mounted at TERMINATION_DIR, and the path in the command is mapped to it
+        # (:meth:`_argv`).
+        mounts.append((self._termination_folder(container), TERMINATION_DIR, False))
         read_only = bool(container.get("securityContext", {}).get("readOnlyRootFilesystem"))
         return {"user": f"{uid}:{gid}", "env": env, "volumes": mounts, "read_only_root": read_only}
 
@@ -516,14 +513,14 @@ class Pod:
         return path
 
     def command(self) -> list[str]:
-        """The container's command line as rendered."""
-        return [*self.spec_container.get("command", []), *self.spec_container.get("args", [])]
+        """The container's command line as rendered (its termination message path mapped)."""
+        return self._argv(self.spec_container)
 
     def __enter__(self) -> "Pod":
         for init in self.pod_spec.get("initContainers", []):
             if init["name"] not in self.init_images:
                 raise ValueError(f"init container {init['name']}: pass its image in init_images")
-            command = [*init.get("command", []), *init.get("args", [])]
+            command = self._argv(init)
             with self.store.container(self.init_images[init["name"]], self.hosts) as container:
                 run = container.run(command, timeout=600, **self._runtime(init))
             self.init_runs[init["name"]] = run
@@ -579,11 +576,30 @@ class Pod:
                 continue
         return pids
 
+    def _termination_folder(self, container: Mapping) -> Path:
+        folder = self.workdir / f"{self.pod_name}-{container['name']}-termination"
+        if not folder.exists():
+            folder.mkdir(parents=True)
+            uid, gid = self._user(container)
+            os.chown(folder, uid, gid)
+        return folder
+
+    def _argv(self, container: Mapping) -> list[str]:
+        """A container's command line, its terminationMessagePath mapped into
+        TERMINATION_DIR (see :meth:`_runtime`)."""
+        path = container.get("terminationMessagePath", "/dev/termination-log")
+        mapped = f"{TERMINATION_DIR}/{Path(path).name}"
+        return [
+            mapped if arg == path else arg
+            for arg in [*container.get("command", []), *container.get("args", [])]
+        ]
+
     def termination_message(self) -> str:
         """What the container wrote at its terminationMessagePath (at most 4096 bytes, as the
         kubelet keeps)."""
-        path = self.workdir / f"{self.pod_name}-{self.spec_container['name']}.termination-log"
-        return path.read_bytes()[:4096].decode(errors="replace") if path.exists() else ""
+        path = self.spec_container.get("terminationMessagePath", "/dev/termination-log")
+        file = self._termination_folder(self.spec_container) / Path(path).name
+        return file.read_bytes()[:4096].decode(errors="replace") if file.exists() else ""
 
     def output(self) -> str:
         """What the container printed so far."""

@@ -338,7 +338,9 @@ class OperatorHarness:
         settings: dict[str, Any] | None = None,
     ):
         self.poll_seconds = poll_seconds
-        self.settings = dict(settings or {})
+        # Every poll's status written, timestamps included, unless a test says otherwise:
+        # many wait for a refresh by its lastSeen or asOf.
+        self.settings = {"heartbeat_seconds": 0.0, **(settings or {})}
         self.cluster = OperatorCluster(*namespaces, controllers=controllers)
         self.learners = LearnerStatusServer()
         self.metrics = OperatorMetrics()

@@ -41,8 +41,7 @@ def derive_env_spec(exp, tmp_path: Path, env: dict[str, str]) -> dict:
     the env-spec Job's container command (it writes the spec into its termination message),
     reads that message as the operator does and writes the spec where the learner pod mounts
     its ConfigMap. Returns the spec as JSON data."""
-    import json
-
+    from seedrl.common.wire import EnvSpec
     from seedrl.service.operator.env_spec import reported_spec
     from seedrl.service.operator.render.common import ENV_SPEC_KEY
     from seedrl.service.operator.render.env_spec import render_env_spec_job
@@ -75,4 +74,4 @@ def derive_env_spec(exp, tmp_path: Path, env: dict[str, str]) -> dict:
     assert text is not None, why
     (tmp_path / "shared").mkdir(exist_ok=True)
     (tmp_path / "shared" / ENV_SPEC_KEY).write_text(text)
-    return json.loads(text)
+    return EnvSpec.read(str(tmp_path / "shared" / ENV_SPEC_KEY)).to_json()

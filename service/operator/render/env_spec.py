@@ -132,8 +132,8 @@ def render_env_spec_job(
 def render_env_spec_config_map(
     exp: Experiment, spec_json: str, owner=None, namespace=None
 ) -> dict[str, Any]:
-    """The ConfigMap holding the env spec (``spec_json``, as
-    :meth:`~seedrl.common.wire.EnvSpec.to_json` writes it), which the learner pod mounts."""
+    """The ConfigMap holding the env spec (``spec_json``, as the env-spec Job's pod reported
+    it: :meth:`~seedrl.common.wire.EnvSpec.to_message`), which the learner pod mounts."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

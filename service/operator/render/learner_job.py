@@ -88,13 +88,16 @@ def bound_learner_scratch(exp: Experiment, container: dict[str, Any], pod_spec: 
     checkpoint fills the node's disk, and the kubelet's eviction under disk pressure takes
     pods using more than they requested first ("Node-pressure Eviction"), the learner then
     among them. ``spec.learner.resources.ephemeralStorage``, when set, is the request, the
-    limit and the bound."""
+    limit and the bound. A learner queued through Kueue gets the bound only: Kueue admits no
+    Workload that requests a resource its ClusterQueue does not cover, and ClusterQueues
+    rarely cover ephemeral storage."""
     own = exp.spec.learner.resources.ephemeral_storage
     size = own or _mebibytes(learner_scratch_bytes(exp))
     for volume in pod_spec["volumes"]:
         if volume["name"] == "tmp":
             volume["emptyDir"] = {"sizeLimit": size}
-    container["resources"]["requests"].setdefault("ephemeral-storage", size)
+    if not exp.spec.queue_name:
+        container["resources"]["requests"].setdefault("ephemeral-storage", size)
 
 
 #: The permanent exit codes a learner can exit with (REFUSED and ENV_FAILED are an actor's).

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 import urllib.request
 
-from seedrl.service.operator.status import condition
+from seedrl.service.operator.status import HEARTBEAT_SECONDS, condition
 from support.operator_harness import OperatorHarness, wait_for
 from support.operator_live import LiveClient
 
@@ -50,7 +50,7 @@ def _requests(harness: OperatorHarness, since: int, name: str) -> list[str]:
 
 
 def test_an_idle_experiment_costs_at_most_one_request_per_poll():
-    with OperatorHarness(NS) as harness:
+    with OperatorHarness(NS, settings={"heartbeat_seconds": HEARTBEAT_SECONDS}) as harness:
         live = LiveClient(harness, NS)
         live.create("idle-run")
         live.create("idle-off", suspend=True)

@@ -45,10 +45,14 @@ def test_the_spec_is_read_from_the_pod_that_succeeded():
     assert why is None and EnvSpec.from_message(text) == SPEC
 
 
-def test_a_message_that_is_no_spec_is_refused_with_the_reason():
-    text, why = reported_spec([_pod("Succeeded", _terminated(0, '{"env_id": "x"}'))])
-    assert text is None
-    assert "exp-envspec-x1 reported no valid env spec" in why and "expected the keys" in why
+def test_the_message_is_copied_as_it_is_and_an_empty_one_is_refused():
+    """The learner reads the spec and refuses one that is none (BAD_CONFIG, with the reason):
+    the operator only copies what the pod reported, compressed or not."""
+    wide = EnvSpec("Arm-v0", "float32", (4,), "float32", (600,), 0, (-1.0,) * 600, (1.0,) * 600)
+    text, why = reported_spec([_pod("Succeeded", _terminated(0, wide.to_message()))])
+    assert why is None and text == wide.to_message() + "\n"
+    text, why = reported_spec([_pod("Succeeded", _terminated(0, ""))])
+    assert text is None and why == "pod exp-envspec-x1 reported no env spec"
     assert reported_spec([])[0] is None
 
 

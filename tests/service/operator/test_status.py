@@ -319,3 +319,49 @@ def test_an_operator_upgrade_keeps_the_images_an_experiment_started_with(
     jsonschema.validate(
         {"images": status["images"]}, to_json_schema(crd.status_schema(), closed=True)
     )
+
+
+def test_a_status_that_differs_only_in_when_it_was_looked_at_is_not_written_every_poll():
+    from seedrl.service.operator.status import HEARTBEAT_SECONDS, worth_writing
+
+    stored = {
+        "phase": "Running",
+        "learnerUsage": {"runStart": "2026-01-01T00:00:00Z", "lastSeen": "2026-01-01T01:00:00Z"},
+        "cost": {"totalUsd": 1.5, "asOf": "2026-01-01T01:00:00Z"},
+    }
+
+    def at(seconds, **changes):
+        stamp = f"2026-01-01T01:{int(seconds) // 60:02d}:{int(seconds) % 60:02d}Z"
+        status = json.loads(json.dumps(stored))
+        status["learnerUsage"]["lastSeen"] = status["cost"]["asOf"] = stamp
+        status.update(changes)
+        return status
+
+    assert not worth_writing(stored, at(10))
+    assert not worth_writing(stored, at(HEARTBEAT_SECONDS - 1))
+    # lastSeen bounds the deadline a learner ended unseen can miss: refreshed at least so.
+    assert worth_writing(stored, at(HEARTBEAT_SECONDS))
+    # Anything else that changed is written at once.
+    assert worth_writing(stored, at(10, phase="Succeeded"))
+    assert worth_writing(stored, at(10, cost={"totalUsd": 1.6, "asOf": "x"}))
+    assert worth_writing(None, at(10))
+    assert worth_writing(stored, at(10), heartbeat_seconds=0)
+
+
+def test_a_null_the_api_server_never_stored_is_no_change():
+    """A null in a merge patch removes the key, so the stored status never has it: a computed
+    null (``cost.usdPerMillionFrames`` before any frame) must not read as a change at every
+    poll; a stored value that became null must."""
+    from seedrl.service.operator.status import status_patch
+
+    stored = {"cost": {"totalUsd": 0}, "phase": "Suspended"}
+    assert status_patch(stored, {"cost": {"totalUsd": 0, "usdPerMillionFrames": None}}) == {}
+    assert status_patch(stored, {"phase": "Suspended", "other": None}) == {}
+    assert status_patch(
+        {"cost": {"totalUsd": 1, "usdPerMillionFrames": 2.0}},
+        {"cost": {"totalUsd": 1, "usdPerMillionFrames": None}},
+    ) == {"cost": {"usdPerMillionFrames": None}}
+    assert status_patch(stored, {"cost": {"totalUsd": 2}}) == {"cost": {"totalUsd": 2}}
+    assert status_patch({}, {"cost": {"totalUsd": 2, "x": None}}) == {
+        "cost": {"totalUsd": 2, "x": None}
+    }

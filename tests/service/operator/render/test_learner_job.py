@@ -256,6 +256,9 @@ def test_the_learners_tmp_is_bounded_by_what_a_checkpoint_stages(exp_of, by_kind
     size, resources = _scratch(by_kind(render(own))["Job"])
     assert size == "7Gi" and resources["requests"]["ephemeral-storage"] == "7Gi"
     assert resources["limits"]["ephemeral-storage"] == "7Gi"
+    # Queued through Kueue: bounded, but no request its ClusterQueue may not cover.
+    size, resources = _scratch(by_kind(render(exp_of(queueName="team-q")))["Job"])
+    assert size == "2048Mi" and "ephemeral-storage" not in resources["requests"]
 
 
 def test_actor_pods_keep_an_unbounded_tmp(exp_of, by_kind):
