@@ -32,6 +32,21 @@ def _terminated(code, message):
     }
 
 
+def _status(exp, env_spec=None, previous=None, job=None):
+    """The status computed at NOW with nothing but the learner Job and the env spec's
+    progress observed."""
+    return compute_status(
+        exp,
+        generation=1,
+        previous=previous,
+        job=job,
+        deployment=None,
+        learner=None,
+        now=NOW,
+        env_spec=env_spec,
+    )
+
+
 def conds(status):
     return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
 
@@ -59,31 +74,13 @@ def test_the_message_is_copied_as_it_is_and_an_empty_one_is_refused():
 def test_while_it_runs_the_learner_waits_and_says_why(exp_of):
     exp = exp_of()
     deriving = EnvSpecProgress(ready=False, pods=(_pod("Running", {"running": {}}),))
-    status = compute_status(
-        exp,
-        generation=1,
-        previous=None,
-        job=None,
-        deployment=None,
-        learner=None,
-        now=NOW,
-        env_spec=deriving,
-    )
+    status = _status(exp, deriving)
     assert status["phase"] == "Pending"
     ready, reason, message = conds(status)["LearnerReady"]
     assert (ready, reason) == ("False", "DerivingEnvSpec") and "exp-envspec" in message
     waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
     stuck = EnvSpecProgress(ready=False, pods=(_pod("Pending", waiting),))
-    status = compute_status(
-        exp,
-        generation=1,
-        previous=None,
-        job=None,
-        deployment=None,
-        learner=None,
-        now=NOW,
-        env_spec=stuck,
-    )
+    status = _status(exp, stuck)
     ready, reason, message = conds(status)["LearnerReady"]
     assert (ready, reason) == ("False", "ImagePullBackOff")
     assert message == (
@@ -104,16 +101,7 @@ def test_an_env_that_cannot_be_made_fails_the_experiment_with_its_words(exp_of):
     }
     words = "cannot make environments: spec.env.id: cannot make 'NoSuchEnv-v9'\n"
     pods = (_pod("Failed", _terminated(2, words)),)
-    status = compute_status(
-        exp,
-        generation=1,
-        previous=None,
-        job=None,
-        deployment=None,
-        learner=None,
-        now=NOW,
-        env_spec=EnvSpecProgress(ready=False, failed=failed, pods=pods),
-    )
+    status = _status(exp, EnvSpecProgress(ready=False, failed=failed, pods=pods))
     assert status["phase"] == "Failed"
     assert status["completionTime"] == "2026-01-01T00:00:09Z"
     assert status["actors"]["desired"] == 0
@@ -123,15 +111,8 @@ def test_an_env_that_cannot_be_made_fails_the_experiment_with_its_words(exp_of):
     assert message.endswith("cannot make 'NoSuchEnv-v9'")
     assert conds(status)["LearnerReady"][1] == "EnvSpecFailed"
     # The same with the learner Job still there (its pod waits for the spec): it is stopped.
-    waiting = compute_status(
-        exp,
-        generation=1,
-        previous=None,
-        job={"status": {"active": 1}},
-        deployment=None,
-        learner=None,
-        now=NOW,
-        env_spec=EnvSpecProgress(ready=False, failed=failed, pods=pods),
+    waiting = _status(
+        exp, EnvSpecProgress(ready=False, failed=failed, pods=pods), job={"status": {"active": 1}}
     )
     assert waiting["phase"] == "Failed" and conds(waiting)["Failed"] == conds(status)["Failed"]
     assert conds(waiting)["LearnerReady"][1] == "EnvSpecFailed"
