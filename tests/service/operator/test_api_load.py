@@ -1,7 +1,8 @@
 """What an idle Experiment costs the API server: counted in the real kube-apiserver's audit log
 while the real operator (its chart's ServiceAccount) polls a running Experiment whose learner
 reports nothing new, and a suspended one. At most one request per poll each: with the default
-``poll_seconds`` of 10, at most 0.1 requests/s per idle Experiment, and no writes."""
+``poll_seconds`` of 10, at most 0.1 requests/s per idle Experiment, and no writes but the
+once-a-minute heartbeat of ``learnerUsage.lastSeen``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 import urllib.request
 
-from seedrl.service.operator.status import HEARTBEAT_SECONDS, condition
+from seedrl.service.operator.status import condition
 from support.operator_harness import OperatorHarness, wait_for
 from support.operator_live import LiveClient
 
@@ -50,7 +51,9 @@ def _requests(harness: OperatorHarness, since: int, name: str) -> list[str]:
 
 
 def test_an_idle_experiment_costs_at_most_one_request_per_poll():
-    with OperatorHarness(NS, settings={"heartbeat_seconds": HEARTBEAT_SECONDS}) as harness:
+    # The heartbeat (one write a minute by default) is left out of a window that a loaded
+    # machine may stretch past a minute: test_status.py covers it.
+    with OperatorHarness(NS, settings={"heartbeat_seconds": 3600.0}) as harness:
         live = LiveClient(harness, NS)
         live.create("idle-run")
         live.create("idle-off", suspend=True)
@@ -72,7 +75,11 @@ def test_an_idle_experiment_costs_at_most_one_request_per_poll():
             NS,
             {"status": {"active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"}},
         )
-        replicas = live.read("Deployment", "idle-run-actors")["spec"]["replicas"]
+        # The operator makes the actor Deployment after the Job, in the same pass.
+        deployment = wait_for(
+            lambda: live.read("Deployment", "idle-run-actors"), 60, "the actor Deployment"
+        )
+        replicas = deployment["spec"]["replicas"]
         live.apps.patch_namespaced_deployment_status(
             "idle-run-actors",
             NS,
