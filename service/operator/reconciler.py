@@ -331,10 +331,8 @@ class Reconciler:
         """Deletes a learner Job that runs an older spec, in the foreground: the Job stays
         until its pod is gone (it gets SIGTERM and writes its final checkpoint), so the new
         Job, created by a later reconcile, never runs beside it."""
-        if (job.get("metadata") or {}).get("deletionTimestamp"):
-            return  # already on its way out
         name = job["metadata"]["name"]
-        if self.children.delete("Job", namespace, name, propagation="Foreground"):
+        if self._delete_job(namespace, job, "Foreground"):
             log.info(
                 "Experiment %s/%s: replacing learner Job %s (the spec changed)",
                 namespace,
@@ -359,16 +357,20 @@ class Reconciler:
     ) -> None:
         """Deletes a learner Job whose env spec could not be derived: its pod waits for a
         spec that will never come (the Experiment fails with the env-spec Job's reason)."""
-        if (job.get("metadata") or {}).get("deletionTimestamp"):
-            return
         name = job["metadata"]["name"]
-        if self.children.delete("Job", namespace, name) and body is not None:
+        if self._delete_job(namespace, job, "Background") and body is not None:
             self.children.event(
                 body,
                 "Warning",
                 "EnvSpecFailed",
                 f"The env spec could not be derived: learner Job {name} is deleted.",
             )
+
+    def _delete_job(self, namespace: str, job: Mapping[str, Any], propagation: str) -> bool:
+        """Deletes a learner Job unless it is already on its way out; True if this did."""
+        if (job.get("metadata") or {}).get("deletionTimestamp"):
+            return False
+        return self.children.delete("Job", namespace, job["metadata"]["name"], propagation)
 
     def activate_workload(self, exp: Experiment, namespace: str, job: Mapping[str, Any]) -> None:
         """Sets the queued Job's Kueue Workload ``spec.active`` from ``spec.suspend``."""

@@ -266,6 +266,18 @@ class OperatorCluster:
         assert self.plane is not None
         return self.plane.refusals(self.operator_user)
 
+    def operator_requests(self, since: int, names: str) -> list[dict]:
+        """The audit events of the operator's ServiceAccount after the first ``since``, about
+        objects whose name starts with ``names`` (its Events aside)."""
+        assert self.plane is not None
+        return [
+            event
+            for event in self.plane.audit_events()[since:]
+            if (event.get("user") or {}).get("username") == self.operator_user
+            and str((event.get("objectRef") or {}).get("name", "")).startswith(names)
+            and (event.get("objectRef") or {}).get("resource") != "events"
+        ]
+
     def api_client(self) -> kubernetes.client.ApiClient:
         """A ``kubernetes`` client as the cluster's admin (the tests' own)."""
         assert self.plane is not None

@@ -36,18 +36,12 @@ def _polls(harness: OperatorHarness) -> float:
 def _requests(harness: OperatorHarness, since: int, name: str) -> list[str]:
     """The operator's requests about ``name`` and its children after the first ``since``
     audit events (watches aside: one long request each, not per poll)."""
-    plane = harness.cluster.plane
-    assert plane is not None
-    found = []
-    for event in plane.audit_events()[since:]:
-        ref = event.get("objectRef") or {}
-        if (event.get("user") or {}).get("username") != harness.cluster.operator_user:
-            continue
-        if ref.get("namespace") != NS or not str(ref.get("name", "")).startswith(name):
-            continue
-        if event.get("verb") != "watch":
-            found.append(f"{event.get('verb')} {ref.get('resource')} {ref.get('name')}")
-    return found
+    return [
+        f"{event.get('verb')} {ref.get('resource')} {ref.get('name')}"
+        for event in harness.cluster.operator_requests(since, name)
+        if (ref := event.get("objectRef") or {}).get("namespace") == NS
+        and event.get("verb") != "watch"
+    ]
 
 
 def test_an_idle_experiment_costs_at_most_one_request_per_poll():
