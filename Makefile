@@ -408,10 +408,11 @@ prometheus: ## install Debian's prometheus and promtool
 	$$SUDO apt-get install -y --no-install-recommends prometheus; \
 	prometheus --version
 
-# Files generated from code (a test fails while any is out of date): the Experiment CRD (k8s/crd/
-# and the operator chart's crds/) and the experiment chart's values.yaml and values.schema.json
-# from the dataclasses of common/config/, the Grafana dashboards of the operator chart, the
-# gRPC stubs of common/seedrl.proto (committed), and the Reference pages of the docs
+# Files generated from code (a test fails while any is out of date): the Experiment CRD
+# (k8s/crd/ and the operator chart's templates/crd.yaml) and the experiment chart's values.yaml
+# and values.schema.json from the dataclasses of common/config/, the Grafana dashboards of the
+# operator chart, the gRPC stubs of common/seedrl.proto (committed), and the Reference pages of
+# the docs
 # (docs/reference/: fields, status, exit codes, metrics, the CLI). `make generate` rewrites them
 # all after a change to their source; `make check-generated` fails naming the stale ones. The old
 # per-file targets remain as shorthands.

@@ -24,11 +24,17 @@ RENEW_BEFORE = datetime.timedelta(days=30)
 CERT, KEY, CA = "tls.crt", "tls.key", "ca.crt"
 
 
+#: The longest common name X.509 allows (RFC 5280's ub-common-name).
+MAX_COMMON_NAME = 64
+
+
 def _name(common_name: str) -> x509.Name:
+    # The common name only labels the certificate (clients check the SANs): cut to what X.509
+    # allows, as a Service's full name (NAME.NAMESPACE.svc) often exceeds it.
     return x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "seedrl"),
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name[:MAX_COMMON_NAME]),
         ]
     )
 

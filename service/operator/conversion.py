@@ -10,7 +10,12 @@ order, or a failure that fails the request).
 
 - ``v1alpha1`` to ``v1beta1``: retired fields rewritten as their release meant them
   (:func:`~seedrl.common.config.retired.upgrade_spec`); everything else as it is.
-- ``v1beta1`` to ``v1alpha1``: as it is (``v1alpha1`` has every ``v1beta1`` field).
+- ``v1beta1`` to ``v1alpha1``: as it is (``v1alpha1`` has every ``v1beta1`` field), but for
+  the retired fields the other way kept in an annotation (:data:`ANNOTATION`), put back
+  while what they became is unchanged: the API server converts an object to the version it
+  is written in and back to the one it is stored in, so without this a ``kubectl scale``
+  through ``v1beta1`` would rewrite a stored ``v1alpha1`` object in fields an earlier release
+  cannot read after a rollback.
 
 Migrating what is stored: once the CRD stores ``v1beta1``, read and write back every
 Experiment (``kubectl get experiments.v1beta1.seedrl.dev -A -o json | kubectl replace -f -``),
@@ -47,17 +52,82 @@ class ConversionError(ValueError):
     """An object that cannot be converted (the message says why)."""
 
 
+#: Where a ``v1alpha1`` object's retired fields are kept while it is read as ``v1beta1``.
+ANNOTATION = f"{GROUP}/v1alpha1-fields"
+#: The keys each retired field's rewrite touches, by section: what the annotation keeps.
+ROUND_TRIP: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("agent", "r2d2"): ("sequenceLength", "trainLength", "burnIn", "sequencePeriod"),
+}
+
+
+def _section(spec: Any, path: tuple[str, ...]) -> dict[str, Any] | None:
+    for key in path:
+        spec = spec.get(key) if isinstance(spec, dict) else None
+    return spec if isinstance(spec, dict) else None
+
+
+def _nested(path: tuple[str, ...], value: dict[str, Any]) -> dict[str, Any]:
+    for key in reversed(path):
+        value = {key: value}
+    return value
+
+
+def _to_v1beta1(out: dict[str, Any]) -> None:
+    """Retired fields rewritten as meant; what they were, kept in :data:`ANNOTATION`."""
+    spec = out["spec"]
+    out["spec"], notes = upgrade_spec(spec)
+    kept = {}
+    for path, keys in ROUND_TRIP.items():
+        before, after = _section(spec, path), _section(out["spec"], path)
+        if notes and before is not None and before != after:
+            kept[".".join(path)] = {k: before[k] for k in keys if k in before}
+    if kept:
+        metadata = out.setdefault("metadata", {})
+        metadata.setdefault("annotations", {})[ANNOTATION] = json.dumps(kept, sort_keys=True)
+
+
+def _to_v1alpha1(out: dict[str, Any]) -> None:
+    """Retired fields put back from :data:`ANNOTATION` where ``v1beta1`` still says what
+    their rewrite made of them, so that an object written through ``v1beta1`` (a ``kubectl
+    scale``, a suspend) keeps the form an earlier release reads after a rollback."""
+    annotations = (out.get("metadata") or {}).get("annotations") or {}
+    if ANNOTATION not in annotations:
+        return
+    try:
+        kept = json.loads(annotations.pop(ANNOTATION))
+    except ValueError:
+        kept = {}
+    if not annotations:
+        out["metadata"].pop("annotations")
+    for dotted, original in kept.items() if isinstance(kept, dict) else ():
+        path = tuple(dotted.split("."))
+        keys = ROUND_TRIP.get(path)
+        section = _section(out.get("spec"), path)
+        if keys is None or section is None or not isinstance(original, dict):
+            continue
+        made = _section(upgrade_spec(_nested(path, dict(original)))[0], path) or {}
+        if all(section.get(k) == made.get(k) for k in keys):
+            for k in keys:
+                if k in original:
+                    section[k] = original[k]
+                else:
+                    section.pop(k, None)
+
+
 def convert(obj: Mapping[str, Any], api_version: str) -> dict[str, Any]:
     """``obj`` (an Experiment) in ``api_version`` (``seedrl.dev/v1beta1``)."""
     group, _, version = api_version.partition("/")
     if group != GROUP or version not in VERSIONS:
         raise ConversionError(f"cannot convert to {api_version}: served are {VERSIONS}")
-    source = str(obj.get("apiVersion") or "")
-    if source.partition("/")[2] not in VERSIONS:
-        raise ConversionError(f"cannot convert from {source or 'no apiVersion'}")
+    source = str(obj.get("apiVersion") or "").partition("/")[2]
+    if source not in VERSIONS:
+        raise ConversionError(f"cannot convert from {obj.get('apiVersion') or 'no apiVersion'}")
     out = copy.deepcopy(dict(obj))
-    if version != VERSIONS[0] and isinstance(out.get("spec"), Mapping):
-        out["spec"], _ = upgrade_spec(out["spec"])
+    if source != version and isinstance(out.get("spec"), dict):
+        if version == VERSIONS[0]:
+            _to_v1alpha1(out)
+        else:
+            _to_v1beta1(out)
     out["apiVersion"] = api_version
     return out
 
@@ -112,11 +182,17 @@ class ConversionWebhook:
                 log.debug("conversion webhook: " + format, *args)
 
         self.server = ThreadingHTTPServer((host, port), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(str(cert), str(key))
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.cert, self.key = cert, key
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.reload()
+        self.server.socket = self.context.wrap_socket(self.server.socket, server_side=True)
         self.port = int(self.server.server_address[1])
+
+    def reload(self) -> None:
+        """Serves the certificate and key now in the files (a renewal) to every connection
+        accepted from here on."""
+        self.context.load_cert_chain(str(self.cert), str(self.key))
 
     def start(self) -> "ConversionWebhook":
         """Answers from a daemon thread until :meth:`stop`."""

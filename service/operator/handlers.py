@@ -86,6 +86,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -112,6 +114,7 @@ from seedrl.service.operator.metrics import OperatorMetrics
 from seedrl.service.operator.poller import PeeringGate, Poller
 from seedrl.service.operator.reconciler import OperatorConfig, Reconciler, announce
 from seedrl.service.operator.status import status_patch
+from seedrl.service.operator.webhook_certificate import WebhookCertificate, service_dns_names
 from seedrl.service.operator.watch_cache import ChildCache
 
 log = logging.getLogger(__name__)
@@ -330,9 +333,37 @@ def main(argv: list[str] | None = None) -> int:
         "--conversion-webhook-cert-dir",
         default="/etc/seedrl/webhook",
         help="folder of the webhook's serving certificate and key (tls.crt, tls.key: a "
-        "kubernetes.io/tls Secret mounted), signed by the CRD's caBundle",
+        "kubernetes.io/tls Secret mounted, e.g. cert-manager's), signed by the CRD's "
+        "caBundle; unused with --conversion-webhook-secret",
+    )
+    p.add_argument(
+        "--conversion-webhook-secret",
+        default="",
+        help="keep the webhook's certificate in this Secret of $POD_NAMESPACE, made and "
+        "renewed by the operator, and the CRD's caBundle trusting it "
+        "(seedrl.service.operator.webhook_certificate); the chart's default",
+    )
+    p.add_argument(
+        "--conversion-webhook-service",
+        default="",
+        help="the webhook's Service in $POD_NAMESPACE, whose names the certificate of "
+        "--conversion-webhook-secret is for",
+    )
+    p.add_argument(
+        "--conversion-webhook-dns-name",
+        action="append",
+        default=[],
+        help="another name that certificate is for (the host of a CRD clientConfig url); "
+        "repeatable",
     )
     args = p.parse_args(argv)
+    if args.conversion_webhook_secret and not (
+        args.conversion_webhook_service or args.conversion_webhook_dns_name
+    ):
+        p.error(
+            "--conversion-webhook-secret needs --conversion-webhook-service or "
+            "--conversion-webhook-dns-name: the names its certificate is for"
+        )
     if not 0 <= args.conversion_webhook_port <= 65535:
         p.error(f"--conversion-webhook-port must be 0 to 65535, got {args.conversion_webhook_port}")
     if not 0 <= args.metrics_port <= 65535:
@@ -369,13 +400,37 @@ def main(argv: list[str] | None = None) -> int:
         log.info("peering %s as %s, priority %d", args.peering, identity, priority)
     server = serve_metrics(config.metrics, args.metrics_port)
     webhook = None
+    stop_renewals = threading.Event()
     if args.conversion_webhook_port:
         # Before kopf: with the CRD converting through it, kopf's own reads of a version
         # other than the stored one wait on it.
         folder = Path(args.conversion_webhook_cert_dir)
+        kept = None
+        if args.conversion_webhook_secret:
+            namespace = os.environ.get("POD_NAMESPACE") or "default"
+            names = list(args.conversion_webhook_dns_name)
+            if args.conversion_webhook_service:
+                names = service_dns_names(args.conversion_webhook_service, namespace) + names
+            kept = WebhookCertificate(
+                config.api_client,
+                namespace,
+                args.conversion_webhook_secret,
+                names,
+                f"{PLURAL}.{GROUP}",
+                Path(tempfile.mkdtemp(prefix="seedrl-webhook-")),
+            )
+            kept.ensure()
+            folder = kept.folder
         webhook = ConversionWebhook(
             "0.0.0.0", args.conversion_webhook_port, folder / "tls.crt", folder / "tls.key"
         ).start()
+        if kept is not None:
+            threading.Thread(
+                target=kept.refresh,
+                args=(webhook.reload, stop_renewals),
+                daemon=True,
+                name="webhook-certificate",
+            ).start()
         log.info("conversion webhook on port %d", webhook.port)
     try:
         kopf.run(
@@ -391,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+        stop_renewals.set()
         if webhook is not None:
             webhook.stop()
     return 0

@@ -1,5 +1,6 @@
-"""What a user installs, applied to the real kube-apiserver v1.37: the Experiment CRD, the operator
-chart as ``helm template`` renders it, and every shipped Experiment (server-side dry-run).
+"""What a user installs, applied to the real kube-apiserver v1.37: the Experiment CRD (both API
+versions, as the operator chart renders it), the operator chart as ``helm template`` renders
+it, and every shipped Experiment (server-side dry-run).
 
 Any refusal fails, and so does any warning the server sends back (an unknown or pruned field, a
 deprecated API, a PodSecurity violation): the API server is the judge of what installs, so
@@ -52,11 +53,19 @@ def _namespace(plane, name: str, enforce: str) -> None:
 
 @pytest.fixture(scope="module")
 def installed(control_plane):
-    """The CRDs of the operator chart applied as its README says, established; the
-    namespaces made."""
+    """The CRDs of the operator chart applied as `helm install` applies them (its ``crds/``,
+    then the Experiment's template), established; the namespaces made."""
     proc = control_plane.kubectl(
         "apply", "--server-side", "-f", str(ROOT / "helm" / "seedrl-operator" / "crds")
     )
+    _no_warnings(proc)
+    rendered = charts.template(
+        charts.OPERATOR_CHART, release="op", namespace=OPERATOR_NAMESPACE
+    ).stdout
+    (definition,) = [
+        d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "CustomResourceDefinition"
+    ]
+    proc = control_plane.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(definition))
     _no_warnings(proc)
     wait_until_served(control_plane, crd.CRD_NAME)
     _namespace(control_plane, OPERATOR_NAMESPACE, "restricted")
@@ -64,16 +73,18 @@ def installed(control_plane):
     return control_plane
 
 
-def test_both_copies_of_the_crd_are_accepted_and_served_as_generated(installed):
-    # k8s/crd/ holds the same CRD (make check-generated); applying it changes nothing.
+def test_both_forms_of_the_crd_are_accepted_and_served_as_generated(installed):
+    # k8s/crd/ holds the chart's v1alpha1 alone (make check-generated): the server takes it.
     for path in crd.CRD_PATHS:
         proc = installed.kubectl(
             "apply", "--server-side", "--dry-run=server", "-f", str(ROOT / path), "-o", "json"
         )
         _no_warnings(proc)
     live = json.loads(installed.kubectl("get", f"crd/{crd.CRD_NAME}", "-o", "json").stdout)
-    version = live["spec"]["versions"][0]
-    assert version["schema"] == crd.crd()["spec"]["versions"][0]["schema"]
+    versions = {v["name"]: v for v in live["spec"]["versions"]}
+    assert versions["v1alpha1"]["schema"] == crd.crd()["spec"]["versions"][0]["schema"]
+    assert (versions["v1alpha1"]["storage"], versions["v1beta1"]["storage"]) == (True, False)
+    assert live["spec"]["conversion"]["strategy"] == "Webhook"
     assert live["status"]["acceptedNames"]["kind"] == KIND
     # Served: the kind is in discovery, with its short names.
     resources = installed.kubectl("api-resources", f"--api-group={GROUP}", "-o", "name")

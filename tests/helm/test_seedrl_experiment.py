@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import helm_python as helm_sdk
@@ -14,6 +13,7 @@ from seedrl.common import config
 from support.control_plane import wait_until_served
 from support.charts import (
     chart_at_version,
+    HelmCluster,
     CRD_FILE,
     EXPERIMENT_CHART,
     ROOT,
@@ -356,7 +356,7 @@ def _values_file(tmp_path: Path, name: str, spec: dict) -> Path:
     return path
 
 
-def _installed(c: "_Cluster", tmp_path: Path, ns: str, name: str, spec: dict) -> Path:
+def _installed(c: "HelmCluster", tmp_path: Path, ns: str, name: str, spec: dict) -> Path:
     """The CRD served, then ``helm install`` of a values file of ``name`` and ``spec``."""
     c.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
     wait_until_served(c.plane, "experiments.seedrl.dev")
@@ -367,12 +367,12 @@ def _installed(c: "_Cluster", tmp_path: Path, ns: str, name: str, spec: dict) ->
     return values
 
 
-def _suspend(c: "_Cluster", ns: str, name: str, suspend: bool = True) -> None:
+def _suspend(c: "HelmCluster", ns: str, name: str, suspend: bool = True) -> None:
     patch = json.dumps({"spec": {"suspend": suspend}})
     c.kubectl("patch", f"experiment/{name}", "-n", ns, "--type=merge", "-p", patch)
 
 
-def _scale_and_suspend(c: "_Cluster", ns: str, name: str) -> None:
+def _scale_and_suspend(c: "HelmCluster", ns: str, name: str) -> None:
     c.kubectl("scale", f"experiment/{name}", "-n", ns, "--replicas=5")
     _suspend(c, ns, name)
 
@@ -383,7 +383,7 @@ def test_no_upgrade_rollback_or_gitops_apply_reverts_a_scale_or_a_suspend(contro
     # CRD (its scale subresource on spec.actors.replicas); no operator is needed to see what
     # each way of applying the chart does to the two fields the cluster owns.
     ns, name = "helm-upgrade", "cartpole"
-    c = _Cluster(control_plane)
+    c = HelmCluster(control_plane)
     values = _installed(c, tmp_path, ns, name, {"budget": {"maxEnvSteps": 10**6}})
     exp = c.get(ns, name)
     assert (exp["spec"]["actors"]["replicas"], exp["spec"]["suspend"]) == (2, False)  # CRD's
@@ -447,7 +447,7 @@ def test_values_that_set_the_count_own_it_and_a_clash_fails_naming_it(control_pl
     # repository that sizes its runs): upgrades change it; one that would undo a
     # `kubectl scale` fails before anything is applied, saying what to do.
     ns, name = "helm-owned", "owned"
-    c = _Cluster(control_plane)
+    c = HelmCluster(control_plane)
     values = _installed(c, tmp_path, ns, name, {"actors": {"replicas": 3}, "suspend": True})
     assert c.get(ns, name)["spec"]["actors"]["replicas"] == 3
     c.helm(
@@ -498,28 +498,3 @@ def test_values_that_set_the_count_own_it_and_a_clash_fails_naming_it(control_pl
     )
     assert c.get(ns, name)["spec"]["actors"]["replicas"] == 5
     c.helm("uninstall", name, "-n", ns)
-
-
-class _Cluster:
-    """helm and kubectl (v1.37) as the control plane's admin."""
-
-    def __init__(self, plane):
-        self.plane = plane
-
-    def kubectl(self, *args: str):
-        return self.plane.kubectl(*args)
-
-    def helm(self, *args: str, check: bool = True):
-        proc = subprocess.run(
-            [str(ROOT / ".venv" / "bin" / "helm"), f"--kubeconfig={self.plane.kubeconfig}", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if proc.returncode and check:
-            pytest.fail(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
-        return proc
-
-    def get(self, namespace: str, name: str) -> dict:
-        out = self.kubectl("get", "experiments.seedrl.dev", name, "-n", namespace, "-o", "json")
-        return json.loads(out.stdout)

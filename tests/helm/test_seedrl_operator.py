@@ -30,6 +30,8 @@ VALUE_SETS = {
     "namespaced": {
         "watch": {"scope": "namespaces", "namespaces": ["team-a", "team-b"]},
         "rbac": {"discovery": False, "aggregateToDefaultRoles": False},
+        # The CRD is cluster-scoped: another release (or the platform team) installs it.
+        "crd": {"install": False},
     },
     "release-namespace-only": {"watch": {"scope": "namespaces"}},
     "monitoring-and-overrides": {
@@ -73,10 +75,10 @@ def test_lints_strict_and_every_manifest_is_valid(name, tmp_path):
     validate_all(manifests)
 
 
-def test_installs_the_generated_crd():
+def test_installs_the_generated_crd_as_a_template_helm_keeps():
     manifests = render(OPERATOR_CHART, include_crds=True)
     crds = {c["metadata"]["name"]: c for c in of_kind(manifests, "CustomResourceDefinition")}
-    # kopf's peering CRDs come along, for the replicas' leader election.
+    # kopf's peering CRDs come along from crds/, for the replicas' leader election.
     assert set(crds) == {
         "experiments.seedrl.dev",
         "clusterkopfpeerings.kopf.dev",
@@ -84,12 +86,61 @@ def test_installs_the_generated_crd():
     }
     for other in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
         validate_builtin(crds[other])
-    crd = crds["experiments.seedrl.dev"]
-    assert crd == yaml.safe_load(CRD_FILE.read_text())
+    # The Experiment CRD is a template, so every `helm upgrade` applies it; Helm keeps it on
+    # uninstall and rollback, which would otherwise delete every Experiment with it.
+    (crd,) = of_kind(render(OPERATOR_CHART, release="op"), "CustomResourceDefinition")
     validate_builtin(crd)  # apiextensions.k8s.io/v1, strict, Kubernetes 1.30 to 1.37
-    assert crd["metadata"]["name"] == "experiments.seedrl.dev"
-    # Without --include-crds helm leaves it to `helm install`, which applies crds/ first.
-    assert not of_kind(render(OPERATOR_CHART), "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    served = {v["name"]: v for v in crd["spec"]["versions"]}
+    assert {n: (v["served"], v["storage"]) for n, v in served.items()} == {
+        "v1alpha1": (True, True),
+        "v1beta1": (True, False),
+    }
+    # v1alpha1 is the schema k8s/crd/ ships; v1beta1 is it without the retired fields.
+    assert (
+        served["v1alpha1"]["schema"]
+        == yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]
+    )
+    beta_r2d2 = served["v1beta1"]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "agent"
+    ]["properties"]["r2d2"]["properties"]
+    assert "sequenceLength" not in beta_r2d2 and "trainLength" in beta_r2d2
+    # Conversions go to this release's webhook Service, which routes to the operator's port.
+    webhook = crd["spec"]["conversion"]["webhook"]
+    assert webhook["clientConfig"]["service"] == {
+        "namespace": "seedrl",
+        "name": "op-seedrl-operator-webhook",
+        "path": "/convert",
+        "port": 443,
+    }
+    assert "caBundle" not in webhook["clientConfig"]  # the operator's (webhook_certificate)
+    (service,) = [s for s in of_kind(render(OPERATOR_CHART, release="op"), "Service")
+                  if s["metadata"]["name"] == "op-seedrl-operator-webhook"]  # fmt: skip
+    assert service["spec"]["ports"][0]["port"] == 443
+    (deployment,) = of_kind(render(OPERATOR_CHART, release="op"), "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container["ports"]
+    assert set(service["spec"]["selector"].items()) <= set(
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert {
+        "--conversion-webhook-port=9443",
+        "--conversion-webhook-secret=op-seedrl-operator-webhook-tls",
+        "--conversion-webhook-service=op-seedrl-operator-webhook",
+    } <= set(container["args"])
+
+
+def test_stores_the_version_asked_for_or_leaves_the_crd_out():
+    (crd,) = of_kind(
+        render(OPERATOR_CHART, sets=["crd.storageVersion=v1beta1"]), "CustomResourceDefinition"
+    )
+    assert [v["name"] for v in crd["spec"]["versions"] if v["storage"]] == ["v1beta1"]
+    assert not of_kind(
+        render(OPERATOR_CHART, sets=["crd.install=false"]), "CustomResourceDefinition"
+    )
+    # A version it does not serve is refused before anything renders.
+    refused = template(OPERATOR_CHART, sets=["crd.storageVersion=v1"], check=False)
+    assert refused.returncode != 0 and "storageVersion" in refused.stderr
 
 
 def _rules(role):
@@ -159,13 +210,35 @@ def _check_least_privilege(role):
     return rules
 
 
+def _webhook_rules(role):
+    return {
+        (group, res, tuple(rule.get("resourceNames") or ())): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for res in rule["resources"]
+    }
+
+
 def test_cluster_scope_binds_one_cluster_role():
     manifests = render(OPERATOR_CHART, release="op", namespace="seedrl-system")
-    assert not of_kind(manifests, "Role") and not of_kind(manifests, "RoleBinding")
+    # The one Role: the webhook certificate's Secret, in the release namespace.
+    (webhook_role,) = of_kind(manifests, "Role")
+    assert webhook_role["metadata"]["namespace"] == "seedrl-system"
+    assert _webhook_rules(webhook_role) == {
+        ("", "secrets", ()): {"create"},
+        ("", "secrets", ("op-seedrl-operator-webhook-tls",)): {"get", "update"},
+    }
     roles = {r["metadata"]["name"]: r for r in of_kind(manifests, "ClusterRole")}
     assert set(roles) == {
         f"seedrl-system-op-seedrl-operator-{suffix}"
-        for suffix in ("operator", "discovery", "edit", "view")
+        for suffix in ("operator", "discovery", "edit", "view", "crd-ca")
+    }
+    # The CRD's caBundle: that CRD alone.
+    assert _webhook_rules(roles["seedrl-system-op-seedrl-operator-crd-ca"]) == {
+        ("apiextensions.k8s.io", "customresourcedefinitions", ("experiments.seedrl.dev",)): {
+            "get",
+            "patch",
+        }
     }
     operator = roles["seedrl-system-op-seedrl-operator-operator"]
     _check_least_privilege(operator)
@@ -190,6 +263,9 @@ def test_cluster_scope_binds_one_cluster_role():
         "--liveness=http://0.0.0.0:8080/healthz",
         "--metrics-port=8081",
         "--peering=op-seedrl-operator",
+        "--conversion-webhook-port=9443",
+        "--conversion-webhook-secret=op-seedrl-operator-webhook-tls",
+        "--conversion-webhook-service=op-seedrl-operator-webhook",
     ]
     assert deployment["spec"]["replicas"] == 2
     # One replica runs standalone: no peering.
@@ -231,13 +307,20 @@ def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
     manifests = render(
         OPERATOR_CHART, release="op", namespace="ops", values=values, tmp_path=tmp_path
     )
-    # Nothing cluster-wide at all once discovery and the users' aggregated roles are off.
+    # Nothing cluster-wide at all once discovery, the users' aggregated roles and the CRD
+    # are off.
     assert not of_kind(manifests, "ClusterRole") and not of_kind(manifests, "ClusterRoleBinding")
-    roles = of_kind(manifests, "Role")
+    roles = [
+        r for r in of_kind(manifests, "Role") if not r["metadata"]["name"].endswith("-webhook")
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         _check_least_privilege(role)
-    bindings = of_kind(manifests, "RoleBinding")
+    bindings = [
+        b
+        for b in of_kind(manifests, "RoleBinding")
+        if not b["metadata"]["name"].endswith("-webhook")
+    ]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for b in bindings:
         assert b["subjects"][0]["namespace"] == "ops"
@@ -250,13 +333,16 @@ def test_namespace_scope_grants_roles_only_in_the_watched_namespaces(tmp_path):
         "--liveness=http://0.0.0.0:8080/healthz",
         "--metrics-port=8081",
         "--peering=op-seedrl-operator",
+        "--conversion-webhook-port=9443",
+        "--conversion-webhook-secret=op-seedrl-operator-webhook-tls",
+        "--conversion-webhook-service=op-seedrl-operator-webhook",
     ]
 
     # No namespaces listed: only the release's own.
     manifests = render(
         OPERATOR_CHART, release="op", namespace="ops", sets=["watch.scope=namespaces"]
     )
-    assert [r["metadata"]["namespace"] for r in of_kind(manifests, "Role")] == ["ops"]
+    assert [r["metadata"]["namespace"] for r in of_kind(manifests, "Role")] == ["ops", "ops"]
 
 
 def test_namespace_scope_has_a_peering_object_in_every_watched_namespace(tmp_path):
@@ -310,10 +396,14 @@ def test_operator_values_reach_the_container(tmp_path):
         "--liveness=http://0.0.0.0:9000/healthz",
         "--metrics-port=9100",
         "--peering=test-seedrl-operator",
+        "--conversion-webhook-port=9443",
+        "--conversion-webhook-secret=test-seedrl-operator-webhook-tls",
+        "--conversion-webhook-service=test-seedrl-operator-webhook",
         "--extra=1",
     ]
     assert container["ports"] == [
         {"name": "health", "containerPort": 9000, "protocol": "TCP"},
+        {"name": "webhook", "containerPort": 9443, "protocol": "TCP"},
         {"name": "metrics", "containerPort": 9100, "protocol": "TCP"},
     ]
     assert {"name": "SEEDRL_X", "value": "1"} in container["env"]
@@ -456,7 +546,7 @@ def test_pod_monitor_scrapes_the_operator_itself(tmp_path):
     ]
     (deployment,) = of_kind(manifests, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert [p["name"] for p in container["ports"]] == ["health"]
+    assert [p["name"] for p in container["ports"]] == ["health", "webhook"]
     assert "--metrics-port=0" in container["args"]
 
 
@@ -600,6 +690,37 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(
         def stop(self):
             served.append("stopped")
 
+    class Certificate:
+        """Records the webhook certificate main() would keep, without a cluster."""
+
+        def __init__(self, api_client, namespace, secret, dns_names, crd_name, folder):
+            kept.append((namespace, secret, dns_names, crd_name))
+            self.folder = folder
+
+        def ensure(self):
+            return True
+
+        def refresh(self, on_change, stop, interval=0):
+            stop.wait()
+
+    class Webhook:
+        def __init__(self, host, port, cert, key):
+            served.append((host, port))
+            self.port = port
+
+        def start(self):
+            return self
+
+        def reload(self):
+            pass
+
+        def stop(self):
+            pass
+
+    kept: list = []
+    monkeypatch.setattr(operator, "WebhookCertificate", Certificate)
+    monkeypatch.setattr(operator, "ConversionWebhook", Webhook)
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
     monkeypatch.setattr(operator, "MetricsServer", Server)
     monkeypatch.delenv("SEEDRL_PRICES", raising=False)
     monkeypatch.setattr(operator, "api_client", lambda: None)
@@ -614,7 +735,18 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(
     assert kwargs["clusterwide"] is clusterwide
     assert list(kwargs["namespaces"]) == namespaces
     assert kwargs["liveness_endpoint"] == "http://0.0.0.0:8080/healthz"
-    assert served == [("0.0.0.0", 8081), "stopped"]
+    assert served == [("0.0.0.0", 8081), ("0.0.0.0", 9443), "stopped"]
+    assert kept == [
+        (
+            "ops",
+            "test-seedrl-operator-webhook-tls",
+            [
+                "test-seedrl-operator-webhook.ops.svc",
+                "test-seedrl-operator-webhook.ops.svc.cluster.local",
+            ],
+            "experiments.seedrl.dev",
+        )
+    ]
 
 
 def test_gke_managed_prometheus_scrapes_the_experiments_and_the_operator():

@@ -9,9 +9,11 @@ it; only the ports are chosen free, since the containers share this machine's ne
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
+import ssl
 import time
 
 import pytest
@@ -296,10 +298,10 @@ def test_tpu_image_learner_without_a_tpu(images, store, tmp_path):
 def test_operator_image_reconciles_an_experiment_on_the_real_api_server(images, store, tmp_path):
     import kubernetes
 
-    from support.operator_harness import OperatorCluster
+    from support.operator_harness import OPERATOR_NAMESPACE, WEBHOOK_SECRET, OperatorCluster
 
     image = images("operator")
-    liveness, metrics = free_ports(2)
+    liveness, metrics, webhook = free_ports(3)
     with OperatorCluster() as cluster:
         # The operator logs in with its chart's ServiceAccount token through a kubeconfig (a
         # Secret volume here): in-cluster config needs the `kubernetes` Service's address,
@@ -327,10 +329,15 @@ def test_operator_image_reconciles_an_experiment_on_the_real_api_server(images, 
                                     str(metrics),
                                     "--poll-seconds",
                                     "1",
+                                    # The conversion webhook as the chart turns it on.
+                                    f"--conversion-webhook-port={webhook}",
+                                    f"--conversion-webhook-secret={WEBHOOK_SECRET}",
+                                    "--conversion-webhook-dns-name=localhost",
                                 ],
                                 "env": [
                                     {"name": "KUBECONFIG", "value": "/etc/kube/config"},
                                     {"name": "HOME", "value": "/tmp"},
+                                    {"name": "POD_NAMESPACE", "value": OPERATOR_NAMESPACE},
                                 ],
                                 "volumeMounts": [
                                     {"name": "tmp", "mountPath": "/tmp"},
@@ -381,6 +388,13 @@ def test_operator_image_reconciles_an_experiment_on_the_real_api_server(images, 
                 == "Pending"
             )
             assert _http_ok(f"http://127.0.0.1:{metrics}/metrics")
+            # The webhook answers over TLS with the certificate the operator made and kept.
+            secret = core.read_namespaced_secret(WEBHOOK_SECRET, OPERATOR_NAMESPACE)
+            ca = base64.b64decode(secret.data["ca.crt"]).decode()
+            context = ssl.create_default_context(cadata=ca)
+            with socket.create_connection(("127.0.0.1", webhook), timeout=10) as raw:
+                with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                    assert tls.version() in ("TLSv1.2", "TLSv1.3")
             assert pod.stop() == 0, pod.output()[-4000:]
 
 

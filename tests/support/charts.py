@@ -8,6 +8,7 @@ skip, because a skipped chart test looks like a passing one.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,7 +27,9 @@ from seedrl.common.schema import to_json_schema
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_CHART = ROOT / "helm" / "seedrl-operator"
 EXPERIMENT_CHART = ROOT / "helm" / "seedrl-experiment"
-CRD_FILE = OPERATOR_CHART / "crds" / "experiments.seedrl.dev.yaml"
+#: The Experiment CRD with ``v1alpha1`` alone (generated; the chart's template adds
+#: ``v1beta1`` and the conversion webhook).
+CRD_FILE = ROOT / "k8s" / "crd" / "experiments.seedrl.dev.yaml"
 #: The Kubernetes minor versions every rendered built-in manifest must be valid for.
 KUBE_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.37")
 #: Kinds that come from CRDs, which kubernetes-validate has no schema for; each is checked
@@ -175,7 +178,7 @@ def validate_peering(manifest: Mapping[str, Any]) -> None:
 
 @functools.cache
 def crd() -> dict[str, Any]:
-    """The Experiment CRD shipped in the operator chart's crds/."""
+    """The Experiment CRD of :data:`CRD_FILE`."""
     return yaml.safe_load(CRD_FILE.read_text())
 
 
@@ -213,3 +216,33 @@ def chart_at_version(chart: Path, version: str, into: Path) -> Path:
     meta["version"] = version
     (copy / "Chart.yaml").write_text(yaml.safe_dump(meta))
     return copy
+
+
+class HelmCluster:
+    """helm and kubectl (v1.37) as a :class:`~support.control_plane.ControlPlane`'s admin."""
+
+    def __init__(self, plane):
+        self.plane = plane
+
+    def kubectl(self, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+        """kubectl; fails the test on a non-zero exit unless ``check=False``."""
+        return self.plane.kubectl(*args, **kwargs)
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """The real helm against the control plane; fails the test on a non-zero exit unless
+        ``check`` is False."""
+        proc = subprocess.run(
+            [helm_binary(), f"--kubeconfig={self.plane.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if proc.returncode and check:
+            pytest.fail(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+        return proc
+
+    def get(self, namespace: str, name: str, version: str = "") -> dict:
+        """The Experiment ``name`` (in ``version``, else the preferred one)."""
+        kind = f"experiments.{version}.seedrl.dev" if version else "experiments.seedrl.dev"
+        out = self.kubectl("get", kind, name, "-n", namespace, "-o", "json")
+        return json.loads(out.stdout)

@@ -22,8 +22,16 @@ EXPERIMENTS_CRD = "experiments.seedrl.dev"
 
 def install_operator(c: KubeCluster, *sets: str) -> None:
     """`helm install` of the operator chart (two replicas, a 1 s poll; ``sets`` more values),
-    then waits for both replicas to run."""
-    args = [f"--set={s}" for s in ("operator.pollSeconds=1", *sets)]
+    then waits for both replicas to run.
+
+    The Experiment CRD is ``k8s/crd/``'s (``v1alpha1`` alone), applied first, and the chart's
+    is left out (``crd.install=false``): the chart's converts through the webhook Service,
+    which this API server cannot reach (no kube-proxy plays ClusterIPs here, and Endpoints
+    refuse the loopback addresses our kubelet gives pods), and ``kubectl`` reads ``v1beta1``
+    when it is served. tests/service/operator/test_conversion.py runs the webhook by URL."""
+    c.kubectl("apply", "--server-side", "-f", str(ROOT / "k8s" / "crd" / f"{EXPERIMENTS_CRD}.yaml"))
+    wait_until_served(c.plane, EXPERIMENTS_CRD)
+    args = [f"--set={s}" for s in ("operator.pollSeconds=1", "crd.install=false", *sets)]
     install = (
         "install",
         "seedrl",
@@ -54,6 +62,14 @@ def install_operator(c: KubeCluster, *sets: str) -> None:
         ),
         120,
         "both operator replicas running",
+        c,
+    )
+    # Each replica serves the conversion webhook with the certificate one of them made, with
+    # the chart's RBAC and admission policy (its own Secret, in its own namespace).
+    wait_until(
+        lambda: c.get("", "v1", "secrets", "seedrl-system", "seedrl-seedrl-operator-webhook-tls"),
+        60,
+        "the conversion webhook's certificate made by the operator",
         c,
     )
 

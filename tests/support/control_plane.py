@@ -720,8 +720,21 @@ def wait_until_served(plane: ControlPlane, crd_name: str, timeout: float = 60.0)
     """Waits until the kind of the CustomResourceDefinition ``crd_name`` (``PLURAL.GROUP``)
     answers a list through kubectl. ``kubectl wait --for=condition=Established`` is not enough:
     it fails on a CRD whose status has no conditions yet, and Established comes before every
-    handler and discovery serve the kind."""
+    handler and discovery serve the kind. The list is of the storage version, which needs no
+    conversion webhook (kubectl's preferred one may)."""
+    plural, _, group = crd_name.partition(".")
     deadline = time.monotonic() + timeout
-    while plane.kubectl("get", crd_name, "-A", check=False).returncode:
+
+    def served() -> bool:
+        stored = plane.kubectl(
+            "get", "crd", crd_name, "-o", "jsonpath={.spec.versions[?(@.storage==true)].name}",
+            check=False,
+        )  # fmt: skip
+        if stored.returncode or not stored.stdout.strip():
+            return False
+        kind = f"{plural}.{stored.stdout.strip()}.{group}"
+        return plane.kubectl("get", kind, "-A", check=False).returncode == 0
+
+    while not served():
         assert time.monotonic() < deadline, f"{crd_name} not served after {timeout:.0f} s"
         time.sleep(0.1)  # a poll interval, bounded by the deadline

@@ -178,6 +178,9 @@ class OperatorReplica:
             "PYTHONPATH": os.pathsep.join(map(str, (*self.python_path, ROOT / "tests"))),
             "SEEDRL_TEST_LEARNER_STATUS_PORT": str(self.learners.port),
             "PYTHONUNBUFFERED": "1",
+            # As the chart's Deployment sets it (the webhook certificate's Secret is kept
+            # there).
+            "POD_NAMESPACE": OPERATOR_NAMESPACE,
         }
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(

@@ -42,12 +42,17 @@ from support.control_plane import ControlPlane, free_port, wait_until_served
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "seedrl-operator"
-#: The CustomResourceDefinitions the operator chart installs before its templates (Helm:
-#: "Custom Resource Definitions", the ``crds/`` folder): Experiments and kopf's peerings.
-OPERATOR_CRDS = CHART / "crds"
+#: The CustomResourceDefinitions the operator tests install: the Experiment's as it served
+#: before its second version (``k8s/crd/``, the chart's ``v1alpha1`` alone, which needs no
+#: conversion webhook), and kopf's peerings (the chart's ``crds/``). The chart's own
+#: two-version CRD is installed by the tests of conversion, install and upgrade.
+OPERATOR_CRDS = (ROOT / "k8s" / "crd" / "experiments.seedrl.dev.yaml", CHART / "crds")
 #: Where the chart's release lives, and the ServiceAccount ``helm template`` names for it.
 OPERATOR_NAMESPACE = "seedrl-system"
 OPERATOR_RELEASE = "seedrl"
+#: The Secret the chart names for the conversion webhook's certificate in that release
+#: (``seedrl-operator.webhookSecret``), which its RBAC and admission policy let it write.
+WEBHOOK_SECRET = "seedrl-seedrl-operator-webhook-tls"
 #: kube-controller-manager's controllers that act on no workload: owned children go with their
 #: owner, namespaces are emptied, ServiceAccounts and their tokens are made.
 NON_WORKLOAD_CONTROLLERS = (
@@ -196,13 +201,28 @@ class OperatorCluster:
         return self.plane.kubectl(*args, input=input).stdout
 
     def install_operator_crds(self) -> None:
-        """Applies the chart's ``crds/`` server-side, as ``helm install`` creates them, and
-        waits until each kind is served."""
-        self.kubectl("apply", "--server-side", "-f", str(OPERATOR_CRDS))
-        for path in sorted(OPERATOR_CRDS.glob("*.yaml")):
-            for document in yaml.safe_load_all(path.read_text()):
-                if document:
-                    wait_until_served(self.plane, document["metadata"]["name"])
+        """Applies :data:`OPERATOR_CRDS` server-side and waits until each kind is served."""
+        for source in OPERATOR_CRDS:
+            self.kubectl("apply", "--server-side", "-f", str(source))
+            for path in sorted(source.glob("*.yaml")) if source.is_dir() else [source]:
+                for document in yaml.safe_load_all(path.read_text()):
+                    if document:
+                        wait_until_served(self.plane, document["metadata"]["name"])
+
+    def chart_crd(self, webhook_url: str, *sets: str) -> dict:
+        """The chart's Experiment CRD (``helm template --show-only templates/crd.yaml``,
+        ``sets`` as ``--set``) with its conversions sent to ``webhook_url`` instead of the
+        webhook Service, which this API server cannot reach (no kube-proxy here); its
+        ``caBundle`` is left to the operator, as in a cluster."""
+        rendered = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "helm"), "template", OPERATOR_RELEASE, str(CHART),
+             "-n", OPERATOR_NAMESPACE, "--show-only", "templates/crd.yaml",
+             *(f"--set={s}" for s in sets)],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        crd = yaml.safe_load(rendered)
+        crd["spec"]["conversion"]["webhook"]["clientConfig"] = {"url": webhook_url}
+        return crd
 
     def create_namespaces(self, *namespaces: str) -> None:
         """Creates each namespace that does not exist yet."""
@@ -212,7 +232,8 @@ class OperatorCluster:
 
     def install_operator_rbac(self, *sets: str) -> None:
         """Installs the chart's ServiceAccount, RBAC and admission policy (``helm template``
-        of ``templates/serviceaccount.yaml``, ``rbac.yaml`` and ``admissionpolicy.yaml``,
+        of ``templates/serviceaccount.yaml``, ``rbac.yaml``, ``admissionpolicy.yaml`` and
+        ``rbac-webhook.yaml``,
         ``sets`` as ``--set``), and mints a token of that ServiceAccount for the operator."""
         rendered = subprocess.run(
             [
@@ -228,6 +249,8 @@ class OperatorCluster:
                 "templates/rbac.yaml",
                 "--show-only",
                 "templates/admissionpolicy.yaml",
+                "--show-only",
+                "templates/rbac-webhook.yaml",
                 *(f"--set={s}" for s in sets),
             ],
             capture_output=True,
@@ -399,6 +422,15 @@ class OperatorHarness:
         except BaseException as exc:  # noqa: BLE001 - reported to the test thread
             self._error = exc
             self._ready.set()
+
+    def polls(self) -> float:
+        """Experiments refreshed by the poller so far (its reconciles counter)."""
+        return (
+            self.metrics.registry.get_sample_value(
+                "seedrl_operator_reconciles_total", {"trigger": "poll"}
+            )
+            or 0.0
+        )
 
     def __enter__(self) -> "OperatorHarness":
         self.cluster.__enter__()

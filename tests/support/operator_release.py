@@ -58,6 +58,18 @@ def release_tree(commit: str, dest: Path) -> Path:
     return dest
 
 
+def release_chart(commit: str, dest: Path) -> Path:
+    """``commit``'s operator chart unpacked under ``dest``; returns the chart's folder."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "helm/seedrl-operator"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest / "helm" / "seedrl-operator"
+
+
 def release_crds(tree: Path) -> Path:
     """The release's chart ``crds/`` folder."""
     return tree / "seedrl" / "helm" / "seedrl-operator" / "crds"

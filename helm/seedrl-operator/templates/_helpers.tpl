@@ -36,6 +36,17 @@ it. The suffix names the object's purpose.
 {{- printf "%s-%s" ($base | trunc (int (sub 62 (len $suffix)))) $suffix | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The conversion webhook's Service, which the CRD's clientConfig names, and the Secret its
+certificate is kept in (made and renewed by the operator, which also sets the CRD's caBundle).
+*/}}
+{{- define "seedrl-operator.webhookName" -}}
+{{- printf "%s-webhook" (include "seedrl-operator.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+{{- define "seedrl-operator.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "seedrl-operator.fullname" . | trunc 51 | trimSuffix "-") }}
+{{- end }}
+
 {{/* chart-version, the value of the helm.sh/chart label. */}}
 {{- define "seedrl-operator.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
@@ -116,6 +127,9 @@ then operator.extraArgs. No --namespace means every namespace.
 {{- if gt (int .Values.replicaCount) 1 }}
 {{- $args = append $args (printf "--peering=%s" (include "seedrl-operator.fullname" .)) }}
 {{- end }}
+{{- $args = append $args (printf "--conversion-webhook-port=%d" (int .Values.conversionWebhook.port)) }}
+{{- $args = append $args (printf "--conversion-webhook-secret=%s" (include "seedrl-operator.webhookSecret" .)) }}
+{{- $args = append $args (printf "--conversion-webhook-service=%s" (include "seedrl-operator.webhookName" .)) }}
 {{- toYaml (concat $args .Values.operator.extraArgs) }}
 {{- end }}
 

@@ -21,7 +21,7 @@ def test_the_generators_cover_the_crd_values_dashboards_and_stubs():
     paths = set(generate.outputs())
     assert {
         "k8s/crd/experiments.seedrl.dev.yaml",
-        "helm/seedrl-operator/crds/experiments.seedrl.dev.yaml",
+        "helm/seedrl-operator/templates/crd.yaml",
         "helm/seedrl-experiment/values.yaml",
         "helm/seedrl-experiment/values.schema.json",
         "common/seedrl_pb2.py",

@@ -5,12 +5,14 @@ R2D2 sequence rename and the fields added since) runs Experiments of each agent,
 CRD installed, on the real control plane with the real Job controller; one is suspended, one
 queued in Kueue (its Workloads served, nothing admitting it). Then it is stopped and HEAD's
 takes over on the same cluster with HEAD's CRD applied as the chart's upgrade applies it
-(server-side, ``--force-conflicts``). Nothing the user wrote changed, so: no Experiment is
-refused (SpecApplied stays True), no learner Job is replaced (same uid), every ConfigMap still
-reads with the previous release's parser (the images pinned in ``status.images`` are that
-release's), and a ``kubectl scale``, a suspend and a resume issued after the upgrade take
-effect. Then back to the previous release (its operator and CRD): again nothing is refused or
-replaced, and a scale and a resume take effect.
+(server-side, ``--force-conflicts``): both API versions, ``v1alpha1`` still stored, so that
+every ``kubectl`` read and write after the upgrade goes through ``v1beta1`` and the webhook
+HEAD's operator serves with its own certificate. Nothing the user wrote changed, so: no
+Experiment is refused (SpecApplied stays True), no learner Job is replaced (same uid), every
+ConfigMap still reads with the previous release's parser (the images pinned in
+``status.images`` are that release's), and a ``kubectl scale``, a suspend and a resume issued
+after the upgrade take effect. Then back to the previous release (its operator and CRD): again
+nothing is refused or replaced, and a scale and a resume take effect.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from pathlib import Path
 
 import yaml
 
+from seedrl.common.config import GROUP
+
 from support.operator_harness import (
-    OPERATOR_CRDS,
+    CHART,
+    WEBHOOK_SECRET,
     LearnerStatusServer,
     OperatorCluster,
     wait_for,
@@ -34,7 +39,7 @@ from support.operator_release import (
     release_parse,
     release_tree,
 )
-from support.control_plane import wait_until_served
+from support.control_plane import free_port, wait_until_served
 from support.foreign_crds import open_crd
 
 NS = "upgrade"
@@ -63,10 +68,32 @@ class ReleaseCluster(OperatorCluster):
         """Applies the release's CRDs server-side, as its ``helm install`` did."""
         self._apply_crds(self._crds)
 
-    def upgrade(self) -> None:
+    def upgrade(self, webhook_url: str) -> None:
         """Applies HEAD's CRDs as the chart's upgrade does: server-side, taking the fields
-        the release's apply owned (``--force-conflicts``)."""
-        self._apply_crds(OPERATOR_CRDS, "--force-conflicts")
+        the release's apply owned (``--force-conflicts``); the Experiment's is the chart's
+        template (both API versions), converting through ``webhook_url``."""
+        crd = self.chart_crd(webhook_url)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                     input=json.dumps(crd))  # fmt: skip
+        wait_until_served(self.plane, crd["metadata"]["name"])
+        self._apply_crds(CHART / "crds", "--force-conflicts")
+        # kubectl caches discovery (which still prefers v1alpha1 here); a user's refreshes
+        # within hours, this one now, so that what follows reads and writes v1beta1.
+        self.kubectl("api-resources", f"--api-group={GROUP}", "--cached=false")
+
+    def rollback(self) -> None:
+        """Puts the release's CRDs back as the upgrade guide says: its Experiment CRD by
+        ``kubectl replace`` (an apply would keep the conversion HEAD's chart set), the rest
+        applied."""
+        for path in sorted(self._crds.glob("*.yaml")):
+            if path.name == "experiments.seedrl.dev.yaml":
+                self.kubectl("replace", "-f", str(path))
+            else:
+                self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+            for document in yaml.safe_load_all(path.read_text()):
+                if document:
+                    wait_until_served(self.plane, document["metadata"]["name"])
+        self.kubectl("api-resources", f"--api-group={GROUP}", "--cached=false")
 
     def _apply_crds(self, folder: Path, *flags: str) -> None:
         self.kubectl("apply", "--server-side", *flags, "-f", str(folder))
@@ -157,8 +184,24 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
                 )
             old.stop()
 
-            cluster.upgrade()
-            head = ReleaseOperator(cluster, learners, tmp_path, "head", poll_seconds=0.5).start()
+            # HEAD's operator as its chart runs it: serving the conversion webhook with the
+            # certificate it makes and puts in the CRD's caBundle (kubectl reads v1beta1).
+            port = free_port()
+            cluster.upgrade(f"https://localhost:{port}/convert")
+            head = ReleaseOperator(cluster, learners, tmp_path, "head", poll_seconds=0.5)
+            head.extra_args = (
+                f"--conversion-webhook-port={port}",
+                f"--conversion-webhook-secret={WEBHOOK_SECRET}",
+                "--conversion-webhook-dns-name=localhost",
+            )
+            head.start()
+            wait_for(
+                lambda: "seedrl.dev/v1beta1" in cluster.plane.kubectl(
+                    "get", "experiments", "-n", NS, "-o", "json", check=False
+                ).stdout,
+                STEP_S,
+                f"the Experiments served as v1beta1 through HEAD's webhook: {head.tail()}",
+            )  # fmt: skip
 
             def looked_at(name: str) -> bool:
                 """HEAD's operator has acted on ``name``: it kept its Job (recorded its
@@ -238,7 +281,7 @@ def test_upgrade_from_previous_release_changes_no_running_experiment(tmp_path):
             # And back: the previous release's operator and CRD again (a rollback of a chart
             # that upgrades its CRD), which scales too and replaces nothing.
             head.stop()
-            cluster.install_operator_crds()
+            cluster.rollback()
             old = ReleaseOperator(
                 cluster, learners, tmp_path, "rollback", tree=tree, poll_seconds=0.5
             ).start()
