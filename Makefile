@@ -35,7 +35,7 @@ PONG_THROUGHPUT := --set spec.actors.processesPerActor=0 --set spec.actors.strea
 # prerequisites and the group table below (one declaration of what each target is for).
 HELP_GROUPS := Start:run,install,clean Test:test,test-all,test-unit,test-images,lint,docs \
 	Generated:generate,check-generated \
-	Benchmarks:bench-speed,bench-atari-speed,bench-gpu,bench-hostile,bench-throughput,bench-streams,bench-devices \
+	Benchmarks:bench-speed,bench-atari-speed,bench-gpu,bench-hostile,bench-operator,bench-throughput,bench-streams,bench-devices \
 	Curves:bench-atari,bench-atari-ppo,bench-mujoco,bench-pendulum,bench-football,bench-cartpole-r2d2 \
 	Tools:images,image-tools,football,helm,kubectl,control-plane,kueue,prometheus,sample-factory
 
@@ -146,6 +146,10 @@ bench-gpu: $(STAMP) ## Pong with 16 actors, GPU learner then CPU, as JSON
 
 # The CartPole example beside 100 hellos of 4,096 envs and 3,000 silent streams: the real
 # actors' env steps/s alone and attacked, their ratio, the learner's RSS (~1 min).
+.PHONY: bench-operator
+bench-operator: $(STAMP) helm kubectl control-plane ## 500 Experiments on the real control plane: API load, memory (~15 min)
+	$(PY) bench/operator_load.py --json bench-operator.json
+
 .PHONY: bench-hostile
 bench-hostile: $(STAMP) ## a run beside a flood of hostile streams (~1 min)
 	$(PY) bench/hostile.py --json bench-hostile.json

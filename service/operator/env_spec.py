@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from seedrl.common.config import Experiment, ImageDefaults
-from seedrl.service.operator.render.common import ENV_SPEC_CONTAINER, names
+from seedrl.service.operator.render.common import (
+    ENV_SPEC_CONTAINER,
+    ENV_SPEC_ROLE,
+    LABEL_ROLE,
+    names,
+)
 from seedrl.service.operator.render.env_spec import (
     render_env_spec_config_map,
     render_env_spec_job,
@@ -103,16 +108,49 @@ class EnvSpecs:
 
     def __init__(self, children: "Children"):
         self.children = children
+        #: uids of the Experiments whose spec is in their ConfigMap: not looked up again.
+        self._ready: set[str] = set()
 
-    def progress(self, exp: Experiment, namespace: str, now: str) -> EnvSpecProgress:
-        """Where the env spec stands, as read (nothing is written)."""
+    def progress(
+        self,
+        exp: Experiment,
+        namespace: str,
+        now: str,
+        uid: str = "",
+        cached: tuple[dict | None, list[dict]] | None = None,
+    ) -> EnvSpecProgress:
+        """Where the env spec stands, as read (nothing is written).
+
+        ``cached``: the env-spec Job and the Experiment's pods as the watches delivered them
+        (the poller's cache), read instead of the API server. A learner pod may wait for a
+        node for hours; reading the Job and its pods at every poll meanwhile was three
+        requests per poll. The ConfigMap is then read only once the Job has completed (the
+        operator writes it after that), and never again once found."""
         n = names(exp.metadata.name)
-        if self.children.read("ConfigMap", namespace, n.env_spec) is not None:
+        if uid and uid in self._ready:
             return READY
-        job = self.children.read("Job", namespace, n.env_spec)
+        job: dict | None
+        if cached is not None:
+            job = cached[0]
+            waiting = job is not None and job_condition(job, "Complete") is None
+        else:
+            job, waiting = None, False
+        if not waiting and self.children.read("ConfigMap", namespace, n.env_spec) is not None:
+            if uid:
+                self._ready.add(uid)
+            return READY
+        if cached is None:
+            job = self.children.read("Job", namespace, n.env_spec)
         if job is None:
             return EnvSpecProgress(ready=False)
-        pods = tuple(self.children.pods(namespace, f"job-name={n.env_spec}"))
+        if cached is not None:
+            pods = tuple(
+                p
+                for p in cached[1]
+                if (p["metadata"].get("labels") or {}).get(LABEL_ROLE) == ENV_SPEC_ROLE
+            )
+        else:
+            pods = tuple(self.children.pods(namespace, f"job-name={n.env_spec}"))
         failed = job_condition(job, "Failed")
         if failed is not None or job_condition(job, "Complete") is None:
             return EnvSpecProgress(ready=False, failed=failed, job=job, pods=pods)
@@ -155,7 +193,13 @@ class EnvSpecs:
             return EnvSpecProgress(ready=False, pods=progress.pods)
         self.children.create(render_env_spec_config_map(exp, progress.spec_json, owner, namespace))
         log.info("Experiment %s/%s: env spec derived", namespace, exp.metadata.name)
+        if owner.get("uid"):
+            self._ready.add(str(owner["uid"]))
         return READY
+
+    def forget(self, uid: str | None) -> None:
+        """Drops what is remembered of a gone Experiment."""
+        self._ready.discard(uid or "")
 
 
 __all__ = [

@@ -21,7 +21,12 @@ from seedrl.common.config import (
     VERSION,
 )
 from seedrl.service.operator.children import MERGE
-from seedrl.service.operator.reconciler import OperatorConfig, Reconciler, announce
+from seedrl.service.operator.reconciler import (
+    ExperimentGone,
+    OperatorConfig,
+    Reconciler,
+    announce,
+)
 from seedrl.service.operator.status import status_patch, worth_writing
 from seedrl.service.operator.watch_cache import WATCHED, ChildCache, list_watched
 
@@ -117,10 +122,10 @@ class Poller:
     """Refreshes every Experiment's status each ``poll_seconds`` (and at once when its learner
     Job changes): the learner's ``/status`` has nothing to watch.
 
-    The children come from the :class:`ChildCache`, the Experiment itself is read afresh
-    first: one that is gone (its DELETED event missed) is dropped from the cache and its
-    series with it, never healed (its children would be made again for a dead owner, which
-    the garbage collector deletes again, every poll). Status is written only where it changed.
+    The Experiment and its children come from the :class:`ChildCache`; the Experiment is read
+    afresh only before it is healed and after a conflicting status write (see
+    :meth:`refresh`): one that is gone (its DELETED event missed) is dropped from the cache and
+    its series with it, never healed. Status is written only where it changed.
     Each Experiment is refreshed only where this replica is active for its namespace
     (``config.active``). Every ``resync_seconds``, at the next round after kopf re-listed
     a kind, and before its first refresh where it becomes active, it :meth:`resync`\\ s the
@@ -278,6 +283,20 @@ class Poller:
                     ),
                 )
 
+    def _gone(self, namespace: str, name: str, cached: Mapping[str, Any]) -> None:
+        log.info("Experiment %s/%s is gone: forgetting it", namespace, name)
+        self.cache.update("Experiment", "DELETED", cached)
+        self.rec.forget(cached)
+
+    def _catch_up(self, namespace: str, name: str, cached: Mapping[str, Any]) -> None:
+        """After a conflict: the cache takes the Experiment as it is now, so that the next
+        round works from it even if its watch event is slow (or was lost)."""
+        fresh = self.read(namespace, name)
+        if fresh is None:
+            self._gone(namespace, name, cached)
+        elif fresh["metadata"].get("resourceVersion") != cached["metadata"].get("resourceVersion"):
+            self.cache.update("Experiment", "MODIFIED", fresh)
+
     def read(self, namespace: str, name: str) -> dict | None:
         """The Experiment as the API server has it now; None if it is gone."""
         try:
@@ -291,24 +310,38 @@ class Poller:
         return json.loads(response.data)
 
     def refresh(self, namespace: str, name: str) -> None:
-        """Reconciles one Experiment (healing only) and writes what changed in its status."""
+        """Reconciles one Experiment (healing only) and writes what changed in its status.
+
+        The Experiment is the cache's, as the watch last delivered it: an idle Experiment
+        costs no request. It is read afresh only where it matters: before anything is made
+        or changed for it (``confirm``: a cache that missed its deletion would heal a dead
+        Experiment, whose children the garbage collector deletes again), and when a status
+        written onto the cached version conflicts (an edit the cache has not seen yet)."""
         cached = self.cache.experiment(namespace, name)
         if cached is None:
             return
-        # Read afresh: the cache may hold an Experiment that is gone, whose DELETED event a
-        # re-listing watch never delivered; healing it would make its children again.
-        body = self.read(namespace, name)
-        if body is None:
-            log.info("Experiment %s/%s is gone: forgetting it", namespace, name)
-            self.cache.update("Experiment", "DELETED", cached)
-            self.rec.forget(cached)
-            return
-        if body["metadata"].get("deletionTimestamp"):
+        latest: list[Mapping[str, Any]] = [cached]
+
+        def confirm() -> Mapping[str, Any] | None:
+            fresh = self.read(namespace, name)
+            if fresh is not None:
+                latest[0] = fresh
+            return fresh
+
+        if cached["metadata"].get("deletionTimestamp"):
             return  # going: a status written now would bring its series back
         with self.config.metrics.reconciling("poll"):
-            status = self.rec.reconcile(
-                body, heal_only=True, seen=self.cache.observed(namespace, name)
-            )
+            try:
+                status = self.rec.reconcile(
+                    cached,
+                    heal_only=True,
+                    seen=self.cache.observed(namespace, name),
+                    confirm=confirm,
+                )
+            except ExperimentGone:
+                self._gone(namespace, name, cached)
+                return
+            body = latest[0]
             changed = status_patch(body.get("status"), status)
             if not changed or not worth_writing(
                 body.get("status"), status, self.config.heartbeat_seconds
@@ -335,6 +368,9 @@ class Poller:
             except kubernetes.client.ApiException as exc:
                 if exc.status == 409:
                     log.debug("Experiment %s/%s changed while refreshed", namespace, name)
+                    self._catch_up(namespace, name, cached)
+                elif exc.status == 404:
+                    self._gone(namespace, name, cached)
                 if exc.status in (404, 409):
                     return  # gone, or refreshed at the next round
                 raise

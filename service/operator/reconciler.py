@@ -176,12 +176,20 @@ class Observed:
     Attributes:
       job: the learner Job, or None.
       deployment: the actor Deployment, or None.
-      pods: the Experiment's pods (both roles), or None when they were not looked at.
+      pods: the Experiment's pods (every role), or None when they were not looked at.
     """
 
     job: dict | None
     deployment: dict | None
     pods: list[dict] | None = None
+    #: The env-spec Job, where :attr:`cached`.
+    env_spec_job: dict | None = None
+    #: Whether this is the watches' view (the poller's cache), complete for every kind above.
+    cached: bool = False
+
+
+class ExperimentGone(LookupError):
+    """The Experiment a cache held is gone from the API server."""
 
 
 class Reconciler:
@@ -522,7 +530,11 @@ class Reconciler:
         return report
 
     def reconcile(
-        self, body: Mapping[str, Any], heal_only: bool = False, seen: Observed | None = None
+        self,
+        body: Mapping[str, Any],
+        heal_only: bool = False,
+        seen: Observed | None = None,
+        confirm: Callable[[], Mapping[str, Any] | None] | None = None,
     ) -> dict:
         """Validates, applies (unless refused) and returns the status to write.
 
@@ -536,6 +548,13 @@ class Reconciler:
           seen: the children as the watches last delivered them (the poller's
             :class:`~seedrl.service.operator.watch_cache.ChildCache`); None reads them from
             the API server.
+          confirm: with ``body`` from a cache, reads the Experiment afresh (None: gone); called
+            before anything is made or changed, and the Experiment is reconciled as read
+            instead where it differs, so that a cache that missed a deletion or an edit
+            never heals a dead or outdated Experiment.
+
+        Raises:
+          ExperimentGone: ``confirm`` found no Experiment.
         """
         meta = body["metadata"]
         namespace = meta["namespace"]
@@ -560,12 +579,18 @@ class Reconciler:
         if not refused:
             seen = self.adopt_earlier_job(exp, namespace, seen or self.observe(exp, namespace))
             done_before = reconcile.finished_before(previous)
-            progress = self.env_spec_progress(exp, namespace, seen, done_before)
+            progress = self.env_spec_progress(exp, namespace, seen, done_before, meta["uid"])
             if (
                 not heal_only
                 or (progress is not None and progress.actionable)
                 or self._needs_healing(exp, namespace, seen, done_before, previous, meta["uid"])
             ):
+                if confirm is not None:
+                    fresh = confirm()
+                    if fresh is None:
+                        raise ExperimentGone(f"{namespace}/{meta['name']}")
+                    if fresh["metadata"].get("resourceVersion") != meta.get("resourceVersion"):
+                        return self.reconcile(fresh, heal_only)
                 try:
                     progress = self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
                 except kubernetes.client.ApiException as exc:
@@ -582,7 +607,7 @@ class Reconciler:
         return self.status(exp, namespace, body, refused, seen, forbidden, limited, progress)
 
     def env_spec_progress(
-        self, exp: Experiment, namespace: str, seen: Observed, done_before: bool
+        self, exp: Experiment, namespace: str, seen: Observed, done_before: bool, uid: str = ""
     ) -> EnvSpecProgress | None:
         """Where the env spec stands (as read) while a learner is to be made or its pod has not
         started (it waits for the spec to mount); None when no learner needs it now."""
@@ -600,7 +625,8 @@ class Reconciler:
             )
         ):
             return None
-        return self.env_specs.progress(exp, namespace, now_rfc3339())
+        cached = (seen.env_spec_job, seen.pods or []) if seen.cached else None
+        return self.env_specs.progress(exp, namespace, now_rfc3339(), uid, cached)
 
     def scale_and_suspend(
         self, exp: Experiment, namespace: str, seen: Observed, previous: Mapping[str, Any]
@@ -722,6 +748,7 @@ class Reconciler:
         self.config.metrics.forget(body["metadata"]["name"], body["metadata"]["namespace"], uid)
         self._looked_up.pop(uid, None)
         self._secrets_owned.discard(uid)
+        self.env_specs.forget(uid)
 
 
 def _learner_pods(pods: list[dict] | None) -> list[dict]:

@@ -195,6 +195,8 @@ class ChildCache:
                 self._objects["Job"].get((namespace, n.learner)),
                 self._objects["Deployment"].get((namespace, n.actors)),
                 pods,
+                env_spec_job=self._objects["Job"].get((namespace, n.env_spec)),
+                cached=True,
             )
 
 
