@@ -57,9 +57,21 @@ class CheckpointConfig:
         "Retain",
         "In a cluster with an empty uri: what happens to that PersistentVolumeClaim, and so "
         "to the checkpoints on it, when the Experiment is deleted (kubectl delete, helm "
-        "uninstall). Retain keeps it (it carries no owner reference): an Experiment of the "
-        "same name and namespace resumes from it, and `kubectl delete pvc <name>-learner-run` "
-        "deletes it on purpose. Delete lets the garbage collector delete it with the "
-        "Experiment.",
+        "uninstall). Retain keeps it (it carries no owner reference) until `seedrl volumes "
+        "delete` or `kubectl delete pvc` deletes it on purpose; a later Experiment resumes "
+        "from it only by naming it in resumeFrom. Delete lets the garbage collector delete "
+        "it with the Experiment. An edit takes effect on the running Experiment's claim.",
         choices=VOLUME_RETENTION,
+    )
+    resume_from: str = param(
+        "",
+        "In a cluster with an empty uri: a PersistentVolumeClaim that an earlier, deleted "
+        "Experiment retained (`seedrl volumes` lists them), whose checkpoints this one "
+        "resumes from; it becomes this Experiment's run volume. Empty: <name>-learner-run, "
+        "made new. A claim an earlier Experiment left under that name is never taken "
+        "without being named here: the Experiment waits with SpecApplied=False "
+        "(RunVolumeHeld) saying so, and starts once it is named or deleted.",
+        pattern=f"({DNS_LABEL}(\\.{DNS_LABEL})*)?",
+        pattern_hint="a PersistentVolumeClaim name (a DNS subdomain), or empty",
+        max_len=253,
     )

@@ -17,6 +17,7 @@ import kubernetes
 from seedrl.common.config import GROUP, PLURAL, VERSION, AgentConfig, EnvConfig, Experiment
 from seedrl.common.learner_status import LearnerStatus
 from seedrl.service.operator.render.common import names
+from seedrl.service.operator.render.volume import run_volume_claim
 
 FIELD_MANAGER = "seedrl-cli"
 APPLY = "application/apply-patch+yaml"
@@ -87,7 +88,7 @@ def checkpoint_notice(exp: Experiment, namespace: str) -> str | None:
     checkpoint = exp.spec.checkpoint
     if checkpoint.uri:
         return None
-    claim = names(exp.metadata.name).run_volume
+    claim = run_volume_claim(exp)
     storage = checkpoint.volume_storage_class_name or "the cluster's default StorageClass"
     lines = [
         f"note: spec.checkpoint.uri is empty: the learner checkpoints onto the "
@@ -97,8 +98,9 @@ def checkpoint_notice(exp: Experiment, namespace: str) -> str | None:
     if checkpoint.volume_retention == "Retain":
         lines.append(
             "It is kept when the Experiment is deleted (kubectl delete experiment, helm "
-            "uninstall): an Experiment of the same name resumes from it. Delete it, and the "
-            f"checkpoints, on purpose with `kubectl delete pvc {claim} -n {namespace}`."
+            "uninstall); a later Experiment resumes from it only by naming it in "
+            "spec.checkpoint.resumeFrom. `seedrl volumes` lists kept ones; delete it, and the "
+            f"checkpoints, on purpose with `seedrl volumes delete {claim} -n {namespace}`."
         )
     else:
         lines.append(
@@ -221,3 +223,14 @@ def checkpoint_location(obj: Mapping[str, Any]) -> str:
     learner = LearnerStatus.from_experiment_status(obj.get("status") or {})
     last = learner.last_checkpoint if learner else None
     return last if last and "://" in last else uri
+
+
+def api_error(exc: Exception) -> str:
+    """The API server's message for a failed request, else the exception itself."""
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            return json.loads(body).get("message") or str(body)
+        except (ValueError, AttributeError):
+            return str(body)
+    return str(exc)

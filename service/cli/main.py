@@ -23,6 +23,7 @@ from seedrl.common.exit_codes import ExitCode
 from seedrl.common.storage import tensorboard_uri
 from seedrl.service.cli import cost as cost_cli
 from seedrl.service.cli import runs as runs_cli
+from seedrl.service.cli import volumes as volumes_cli
 
 
 def parser() -> argparse.ArgumentParser:
@@ -96,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
     )
     with_cluster(status)
     status.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    volumes_cli.add_parser(sub, with_cluster)
 
     def with_location(sp):
         sp.add_argument(
@@ -482,15 +484,9 @@ def cmd_export(args) -> int:
 
 def _api_error(exc: Exception) -> str:
     """The API server's message for a failed request, else the exception itself."""
-    import json
+    from seedrl.service.cli import cluster
 
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            return json.loads(body).get("message") or str(body)
-        except (ValueError, AttributeError):
-            return str(body)
-    return str(exc)
+    return cluster.api_error(exc)
 
 
 def main(argv=None) -> int:
@@ -509,6 +505,8 @@ def main(argv=None) -> int:
         return cmd_submit(args)
     if args.command == "status":
         return cmd_status(args)
+    if args.command == "volumes":
+        return volumes_cli.cmd_volumes(args)
     if args.command == "eval":
         return cmd_eval(args)
     if args.command == "export":

@@ -38,7 +38,8 @@ from seedrl.service.operator.render.common import (
     names,
     owner_reference,
 )
-from seedrl.service.operator.render.volume import needs_run_volume
+from seedrl.service.operator.render.volume import needs_run_volume, run_volume_claim
+from seedrl.service.operator.run_volume import RunVolumes
 from seedrl.service.operator.status import (
     HEARTBEAT_SECONDS,
     compute_status,
@@ -199,6 +200,7 @@ class Reconciler:
         self.config = config
         self.children = Children(config.api_client)
         self.env_specs = EnvSpecs(self.children)
+        self.run_volumes = RunVolumes(self.children)
         self.certificates = LearnerCertificates(self.children)
         #: When each Experiment's (by uid) unwatched children were last found all there.
         self._looked_up: dict[str, float] = {}
@@ -397,11 +399,12 @@ class Reconciler:
         forbidden: str | None = None,
         limited: str | None = None,
         env_spec: EnvSpecProgress | None = None,
+        held: str | None = None,
     ) -> dict:
         """The status to write, from what the children and the learner say now
         (``forbidden``: the API server's refusal of a call applying the children;
         ``limited``: why fewer actors run than asked; ``env_spec``: where the env spec of a
-        learner not started yet stands)."""
+        learner not started yet stands; ``held``: why the run volume may not be used)."""
         seen = seen or self.observe(exp, namespace)
         job, deployment = seen.job, seen.deployment
         learner, why = self.learner_status(exp, namespace, job)
@@ -435,6 +438,7 @@ class Reconciler:
             limited=limited,
             queue_message=queue_message,
             env_spec=env_spec,
+            held=held,
         )
         report = self.price(exp, namespace, body.get("status") or {}, status, pods)
         self.config.metrics.observe(
@@ -574,7 +578,7 @@ class Reconciler:
             self._announce_limited(body, limited)
         applied = previous.get("appliedImmutable")
         refused = reconcile.immutable_changes(applied, exp) if applied else []
-        forbidden = None
+        forbidden = held = None
         progress = None
         if not refused:
             seen = self.adopt_earlier_job(exp, namespace, seen or self.observe(exp, namespace))
@@ -592,7 +596,13 @@ class Reconciler:
                     if fresh["metadata"].get("resourceVersion") != meta.get("resourceVersion"):
                         return self.reconcile(fresh, heal_only)
                 try:
-                    progress = self.apply(exp, namespace, meta["uid"], seen.job, done_before, body)
+                    if needs_run_volume(exp):
+                        owner = owner_reference(exp.metadata.name, meta["uid"])
+                        held = self.run_volumes.check(exp, namespace, owner, body)
+                    if held is None:
+                        progress = self.apply(
+                            exp, namespace, meta["uid"], seen.job, done_before, body
+                        )
                 except kubernetes.client.ApiException as exc:
                     if exc.status != 403:
                         raise
@@ -604,7 +614,7 @@ class Reconciler:
             seen = seen or self.observe(exp, namespace)
             if self.scale_and_suspend(exp, namespace, seen, previous):
                 seen = self.observe(exp, namespace)
-        return self.status(exp, namespace, body, refused, seen, forbidden, limited, progress)
+        return self.status(exp, namespace, body, refused, seen, forbidden, limited, progress, held)
 
     def env_spec_progress(
         self, exp: Experiment, namespace: str, seen: Observed, done_before: bool, uid: str = ""
@@ -733,7 +743,7 @@ class Reconciler:
             ("PodDisruptionBudget", n.disruption_budget),
         ]
         if needs_run_volume(exp):
-            children.append(("PersistentVolumeClaim", n.run_volume))
+            children.append(("PersistentVolumeClaim", run_volume_claim(exp)))
         if any(self.children.read(kind, namespace, name) is None for kind, name in children):
             return True
         if self.certificates.secrets_unowned(exp, namespace, uid):

@@ -274,9 +274,11 @@ def set_spec_applied(
     refused: list[str] | tuple[str, ...],
     forbidden: str | None,
     replacing: bool,
+    held: str | None = None,
 ) -> None:
     """SpecApplied: whether the children run this spec, else why not (an immutable field
-    changed, the API server refused, the learner is being replaced or finished before it)."""
+    changed, the API server refused, the run volume is an earlier Experiment's, the learner
+    is being replaced or finished before it)."""
     if refused:
         put(
             "SpecApplied",
@@ -295,6 +297,8 @@ def set_spec_applied(
             f"role what it lacks (the operator chart's rbac.create renders every rule it "
             f"needs); it retries at every poll.",
         )
+    elif held:
+        put("SpecApplied", False, "RunVolumeHeld", held)
     elif replacing:
         put(
             "SpecApplied",
@@ -626,6 +630,7 @@ def compute_status(
     limited: str | None = None,
     queue_message: str | None = None,
     env_spec: EnvSpecProgress | None = None,
+    held: str | None = None,
 ) -> dict[str, Any]:
     """The status of a valid Experiment from what was observed of its children.
 
@@ -655,6 +660,9 @@ def compute_status(
         appended to LearnerReady's Queued message.
       env_spec: where the env spec of a learner not started yet stands (the env-spec Job
         runs, or failed: LearnerReady says so, and a failure fails the Experiment).
+      held: why the Experiment may not use the run volume an earlier one left
+        (:class:`~seedrl.service.operator.run_volume.RunVolumes`): SpecApplied=False,
+        reason RunVolumeHeld.
 
     Returns:
       A status (the keys this function owns; cost is added by the operator).
@@ -667,7 +675,7 @@ def compute_status(
         set_condition(conditions, type_, status, reason, message, generation, now)
 
     put("Valid", True, "Validated", "The spec is valid.")
-    set_spec_applied(put, exp, job, refused, forbidden, replacing)
+    set_spec_applied(put, exp, job, refused, forbidden, replacing, held)
     seen = observation(exp, prev, job, deployment, learner_pods, env_spec)
     before = condition(prev, "LearnerReady")
     set_learner_ready(put, exp, job, seen, learner_pods, queue_message, env_spec, before)

@@ -249,7 +249,9 @@ def chart_values(name: str, tmp_path: Path, **spec) -> Path:
     return path
 
 
-def test_helm_uninstall_keeps_the_checkpoints_and_a_reinstall_resumes_from_them(cluster, tmp_path):
+def test_helm_uninstall_keeps_the_checkpoints_and_a_reinstall_resumes_only_when_named(
+    cluster, tmp_path
+):
     ns, name = "uninstall", "cartpole"
     values = chart_values(name, tmp_path, budget={"maxEnvSteps": 10**8})
     cluster.helm(
@@ -271,10 +273,28 @@ def test_helm_uninstall_keeps_the_checkpoints_and_a_reinstall_resumes_from_them(
         "the experiment and its pods gone",
         cluster,
     )
-    assert cluster.get("", "v1", "persistentvolumeclaims", ns, f"{name}-learner-run")
-    # The same release again: the learner finds the kept checkpoints and goes on from them.
+    claim = f"{name}-learner-run"
+    assert cluster.get("", "v1", "persistentvolumeclaims", ns, claim)
+    # The same release again: a new Experiment, which does not take the earlier one's
+    # checkpoints unless told to (issue 37 item 5). It waits, saying how.
     values = chart_values(name, tmp_path, budget={"maxEnvSteps": steps + 20000})
     cluster.helm("install", name, str(EXPERIMENT_CHART), "-n", ns, "-f", str(values))
+    wait_until(
+        lambda: condition(cluster, ns, name, "SpecApplied").get("reason") == "RunVolumeHeld",
+        120,
+        "SpecApplied=False, RunVolumeHeld",
+        cluster,
+    )
+    assert (
+        f"spec.checkpoint.resumeFrom: {claim}"
+        in (condition(cluster, ns, name, "SpecApplied")["message"])
+    )
+    assert not cluster.list("batch", "v1", "jobs", ns)
+    # Named: the learner finds the kept checkpoints and goes on from them.
+    values = chart_values(
+        name, tmp_path, budget={"maxEnvSteps": steps + 20000}, checkpoint={"resumeFrom": claim}
+    )
+    cluster.helm("upgrade", name, str(EXPERIMENT_CHART), "-n", ns, "-f", str(values))
     wait_until(
         lambda: status(cluster, ns, name).get("phase") in ("Succeeded", "Failed"),
         300,

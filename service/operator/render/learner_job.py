@@ -148,6 +148,11 @@ def learner_document(exp: Experiment) -> dict[str, Any]:
         for key in path[:-1]:
             section = section[key]
         section.pop(path[-1], None)
+    # Naming the claim the Experiment has anyway (resuming from a claim of its own name) is
+    # no change to the learner; another claim is.
+    checkpoint = document["spec"].get("checkpoint") or {}
+    if checkpoint.get("resumeFrom") in ("", names(exp.metadata.name).run_volume):
+        checkpoint.pop("resumeFrom", None)
     return document
 
 

@@ -18,7 +18,7 @@ from seedrl.service.operator.render.common import (
     TPU_RESOURCE,
     names,
 )
-from seedrl.service.operator.render.volume import needs_run_volume
+from seedrl.service.operator.render.volume import needs_run_volume, run_volume_claim
 
 
 def actors_command(*args: str) -> list[str]:
@@ -72,7 +72,7 @@ def pod_volumes(exp: Experiment, role: str = "actor") -> list[dict[str, Any]]:
     n = names(exp.metadata.name)
     run: dict[str, Any] = {"emptyDir": {}}
     if role == "learner" and needs_run_volume(exp):
-        run = {"persistentVolumeClaim": {"claimName": n.run_volume}}
+        run = {"persistentVolumeClaim": {"claimName": run_volume_claim(exp)}}
     return [
         {"name": "config", "configMap": {"name": n.config}},
         {"name": "run", **run},

@@ -15,6 +15,17 @@ def needs_run_volume(exp: Experiment) -> bool:
     return not exp.spec.checkpoint.uri
 
 
+#: The uid of the Experiment whose run directory a claim holds (the one that made it, or the
+#: later one that resumed from it with ``spec.checkpoint.resumeFrom``).
+ANNOTATION_RUN_OF = "seedrl.dev/run-of"
+
+
+def run_volume_claim(exp: Experiment) -> str:
+    """The name of the learner's run-volume claim: ``spec.checkpoint.resumeFrom``, else
+    ``<name>-learner-run``."""
+    return exp.spec.checkpoint.resume_from or names(exp.metadata.name).run_volume
+
+
 def render_run_volume(exp: Experiment, owner=None, namespace=None) -> dict[str, Any]:
     """The learner's run directory (status, metrics, checkpoints) as a PersistentVolumeClaim,
     for an Experiment without ``spec.checkpoint.uri``: each learner pod is a new pod, and an
@@ -23,8 +34,9 @@ def render_run_volume(exp: Experiment, owner=None, namespace=None) -> dict[str, 
     With ``spec.checkpoint.volumeRetention: Retain`` (the default) the claim has no owner
     reference: deleting the Experiment (``kubectl delete``, ``helm uninstall``) leaves it and
     its checkpoints, since the garbage collector would delete an owned claim and GKE's
-    default StorageClass (reclaim policy Delete) its disk. An Experiment of the same name
-    then finds the claim and resumes from it."""
+    default StorageClass (reclaim policy Delete) its disk. A later Experiment resumes from it
+    only by naming it (:class:`~seedrl.service.operator.run_volume.RunVolumes`): the claim
+    records whose run it holds (:data:`ANNOTATION_RUN_OF`)."""
     checkpoint = exp.spec.checkpoint
     kept = checkpoint.volume_retention == "Retain"
     spec: dict[str, Any] = {
@@ -33,11 +45,7 @@ def render_run_volume(exp: Experiment, owner=None, namespace=None) -> dict[str, 
     }
     if checkpoint.volume_storage_class_name:
         spec["storageClassName"] = checkpoint.volume_storage_class_name
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": object_meta(
-            exp, names(exp.metadata.name).run_volume, "learner", None if kept else owner, namespace
-        ),
-        "spec": spec,
-    }
+    meta = object_meta(exp, run_volume_claim(exp), "learner", None if kept else owner, namespace)
+    if owner is not None:
+        meta.setdefault("annotations", {})[ANNOTATION_RUN_OF] = owner["uid"]
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}

@@ -197,7 +197,7 @@ def test_submit_dry_run_touches_nothing(harness, kubeconfig, capsys):
     assert not printed["spec"].get("checkpoint", {}).get("uri")
     assert "spec.checkpoint.uri is empty" in captured.err and "gs://" in captured.err
     assert "emptyDir" not in captured.err
-    assert "kubectl delete pvc dry-learner-run -n ml" in captured.err, captured.err
+    assert "seedrl volumes delete dry-learner-run -n ml" in captured.err, captured.err
     assert (
         cli.main(
             [
@@ -234,7 +234,7 @@ def test_the_checkpoint_notice_names_the_claim_and_what_deleting_the_experiment_
     assert "emptyDir" not in notice
     kept = "ownerReferences" not in claim["metadata"]
     assert kept == (retention == "Retain")
-    assert (f"`kubectl delete pvc {name} -n ml`" in notice) == kept, notice
+    assert (f"`seedrl volumes delete {name} -n ml`" in notice) == kept, notice
     assert ("It is kept when the Experiment is deleted" in notice) == kept, notice
     assert ("deleted, checkpoints and all, with the Experiment" in notice) == (not kept), notice
     document["spec"]["checkpoint"]["uri"] = "gs://my-bucket/runs/x"
