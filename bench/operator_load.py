@@ -106,6 +106,20 @@ def reconcile_durations(metrics_url: str) -> dict[str, dict[str, float | None]]:
     }
 
 
+def audit_events(plane) -> list[dict]:
+    """Every audit event so far, the rotated files' first (the API server rotates its log at
+    100 MB, which the creation of 500 Experiments passes)."""
+    folder = Path(plane.audit_log).parent
+    events = []
+    for path in [*sorted(folder.glob("audit-*.log")), Path(plane.audit_log)]:
+        for line in path.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # the line being written
+    return events
+
+
 def stamp(text: str) -> float:
     """An audit timestamp (RFC 3339, microseconds) as seconds since the epoch."""
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
@@ -185,15 +199,15 @@ def main(argv: list[str] | None = None) -> int:
 
             # Idle: settle two poll rounds and a heartbeat, then count.
             time.sleep(max(2 * args.poll_seconds, args.settle))
-            since = len(plane.audit_events())
-            window_start = time.monotonic()
+            window_start, started_at = time.monotonic(), time.time()
             time.sleep(args.window)
-            window = time.monotonic() - window_start
-            events = plane.audit_events()
+            window, ended_at = time.monotonic() - window_start, time.time()
+            events = audit_events(plane)
             idle = [
                 e
-                for e in events[since:]
-                if (e.get("user") or {}).get("username") == cluster.operator_user
+                for e in events
+                if started_at <= stamp(e["stageTimestamp"]) < ended_at
+                and (e.get("user") or {}).get("username") == cluster.operator_user
                 and e.get("verb") != "watch"
                 and (e.get("objectRef") or {}).get("resource") != "events"
             ]
