@@ -40,6 +40,7 @@ def test_a_small_run_reports_load_memory_and_latency(tmp_path, capsys):
     assert 0 < result["reconcile_latency_s"]["p50"] <= result["reconcile_latency_s"]["p99"]
     assert result["operator_reconcile_seconds"]["poll"]["count"] > 0
     assert result["operator_rss_mib"]["peak"] >= result["operator_rss_mib"]["idle"] > 0
-    # Idle, nothing is written but heartbeats (none within this short a window).
-    assert result["idle_writes_per_second"] == 0
+    # Idle, nothing is written but heartbeats: at most one per Experiment in a window shorter
+    # than the heartbeat's 60 s (where the window falls depends on the machine's load).
+    assert result["idle_writes_per_second"] * result["idle_window_seconds"] <= 4
     assert result["idle_requests_per_second_per_experiment"] < 1
